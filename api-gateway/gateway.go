@@ -1,0 +1,112 @@
+// Package gateway runs Easel's API gateway: the public HTTP API on Echo,
+// validating requests, writing task records and enqueueing jobs, answering
+// queries from the task records and serving signed result downloads.
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/easelhq/easel/api-gateway/internal/api"
+	"github.com/easelhq/easel/api-gateway/internal/createreq"
+	"github.com/easelhq/easel/api-gateway/internal/tasks"
+	"github.com/easelhq/easel/pkg/account"
+	"github.com/easelhq/easel/pkg/blob"
+	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/config"
+	"github.com/easelhq/easel/pkg/egress"
+	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/redisconn"
+	"github.com/easelhq/easel/pkg/signedurl"
+	"github.com/easelhq/easel/pkg/taskid"
+	"github.com/easelhq/easel/pkg/taskstore"
+)
+
+// Run serves the API until ctx is done, then drains in-flight requests for up
+// to EASEL_SHUTDOWN_TIMEOUT. ln, when not nil, replaces a listener on
+// EASEL_HTTP_ADDR.
+func Run(ctx context.Context, cfg config.Gateway, log *zap.Logger, ln net.Listener) error {
+	cat, err := catalog.New(cfg.ModelFamily)
+	if err != nil {
+		return err
+	}
+	secret := []byte(cfg.SigningSecret)
+	if len(secret) == 0 {
+		// Only reachable in dev mode (config requires a secret otherwise).
+		secret = make([]byte, 32)
+		_, _ = rand.Read(secret)
+		log.Warn("EASEL_SIGNING_SECRET is unset: using a random one; result URLs will not survive a restart and only this gateway can serve them")
+	}
+	rdb, err := redisconn.Open(ctx, cfg.RedisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	blobs, err := blob.OpenFS(cfg.BlobDir)
+	if err != nil {
+		return err
+	}
+	defer blobs.Close()
+
+	svc := tasks.NewService(taskstore.New(rdb), jobs.NewEnqueuer(rdb), taskid.New(cfg.ModelFamily), cfg.TaskDeadline)
+	handler := api.New(api.Deps{
+		Log:     log,
+		Tasks:   svc,
+		Auth:    account.NewStore(rdb),
+		Decoder: &createreq.Decoder{Catalog: cat, Egress: egress.Policy{AllowPrivate: cfg.FetchAllowPrivate}},
+		Signer:  signedurl.New(secret, cfg.PublicURL),
+		Blobs:   blobs,
+		Ready:   func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+	})
+
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return fmt.Errorf("gateway listener: %w", err)
+		}
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      10 * time.Minute, // large results to slow clients
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          zap.NewStdLog(log.With(zap.String("component", "http"))),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("gateway listening",
+		zap.String("addr", ln.Addr().String()),
+		zap.String("public_url", cfg.PublicURL),
+		zap.Strings("models", modelIDs(cat)),
+		zap.String("blob_dir", cfg.BlobDir))
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("gateway: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("gateway shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("gateway shutdown: %w", err)
+	}
+	log.Info("gateway stopped")
+	return nil
+}
+
+func modelIDs(c *catalog.Catalog) []string {
+	var ids []string
+	for _, m := range c.Models() {
+		ids = append(ids, m.ID)
+	}
+	return ids
+}

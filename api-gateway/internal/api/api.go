@@ -1,0 +1,183 @@
+// Package api is the gateway's HTTP edge: Echo routes, middleware, the JSON
+// shapes of the public API and the mapping of application errors to HTTP.
+// Everything behind it takes a context and returns apperr errors.
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"go.uber.org/zap"
+
+	"github.com/easelhq/easel/api-gateway/internal/createreq"
+	"github.com/easelhq/easel/pkg/account"
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/blob"
+	"github.com/easelhq/easel/pkg/logging"
+	"github.com/easelhq/easel/pkg/task"
+)
+
+// Tasks creates and reads tasks.
+type Tasks interface {
+	Create(ctx context.Context, accountID string, r createreq.Request) (string, error)
+	Get(ctx context.Context, accountID, taskID string) (*task.Task, error)
+}
+
+// Authenticator resolves an API key to its account.
+type Authenticator interface {
+	Authenticate(ctx context.Context, key string) (*account.Account, error)
+}
+
+// Signer makes and checks result URLs.
+type Signer interface {
+	Sign(path string, expires time.Time) string
+	Verify(path, expires, sig string, now time.Time) error
+}
+
+// Blobs opens stored results.
+type Blobs interface {
+	Open(ctx context.Context, key string) (blob.Object, blob.Info, error)
+}
+
+// Deps is what the API needs.
+type Deps struct {
+	Log     *zap.Logger
+	Tasks   Tasks
+	Auth    Authenticator
+	Decoder *createreq.Decoder
+	Signer  Signer
+	Blobs   Blobs
+	// Ready reports whether the gateway can serve (Redis reachable).
+	Ready func(ctx context.Context) error
+	Now   func() time.Time
+}
+
+// Paths.
+const (
+	PathCreate = "/v1/task/create"
+	PathQuery  = "/v1/task/query"
+	// FilesPrefix starts every result URL path; the blob key follows.
+	FilesPrefix = "/v1/files/"
+)
+
+const ctxAccount = "easel.account"
+
+// New returns the gateway's HTTP handler.
+func New(d Deps) *echo.Echo {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	h := &handlers{Deps: d}
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = handleError
+	e.JSONSerializer = jsonSerializer{}
+	e.Use(
+		middleware.RequestIDWithConfig(middleware.RequestIDConfig{
+			Generator:        newRequestID,
+			RequestIDHandler: h.attachLogger,
+		}),
+		middleware.RequestLoggerWithConfig(middleware.RequestLoggerConfig{
+			LogMethod:     true,
+			LogURIPath:    true, // never the query: it holds URL signatures
+			LogStatus:     true,
+			LogLatency:    true,
+			LogError:      true,
+			LogValuesFunc: logRequest,
+		}),
+		middleware.RecoverWithConfig(middleware.RecoverConfig{
+			LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
+				logging.From(c.Request().Context()).Error("panic", zap.Error(err), zap.ByteString("stack", stack))
+				return err
+			},
+		}),
+	)
+
+	e.GET("/healthz", h.healthz)
+	e.GET("/readyz", h.readyz)
+
+	v1 := e.Group("/v1")
+	v1.POST("/task/create", h.create, h.authenticate)
+	v1.GET("/task/query", h.query, h.authenticate)
+	v1.GET("/files/*", h.download)
+	v1.HEAD("/files/*", h.download)
+	return e
+}
+
+type handlers struct{ Deps }
+
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// attachLogger gives the request a logger carrying its id.
+func (h *handlers) attachLogger(c echo.Context, id string) {
+	r := c.Request()
+	c.SetRequest(r.WithContext(logging.WithLogger(r.Context(), h.Log.With(zap.String("request_id", id)))))
+}
+
+func logRequest(c echo.Context, v middleware.RequestLoggerValues) error {
+	log := logging.From(c.Request().Context())
+	fields := []zap.Field{
+		zap.String("method", v.Method),
+		zap.String("path", v.URIPath),
+		zap.Int("status", v.Status),
+		zap.Duration("latency", v.Latency),
+	}
+	if v.Status >= 500 {
+		log.Warn("request", fields...)
+		return nil
+	}
+	log.Info("request", fields...)
+	return nil
+}
+
+// authenticate checks the Bearer key and puts the account on the context.
+func (h *handlers) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		hdr := c.Request().Header.Get(echo.HeaderAuthorization)
+		if hdr == "" {
+			return apperr.New(apperr.Unauthenticated, "missing Authorization header: send Authorization: Bearer <API key>")
+		}
+		scheme, key, ok := strings.Cut(hdr, " ")
+		key = strings.TrimSpace(key)
+		if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
+			return apperr.New(apperr.Unauthenticated, "malformed Authorization header: want Authorization: Bearer <API key>")
+		}
+		acct, err := h.Auth.Authenticate(c.Request().Context(), key)
+		if err != nil {
+			return err
+		}
+		r := c.Request()
+		ctx := logging.WithLogger(r.Context(), logging.From(r.Context()).With(zap.String("account_id", acct.ID)))
+		c.SetRequest(r.WithContext(ctx))
+		c.Set(ctxAccount, acct)
+		return next(c)
+	}
+}
+
+func accountOf(c echo.Context) *account.Account {
+	return c.Get(ctxAccount).(*account.Account)
+}
+
+func (h *handlers) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (h *handlers) readyz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	if err := h.Ready(ctx); err != nil {
+		return apperr.Wrap(err, apperr.Unavailable, "not ready: Redis is unreachable")
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}

@@ -1,0 +1,257 @@
+// Package createreq decodes and validates the body of POST /v1/task/create.
+//
+// Every failure is an *apperr.Error with a message that names the field at
+// fault: Invalid (400), TooLarge (413) or UnsupportedMediaType (415).
+package createreq
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/url"
+	"reflect"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/egress"
+	"github.com/easelhq/easel/pkg/task"
+)
+
+// Limits.
+const (
+	MaxBodyBytes   = 64 << 10
+	MaxPromptChars = 10_000
+	MaxImageURLs   = 10
+	MaxURLLen      = 2048
+)
+
+// Request is a valid create request.
+type Request struct {
+	Model  catalog.Model
+	Prompt string // trimmed
+	// AspectRatio is a supported ratio; "" only for an edit that named none
+	// (the worker picks the ratio nearest the first source image).
+	AspectRatio string
+	ImageSize   string // "1K", "2K" or "4K"; "1K" for the standard model
+	ImageURLs   []string
+}
+
+// Kind returns task.KindEdit or task.KindTextToImage.
+func (r *Request) Kind() string {
+	if len(r.ImageURLs) > 0 {
+		return task.KindEdit
+	}
+	return task.KindTextToImage
+}
+
+// Decoder decodes create requests for one catalog.
+type Decoder struct {
+	Catalog *catalog.Catalog
+	// Egress refuses source URLs whose host is a literal address in a
+	// refused range.
+	Egress egress.Policy
+}
+
+// wire is the JSON shape. Pointers tell a missing (or null) field from an
+// empty one.
+type wire struct {
+	Model    *string    `json:"model"`
+	TaskType *string    `json:"task_type"`
+	Input    *wireInput `json:"input"`
+}
+
+type wireInput struct {
+	Prompt      *string   `json:"prompt"`
+	AspectRatio *string   `json:"aspect_ratio"`
+	ImageSize   *string   `json:"image_size"`
+	ImageURLs   *[]string `json:"image_urls"`
+}
+
+func invalid(format string, args ...any) error {
+	return apperr.Errorf(apperr.Invalid, format, args...)
+}
+
+// CheckContentType accepts application/json, with an optional utf-8 charset.
+func CheckContentType(contentType string) error {
+	if contentType == "" {
+		return apperr.New(apperr.UnsupportedMediaType, "Content-Type must be application/json")
+	}
+	mt, params, err := mime.ParseMediaType(contentType)
+	if err != nil || mt != "application/json" {
+		return apperr.New(apperr.UnsupportedMediaType, "Content-Type must be application/json")
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
+		return apperr.New(apperr.UnsupportedMediaType, "Content-Type charset must be utf-8")
+	}
+	return nil
+}
+
+// ReadBody reads body, which must be at most MaxBodyBytes (else
+// apperr.TooLarge). contentLength is the request's declared length (-1 when
+// unknown), checked first so an oversized body is refused unread.
+func ReadBody(body io.Reader, contentLength int64) ([]byte, error) {
+	if contentLength > MaxBodyBytes {
+		return nil, tooLarge()
+	}
+	b, err := io.ReadAll(io.LimitReader(body, MaxBodyBytes+1))
+	if err != nil {
+		return nil, apperr.Wrap(err, apperr.Invalid, "could not read the request body")
+	}
+	if len(b) > MaxBodyBytes {
+		return nil, tooLarge()
+	}
+	return b, nil
+}
+
+func tooLarge() error {
+	return apperr.Errorf(apperr.TooLarge, "request body is larger than the %d KiB limit", MaxBodyBytes>>10)
+}
+
+// Decode parses and validates a JSON body.
+func (d *Decoder) Decode(body []byte) (Request, error) {
+	var w wire
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return Request{}, invalid("request body is empty: send a JSON object with model, task_type and input")
+	}
+	if err := json.Unmarshal(body, &w); err != nil {
+		return Request{}, jsonError(err)
+	}
+	return d.validate(&w)
+}
+
+// jsonError turns an encoding/json error into a client message.
+func jsonError(err error) error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return invalid("request body is not valid JSON: %s (at byte %d)", se.Error(), se.Offset)
+	case errors.As(err, &te):
+		if te.Field == "" {
+			return invalid("request body must be a JSON object")
+		}
+		return invalid("%s must be %s", te.Field, jsonType(te.Type))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return invalid("request body is not valid JSON: unexpected end of input")
+	}
+	return invalid("request body is not valid JSON")
+}
+
+func jsonType(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Slice:
+		return "an array of " + strings.TrimPrefix(jsonType(t.Elem()), "a ") + "s"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Bool:
+		return "a boolean"
+	}
+	return "a number"
+}
+
+func (d *Decoder) validate(w *wire) (Request, error) {
+	var r Request
+	switch {
+	case w.Model == nil || *w.Model == "":
+		return r, invalid("model is required; supported models: %s", d.Catalog.IDs())
+	default:
+		m, ok := d.Catalog.Lookup(*w.Model)
+		if !ok {
+			return r, invalid("model %q is not supported; supported models: %s", clip(*w.Model), d.Catalog.IDs())
+		}
+		r.Model = m
+	}
+	switch {
+	case w.TaskType == nil || *w.TaskType == "":
+		return r, invalid(`task_type is required; use "image"`)
+	case *w.TaskType != task.Type:
+		return r, invalid(`task_type %q is not supported; use "image"`, clip(*w.TaskType))
+	}
+	if w.Input == nil {
+		return r, invalid("input is required: an object with at least a prompt")
+	}
+	in := w.Input
+
+	if in.Prompt == nil {
+		return r, invalid("input.prompt is required")
+	}
+	r.Prompt = strings.TrimSpace(*in.Prompt)
+	if r.Prompt == "" {
+		return r, invalid("input.prompt must not be blank")
+	}
+	if n := utf8.RuneCountInString(r.Prompt); n > MaxPromptChars {
+		return r, invalid("input.prompt is %d characters long; the limit is %d", n, MaxPromptChars)
+	}
+
+	if in.AspectRatio != nil && *in.AspectRatio != "" {
+		if !catalog.ValidAspectRatio(*in.AspectRatio) {
+			return r, invalid("input.aspect_ratio %q is not supported; use one of %s", clip(*in.AspectRatio), strings.Join(catalog.AspectRatios, ", "))
+		}
+		r.AspectRatio = *in.AspectRatio
+	}
+
+	r.ImageSize = catalog.Size1K
+	if in.ImageSize != nil && *in.ImageSize != "" {
+		if !r.Model.SupportsImageSize() {
+			pro, _ := d.Catalog.ByTier(catalog.Pro)
+			return r, invalid("input.image_size is not supported by model %s; omit it, or use %s", r.Model.ID, pro.ID)
+		}
+		if !catalog.ValidImageSize(*in.ImageSize) {
+			return r, invalid("input.image_size %q is not supported; use 1K, 2K or 4K (uppercase)", clip(*in.ImageSize))
+		}
+		r.ImageSize = *in.ImageSize
+	}
+
+	if in.ImageURLs != nil {
+		urls := *in.ImageURLs
+		switch {
+		case len(urls) == 0:
+			return r, invalid("input.image_urls must hold 1 to %d URLs; omit it for text-to-image", MaxImageURLs)
+		case len(urls) > MaxImageURLs:
+			return r, invalid("input.image_urls has %d URLs; the limit is %d", len(urls), MaxImageURLs)
+		}
+		for i, s := range urls {
+			if err := d.checkURL(i, s); err != nil {
+				return r, err
+			}
+		}
+		r.ImageURLs = urls
+	}
+	if r.AspectRatio == "" && len(r.ImageURLs) == 0 {
+		r.AspectRatio = catalog.DefaultAspectRatio
+	}
+	return r, nil
+}
+
+func (d *Decoder) checkURL(i int, s string) error {
+	if len(s) > MaxURLLen {
+		return invalid("input.image_urls[%d] is longer than %d characters", i, MaxURLLen)
+	}
+	u, err := url.Parse(s)
+	if err != nil || !u.IsAbs() || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.Opaque != "" {
+		return invalid("input.image_urls[%d] must be an absolute http or https URL", i)
+	}
+	if why := d.Egress.CheckURL(u); why != "" {
+		return invalid("input.image_urls[%d] %s", i, why)
+	}
+	return nil
+}
+
+// clip shortens a client-supplied value echoed in a message.
+func clip(s string) string {
+	const max = 64
+	if utf8.RuneCountInString(s) <= max {
+		return s
+	}
+	r := []rune(s)
+	return fmt.Sprintf("%s...", string(r[:max]))
+}

@@ -1,0 +1,313 @@
+// Package config reads Easel's configuration from environment variables, once,
+// at start, and validates it with messages that say what to fix.
+//
+// Every variable is declared here, in the structs below; README.md documents
+// them in one table and a test keeps the two in step.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+
+	"github.com/easelhq/easel/pkg/catalog"
+)
+
+// Common is what every Easel process reads.
+type Common struct {
+	// RedisURL is the Redis to use, e.g. redis://localhost:6379/0 or
+	// rediss://user:pass@host:6380/0. Required: `make run` sets it to its
+	// embedded Redis.
+	RedisURL string `env:"EASEL_REDIS_URL"`
+	// ModelFamily is the family word in model ids and task ids.
+	ModelFamily string `env:"EASEL_MODEL_FAMILY" envDefault:"lumen"`
+	// BlobDir is the directory holding result images, shared by the gateway
+	// and the workers.
+	BlobDir string `env:"EASEL_BLOB_DIR"`
+	// FetchAllowPrivate lets editing tasks fetch source images from loopback
+	// and private addresses and non-standard ports (local development only).
+	FetchAllowPrivate bool `env:"EASEL_FETCH_ALLOW_PRIVATE" envDefault:"false"`
+	// TaskDeadline bounds a task from creation to its end.
+	TaskDeadline time.Duration `env:"EASEL_TASK_DEADLINE" envDefault:"10m"`
+	// DevMode relaxes production requirements (a random signing secret when
+	// none is set). `make run` turns it on.
+	DevMode   bool   `env:"EASEL_DEV_MODE" envDefault:"false"`
+	LogLevel  string `env:"EASEL_LOG_LEVEL" envDefault:"info"`
+	LogFormat string `env:"EASEL_LOG_FORMAT" envDefault:"json"`
+}
+
+// Gateway is the API gateway's configuration.
+type Gateway struct {
+	Common
+	// HTTPAddr is the listen address.
+	HTTPAddr string `env:"EASEL_HTTP_ADDR" envDefault:":8080"`
+	// PublicURL is the base of result URLs; default the gateway's own address.
+	PublicURL string `env:"EASEL_PUBLIC_URL"`
+	// SigningSecret keys the HMAC of result URLs; at least 32 bytes. Every
+	// gateway replica needs the same one.
+	SigningSecret   string        `env:"EASEL_SIGNING_SECRET"`
+	ShutdownTimeout time.Duration `env:"EASEL_SHUTDOWN_TIMEOUT" envDefault:"15s"`
+}
+
+// Worker is a worker's configuration.
+type Worker struct {
+	Common
+	// HTTPAddr serves the worker's /healthz and /readyz.
+	HTTPAddr string `env:"EASEL_WORKER_HTTP_ADDR" envDefault:":8081"`
+	// Queues lists the queues (model tiers) this worker serves, optionally
+	// weighted: "standard,pro" or "standard:1,pro:3".
+	Queues string `env:"EASEL_QUEUES" envDefault:"standard,pro"`
+	// Concurrency is how many tasks one worker runs at once.
+	Concurrency int `env:"EASEL_WORKER_CONCURRENCY" envDefault:"16"`
+	// Generator picks the image generator.
+	Generator string `env:"EASEL_GENERATOR" envDefault:"procedural"`
+	// SimDelay is the procedural generator's simulated duration for the
+	// standard model; pro takes twice as long.
+	SimDelay time.Duration `env:"EASEL_SIM_DELAY" envDefault:"3s"`
+	// TaskCheckInterval is how often an idle worker polls its queues.
+	TaskCheckInterval time.Duration `env:"EASEL_TASK_CHECK_INTERVAL" envDefault:"50ms"`
+	// BlobRetention is how long result images are kept; a little over the 24
+	// hours their URLs are valid.
+	BlobRetention   time.Duration `env:"EASEL_BLOB_RETENTION" envDefault:"24h10m"`
+	ShutdownTimeout time.Duration `env:"EASEL_SHUTDOWN_TIMEOUT" envDefault:"15s"`
+}
+
+// DefaultBlobDir is the blob directory when EASEL_BLOB_DIR is unset.
+func DefaultBlobDir() string { return filepath.Join(os.TempDir(), "easel-blobs") }
+
+// LoadGateway reads the gateway's configuration from environ (nil means the
+// process environment) and validates it.
+func LoadGateway(environ map[string]string) (Gateway, error) {
+	c, err := parse[Gateway](environ)
+	if err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+// LoadWorker reads a worker's configuration from environ (nil means the
+// process environment) and validates it.
+func LoadWorker(environ map[string]string) (Worker, error) {
+	c, err := parse[Worker](environ)
+	if err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+func parse[T any](environ map[string]string) (T, error) {
+	if environ == nil {
+		environ = env.ToMap(os.Environ())
+	}
+	c, err := env.ParseAsWithOptions[T](env.Options{Environment: environ})
+	if err != nil {
+		return c, fmt.Errorf("configuration: %s", describe(err))
+	}
+	return c, nil
+}
+
+// describe turns the env library's errors into one line per variable.
+func describe(err error) string {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return err.Error()
+	}
+	msgs := make([]string, 0, len(agg.Errors))
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) {
+			msgs = append(msgs, fmt.Sprintf("%s: cannot parse as %s", pe.Name, describeType(pe.Type)))
+			continue
+		}
+		msgs = append(msgs, e.Error())
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func describeType(t reflect.Type) string {
+	switch t {
+	case reflect.TypeOf(time.Duration(0)):
+		return `a Go duration such as "500ms", "3s" or "10m"`
+	case reflect.TypeOf(false):
+		return "true or false"
+	case reflect.TypeOf(0):
+		return "an integer"
+	}
+	return t.String()
+}
+
+// Validate checks the common settings.
+func (c *Common) Validate() error {
+	var errs []error
+	if c.RedisURL == "" {
+		errs = append(errs, errors.New("EASEL_REDIS_URL is required (e.g. redis://localhost:6379/0); `make run` starts a whole stack on an embedded Redis without it"))
+	} else if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("EASEL_REDIS_URL %q: want redis://[user:password@]host:port[/db] or rediss://...", redact(c.RedisURL)))
+	}
+	if !catalog.ValidFamily(c.ModelFamily) {
+		errs = append(errs, fmt.Errorf("EASEL_MODEL_FAMILY %q: want lowercase letters and digits, starting with a letter, at most 32 characters", c.ModelFamily))
+	}
+	if c.BlobDir == "" {
+		c.BlobDir = DefaultBlobDir()
+	}
+	if c.TaskDeadline < time.Second {
+		errs = append(errs, fmt.Errorf("EASEL_TASK_DEADLINE %s: want at least 1s", c.TaskDeadline))
+	}
+	if c.LogFormat != "json" && c.LogFormat != "console" {
+		errs = append(errs, fmt.Errorf("EASEL_LOG_FORMAT %q: want json or console", c.LogFormat))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("EASEL_LOG_LEVEL %q: want debug, info, warn or error", c.LogLevel))
+	}
+	return errors.Join(errs...)
+}
+
+// MinSecretLen is the shortest accepted EASEL_SIGNING_SECRET.
+const MinSecretLen = 32
+
+// Validate checks the gateway's settings and fills derived defaults.
+func (c *Gateway) Validate() error {
+	errs := []error{c.Common.Validate()}
+	if err := validAddr("EASEL_HTTP_ADDR", c.HTTPAddr); err != nil {
+		errs = append(errs, err)
+	}
+	if c.PublicURL == "" {
+		c.PublicURL = DefaultPublicURL(c.HTTPAddr)
+	} else if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		errs = append(errs, fmt.Errorf("EASEL_PUBLIC_URL %q: want an absolute http(s) URL with no path, e.g. https://images.example.com", c.PublicURL))
+	}
+	c.PublicURL = strings.TrimSuffix(c.PublicURL, "/")
+	switch {
+	case c.SigningSecret == "" && !c.DevMode:
+		errs = append(errs, errors.New("EASEL_SIGNING_SECRET is required: at least 32 random bytes, the same on every gateway (e.g. `openssl rand -hex 32`)"))
+	case c.SigningSecret != "" && len(c.SigningSecret) < MinSecretLen:
+		errs = append(errs, fmt.Errorf("EASEL_SIGNING_SECRET is %d bytes: want at least %d", len(c.SigningSecret), MinSecretLen))
+	}
+	if c.ShutdownTimeout <= 0 {
+		errs = append(errs, errors.New("EASEL_SHUTDOWN_TIMEOUT: want a positive duration"))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks a worker's settings.
+func (c *Worker) Validate() error {
+	errs := []error{c.Common.Validate()}
+	if err := validAddr("EASEL_WORKER_HTTP_ADDR", c.HTTPAddr); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := ParseQueues(c.Queues); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Concurrency < 1 || c.Concurrency > 10000 {
+		errs = append(errs, fmt.Errorf("EASEL_WORKER_CONCURRENCY %d: want 1 to 10000", c.Concurrency))
+	}
+	if c.Generator != "procedural" {
+		errs = append(errs, fmt.Errorf("EASEL_GENERATOR %q: want procedural", c.Generator))
+	}
+	if c.SimDelay < 0 {
+		errs = append(errs, fmt.Errorf("EASEL_SIM_DELAY %s: want 0 or more", c.SimDelay))
+	}
+	if c.TaskCheckInterval < time.Millisecond || c.TaskCheckInterval > 10*time.Second {
+		errs = append(errs, fmt.Errorf("EASEL_TASK_CHECK_INTERVAL %s: want 1ms to 10s", c.TaskCheckInterval))
+	}
+	if c.BlobRetention < time.Hour {
+		errs = append(errs, fmt.Errorf("EASEL_BLOB_RETENTION %s: want at least 1h (result URLs are valid for 24h)", c.BlobRetention))
+	}
+	if c.ShutdownTimeout <= 0 {
+		errs = append(errs, errors.New("EASEL_SHUTDOWN_TIMEOUT: want a positive duration"))
+	}
+	return errors.Join(errs...)
+}
+
+// ParseQueues parses EASEL_QUEUES: tier names with optional positive integer
+// weights, e.g. "standard,pro" or "standard:1,pro:3".
+func ParseQueues(s string) (map[catalog.Tier]int, error) {
+	out := map[catalog.Tier]int{}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, weight := item, 1
+		if n, w, ok := strings.Cut(item, ":"); ok {
+			name = n
+			var err error
+			if weight, err = strconv.Atoi(w); err != nil || weight < 1 || weight > 100 {
+				return nil, fmt.Errorf("EASEL_QUEUES %q: weight of %q must be an integer from 1 to 100", s, name)
+			}
+		}
+		tier := catalog.Tier(name)
+		if tier != catalog.Standard && tier != catalog.Pro {
+			return nil, fmt.Errorf("EASEL_QUEUES %q: unknown queue %q; want standard and/or pro", s, name)
+		}
+		if _, dup := out[tier]; dup {
+			return nil, fmt.Errorf("EASEL_QUEUES %q: queue %q listed twice", s, name)
+		}
+		out[tier] = weight
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("EASEL_QUEUES %q: name at least one of standard, pro", s)
+	}
+	return out, nil
+}
+
+func validAddr(name, addr string) error {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("%s %q: want host:port or :port", name, addr)
+	}
+	return nil
+}
+
+// DefaultPublicURL turns a listen address into a URL a local client can use.
+func DefaultPublicURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://localhost:8080"
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// redact hides a URL's password.
+func redact(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparseable)"
+	}
+	return u.Redacted()
+}
+
+// Names returns every environment variable the gateway and the workers read,
+// sorted.
+func Names() []string {
+	seen := map[string]bool{}
+	for _, v := range []any{&Gateway{}, &Worker{}} {
+		params, err := env.GetFieldParams(v)
+		if err != nil {
+			panic(err) // the structs above are static; a bad tag is a programming error
+		}
+		for _, p := range params {
+			seen[p.Key] = true
+		}
+	}
+	names := make([]string, 0, len(seen))
+	for n := range seen {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

@@ -1,0 +1,178 @@
+// Package egress decides which network addresses Easel may connect to on a
+// user's behalf (the source images of editing tasks), so a URL cannot make it
+// reach its own network: loopback, private ranges, cloud metadata and the like.
+//
+// The check runs on the resolved address at connect time (Dialer), so DNS
+// rebinding cannot get around it; the gateway also refuses literal addresses
+// at create time (CheckURL).
+package egress
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"syscall"
+)
+
+// Policy is an egress policy.
+type Policy struct {
+	// AllowPrivate lifts the address-range and port rules (local development
+	// and tests only).
+	AllowPrivate bool
+	// Ports allowed; empty means 80 and 443.
+	Ports []int
+}
+
+// refused lists the ranges no user URL may reach, beyond what netip's
+// predicates cover (loopback, private, link-local, multicast, unspecified).
+var refused = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),          // "this" network
+	netip.MustParsePrefix("100.64.0.0/10"),      // carrier-grade NAT
+	netip.MustParsePrefix("192.0.0.0/24"),       // IETF protocol assignments
+	netip.MustParsePrefix("192.0.2.0/24"),       // TEST-NET-1
+	netip.MustParsePrefix("198.18.0.0/15"),      // benchmarking
+	netip.MustParsePrefix("198.51.100.0/24"),    // TEST-NET-2
+	netip.MustParsePrefix("203.0.113.0/24"),     // TEST-NET-3
+	netip.MustParsePrefix("240.0.0.0/4"),        // reserved, and broadcast
+	netip.MustParsePrefix("64:ff9b:1::/48"),     // local-use IPv4/IPv6 translation
+	netip.MustParsePrefix("100::/64"),           // discard-only
+	netip.MustParsePrefix("2001::/23"),          // IETF protocol assignments (Teredo, ORCHID, ...)
+	netip.MustParsePrefix("2001:db8::/32"),      // documentation
+	netip.MustParsePrefix("fec0::/10"),          // deprecated site-local
+	netip.MustParsePrefix("::/96"),              // deprecated IPv4-compatible
+	netip.MustParsePrefix("::ffff:0:0:0/96"),    // SIIT translated
+	netip.MustParsePrefix("5f00::/16"),          // SRv6 SIDs
+	netip.MustParsePrefix("3fff::/20"),          // documentation
+	netip.MustParsePrefix("ff00::/8"),           // multicast (also by IsMulticast)
+	netip.MustParsePrefix("fc00::/7"),           // unique local (also by IsPrivate)
+	netip.MustParsePrefix("fe80::/10"),          // link-local (also by IsLinkLocalUnicast)
+	netip.MustParsePrefix("169.254.0.0/16"),     // link-local, cloud metadata (also by IsLinkLocalUnicast)
+	netip.MustParsePrefix("255.255.255.255/32"), // broadcast
+}
+
+// Embedded-IPv4 forms: the IPv4 address inside is checked too.
+var (
+	nat64 = netip.MustParsePrefix("64:ff9b::/96")
+	sixTo = netip.MustParsePrefix("2002::/16")
+)
+
+// RefusedAddr reports why addr is not a public unicast address, or "" when it
+// is.
+func RefusedAddr(addr netip.Addr) string {
+	addr = addr.Unmap() // ::ffff:127.0.0.1 is 127.0.0.1
+	switch {
+	case !addr.IsValid():
+		return "not an IP address"
+	case addr.IsLoopback():
+		return "a loopback address"
+	case addr.IsPrivate():
+		return "a private address"
+	case addr.IsLinkLocalUnicast(), addr.IsLinkLocalMulticast():
+		return "a link-local address"
+	case addr.IsMulticast(), addr.IsInterfaceLocalMulticast():
+		return "a multicast address"
+	case addr.IsUnspecified():
+		return "an unspecified address"
+	}
+	if addr.Is6() {
+		b := addr.As16()
+		if nat64.Contains(addr) {
+			if why := RefusedAddr(netip.AddrFrom4([4]byte(b[12:16]))); why != "" {
+				return why + " (NAT64)"
+			}
+		}
+		if sixTo.Contains(addr) {
+			if why := RefusedAddr(netip.AddrFrom4([4]byte(b[2:6]))); why != "" {
+				return why + " (6to4)"
+			}
+		}
+	}
+	for _, p := range refused {
+		if p.Contains(addr) {
+			return "a reserved address"
+		}
+	}
+	return ""
+}
+
+func (p Policy) portAllowed(port int) bool {
+	if len(p.Ports) == 0 {
+		return port == 80 || port == 443
+	}
+	for _, q := range p.Ports {
+		if q == port {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckAddr returns an error when the policy forbids connecting to ip:port.
+func (p Policy) CheckAddr(addr netip.AddrPort) error {
+	if p.AllowPrivate {
+		return nil
+	}
+	if why := RefusedAddr(addr.Addr()); why != "" {
+		return fmt.Errorf("%s is %s", addr.Addr().Unmap(), why)
+	}
+	if !p.portAllowed(int(addr.Port())) {
+		return fmt.Errorf("port %d is not allowed", addr.Port())
+	}
+	return nil
+}
+
+// CheckURL checks what can be known of a URL without resolving it: a
+// literal IP host in a refused range, or a refused port. It returns a message
+// for the client, or "".
+func (p Policy) CheckURL(u *url.URL) string {
+	if p.AllowPrivate {
+		return ""
+	}
+	port := 80
+	if u.Scheme == "https" {
+		port = 443
+	}
+	if ps := u.Port(); ps != "" {
+		n, err := strconv.Atoi(ps)
+		if err != nil {
+			return "has an invalid port"
+		}
+		port = n
+	}
+	if !p.portAllowed(port) {
+		return fmt.Sprintf("uses port %d; only ports 80 and 443 are allowed", port)
+	}
+	if addr, err := netip.ParseAddr(u.Hostname()); err == nil {
+		if why := RefusedAddr(addr); why != "" {
+			return "points to " + why
+		}
+	}
+	return ""
+}
+
+// Control is a net.Dialer Control function enforcing the policy on the
+// address actually being connected to, after DNS resolution.
+func (p Policy) Control(network, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("egress: %s: %w", address, err)
+	}
+	if err := p.CheckAddr(ap); err != nil {
+		return &RefusedError{Reason: err.Error()}
+	}
+	return nil
+}
+
+// Dialer returns a dialer that enforces the policy on every connection.
+func (p Policy) Dialer(base *net.Dialer) *net.Dialer {
+	d := *base
+	d.Control = p.Control
+	return &d
+}
+
+// RefusedError is the dial error for an address the policy refuses.
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return "egress refused: " + e.Reason }

@@ -1,0 +1,207 @@
+// Package fetch downloads the source images of editing tasks, safely: every
+// connection (redirects included) goes through the egress policy on the
+// address actually dialled, bodies are capped per image and in total, the
+// content is sniffed, and dimensions are checked before any pixel is decoded.
+package fetch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"image"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/egress"
+	"github.com/easelhq/easel/worker/imagegen"
+)
+
+// Options configure a Fetcher. Zero fields take the defaults below.
+type Options struct {
+	Policy         egress.Policy
+	MaxBytes       int64         // per image; default 20 MB
+	MaxTotalBytes  int64         // all images of a task; default 100 MB
+	MaxPixels      int64         // width×height per image; default 50 megapixels
+	ConnectTimeout time.Duration // default 5s
+	Timeout        time.Duration // per image, whole exchange; default 30s
+	MaxRedirects   int           // default 3
+	UserAgent      string
+}
+
+// Defaults.
+const (
+	DefaultMaxBytes      = 20 << 20
+	DefaultMaxTotalBytes = 100 << 20
+	DefaultMaxPixels     = 50_000_000
+)
+
+// Fetcher fetches source images.
+type Fetcher struct {
+	opts   Options
+	client *http.Client
+}
+
+// New returns a fetcher.
+func New(o Options) *Fetcher {
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = DefaultMaxBytes
+	}
+	if o.MaxTotalBytes <= 0 {
+		o.MaxTotalBytes = DefaultMaxTotalBytes
+	}
+	if o.MaxPixels <= 0 {
+		o.MaxPixels = DefaultMaxPixels
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = 5 * time.Second
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 30 * time.Second
+	}
+	if o.MaxRedirects <= 0 {
+		o.MaxRedirects = 3
+	}
+	if o.UserAgent == "" {
+		o.UserAgent = "Easel-ImageFetcher/1"
+	}
+	dialer := o.Policy.Dialer(&net.Dialer{Timeout: o.ConnectTimeout})
+	transport := &http.Transport{
+		Proxy:                 nil, // a proxy would hide the real destination from the policy
+		DialContext:           dialer.DialContext,
+		TLSHandshakeTimeout:   o.ConnectTimeout,
+		ResponseHeaderTimeout: o.Timeout,
+		MaxIdleConns:          64,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       30 * time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+	client := &http.Client{
+		Transport: transport,
+		Timeout:   o.Timeout,
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if len(via) > o.MaxRedirects {
+				return errTooManyRedirects
+			}
+			if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
+				return errBadRedirectScheme
+			}
+			return nil
+		},
+	}
+	return &Fetcher{opts: o, client: client}
+}
+
+var (
+	errTooManyRedirects  = errors.New("too many redirects")
+	errBadRedirectScheme = errors.New("redirect to a scheme other than http or https")
+)
+
+// Fetch downloads every URL, in parallel, and checks each is an image within
+// the limits. Errors are apperr.SourceFetchFailed or
+// apperr.InvalidSourceImage, with a message naming the URL's position.
+func (f *Fetcher) Fetch(ctx context.Context, urls []string) ([]imagegen.Source, error) {
+	out := make([]imagegen.Source, len(urls))
+	var total atomic.Int64
+	g, ctx := errgroup.WithContext(ctx)
+	for i, u := range urls {
+		g.Go(func() error {
+			s, err := f.fetchOne(ctx, i, u, &total)
+			if err != nil {
+				return err
+			}
+			out[i] = s
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (f *Fetcher) fetchOne(ctx context.Context, i int, rawURL string, total *atomic.Int64) (imagegen.Source, error) {
+	fail := func(code apperr.Code, err error, format string, args ...any) (imagegen.Source, error) {
+		return imagegen.Source{}, apperr.Wrap(err, code, fmt.Sprintf("image_urls[%d] ", i)+fmt.Sprintf(format, args...))
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fail(apperr.SourceFetchFailed, err, "is not an http or https URL")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return fail(apperr.SourceFetchFailed, err, "is not a valid URL")
+	}
+	req.Header.Set("User-Agent", f.opts.UserAgent)
+	req.Header.Set("Accept", "image/png, image/jpeg, image/webp, image/gif")
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return fail(apperr.SourceFetchFailed, err, "could not be fetched: %s", describe(err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fail(apperr.SourceFetchFailed, nil, "could not be fetched: the server answered HTTP %d", resp.StatusCode)
+	}
+	if resp.ContentLength > f.opts.MaxBytes {
+		return fail(apperr.InvalidSourceImage, nil, "is larger than the %d MB limit", f.opts.MaxBytes>>20)
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, f.opts.MaxBytes+1))
+	if err != nil {
+		return fail(apperr.SourceFetchFailed, err, "could not be fetched: %s", describe(err))
+	}
+	if int64(len(data)) > f.opts.MaxBytes {
+		return fail(apperr.InvalidSourceImage, nil, "is larger than the %d MB limit", f.opts.MaxBytes>>20)
+	}
+	if total.Add(int64(len(data))) > f.opts.MaxTotalBytes {
+		return fail(apperr.InvalidSourceImage, nil, "brings the source images over the %d MB total limit", f.opts.MaxTotalBytes>>20)
+	}
+	mime := http.DetectContentType(data)
+	switch mime {
+	case "image/png", "image/jpeg", "image/webp", "image/gif":
+	default:
+		return fail(apperr.InvalidSourceImage, nil, "is not a PNG, JPEG, WebP or GIF image (got %s)", strings.SplitN(mime, ";", 2)[0])
+	}
+	// The header alone gives the dimensions: refuse a decompression bomb
+	// before any pixel is decoded.
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(data))
+	if err != nil {
+		return fail(apperr.InvalidSourceImage, err, "could not be decoded: the file is damaged")
+	}
+	if cfg.Width <= 0 || cfg.Height <= 0 {
+		return fail(apperr.InvalidSourceImage, nil, "has no pixels")
+	}
+	if int64(cfg.Width)*int64(cfg.Height) > f.opts.MaxPixels {
+		return fail(apperr.InvalidSourceImage, nil, "is %dx%d pixels; the limit is %d megapixels", cfg.Width, cfg.Height, f.opts.MaxPixels/1_000_000)
+	}
+	return imagegen.Source{Index: i, Data: data, MIME: mime, Width: cfg.Width, Height: cfg.Height}, nil
+}
+
+// describe says why a fetch failed without internal detail.
+func describe(err error) string {
+	var refused *egress.RefusedError
+	var netErr net.Error
+	var dnsErr *net.DNSError
+	switch {
+	case errors.As(err, &refused):
+		return "its address is not allowed (" + refused.Reason + ")"
+	case errors.Is(err, errTooManyRedirects):
+		return "too many redirects"
+	case errors.Is(err, errBadRedirectScheme):
+		return "it redirects to a URL that is not http or https"
+	case errors.As(err, &dnsErr):
+		return "its host name could not be resolved"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return "the server did not answer in time"
+	case errors.Is(err, context.Canceled):
+		return "the fetch was cancelled"
+	}
+	return "the connection failed"
+}

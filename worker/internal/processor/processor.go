@@ -1,0 +1,233 @@
+// Package processor runs one image task: it moves the task to processing,
+// fetches any source images, generates, stores the results and completes the
+// task, or fails it with a stable error code. It knows nothing of Asynq: the
+// worker's adapter decodes the job and says which attempt this is.
+package processor
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/taskstore"
+	"github.com/easelhq/easel/worker/imagegen"
+	jobv1 "github.com/easelhq/easel/proto/easel/job/v1"
+)
+
+// Store changes task state.
+type Store interface {
+	Start(ctx context.Context, accountID, taskID string) (taskstore.Outcome, error)
+	SetProgress(ctx context.Context, accountID, taskID string, pct int) error
+	Complete(ctx context.Context, accountID, taskID string, results []task.Result) (taskstore.Outcome, time.Time, error)
+	Fail(ctx context.Context, accountID, taskID string, f task.Failure) (taskstore.Outcome, error)
+}
+
+// Blobs stores result images.
+type Blobs interface {
+	Put(ctx context.Context, key string, r io.Reader) (int64, error)
+}
+
+// Generator makes images.
+type Generator interface {
+	Generate(ctx context.Context, req imagegen.Request, progress func(pct int)) ([]imagegen.Image, error)
+}
+
+// Fetcher fetches source images.
+type Fetcher interface {
+	Fetch(ctx context.Context, urls []string) ([]imagegen.Source, error)
+}
+
+// Processor runs tasks.
+type Processor struct {
+	store   Store
+	blobs   Blobs
+	gen     Generator
+	fetch   Fetcher
+	catalog *catalog.Catalog
+	log     *zap.Logger
+	now     func() time.Time
+}
+
+// New returns a processor.
+func New(store Store, blobs Blobs, gen Generator, fetch Fetcher, cat *catalog.Catalog, log *zap.Logger) *Processor {
+	return &Processor{store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, now: time.Now}
+}
+
+// Attempt says which run of a job this is: Retry counts earlier failed runs,
+// MaxRetry is how many retries the job has in all.
+type Attempt struct {
+	Retry, MaxRetry int
+}
+
+// Last reports whether no retry follows this attempt.
+func (a Attempt) Last() bool { return a.Retry >= a.MaxRetry }
+
+// Progress milestones, in percent.
+const (
+	progressStarted   = 5
+	progressFetched   = 10
+	progressGenerated = 90
+	progressStored    = 95
+)
+
+// Process runs a job. It returns nil when the job is finished with, whatever
+// the task's outcome; an error means "run it again": a transient failure with
+// retries left, or a worker shutting down.
+func (p *Processor) Process(ctx context.Context, job *jobv1.GenerateImage, at Attempt) error {
+	acct, id := job.GetAccountId(), job.GetTaskId()
+	log := p.log.With(zap.String("task_id", id), zap.String("account_id", acct), zap.Int("attempt", at.Retry+1))
+
+	outcome, err := p.store.Start(ctx, acct, id)
+	if err != nil {
+		log.Warn("could not mark the task processing", zap.Error(err))
+		return err
+	}
+	switch outcome {
+	case taskstore.Missing:
+		log.Warn("task record is gone (expired or never written); dropping the job")
+		return nil
+	case taskstore.AlreadyFinal:
+		log.Info("task already finished; dropping the duplicate job")
+		return nil
+	}
+	log.Info("task processing", zap.String("model", job.GetModel()))
+	started := p.now()
+
+	progress := func(pct int) {
+		if err := p.store.SetProgress(ctx, acct, id, pct); err != nil && ctx.Err() == nil {
+			log.Warn("could not record progress", zap.Int("progress", pct), zap.Error(err))
+		}
+	}
+	progress(progressStarted)
+
+	results, err := p.run(ctx, job, progress)
+	if err == nil {
+		o, _, err := p.store.Complete(context.WithoutCancel(ctx), acct, id, results)
+		if err != nil {
+			log.Error("could not mark the task completed", zap.Error(err))
+			return err
+		}
+		log.Info("task completed", zap.Int("results", len(results)), zap.Duration("took", p.now().Sub(started)), zap.Stringer("outcome", o))
+		return nil
+	}
+
+	// Shutting down: Asynq puts the job back; leave the task processing.
+	if errors.Is(ctx.Err(), context.Canceled) {
+		log.Info("task interrupted by shutdown; it will run again")
+		return err
+	}
+	f, retryable := classify(ctx, err)
+	if retryable && !at.Last() {
+		log.Warn("task attempt failed; retrying", zap.String("code", f.Code), zap.Error(err))
+		return err
+	}
+	o, ferr := p.store.Fail(context.WithoutCancel(ctx), acct, id, f)
+	if ferr != nil {
+		log.Error("could not mark the task failed", zap.Error(ferr), zap.NamedError("cause", err))
+		return ferr
+	}
+	log.Warn("task failed", zap.String("code", f.Code), zap.String("message", f.Message), zap.Error(err), zap.Stringer("outcome", o))
+	return nil
+}
+
+// classify turns an error into the failure a user sees, and whether another
+// attempt could succeed.
+func classify(ctx context.Context, err error) (task.Failure, bool) {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+		return task.Failure{Code: string(apperr.Timeout), Message: "the task did not finish within its deadline"}, false
+	}
+	if e, ok := apperr.As(err); ok {
+		return task.Failure{Code: string(e.Code), Message: apperr.MessageOf(e)}, e.Retryable
+	}
+	return task.Failure{Code: string(apperr.Internal), Message: "the image could not be generated because of an internal error"}, true
+}
+
+func (p *Processor) run(ctx context.Context, job *jobv1.GenerateImage, progress func(int)) ([]task.Result, error) {
+	model, ok := p.catalog.Lookup(job.GetModel())
+	if !ok {
+		// Queued under another EASEL_MODEL_FAMILY, or a tier this worker
+		// does not know: nothing to retry.
+		return nil, apperr.Errorf(apperr.GenerationFailed, "model %s is not served by this deployment", job.GetModel())
+	}
+	if tier, _ := jobs.TierFromProto(job.GetTier()); tier != model.Tier {
+		return nil, apperr.Errorf(apperr.GenerationFailed, "model %s does not match its queue", job.GetModel())
+	}
+	req := imagegen.Request{
+		TaskID:      job.GetTaskId(),
+		Model:       model,
+		Prompt:      job.GetPrompt(),
+		AspectRatio: job.GetAspectRatio(),
+		ImageSize:   job.GetImageSize(),
+	}
+	if req.ImageSize == "" {
+		req.ImageSize = catalog.Size1K
+	}
+	if urls := job.GetImageUrls(); len(urls) > 0 {
+		sources, err := p.fetch.Fetch(ctx, urls)
+		if err != nil {
+			return nil, err
+		}
+		req.Sources = sources
+		if req.AspectRatio == "" {
+			req.AspectRatio = catalog.NearestAspectRatio(sources[0].Width, sources[0].Height)
+		}
+	}
+	if req.AspectRatio == "" {
+		req.AspectRatio = catalog.DefaultAspectRatio
+	}
+	size, ok := model.Dimensions(req.AspectRatio, req.ImageSize)
+	if !ok {
+		return nil, apperr.Errorf(apperr.GenerationFailed, "model %s cannot make %s images at %s", model.ID, req.AspectRatio, req.ImageSize)
+	}
+	req.Size = size
+	progress(progressFetched)
+
+	span := progressGenerated - progressFetched
+	images, err := p.gen.Generate(ctx, req, func(pct int) {
+		progress(progressFetched + min(max(pct, 0), 99)*span/100)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(images) == 0 {
+		return nil, apperr.New(apperr.GenerationFailed, "the model returned no image")
+	}
+	progress(progressGenerated)
+
+	results := make([]task.Result, 0, len(images))
+	bucket := p.now().UTC().Format("2006010215")
+	for i, img := range images {
+		sum := sha256.Sum256(img.Data)
+		key := fmt.Sprintf("%s/%s-%d-%s%s", bucket, job.GetTaskId(), i, hex.EncodeToString(sum[:8]), extension(img.MIME))
+		n, err := p.blobs.Put(ctx, key, bytes.NewReader(img.Data))
+		if err != nil {
+			return nil, apperr.Transient(err, apperr.Internal, "the result could not be stored")
+		}
+		results = append(results, task.Result{Key: key, ContentType: img.MIME, Size: n, Width: img.Width, Height: img.Height})
+	}
+	progress(progressStored)
+	return results, nil
+}
+
+func extension(mime string) string {
+	switch mime {
+	case "image/jpeg":
+		return ".jpg"
+	case "image/webp":
+		return ".webp"
+	case "image/gif":
+		return ".gif"
+	}
+	return ".png"
+}

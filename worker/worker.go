@@ -1,0 +1,216 @@
+// Package worker runs an Easel worker: an Asynq server that takes image jobs
+// off the queues named by EASEL_QUEUES, a small HTTP server for /healthz and
+// /readyz, and the janitor of the blob directory.
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/easelhq/easel/pkg/blob"
+	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/config"
+	"github.com/easelhq/easel/pkg/egress"
+	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/redisconn"
+	"github.com/easelhq/easel/pkg/taskstore"
+	"github.com/easelhq/easel/worker/imagegen"
+	"github.com/easelhq/easel/worker/imagegen/procedural"
+	"github.com/easelhq/easel/worker/internal/fetch"
+	"github.com/easelhq/easel/worker/internal/processor"
+)
+
+// Generator makes images; see package imagegen.
+type Generator interface {
+	Generate(ctx context.Context, req imagegen.Request, progress func(pct int)) ([]imagegen.Image, error)
+}
+
+// Options are a worker's dependencies beyond its configuration. Zero fields
+// are built from the configuration.
+type Options struct {
+	// Generator replaces the one EASEL_GENERATOR names.
+	Generator Generator
+	// HealthListener serves /healthz and /readyz instead of a listener on
+	// EASEL_WORKER_HTTP_ADDR.
+	HealthListener net.Listener
+}
+
+// Run runs a worker until ctx is done, then shuts down gracefully: it stops
+// taking jobs, gives running ones EASEL_SHUTDOWN_TIMEOUT to finish and puts
+// the rest back on their queues.
+func Run(ctx context.Context, cfg config.Worker, log *zap.Logger, opts Options) error {
+	cat, err := catalog.New(cfg.ModelFamily)
+	if err != nil {
+		return err
+	}
+	weights, err := config.ParseQueues(cfg.Queues)
+	if err != nil {
+		return err
+	}
+	queues := make(map[string]int, len(weights))
+	for tier, w := range weights {
+		queues[jobs.Queue(tier)] = w
+	}
+	gen := opts.Generator
+	if gen == nil {
+		if gen, err = newGenerator(cfg); err != nil {
+			return err
+		}
+	}
+	rdb, err := redisconn.Open(ctx, cfg.RedisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	blobs, err := blob.OpenFS(cfg.BlobDir)
+	if err != nil {
+		return err
+	}
+	defer blobs.Close()
+
+	fetcher := fetch.New(fetch.Options{Policy: egress.Policy{AllowPrivate: cfg.FetchAllowPrivate}})
+	proc := processor.New(taskstore.New(rdb), blobs, gen, fetcher, cat, log)
+
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Concurrency:       cfg.Concurrency,
+		Queues:            queues,
+		TaskCheckInterval: cfg.TaskCheckInterval,
+		ShutdownTimeout:   cfg.ShutdownTimeout,
+		RetryDelayFunc:    retryDelay,
+		Logger:            asynqLogger{log.Sugar().With("component", "asynq")},
+		LogLevel:          asynq.WarnLevel,
+	})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc(jobs.TypeGenerateImage, func(ctx context.Context, t *asynq.Task) error {
+		job, err := jobs.ParseGenerateImage(t)
+		if err != nil {
+			id, _ := asynq.GetTaskID(ctx)
+			log.Error("undecodable job; archiving it", zap.String("task_id", id), zap.Error(err))
+			return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
+		}
+		retry, _ := asynq.GetRetryCount(ctx)
+		maxRetry, _ := asynq.GetMaxRetry(ctx)
+		return proc.Process(ctx, job, processor.Attempt{Retry: retry, MaxRetry: maxRetry})
+	})
+
+	hl := opts.HealthListener
+	if hl == nil {
+		if hl, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return fmt.Errorf("worker health listener: %w", err)
+		}
+	}
+	health := &http.Server{Handler: healthHandler(rdb), ReadHeaderTimeout: 5 * time.Second}
+	healthErr := make(chan error, 1)
+	go func() { healthErr <- health.Serve(hl) }()
+
+	if err := srv.Start(mux); err != nil {
+		_ = health.Close()
+		return fmt.Errorf("start asynq server: %w", err)
+	}
+	log.Info("worker started",
+		zap.Any("queues", queues),
+		zap.Int("concurrency", cfg.Concurrency),
+		zap.String("generator", cfg.Generator),
+		zap.String("health_addr", hl.Addr().String()),
+		zap.String("blob_dir", cfg.BlobDir))
+
+	janitorDone := make(chan struct{})
+	janitorCtx, stopJanitor := context.WithCancel(ctx)
+	go func() {
+		defer close(janitorDone)
+		runJanitor(janitorCtx, blobs, cfg.BlobRetention, log)
+	}()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-healthErr:
+		runErr = fmt.Errorf("worker health server: %w", err)
+	}
+	log.Info("worker shutting down")
+	srv.Shutdown() // waits for running tasks up to ShutdownTimeout
+	stopJanitor()
+	<-janitorDone
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = health.Shutdown(shutdownCtx)
+	log.Info("worker stopped")
+	return runErr
+}
+
+func newGenerator(cfg config.Worker) (Generator, error) {
+	switch cfg.Generator {
+	case "procedural":
+		return procedural.New(cfg.SimDelay)
+	}
+	return nil, fmt.Errorf("unknown generator %q", cfg.Generator)
+}
+
+// retryDelay backs off exponentially from 1s to at most 30s, with jitter.
+func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
+	d := time.Second << min(n, 5)
+	d = min(d, 30*time.Second)
+	return d/2 + rand.N(d/2+1)
+}
+
+func healthHandler(rdb *redis.Client) http.Handler {
+	mux := http.NewServeMux()
+	write := func(w http.ResponseWriter, status int, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		write(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			write(w, http.StatusServiceUnavailable, map[string]any{"code": http.StatusServiceUnavailable, "msg": "not ready: Redis is unreachable", "data": nil})
+			return
+		}
+		write(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	return mux
+}
+
+// runJanitor removes blobs past their retention, now and then every ten
+// minutes. Every worker runs one; they tolerate each other.
+func runJanitor(ctx context.Context, blobs *blob.FS, retention time.Duration, log *zap.Logger) {
+	t := time.NewTicker(10 * time.Minute)
+	defer t.Stop()
+	for {
+		n, err := blobs.Sweep(ctx, time.Now().Add(-retention))
+		switch {
+		case err != nil && !errors.Is(err, context.Canceled):
+			log.Warn("blob janitor", zap.Error(err))
+		case n > 0:
+			log.Info("blob janitor removed expired results", zap.Int("files", n))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// asynqLogger adapts zap to Asynq's logger.
+type asynqLogger struct{ s *zap.SugaredLogger }
+
+func (l asynqLogger) Debug(args ...any) { l.s.Debug(args...) }
+func (l asynqLogger) Info(args ...any)  { l.s.Info(args...) }
+func (l asynqLogger) Warn(args ...any)  { l.s.Warn(args...) }
+func (l asynqLogger) Error(args ...any) { l.s.Error(args...) }
+func (l asynqLogger) Fatal(args ...any) { l.s.Fatal(args...) }
