@@ -21,8 +21,8 @@ import (
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/pkg/taskstore"
-	"github.com/easelhq/easel/worker/imagegen"
 	jobv1 "github.com/easelhq/easel/proto/easel/job/v1"
+	"github.com/easelhq/easel/worker/imagegen"
 )
 
 // Store changes task state.
