@@ -111,13 +111,13 @@ func parse[T any](environ map[string]string) (T, error) {
 	}
 	c, err := env.ParseAsWithOptions[T](env.Options{Environment: environ})
 	if err != nil {
-		return c, fmt.Errorf("configuration: %s", describe(err))
+		return c, fmt.Errorf("configuration: %s", describe(err, reflect.TypeOf(c)))
 	}
 	return c, nil
 }
 
 // describe turns the env library's errors into one line per variable.
-func describe(err error) string {
+func describe(err error, t reflect.Type) string {
 	var agg env.AggregateError
 	if !errors.As(err, &agg) {
 		return err.Error()
@@ -126,12 +126,23 @@ func describe(err error) string {
 	for _, e := range agg.Errors {
 		var pe env.ParseError
 		if errors.As(e, &pe) {
-			msgs = append(msgs, fmt.Sprintf("%s: cannot parse as %s", pe.Name, describeType(pe.Type)))
+			msgs = append(msgs, fmt.Sprintf("%s: cannot parse as %s", envKey(t, pe.Name), describeType(pe.Type)))
 			continue
 		}
 		msgs = append(msgs, e.Error())
 	}
 	return strings.Join(msgs, "; ")
+}
+
+// envKey returns the variable name of a struct field, looking into embedded
+// structs.
+func envKey(t reflect.Type, field string) string {
+	if f, ok := t.FieldByName(field); ok {
+		if k, _, _ := strings.Cut(f.Tag.Get("env"), ","); k != "" {
+			return k
+		}
+	}
+	return field
 }
 
 func describeType(t reflect.Type) string {

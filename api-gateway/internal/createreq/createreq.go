@@ -11,7 +11,6 @@ import (
 	"io"
 	"mime"
 	"net/url"
-	"reflect"
 	"strings"
 	"unicode/utf8"
 
@@ -134,28 +133,25 @@ func jsonError(err error) error {
 		if te.Field == "" {
 			return invalid("request body must be a JSON object")
 		}
-		return invalid("%s must be %s", te.Field, jsonType(te.Type))
+		if want, ok := fieldTypes[te.Field]; ok {
+			return invalid("%s must be %s", te.Field, want)
+		}
+		return invalid("%s has the wrong type", te.Field)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return invalid("request body is not valid JSON: unexpected end of input")
 	}
 	return invalid("request body is not valid JSON")
 }
 
-func jsonType(t reflect.Type) string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Slice:
-		return "an array of " + strings.TrimPrefix(jsonType(t.Elem()), "a ") + "s"
-	case reflect.Struct, reflect.Map:
-		return "an object"
-	case reflect.Bool:
-		return "a boolean"
-	}
-	return "a number"
+// fieldTypes names the JSON type of each known field, for type errors.
+var fieldTypes = map[string]string{
+	"model":              "a string",
+	"task_type":          "a string",
+	"input":              "an object",
+	"input.prompt":       "a string",
+	"input.aspect_ratio": "a string",
+	"input.image_size":   "a string",
+	"input.image_urls":   "an array of strings",
 }
 
 func (d *Decoder) validate(w *wire) (Request, error) {
