@@ -1,0 +1,382 @@
+package processor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"image"
+	"image/color"
+	"image/jpeg"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/blob"
+	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/egress"
+	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/redistest"
+	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/taskstore"
+	jobv1 "github.com/easelhq/easel/proto/easel/job/v1"
+	"github.com/easelhq/easel/worker/imagegen"
+	"github.com/easelhq/easel/worker/imagegen/procedural"
+	"github.com/easelhq/easel/worker/internal/fetch"
+)
+
+const (
+	std  = "lumen-2.5-flash-image"
+	pro  = "lumen-3-pro-image-preview"
+	acct = "acct_test"
+)
+
+// recorder is the real task store, with the progress values it was given
+// written down.
+type recorder struct {
+	*taskstore.Store
+	mu       sync.Mutex
+	progress []int
+}
+
+func (r *recorder) SetProgress(ctx context.Context, a, id string, pct int) error {
+	r.mu.Lock()
+	r.progress = append(r.progress, pct)
+	r.mu.Unlock()
+	return r.Store.SetProgress(ctx, a, id, pct)
+}
+
+type genFunc func(ctx context.Context, req imagegen.Request, progress func(int)) ([]imagegen.Image, error)
+
+func (f genFunc) Generate(ctx context.Context, req imagegen.Request, progress func(int)) ([]imagegen.Image, error) {
+	return f(ctx, req, progress)
+}
+
+type fixture struct {
+	proc  *Processor
+	store *recorder
+	blobs *blob.FS
+}
+
+func newFixture(t *testing.T, gen Generator) *fixture {
+	t.Helper()
+	srv := redistest.Start(t)
+	store := &recorder{Store: taskstore.New(srv.Client(t))}
+	blobs, err := blob.OpenFS(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = blobs.Close() })
+	if gen == nil {
+		g, err := procedural.New(40 * time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gen = g
+	}
+	cat, _ := catalog.New("lumen")
+	f := fetch.New(fetch.Options{Policy: egress.Policy{AllowPrivate: true}, Timeout: 5 * time.Second})
+	return &fixture{proc: New(store, blobs, gen, f, cat, zap.NewNop()), store: store, blobs: blobs}
+}
+
+// job writes a pending record and returns its job.
+func (f *fixture) job(t *testing.T, id, model string, mod func(*jobv1.GenerateImage)) *jobv1.GenerateImage {
+	t.Helper()
+	err := f.store.Create(context.Background(), &task.Task{ID: id, AccountID: acct, Type: task.Type, Model: model, CreateTime: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tier := catalog.Standard
+	if model == pro {
+		tier = catalog.Pro
+	}
+	j := &jobv1.GenerateImage{TaskId: id, AccountId: acct, Model: model, Tier: jobs.TierToProto(tier), Prompt: "a cat", AspectRatio: "1:1", ImageSize: "1K"}
+	if mod != nil {
+		mod(j)
+	}
+	return j
+}
+
+func (f *fixture) get(t *testing.T, id string) *task.Task {
+	t.Helper()
+	got, err := f.store.Get(context.Background(), acct, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func (f *fixture) resultImage(t *testing.T, r task.Result) image.Config {
+	t.Helper()
+	obj, info, err := f.blobs.Open(context.Background(), r.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obj.Close()
+	b, _ := io.ReadAll(obj)
+	if info.Size != r.Size || int64(len(b)) != r.Size {
+		t.Errorf("blob size %d, recorded %d", info.Size, r.Size)
+	}
+	cfg, _, err := image.DecodeConfig(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestTextToImage(t *testing.T) {
+	f := newFixture(t, nil)
+	j := f.job(t, "task_lumen_1", pro, func(j *jobv1.GenerateImage) { j.AspectRatio = "9:16"; j.ImageSize = "2K" })
+	if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
+		t.Fatal(err)
+	}
+	got := f.get(t, "task_lumen_1")
+	if got.Status != task.Completed || got.Progress != 100 || len(got.Results) != 1 || got.CompleteTime.IsZero() {
+		t.Fatalf("task %+v", got)
+	}
+	r := got.Results[0]
+	if r.ContentType != "image/png" || !strings.HasSuffix(r.Key, ".png") || !strings.Contains(r.Key, "task_lumen_1-0-") || !blob.ValidKey(r.Key) {
+		t.Errorf("result %+v", r)
+	}
+	if cfg := f.resultImage(t, r); cfg.Width != 1536 || cfg.Height != 2752 || r.Width != 1536 || r.Height != 2752 {
+		t.Errorf("image %dx%d; want 1536x2752", cfg.Width, cfg.Height)
+	}
+	// Progress: several distinct values, increasing, below 100.
+	f.store.mu.Lock()
+	defer f.store.mu.Unlock()
+	distinct := map[int]bool{}
+	for i, p := range f.store.progress {
+		if p <= 0 || p >= 100 || (i > 0 && p < f.store.progress[i-1]) {
+			t.Fatalf("progress %v", f.store.progress)
+		}
+		distinct[p] = true
+	}
+	if len(distinct) < 3 {
+		t.Errorf("progress %v: want at least 3 distinct values", f.store.progress)
+	}
+}
+
+func jpegServer(t *testing.T, w, h int) *httptest.Server {
+	t.Helper()
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	for y := 0; y < h; y++ {
+		for x := 0; x < w; x++ {
+			img.Set(x, y, color.RGBA{uint8(x * 255 / w), 80, uint8(y * 255 / h), 255})
+		}
+	}
+	var buf bytes.Buffer
+	if err := jpeg.Encode(&buf, img, nil); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/missing.jpg" {
+			http.NotFound(rw, r)
+			return
+		}
+		rw.Header().Set("Content-Type", "image/jpeg")
+		_, _ = rw.Write(buf.Bytes())
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestEditPicksNearestRatio(t *testing.T) {
+	f := newFixture(t, nil)
+	wide := jpegServer(t, 640, 360)
+	tall := jpegServer(t, 300, 400)
+	tests := []struct {
+		name  string
+		urls  []string
+		ratio string
+		model string
+		w, h  int
+	}{
+		{"16:9 source on standard", []string{wide.URL + "/a.jpg"}, "", std, 1344, 768},
+		{"3:4 source on pro", []string{tall.URL + "/a.jpg", wide.URL + "/b.jpg"}, "", pro, 896, 1200},
+		{"explicit ratio wins", []string{wide.URL + "/a.jpg"}, "1:1", std, 1024, 1024},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := "task_lumen_" + string(rune('1'+i))
+			j := f.job(t, id, tt.model, func(j *jobv1.GenerateImage) { j.ImageUrls = tt.urls; j.AspectRatio = tt.ratio })
+			if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
+				t.Fatal(err)
+			}
+			got := f.get(t, id)
+			if got.Status != task.Completed {
+				t.Fatalf("status %s %+v", got.Status, got.Failure)
+			}
+			if cfg := f.resultImage(t, got.Results[0]); cfg.Width != tt.w || cfg.Height != tt.h {
+				t.Errorf("%dx%d; want %dx%d", cfg.Width, cfg.Height, tt.w, tt.h)
+			}
+		})
+	}
+}
+
+func TestEditFetchFailure(t *testing.T) {
+	f := newFixture(t, nil)
+	srv := jpegServer(t, 64, 64)
+	j := f.job(t, "task_lumen_9", std, func(j *jobv1.GenerateImage) { j.ImageUrls = []string{srv.URL + "/ok.jpg", srv.URL + "/missing.jpg"} })
+	if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
+		t.Fatalf("a final failure must not ask for a retry: %v", err)
+	}
+	got := f.get(t, "task_lumen_9")
+	if got.Status != task.Failed || got.Failure.Code != "source_fetch_failed" || !strings.Contains(got.Failure.Message, "image_urls[1]") || !strings.Contains(got.Failure.Message, "404") {
+		t.Errorf("task %+v %+v", got, got.Failure)
+	}
+}
+
+func TestFailures(t *testing.T) {
+	tests := []struct {
+		name    string
+		gen     genFunc
+		attempt Attempt
+		ctx     func() (context.Context, context.CancelFunc)
+		wantErr bool // Process asks for another run
+		status  task.Status
+		code    string
+		msgPart string
+	}{
+		{
+			name: "final error",
+			gen: func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
+				return nil, apperr.New(apperr.ContentBlocked, "the prompt was blocked by the safety filter")
+			},
+			attempt: Attempt{0, 3}, status: task.Failed, code: "content_blocked", msgPart: "safety filter",
+		},
+		{
+			name: "retryable error with retries left",
+			gen: func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
+				return nil, apperr.Transient(errors.New("503"), apperr.UpstreamUnavailable, "the model is unavailable")
+			},
+			attempt: Attempt{1, 3}, wantErr: true, status: task.Processing,
+		},
+		{
+			name: "retryable error on the last attempt",
+			gen: func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
+				return nil, apperr.Transient(errors.New("503"), apperr.UpstreamUnavailable, "the model is unavailable")
+			},
+			attempt: Attempt{3, 3}, status: task.Failed, code: "upstream_unavailable", msgPart: "unavailable",
+		},
+		{
+			name: "unknown error is internal and hides its detail",
+			gen: func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
+				return nil, errors.New("dial tcp 10.1.2.3:443: secret-host")
+			},
+			attempt: Attempt{3, 3}, status: task.Failed, code: "internal", msgPart: "internal error",
+		},
+		{
+			name:    "no image",
+			gen:     func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) { return nil, nil },
+			attempt: Attempt{0, 3}, status: task.Failed, code: "generation_failed", msgPart: "no image",
+		},
+		{
+			name: "deadline",
+			gen: func(ctx context.Context, _ imagegen.Request, _ func(int)) ([]imagegen.Image, error) {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			},
+			ctx: func() (context.Context, context.CancelFunc) {
+				return context.WithTimeout(context.Background(), 30*time.Millisecond)
+			},
+			attempt: Attempt{0, 3}, status: task.Failed, code: "timeout", msgPart: "deadline",
+		},
+		{
+			name: "shutdown leaves the task to run again",
+			gen: func(ctx context.Context, _ imagegen.Request, _ func(int)) ([]imagegen.Image, error) {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			},
+			ctx: func() (context.Context, context.CancelFunc) {
+				ctx, cancel := context.WithCancel(context.Background())
+				time.AfterFunc(30*time.Millisecond, cancel)
+				return ctx, cancel
+			},
+			attempt: Attempt{0, 3}, wantErr: true, status: task.Processing,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, tt.gen)
+			j := f.job(t, "task_lumen_5", std, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			if tt.ctx != nil {
+				ctx, cancel = tt.ctx()
+			}
+			defer cancel()
+			err := f.proc.Process(ctx, j, tt.attempt)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Process = %v; want error: %v", err, tt.wantErr)
+			}
+			got := f.get(t, "task_lumen_5")
+			if got.Status != tt.status {
+				t.Fatalf("status %s; want %s", got.Status, tt.status)
+			}
+			if tt.status != task.Failed {
+				return
+			}
+			if got.Failure == nil || got.Failure.Code != tt.code || !strings.Contains(got.Failure.Message, tt.msgPart) {
+				t.Errorf("failure %+v; want code %s, message with %q", got.Failure, tt.code, tt.msgPart)
+			}
+			if strings.Contains(got.Failure.Message, "10.1.2.3") {
+				t.Error("failure message leaks internals")
+			}
+			if got.CompleteTime.IsZero() || len(got.Results) != 0 {
+				t.Errorf("failed task %+v", got)
+			}
+		})
+	}
+}
+
+func TestDuplicateAndOrphanJobs(t *testing.T) {
+	calls := 0
+	gen := genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
+		calls++
+		return []imagegen.Image{{Data: []byte("\x89PNG"), MIME: "image/png", Width: 1, Height: 1}}, nil
+	})
+	f := newFixture(t, gen)
+	j := f.job(t, "task_lumen_7", std, nil)
+	if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
+		t.Fatal(err)
+	}
+	first := f.get(t, "task_lumen_7")
+	// Asynq delivers at least once: a second run must change nothing.
+	if err := f.proc.Process(context.Background(), j, Attempt{1, 3}); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 {
+		t.Errorf("generator ran %d times", calls)
+	}
+	if again := f.get(t, "task_lumen_7"); !again.CompleteTime.Equal(first.CompleteTime) || again.Results[0] != first.Results[0] {
+		t.Error("duplicate job changed the finished task")
+	}
+	// A job whose record is gone (expired, or removed after an enqueue
+	// failure) is dropped without recreating it.
+	orphan := &jobv1.GenerateImage{TaskId: "task_lumen_8", AccountId: acct, Model: std, Tier: jobv1.Tier_TIER_STANDARD, Prompt: "p"}
+	if err := f.proc.Process(context.Background(), orphan, Attempt{0, 3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Get(context.Background(), acct, "task_lumen_8"); apperr.CodeOf(err) != apperr.NotFound {
+		t.Errorf("orphan job created a record: %v", err)
+	}
+	if calls != 1 {
+		t.Errorf("generator ran for an orphan job")
+	}
+}
+
+func TestWrongModelFailsCleanly(t *testing.T) {
+	f := newFixture(t, nil)
+	j := f.job(t, "task_other_1", "other-2.5-flash-image", nil)
+	if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.get(t, "task_other_1"); got.Status != task.Failed || got.Failure.Code != "generation_failed" {
+		t.Errorf("task %+v", got)
+	}
+}
