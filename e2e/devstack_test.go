@@ -1,0 +1,232 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// buildBinaries builds the gateway, worker and devstack binaries once per
+// test run, as `make build` does.
+var buildBinaries = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "easel-e2e-bin-")
+	if err != nil {
+		return "", err
+	}
+	for name, pkg := range map[string]string{
+		"gateway":  "../api-gateway/cmd/gateway",
+		"worker":   "../worker/cmd/worker",
+		"devstack": "../pkg/cmd/devstack",
+	} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", &buildError{pkg: pkg, out: string(out), err: err}
+		}
+	}
+	return dir, nil
+})
+
+type buildError struct {
+	pkg, out string
+	err      error
+}
+
+func (e *buildError) Error() string { return "go build " + e.pkg + ": " + e.err.Error() + "\n" + e.out }
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln := listen(t)
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// TestDevstackOnEmbeddedRedis runs `make run`'s program as a user would: no
+// Redis configured, so the embedded miniredis; the real gateway and worker
+// binaries as separate processes; the printed URL and key used with the
+// API; Ctrl-C stops everything.
+func TestDevstackOnEmbeddedRedis(t *testing.T) {
+	bin, err := buildBinaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gwAddr, wAddr := freeAddr(t), freeAddr(t)
+	cmd := exec.Command(filepath.Join(bin, "devstack"))
+	cmd.Env = append(cleanEnv(),
+		"EASEL_HTTP_ADDR="+gwAddr,
+		"EASEL_WORKER_HTTP_ADDR="+wAddr,
+		"EASEL_SIM_DELAY=400ms",
+	)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("devstack logs:\n%s", logs.String())
+		}
+	})
+
+	// The banner gives the URL and the key.
+	banner := make(chan [2]string, 1)
+	go func() {
+		var base, key string
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := strings.TrimSpace(sc.Text())
+			if v, ok := strings.CutPrefix(line, "URL:"); ok {
+				base = strings.TrimSpace(v)
+			}
+			if v, ok := strings.CutPrefix(line, "API key:"); ok {
+				key = strings.TrimSpace(v)
+			}
+			if base != "" && key != "" {
+				banner <- [2]string{base, key}
+				base, key = "", ""
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	var base, key string
+	select {
+	case b := <-banner:
+		base, key = b[0], b[1]
+	case err := <-exited:
+		t.Fatalf("devstack exited: %v\n%s", err, logs.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no banner after 60s\n%s", logs.String())
+	}
+	if base != "http://"+gwAddr || !strings.HasPrefix(key, "esk_") {
+		t.Fatalf("banner URL %q key %q", base, key)
+	}
+
+	c := newClient(t, base, key)
+	src := sourceServer(t) // on loopback: devstack lets editing fetch from it
+	for _, tc := range []struct {
+		body string
+		w, h int
+	}{
+		{createBody(std, `{"prompt":"a lighthouse at dusk"}`), 1024, 1024},
+		{createBody(pro, `{"prompt":"make it winter","image_size":"2K","image_urls":["`+src.URL+`/400x300.png"]}`), 2400, 1792},
+	} {
+		id := c.create(tc.body)
+		rec, _, progress := c.poll(id, 60*time.Second)
+		if rec.Status != "completed" {
+			t.Fatalf("task %s: %+v %+v", id, rec, rec.Error)
+		}
+		if len(progress) < 3 {
+			t.Errorf("progress seen %v", progress)
+		}
+		cfg, _, _ := newClient(t, "", "").download(rec.Results[0])
+		if cfg.Width != tc.w || cfg.Height != tc.h {
+			t.Errorf("image %dx%d; want %dx%d", cfg.Width, cfg.Height, tc.w, tc.h)
+		}
+	}
+
+	// Ctrl-C: everything stops, workers before the gateway before Redis.
+	pids := childPIDs(logs.String())
+	if len(pids) != 2 {
+		t.Fatalf("child pids %v in logs", pids)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("devstack exit: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("devstack did not stop within 30s of Ctrl-C")
+	}
+	out := logs.String()
+	iw, ig, ir := strings.Index(out, "worker stopped"), strings.Index(out, "gateway stopped"), strings.Index(out, "embedded redis stopped")
+	if iw < 0 || ig < 0 || ir < 0 || iw > ig || ig > ir {
+		t.Errorf("stop order wrong (want worker, then gateway, then redis):\n%s", out)
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); err == nil {
+			t.Errorf("child %d still running", pid)
+		}
+	}
+	if conn, err := net.DialTimeout("tcp", gwAddr, 200*time.Millisecond); err == nil {
+		conn.Close()
+		t.Error("gateway port still open after Ctrl-C")
+	}
+}
+
+// TestDevstackNeedsTheBinaries fails clearly when `make build` was skipped.
+func TestDevstackNeedsTheBinaries(t *testing.T) {
+	bin, err := buildBinaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "devstack"), "--bin", t.TempDir())
+	cmd.Env = append(cleanEnv(), "EASEL_HTTP_ADDR="+freeAddr(t))
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "make build") {
+		t.Errorf("devstack without binaries: %v\n%s", err, out)
+	}
+}
+
+var pidRE = regexp.MustCompile(`"pid": (\d+)`)
+
+func childPIDs(logs string) []int {
+	var pids []int
+	for _, m := range pidRE.FindAllStringSubmatch(logs, -1) {
+		if pid, err := strconv.Atoi(m[1]); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// cleanEnv is the test's environment without any EASEL_ setting, so the
+// devstack runs on its defaults (an embedded Redis) whatever the caller set.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "EASEL_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

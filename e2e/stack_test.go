@@ -1,0 +1,330 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	gateway "github.com/easelhq/easel/api-gateway"
+	"github.com/easelhq/easel/pkg/account"
+	"github.com/easelhq/easel/pkg/config"
+	"github.com/easelhq/easel/pkg/redisconn"
+	"github.com/easelhq/easel/pkg/redistest"
+	"github.com/easelhq/easel/pkg/signedurl"
+	"github.com/easelhq/easel/worker"
+)
+
+const (
+	std    = "lumen-2.5-flash-image"
+	pro    = "lumen-3-pro-image-preview"
+	secret = "e2e-signing-secret-0123456789abcdef"
+)
+
+// stack is a gateway and workers running in this process, through their Run
+// functions, on a Redis.
+type stack struct {
+	base       string
+	redisURL   string
+	workerAddr []string
+	key        string // of an active account
+	keyOther   string // of a second active account
+	keyOff     string // of a disabled account
+	stop       func() error
+}
+
+type stackOptions struct {
+	redisURL string
+	workers  int
+	simDelay time.Duration
+}
+
+func listen(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+func startStack(t *testing.T, o stackOptions) *stack {
+	t.Helper()
+	if o.redisURL == "" {
+		o.redisURL = redistest.Start(t).URL
+	}
+	if o.workers == 0 {
+		o.workers = 1
+	}
+	blobDir := t.TempDir()
+	ln := listen(t)
+	base := "http://" + ln.Addr().String()
+	common := config.Common{
+		RedisURL: o.redisURL, ModelFamily: "lumen", BlobDir: blobDir, FetchAllowPrivate: true,
+		TaskDeadline: time.Minute, LogLevel: "debug", LogFormat: "json",
+	}
+	gcfg := config.Gateway{Common: common, HTTPAddr: ln.Addr().String(), PublicURL: base, SigningSecret: secret, ShutdownTimeout: 5 * time.Second}
+	if err := gcfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	errs := make(chan error, o.workers+1)
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+
+	s := &stack{base: base, redisURL: o.redisURL}
+	for i := 0; i < o.workers; i++ {
+		hl := listen(t)
+		s.workerAddr = append(s.workerAddr, hl.Addr().String())
+		wcfg := config.Worker{Common: common, HTTPAddr: hl.Addr().String(), Queues: "standard,pro", Concurrency: 4,
+			Generator: "procedural", SimDelay: o.simDelay, TaskCheckInterval: 20 * time.Millisecond, BlobRetention: 25 * time.Hour, ShutdownTimeout: 5 * time.Second}
+		if err := wcfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- worker.Run(ctx, wcfg, log.With(zap.Int("worker", i)), worker.Options{HealthListener: hl})
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		errs <- gateway.Run(ctx, gcfg, log, ln)
+	}()
+	stopped := false
+	s.stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		wg.Wait()
+		close(errs)
+		var all []error
+		for err := range errs {
+			all = append(all, err)
+		}
+		return errors.Join(all...)
+	}
+	t.Cleanup(func() {
+		if err := s.stop(); err != nil {
+			t.Errorf("stack stopped with: %v", err)
+		}
+	})
+	waitHTTP(t, base+"/readyz")
+	for _, a := range s.workerAddr {
+		waitHTTP(t, "http://"+a+"/readyz")
+	}
+	s.key, s.keyOther, s.keyOff = accounts(t, o.redisURL)
+	return s
+}
+
+func accounts(t *testing.T, redisURL string) (active, other, disabled string) {
+	t.Helper()
+	ctx := context.Background()
+	rdb, err := redisconn.Open(ctx, redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	store := account.NewStore(rdb)
+	mk := func(name string) (string, string) {
+		a, err := store.CreateAccount(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, _ := account.NewKey()
+		if err := store.AddKey(ctx, a.ID, k); err != nil {
+			t.Fatal(err)
+		}
+		return a.ID, k
+	}
+	_, active = mk("e2e")
+	_, other = mk("e2e-other")
+	offID, disabled := mk("e2e-off")
+	if err := store.SetStatus(ctx, offID, account.Disabled); err != nil {
+		t.Fatal(err)
+	}
+	return active, other, disabled
+}
+
+func waitHTTP(t testing.TB, u string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get(u)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready: %v", u, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// sourceServer serves PNG source images of a given size at /<w>x<h>.png.
+func sourceServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var width, height int
+		if _, err := fmt.Sscanf(r.URL.Path, "/%dx%d.png", &width, &height); err != nil || width <= 0 || height <= 0 || width > 2000 || height > 2000 {
+			http.NotFound(w, r)
+			return
+		}
+		img := image.NewNRGBA(image.Rect(0, 0, width, height))
+		for y := 0; y < height; y++ {
+			for x := 0; x < width; x++ {
+				img.Set(x, y, color.NRGBA{uint8(x), uint8(y), 128, 255})
+			}
+		}
+		var buf bytes.Buffer
+		_ = png.Encode(&buf, img)
+		w.Header().Set("Content-Type", "image/png")
+		_, _ = w.Write(buf.Bytes())
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestEndToEnd(t *testing.T) {
+	s := startStack(t, stackOptions{workers: 2, simDelay: 400 * time.Millisecond})
+	c := newClient(t, s.base, s.key)
+	src := sourceServer(t)
+
+	tests := []struct {
+		name string
+		body string
+		w, h int
+	}{
+		{"text-to-image standard default ratio", createBody(std, `{"prompt":"a lighthouse at dusk"}`), 1024, 1024},
+		{"text-to-image standard 21:9", createBody(std, `{"prompt":"a wide valley","aspect_ratio":"21:9"}`), 1536, 672},
+		{"text-to-image pro 2K 9:16", createBody(pro, `{"prompt":"a tall tower","aspect_ratio":"9:16","image_size":"2K"}`), 1536, 2752},
+		{"text-to-image pro default 1K", createBody(pro, `{"prompt":"a cat","aspect_ratio":"16:9"}`), 1376, 768},
+		{"edit standard, ratio from the source", createBody(std, `{"prompt":"make it winter","image_urls":["`+src.URL+`/640x360.png"]}`), 1344, 768},
+		{"edit pro, two sources, explicit ratio", createBody(pro, `{"prompt":"combine","aspect_ratio":"4:5","image_urls":["`+src.URL+`/300x400.png","`+src.URL+`/200x200.png"]}`), 928, 1152},
+	}
+	ids := make([]string, len(tests))
+	t.Run("tasks", func(t *testing.T) {
+		for i, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel() // each client polls its own task while it runs
+				c := newClient(t, s.base, s.key)
+				ids[i] = c.create(tt.body)
+				rec, statuses, progress := c.poll(ids[i], 60*time.Second)
+				if rec.Status != "completed" {
+					t.Fatalf("task ended %s: %+v", rec.Status, rec.Error)
+				}
+				if rec.TaskID != ids[i] || rec.TaskType != "image" || rec.Progress != 100 || rec.CompleteTime < rec.CreateTime || len(rec.Results) != 1 || rec.Error != nil {
+					t.Errorf("record %+v", rec)
+				}
+				if statuses[len(statuses)-1] != "completed" {
+					t.Errorf("statuses %v", statuses)
+				}
+				intermediate := 0
+				for _, p := range progress {
+					if p > 0 && p < 100 {
+						intermediate++
+					}
+				}
+				if intermediate < 3 {
+					t.Errorf("progress seen %v: want at least 3 intermediate values", progress)
+				}
+				cfg, format, _ := newClient(t, "", "").download(rec.Results[0])
+				if format != "png" || cfg.Width != tt.w || cfg.Height != tt.h {
+					t.Errorf("downloaded %s %dx%d; want png %dx%d", format, cfg.Width, cfg.Height, tt.w, tt.h)
+				}
+			})
+		}
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("result URLs", func(t *testing.T) {
+		_, rec, _ := c.query(ids[0])
+		u, _ := url.Parse(rec.Results[0])
+		anon := newClient(t, s.base, "")
+		tampered := strings.Replace(u.RequestURI(), "-0-", "-1-", 1)
+		if st, _, _ := anon.do("GET", tampered, "", nil); st != 403 {
+			t.Errorf("tampered URL: %d; want 403", st)
+		}
+		q := u.Query()
+		q.Set("expires", strconv.FormatInt(time.Now().Add(48*time.Hour).Unix(), 10))
+		if st, _, _ := anon.do("GET", u.Path+"?"+q.Encode(), "", nil); st != 403 {
+			t.Errorf("URL with a longer expiry: %d; want 403", st)
+		}
+		// A URL the server really signed, whose time is up.
+		expired, _ := url.Parse(signedurl.New([]byte(secret), s.base).Sign(u.Path, time.Now().Add(-time.Minute)))
+		if st, _, b := anon.do("GET", expired.RequestURI(), "", nil); st != 410 || !strings.Contains(string(b), `"code":410`) {
+			t.Errorf("expired URL: %d %s; want 410", st, b)
+		}
+		if st, h, b := anon.do("GET", u.RequestURI(), "", map[string]string{"Range": "bytes=0-7"}); st != 206 || string(b) != "\x89PNG\r\n\x1a\n" || h.Get("Content-Range") == "" {
+			t.Errorf("range: %d %q", st, b)
+		}
+	})
+
+	t.Run("auth and ownership", func(t *testing.T) {
+		for _, tc := range []struct {
+			name   string
+			key    string
+			status int
+		}{{"no key", "", 401}, {"unknown key", "esk_unknownunknownunknownunknownunknown00", 401}, {"disabled account", s.keyOff, 403}, {"other account", s.keyOther, 404}} {
+			cc := newClient(t, s.base, tc.key)
+			if st, _, b := cc.do("GET", "/v1/task/query?task_id="+ids[0], "", nil); st != tc.status || !strings.Contains(string(b), `"code":`+strconv.Itoa(tc.status)) {
+				t.Errorf("%s: query %d %s; want %d", tc.name, st, b, tc.status)
+			}
+		}
+		if st, _, _ := c.query("task_lumen_123"); st != 404 {
+			t.Errorf("unknown task: %d", st)
+		}
+		if st, _, _ := newClient(t, s.base, s.keyOff).do("POST", "/v1/task/create", createBody(std, `{"prompt":"x"}`), nil); st != 403 {
+			t.Errorf("disabled account create: %d", st)
+		}
+	})
+
+	t.Run("failed edit", func(t *testing.T) {
+		id := c.create(createBody(std, `{"prompt":"x","image_urls":["`+src.URL+`/0x0.png"]}`))
+		rec, _, _ := c.poll(id, 30*time.Second)
+		if rec.Status != "failed" || rec.Error == nil || rec.Error.Code != "source_fetch_failed" || !strings.Contains(rec.Error.Message, "image_urls[0]") || rec.CompleteTime == 0 || len(rec.Results) != 0 {
+			t.Errorf("record %+v %+v", rec, rec.Error)
+		}
+	})
+
+	t.Run("worker health", func(t *testing.T) {
+		for _, a := range s.workerAddr {
+			for _, p := range []string{"/healthz", "/readyz"} {
+				resp, err := http.Get("http://" + a + p)
+				if err != nil || resp.StatusCode != 200 {
+					t.Errorf("worker %s%s: %v %v", a, p, err, resp)
+				}
+				if resp != nil {
+					resp.Body.Close()
+				}
+			}
+		}
+	})
+
+	if err := s.stop(); err != nil {
+		t.Errorf("graceful shutdown: %v", err)
+	}
+}
