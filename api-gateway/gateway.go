@@ -55,11 +55,20 @@ func Run(ctx context.Context, cfg config.Gateway, log *zap.Logger, ln net.Listen
 	}
 	defer blobs.Close()
 
+	accounts := account.NewStore(rdb)
+	if cfg.DevAPIKey != "" {
+		a, err := accounts.EnsureKey(ctx, cfg.DevAPIKey, "dev")
+		if err != nil {
+			return fmt.Errorf("EASEL_DEV_API_KEY: %w", err)
+		}
+		log.Warn("EASEL_DEV_API_KEY is set: its account can use the API (development only)", zap.String("account_id", a.ID))
+	}
+
 	svc := tasks.NewService(taskstore.New(rdb), jobs.NewEnqueuer(rdb), taskid.New(cfg.ModelFamily), cfg.TaskDeadline)
 	handler := api.New(api.Deps{
 		Log:     log,
 		Tasks:   svc,
-		Auth:    account.NewStore(rdb),
+		Auth:    accounts,
 		Decoder: &createreq.Decoder{Catalog: cat, Egress: egress.Policy{AllowPrivate: cfg.FetchAllowPrivate}},
 		Signer:  signedurl.New(secret, cfg.PublicURL),
 		Blobs:   blobs,

@@ -171,6 +171,50 @@ func (s *Store) AddKey(ctx context.Context, accountID, key string) error {
 	return nil
 }
 
+// claimKey writes a key record only if none exists. Returns 1 when written.
+var claimKey = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+`)
+
+// EnsureKey makes key work: if it already belongs to an account, that account
+// is returned; otherwise a new active account named name gets it. It is safe
+// to run from several processes at once (every gateway replica at start).
+func (s *Store) EnsureKey(ctx context.Context, key, name string) (*Account, error) {
+	if !presentable(key) {
+		return nil, apperr.New(apperr.Invalid, "an API key must be 16 to 256 printable characters without spaces")
+	}
+	h := HashKey(key)
+	owner := func() (*Account, error) {
+		id, err := s.rdb.HGet(ctx, keyspace.APIKey(h), fKeyAccount).Result()
+		if err != nil {
+			return nil, fmt.Errorf("account: key owner: %w", err)
+		}
+		return s.Get(ctx, id)
+	}
+	if n, err := s.rdb.Exists(ctx, keyspace.APIKey(h)).Result(); err != nil {
+		return nil, fmt.Errorf("account: ensure key: %w", err)
+	} else if n == 1 {
+		return owner()
+	}
+	a, err := s.CreateAccount(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	won, err := claimKey.Run(ctx, s.rdb, []string{keyspace.APIKey(h)},
+		fKeyAccount, a.ID, fKeyHash, h, fKeyPrefix, key[:min(len(key), visiblePrefix)], fCreated, s.now().UnixMilli()).Int()
+	if err != nil {
+		return nil, fmt.Errorf("account: ensure key: %w", err)
+	}
+	if won == 0 {
+		// Another process claimed it first: use its account, drop ours.
+		_ = s.rdb.Del(ctx, keyspace.Account(a.ID)).Err()
+		return owner()
+	}
+	return a, nil
+}
+
 // presentable reports whether s could be an API key at all.
 func presentable(s string) bool {
 	if len(s) < 16 || len(s) > maxPresentable {

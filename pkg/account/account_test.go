@@ -3,6 +3,7 @@ package account
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/easelhq/easel/pkg/apperr"
@@ -131,5 +132,49 @@ func TestValidation(t *testing.T) {
 	}
 	if err := s.SetStatus(ctx, a.ID, "paused"); apperr.CodeOf(err) != apperr.Invalid {
 		t.Errorf("unknown status: %v", err)
+	}
+}
+
+func TestEnsureKey(t *testing.T) {
+	srv := redistest.Start(t)
+	s := NewStore(srv.Client(t))
+	ctx := context.Background()
+	key := "esk_local_dev_key_0123456789"
+	// Every gateway replica runs EnsureKey at start, at the same time.
+	ids := make(chan string, 8)
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a, err := s.EnsureKey(ctx, key, "dev")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids <- a.ID
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	first := ""
+	for id := range ids {
+		if first == "" {
+			first = id
+		}
+		if id != first {
+			t.Errorf("EnsureKey gave accounts %s and %s", first, id)
+		}
+	}
+	a, err := s.Authenticate(ctx, key)
+	if err != nil || a.ID != first {
+		t.Errorf("Authenticate = %v, %v; want %s", a, err, first)
+	}
+	// Losing claimants removed their accounts.
+	if n := len(srv.Client(t).Keys(ctx, "easel:{a:*}:acct").Val()); n != 1 {
+		t.Errorf("%d accounts; want 1", n)
+	}
+	if _, err := s.EnsureKey(ctx, "short", "dev"); apperr.CodeOf(err) != apperr.Invalid {
+		t.Errorf("short key: %v", err)
 	}
 }

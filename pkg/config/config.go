@@ -57,6 +57,10 @@ type Gateway struct {
 	// gateway replica needs the same one.
 	SigningSecret   string        `env:"EASEL_SIGNING_SECRET"`
 	ShutdownTimeout time.Duration `env:"EASEL_SHUTDOWN_TIMEOUT" envDefault:"15s"`
+	// DevAPIKey, when set, is made to work at start: an account named "dev"
+	// gets it unless it already belongs to one. For local stacks (make run,
+	// docker compose); leave it unset in production.
+	DevAPIKey string `env:"EASEL_DEV_API_KEY"`
 }
 
 // Worker is a worker's configuration.

@@ -3,8 +3,9 @@
 //
 // Without EASEL_REDIS_URL it starts an embedded Redis (miniredis); then it
 // starts the gateway and the worker as separate processes (the production
-// topology), creates a dev account with an API key, and prints the URL and the
-// key. Ctrl-C stops the workers, then the gateway, then Redis.
+// topology), has the gateway create a dev account for an API key
+// (EASEL_DEV_API_KEY, or a new one), and prints the URL and the key. Ctrl-C
+// stops the workers, then the gateway, then Redis.
 package main
 
 import (
@@ -31,7 +32,6 @@ import (
 	"github.com/easelhq/easel/pkg/config"
 	"github.com/easelhq/easel/pkg/devredis"
 	"github.com/easelhq/easel/pkg/logging"
-	"github.com/easelhq/easel/pkg/redisconn"
 )
 
 func main() {
@@ -86,10 +86,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	env["EASEL_REDIS_URL"] = redisURL
 
-	key, err := devAccount(ctx, redisURL)
-	if err != nil {
-		return err
-	}
+	// The gateway makes the key work when it starts.
+	key := env["EASEL_DEV_API_KEY"]
 
 	procs := &processes{log: log}
 	defer procs.stopAll()
@@ -158,6 +156,13 @@ func stackEnv() (map[string]string, func(), error) {
 		_, _ = rand.Read(b)
 		env["EASEL_SIGNING_SECRET"] = hex.EncodeToString(b)
 	}
+	if env["EASEL_DEV_API_KEY"] == "" {
+		key, err := account.NewKey()
+		if err != nil {
+			return nil, cleanup, err
+		}
+		env["EASEL_DEV_API_KEY"] = key
+	}
 	if env["EASEL_BLOB_DIR"] == "" {
 		dir, err := os.MkdirTemp("", "easel-dev-blobs-")
 		if err != nil {
@@ -167,31 +172,6 @@ func stackEnv() (map[string]string, func(), error) {
 		cleanup = func() { _ = os.RemoveAll(dir) }
 	}
 	return env, cleanup, nil
-}
-
-// devAccount creates a dev account and its key (EASEL_DEV_API_KEY, or a new
-// one).
-func devAccount(ctx context.Context, redisURL string) (string, error) {
-	rdb, err := redisconn.Open(ctx, redisURL)
-	if err != nil {
-		return "", err
-	}
-	defer rdb.Close()
-	store := account.NewStore(rdb)
-	acct, err := store.CreateAccount(ctx, "dev")
-	if err != nil {
-		return "", err
-	}
-	key := os.Getenv("EASEL_DEV_API_KEY")
-	if key == "" {
-		if key, err = account.NewKey(); err != nil {
-			return "", err
-		}
-	}
-	if err := store.AddKey(ctx, acct.ID, key); err != nil {
-		return "", fmt.Errorf("EASEL_DEV_API_KEY: %w", err)
-	}
-	return key, nil
 }
 
 // workerAddr gives worker i its own health port: base port + i.
