@@ -22,8 +22,11 @@ build:
 	$(GO) build -o $(BIN)/worker ./worker/cmd/worker
 	$(GO) build -o $(BIN)/devstack ./pkg/cmd/devstack
 
+# A fixed development key, so the README's curl examples work as pasted;
+# override it with EASEL_DEV_API_KEY=... make run.
+EASEL_DEV_API_KEY ?= esk_local_development_key_do_not_deploy_01
 run: build
-	./$(BIN)/devstack
+	EASEL_DEV_API_KEY=$(EASEL_DEV_API_KEY) ./$(BIN)/devstack
 
 # go test ./... at the root would miss modules: loop over every one.
 test:
