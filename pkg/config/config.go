@@ -167,7 +167,7 @@ func (c *Common) Validate() error {
 	if c.RedisURL == "" {
 		errs = append(errs, errors.New("EASEL_REDIS_URL is required (e.g. redis://localhost:6379/0); `make run` starts a whole stack on an embedded Redis without it"))
 	} else if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("EASEL_REDIS_URL %q: want redis://[user:password@]host:port[/db] or rediss://...", redact(c.RedisURL)))
+		errs = append(errs, fmt.Errorf("EASEL_REDIS_URL %q: want redis://[user:password@]host:port[/db] or rediss://host:port", redact(c.RedisURL)))
 	}
 	if !catalog.ValidFamily(c.ModelFamily) {
 		errs = append(errs, fmt.Errorf("EASEL_MODEL_FAMILY %q: want lowercase letters and digits, starting with a letter, at most 32 characters", c.ModelFamily))
