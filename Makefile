@@ -12,7 +12,7 @@ all: build
 help:
 	@echo "make run    - the whole stack locally (embedded Redis unless EASEL_REDIS_URL is set)"
 	@echo "make test   - every test of every module, with -race"
-	@echo "make build  - bin/gateway, bin/worker, bin/devstack"
+	@echo "make build  - bin/gateway, bin/worker, bin/devstack, bin/easelctl"
 	@echo "make proto  - regenerate the queue payload code from proto/"
 	@echo "make lint   - go vet and staticcheck on every module"
 
@@ -21,6 +21,7 @@ build:
 	$(GO) build -o $(BIN)/gateway ./api-gateway/cmd/gateway
 	$(GO) build -o $(BIN)/worker ./worker/cmd/worker
 	$(GO) build -o $(BIN)/devstack ./pkg/cmd/devstack
+	$(GO) build -o $(BIN)/easelctl ./pkg/cmd/easelctl
 
 # A fixed development key, so the README's curl examples work as pasted;
 # override it with EASEL_DEV_API_KEY=... make run.

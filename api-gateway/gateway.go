@@ -15,7 +15,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/api-gateway/internal/api"
+	"github.com/easelhq/easel/api-gateway/internal/authcache"
 	"github.com/easelhq/easel/api-gateway/internal/createreq"
+	"github.com/easelhq/easel/api-gateway/internal/ratelimit"
 	"github.com/easelhq/easel/api-gateway/internal/tasks"
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/blob"
@@ -23,6 +25,7 @@ import (
 	"github.com/easelhq/easel/pkg/config"
 	"github.com/easelhq/easel/pkg/egress"
 	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/pricing"
 	"github.com/easelhq/easel/pkg/redisconn"
 	"github.com/easelhq/easel/pkg/signedurl"
 	"github.com/easelhq/easel/pkg/taskid"
@@ -55,20 +58,32 @@ func Run(ctx context.Context, cfg config.Gateway, log *zap.Logger, ln net.Listen
 	}
 	defer blobs.Close()
 
+	prices, err := pricing.Parse(cfg.Prices)
+	if err != nil {
+		return err
+	}
 	accounts := account.NewStore(rdb)
 	if cfg.DevAPIKey != "" {
-		a, err := accounts.EnsureKey(ctx, cfg.DevAPIKey, "dev")
+		a, err := accounts.EnsureKey(ctx, cfg.DevAPIKey, account.New{Name: "dev", Credits: cfg.DevCredits})
 		if err != nil {
 			return fmt.Errorf("EASEL_DEV_API_KEY: %w", err)
 		}
 		log.Warn("EASEL_DEV_API_KEY is set: its account can use the API (development only)", zap.String("account_id", a.ID))
 	}
 
-	svc := tasks.NewService(taskstore.New(rdb), jobs.NewEnqueuer(rdb), taskid.New(cfg.ModelFamily), cfg.TaskDeadline)
+	svc := tasks.NewService(taskstore.New(rdb), jobs.NewEnqueuer(rdb), taskid.New(cfg.ModelFamily), prices,
+		tasks.Config{Deadline: cfg.TaskDeadline, MaxInflight: cfg.MaxInflight})
+	var admin *api.AdminDeps
+	if cfg.AdminToken != "" {
+		admin = &api.AdminDeps{Token: cfg.AdminToken, Accounts: accounts, Catalog: cat}
+	}
 	handler := api.New(api.Deps{
 		Log:     log,
 		Tasks:   svc,
-		Auth:    accounts,
+		Auth:    authcache.New(accounts, 100_000, cfg.AuthCacheTTL),
+		Limiter: ratelimit.New(rdb),
+		Limits:  api.Limits{Create: cfg.RateLimit, Query: cfg.QueryRateLimit},
+		Admin:   admin,
 		Decoder: &createreq.Decoder{Catalog: cat, Egress: egress.Policy{AllowPrivate: cfg.FetchAllowPrivate}},
 		Signer:  signedurl.New(secret, cfg.PublicURL),
 		Blobs:   blobs,
@@ -95,7 +110,9 @@ func Run(ctx context.Context, cfg config.Gateway, log *zap.Logger, ln net.Listen
 		zap.String("addr", ln.Addr().String()),
 		zap.String("public_url", cfg.PublicURL),
 		zap.Strings("models", modelIDs(cat)),
-		zap.String("blob_dir", cfg.BlobDir))
+		zap.String("blob_dir", cfg.BlobDir),
+		zap.String("prices", prices.String()),
+		zap.Bool("admin_api", admin != nil))
 
 	select {
 	case err := <-serveErr:

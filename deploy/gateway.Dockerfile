@@ -9,12 +9,15 @@ COPY . .
 RUN mkdir -p /out/data/blobs
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/gateway ./api-gateway/cmd/gateway
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/gateway ./api-gateway/cmd/gateway && \
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/easelctl ./pkg/cmd/easelctl
 
 # Static binary on a distroless base: no shell, CA certificates, runs as the
 # unprivileged user 65532.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/gateway /usr/local/bin/gateway
+# The operator CLI, for `docker compose exec gateway easelctl ...`.
+COPY --from=build /out/easelctl /usr/local/bin/easelctl
 COPY --from=build --chown=65532:65532 /out/data /data
 USER 65532:65532
 EXPOSE 8080

@@ -17,8 +17,8 @@ import (
 	"time"
 )
 
-// buildBinaries builds the gateway, worker and devstack binaries once per
-// test run, as `make build` does.
+// buildBinaries builds the gateway, worker, devstack and easelctl binaries
+// once per test run, as `make build` does.
 var buildBinaries = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "easel-e2e-bin-")
 	if err != nil {
@@ -28,6 +28,7 @@ var buildBinaries = sync.OnceValues(func() (string, error) {
 		"gateway":  "../api-gateway/cmd/gateway",
 		"worker":   "../worker/cmd/worker",
 		"devstack": "../pkg/cmd/devstack",
+		"easelctl": "../pkg/cmd/easelctl",
 	} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -42,6 +43,7 @@ type stack struct {
 	base       string
 	redisURL   string
 	workerAddr []string
+	accounts   *account.Store
 	key        string // of an active account
 	keyOther   string // of a second active account
 	keyOff     string // of a disabled account
@@ -52,7 +54,11 @@ type stackOptions struct {
 	redisURL string
 	workers  int
 	simDelay time.Duration
+	// env adds to or overrides the gateway's and workers' environment.
+	env map[string]string
 }
+
+const adminToken = "e2e-admin-token-0123456789abcdefghij"
 
 func listen(t testing.TB) net.Listener {
 	t.Helper()
@@ -63,6 +69,8 @@ func listen(t testing.TB) net.Listener {
 	return ln
 }
 
+// startStack configures the services the way their mains do: from
+// environment variables, through package config.
 func startStack(t *testing.T, o stackOptions) *stack {
 	t.Helper()
 	if o.redisURL == "" {
@@ -71,15 +79,28 @@ func startStack(t *testing.T, o stackOptions) *stack {
 	if o.workers == 0 {
 		o.workers = 1
 	}
-	blobDir := t.TempDir()
 	ln := listen(t)
 	base := "http://" + ln.Addr().String()
-	common := config.Common{
-		RedisURL: o.redisURL, ModelFamily: "lumen", BlobDir: blobDir, FetchAllowPrivate: true,
-		TaskDeadline: time.Minute, LogLevel: "debug", LogFormat: "json",
+	env := map[string]string{
+		"EASEL_REDIS_URL":           o.redisURL,
+		"EASEL_BLOB_DIR":            t.TempDir(),
+		"EASEL_FETCH_ALLOW_PRIVATE": "true",
+		"EASEL_TASK_DEADLINE":       "1m",
+		"EASEL_LOG_LEVEL":           "warn",
+		"EASEL_HTTP_ADDR":           ln.Addr().String(),
+		"EASEL_PUBLIC_URL":          base,
+		"EASEL_SIGNING_SECRET":      secret,
+		"EASEL_ADMIN_TOKEN":         adminToken,
+		"EASEL_SHUTDOWN_TIMEOUT":    "5s",
+		"EASEL_SIM_DELAY":           o.simDelay.String(),
+		"EASEL_WORKER_CONCURRENCY":  "4",
+		"EASEL_TASK_CHECK_INTERVAL": "20ms",
 	}
-	gcfg := config.Gateway{Common: common, HTTPAddr: ln.Addr().String(), PublicURL: base, SigningSecret: secret, ShutdownTimeout: 5 * time.Second}
-	if err := gcfg.Validate(); err != nil {
+	for k, v := range o.env {
+		env[k] = v
+	}
+	gcfg, err := config.LoadGateway(env)
+	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -91,9 +112,10 @@ func startStack(t *testing.T, o stackOptions) *stack {
 	for i := 0; i < o.workers; i++ {
 		hl := listen(t)
 		s.workerAddr = append(s.workerAddr, hl.Addr().String())
-		wcfg := config.Worker{Common: common, HTTPAddr: hl.Addr().String(), Queues: "standard,pro", Concurrency: 4,
-			Generator: "procedural", SimDelay: o.simDelay, TaskCheckInterval: 20 * time.Millisecond, BlobRetention: 25 * time.Hour, ShutdownTimeout: 5 * time.Second}
-		if err := wcfg.Validate(); err != nil {
+		wenv := maps.Clone(env)
+		wenv["EASEL_WORKER_HTTP_ADDR"] = hl.Addr().String()
+		wcfg, err := config.LoadWorker(wenv)
+		if err != nil {
 			t.Fatal(err)
 		}
 		wg.Add(1)
@@ -131,37 +153,35 @@ func startStack(t *testing.T, o stackOptions) *stack {
 	for _, a := range s.workerAddr {
 		waitHTTP(t, "http://"+a+"/readyz")
 	}
-	s.key, s.keyOther, s.keyOff = accounts(t, o.redisURL)
-	return s
-}
-
-func accounts(t *testing.T, redisURL string) (active, other, disabled string) {
-	t.Helper()
-	ctx := context.Background()
-	rdb, err := redisconn.Open(ctx, redisURL)
+	rdb, err := redisconn.Open(context.Background(), o.redisURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rdb.Close()
-	store := account.NewStore(rdb)
-	mk := func(name string) (string, string) {
-		a, err := store.CreateAccount(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k, _ := account.NewKey()
-		if err := store.AddKey(ctx, a.ID, k); err != nil {
-			t.Fatal(err)
-		}
-		return a.ID, k
-	}
-	_, active = mk("e2e")
-	_, other = mk("e2e-other")
-	offID, disabled := mk("e2e-off")
-	if err := store.SetStatus(ctx, offID, account.Disabled); err != nil {
+	t.Cleanup(func() { _ = rdb.Close() })
+	s.accounts = account.NewStore(rdb)
+	_, s.key = s.newAccount(t, account.New{Name: "e2e", Credits: 1_000_000})
+	_, s.keyOther = s.newAccount(t, account.New{Name: "e2e-other", Credits: 1_000_000})
+	offID, off := s.newAccount(t, account.New{Name: "e2e-off", Credits: 1_000_000})
+	if err := s.accounts.SetStatus(context.Background(), offID, account.Disabled); err != nil {
 		t.Fatal(err)
 	}
-	return active, other, disabled
+	s.keyOff = off
+	return s
+}
+
+// newAccount makes an account and a key for it.
+func (s *stack) newAccount(t *testing.T, n account.New) (string, string) {
+	t.Helper()
+	ctx := context.Background()
+	a, err := s.accounts.CreateAccount(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _, err := s.accounts.CreateKey(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.ID, k
 }
 
 func waitHTTP(t testing.TB, u string) {

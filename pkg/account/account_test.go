@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/keyspace"
 	"github.com/easelhq/easel/pkg/redistest"
 )
@@ -38,17 +39,21 @@ func TestAuthenticate(t *testing.T) {
 	rdb := srv.Client(t)
 	s := NewStore(rdb)
 	ctx := context.Background()
-	a, err := s.CreateAccount(ctx, "acme")
+	a, err := s.CreateAccount(ctx, New{Name: "acme"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := NewKey()
-	if err := s.AddKey(ctx, a.ID, key); err != nil {
+	key, _, err := s.CreateKey(ctx, a.ID)
+	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := s.CreateAccount(ctx, "off")
-	offKey, _ := NewKey()
-	if err := s.AddKey(ctx, b.ID, offKey); err != nil {
+	b, _ := s.CreateAccount(ctx, New{Name: "off"})
+	offKey, _, err := s.CreateKey(ctx, b.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	revokedKey, _, _ := s.CreateKey(ctx, a.ID)
+	if _, err := s.RevokeKey(ctx, revokedKey); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.SetStatus(ctx, b.ID, Disabled); err != nil {
@@ -68,6 +73,7 @@ func TestAuthenticate(t *testing.T) {
 		{"control characters", key + "\n", apperr.Unauthenticated},
 		{"huge", strings.Repeat("k", 10_000), apperr.Unauthenticated},
 		{"disabled account", offKey, apperr.PermissionDenied},
+		{"revoked", revokedKey, apperr.Unauthenticated},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -120,15 +126,30 @@ func TestValidation(t *testing.T) {
 	srv := redistest.Start(t)
 	s := NewStore(srv.Client(t))
 	ctx := context.Background()
-	if _, err := s.CreateAccount(ctx, "  "); apperr.CodeOf(err) != apperr.Invalid {
+	if _, err := s.CreateAccount(ctx, New{Name: "  "}); apperr.CodeOf(err) != apperr.Invalid {
 		t.Errorf("blank name: %v", err)
 	}
-	if err := s.AddKey(ctx, "acct_missing", "esk_0123456789012345678901234567890123456789"); apperr.CodeOf(err) != apperr.NotFound {
+	if _, err := s.CreateAccount(ctx, New{Name: "x", Credits: -1}); apperr.CodeOf(err) != apperr.Invalid {
+		t.Errorf("negative credits: %v", err)
+	}
+	if _, err := s.CreateAccount(ctx, New{Name: "x", RateLimit: -5}); apperr.CodeOf(err) != apperr.Invalid {
+		t.Errorf("negative rate limit: %v", err)
+	}
+	if _, err := s.CreateAccount(ctx, New{Name: "x", Models: []catalog.Tier{"turbo"}}); apperr.CodeOf(err) != apperr.Invalid {
+		t.Errorf("unknown tier: %v", err)
+	}
+	if _, err := s.AddKey(ctx, "acct_missing", "esk_0123456789012345678901234567890123456789"); apperr.CodeOf(err) != apperr.NotFound {
 		t.Errorf("key for a missing account: %v", err)
 	}
-	a, _ := s.CreateAccount(ctx, "x")
-	if err := s.AddKey(ctx, a.ID, "has space in it, long enough"); apperr.CodeOf(err) != apperr.Invalid {
+	a, _ := s.CreateAccount(ctx, New{Name: "x"})
+	if _, err := s.AddKey(ctx, a.ID, "has space in it, long enough"); apperr.CodeOf(err) != apperr.Invalid {
 		t.Errorf("key with spaces: %v", err)
+	}
+	if _, err := s.AddKey(ctx, a.ID, "esk_0123456789012345678901234567890123456789"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddKey(ctx, a.ID, "esk_0123456789012345678901234567890123456789"); apperr.CodeOf(err) != apperr.Invalid {
+		t.Errorf("same key twice: %v", err)
 	}
 	if err := s.SetStatus(ctx, a.ID, "paused"); apperr.CodeOf(err) != apperr.Invalid {
 		t.Errorf("unknown status: %v", err)
@@ -147,7 +168,7 @@ func TestEnsureKey(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a, err := s.EnsureKey(ctx, key, "dev")
+			a, err := s.EnsureKey(ctx, key, New{Name: "dev", Credits: 500})
 			if err != nil {
 				t.Error(err)
 				return
@@ -167,14 +188,163 @@ func TestEnsureKey(t *testing.T) {
 		}
 	}
 	a, err := s.Authenticate(ctx, key)
-	if err != nil || a.ID != first {
-		t.Errorf("Authenticate = %v, %v; want %s", a, err, first)
+	if err != nil || a.ID != first || a.Credits != 500 {
+		t.Errorf("Authenticate = %+v, %v; want %s with 500 credits", a, err, first)
 	}
 	// Losing claimants removed their accounts.
 	if n := len(srv.Client(t).Keys(ctx, "easel:{a:*}:acct").Val()); n != 1 {
 		t.Errorf("%d accounts; want 1", n)
 	}
-	if _, err := s.EnsureKey(ctx, "short", "dev"); apperr.CodeOf(err) != apperr.Invalid {
+	if list, _ := s.List(ctx); len(list) != 1 {
+		t.Errorf("List has %d accounts; want 1", len(list))
+	}
+	if _, err := s.EnsureKey(ctx, "short", New{Name: "dev"}); apperr.CodeOf(err) != apperr.Invalid {
 		t.Errorf("short key: %v", err)
+	}
+}
+
+func TestAccountsAndLimits(t *testing.T) {
+	srv := redistest.Start(t)
+	s := NewStore(srv.Client(t))
+	ctx := context.Background()
+	a, err := s.CreateAccount(ctx, New{Name: " Acme Inc ", Credits: 100, RateLimit: 5, MaxInflight: 3, Models: []catalog.Tier{catalog.Pro}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Name != "Acme Inc" || got.Credits != 100 || got.RateLimit != 5 || got.QueryRateLimit != 0 || got.MaxInflight != 3 ||
+		got.Status != Active || !got.Allows(catalog.Pro) || got.Allows(catalog.Standard) || got.CreatedAt.IsZero() {
+		t.Errorf("account %+v", got)
+	}
+	q := 40
+	models := []catalog.Tier{}
+	got, err = s.SetLimits(ctx, a.ID, Limits{QueryRateLimit: &q, Models: &models})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.QueryRateLimit != 40 || got.RateLimit != 5 || !got.Allows(catalog.Standard) {
+		t.Errorf("after SetLimits: %+v", got)
+	}
+	if _, err := s.SetLimits(ctx, a.ID, Limits{}); apperr.CodeOf(err) != apperr.Invalid {
+		t.Errorf("empty SetLimits: %v", err)
+	}
+	if _, err := s.SetLimits(ctx, "acct_nope", Limits{QueryRateLimit: &q}); apperr.CodeOf(err) != apperr.NotFound {
+		t.Errorf("SetLimits of a missing account: %v", err)
+	}
+	if err := s.SetStatus(ctx, "acct_nope", Disabled); apperr.CodeOf(err) != apperr.NotFound {
+		t.Errorf("SetStatus of a missing account: %v", err)
+	}
+	if _, err := srv.Client(t).Exists(ctx, "easel:{a:acct_nope}:acct").Result(); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.Client(t).Exists(ctx, "easel:{a:acct_nope}:acct").Val(); n != 0 {
+		t.Error("updating a missing account created it")
+	}
+	b, _ := s.CreateAccount(ctx, New{Name: "second"})
+	list, err := s.List(ctx)
+	if err != nil || len(list) != 2 || list[0].ID != a.ID || list[1].ID != b.ID {
+		t.Errorf("List = %v, %v", list, err)
+	}
+}
+
+func TestCreditsAndLedger(t *testing.T) {
+	srv := redistest.Start(t)
+	s := NewStore(srv.Client(t))
+	ctx := context.Background()
+	a, _ := s.CreateAccount(ctx, New{Name: "acme", Credits: 10})
+	if bal, err := s.AddCredits(ctx, a.ID, 90, "top-up"); err != nil || bal != 100 {
+		t.Fatalf("AddCredits = %d, %v", bal, err)
+	}
+	if bal, err := s.AddCredits(ctx, a.ID, -30, ""); err != nil || bal != 70 {
+		t.Fatalf("correction = %d, %v", bal, err)
+	}
+	if _, err := s.AddCredits(ctx, a.ID, -71, ""); apperr.CodeOf(err) != apperr.Invalid || !strings.Contains(apperr.MessageOf(err), "below 0") {
+		t.Errorf("overdraw: %v", err)
+	}
+	if _, err := s.AddCredits(ctx, a.ID, 0, ""); apperr.CodeOf(err) != apperr.Invalid {
+		t.Errorf("zero: %v", err)
+	}
+	if _, err := s.AddCredits(ctx, "acct_nope", 5, ""); apperr.CodeOf(err) != apperr.NotFound {
+		t.Errorf("missing account: %v", err)
+	}
+	entries, err := s.Ledger(ctx, a.ID, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		amount, balance int64
+		note            string
+	}{{-30, 70, "operator adjustment"}, {90, 100, "top-up"}, {10, 10, "initial credits"}}
+	if len(entries) != len(want) {
+		t.Fatalf("%d entries: %+v", len(entries), entries)
+	}
+	for i, w := range want {
+		e := entries[i]
+		if e.Kind != KindCredit || e.Amount != w.amount || e.Balance != w.balance || e.Note != w.note || e.Time.IsZero() {
+			t.Errorf("entry %d = %+v; want %+v", i, e, w)
+		}
+	}
+	if got, _ := s.Get(ctx, a.ID); got.Credits != 70 {
+		t.Errorf("balance %d", got.Credits)
+	}
+}
+
+func TestKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	s := NewStore(srv.Client(t))
+	ctx := context.Background()
+	a, _ := s.CreateAccount(ctx, New{Name: "acme"})
+	k1, info, err := s.CreateKey(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Prefix != k1[:12] || info.AccountID != a.ID || info.Revoked {
+		t.Errorf("key info %+v", info)
+	}
+	k2, _, _ := s.CreateKey(ctx, a.ID)
+	keys, err := s.ListKeys(ctx, a.ID)
+	if err != nil || len(keys) != 2 {
+		t.Fatalf("ListKeys = %v, %v", keys, err)
+	}
+	for _, k := range keys {
+		if strings.Contains(k.Prefix, k1[12:]) || len(k.Prefix) != 12 {
+			t.Errorf("listing shows more than the prefix: %q", k.Prefix)
+		}
+	}
+	// Revoke by prefix.
+	r, err := s.RevokeKey(ctx, k2[:12])
+	if err != nil || !r.Revoked || r.Prefix != k2[:12] {
+		t.Fatalf("RevokeKey(prefix) = %+v, %v", r, err)
+	}
+	if _, err := s.Authenticate(ctx, k2); apperr.CodeOf(err) != apperr.Unauthenticated || !strings.Contains(apperr.MessageOf(err), "revoked") {
+		t.Errorf("revoked key: %v", err)
+	}
+	if _, err := s.Authenticate(ctx, k1); err != nil {
+		t.Errorf("other key stopped working: %v", err)
+	}
+	if _, err := s.RevokeKey(ctx, k2); err != nil {
+		t.Errorf("revoking twice: %v", err)
+	}
+	// Two keys sharing a visible prefix: the prefix is ambiguous.
+	for _, k := range []string{"esk_samepref_AAAAAAAAAAAAAAAA", "esk_samepref_BBBBBBBBBBBBBBBB"} {
+		if _, err := s.AddKey(ctx, a.ID, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.RevokeKey(ctx, "esk_samepref"); apperr.CodeOf(err) != apperr.Invalid || !strings.Contains(apperr.MessageOf(err), "matches 2 keys") {
+		t.Errorf("ambiguous prefix: %v", err)
+	}
+	for in, want := range map[string]apperr.Code{
+		"esk_":            apperr.Invalid,
+		"esk_zzzzzzzz":    apperr.NotFound,
+		k1 + "x":          apperr.NotFound,
+		"esk_" + k1[4:10]: apperr.Invalid,
+	} {
+		if _, err := s.RevokeKey(ctx, in); apperr.CodeOf(err) != want {
+			t.Errorf("RevokeKey(%q) = %v; want %s", in, err, want)
+		}
 	}
 }

@@ -151,6 +151,17 @@ func (c *Catalog) ByTier(t Tier) (Model, bool) {
 	return Model{}, false
 }
 
+// ParseTier reads a tier name ("standard", "pro") or a model id.
+func (c *Catalog) ParseTier(s string) (Tier, bool) {
+	if t := Tier(s); t == Standard || t == Pro {
+		return t, true
+	}
+	if m, ok := c.Lookup(s); ok {
+		return m.Tier, true
+	}
+	return "", false
+}
+
 // IDs returns the public model ids joined for messages.
 func (c *Catalog) IDs() string {
 	ids := make([]string, len(c.models))

@@ -21,6 +21,7 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/pricing"
 )
 
 // Common is what every Easel process reads.
@@ -58,9 +59,24 @@ type Gateway struct {
 	SigningSecret   string        `env:"EASEL_SIGNING_SECRET"`
 	ShutdownTimeout time.Duration `env:"EASEL_SHUTDOWN_TIMEOUT" envDefault:"15s"`
 	// DevAPIKey, when set, is made to work at start: an account named "dev"
-	// gets it unless it already belongs to one. For local stacks (make run,
-	// docker compose); leave it unset in production.
-	DevAPIKey string `env:"EASEL_DEV_API_KEY"`
+	// (with DevCredits) gets it unless it already belongs to one. For local
+	// stacks (make run, docker compose); leave it unset in production.
+	DevAPIKey  string `env:"EASEL_DEV_API_KEY"`
+	DevCredits int64  `env:"EASEL_DEV_CREDITS" envDefault:"1000000"`
+	// AdminToken enables the admin API under /admin/v1 and guards it; unset,
+	// the admin routes do not exist.
+	AdminToken string `env:"EASEL_ADMIN_TOKEN"`
+	// Prices is the price table (package pricing).
+	Prices string `env:"EASEL_PRICES" envDefault:"standard=4,pro:1K=18,pro:2K=18,pro:4K=24"` // = pricing.Default
+	// Default per-key rate limits (requests per second) and per-account
+	// limit of unfinished tasks; accounts may override each.
+	RateLimit      int `env:"EASEL_RATE_LIMIT" envDefault:"10"`
+	QueryRateLimit int `env:"EASEL_QUERY_RATE_LIMIT" envDefault:"50"`
+	MaxInflight    int `env:"EASEL_MAX_INFLIGHT" envDefault:"20"`
+	// AuthCacheTTL bounds how long a gateway trusts what it read of a key
+	// and its account: a revoked key or disabled account stops working
+	// within it. At most 5s.
+	AuthCacheTTL time.Duration `env:"EASEL_AUTH_CACHE_TTL" envDefault:"2s"`
 }
 
 // Worker is a worker's configuration.
@@ -212,6 +228,26 @@ func (c *Gateway) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("EASEL_SHUTDOWN_TIMEOUT: want a positive duration"))
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < MinSecretLen {
+		errs = append(errs, fmt.Errorf("EASEL_ADMIN_TOKEN is %d bytes: want at least %d", len(c.AdminToken), MinSecretLen))
+	}
+	if _, err := pricing.Parse(c.Prices); err != nil {
+		errs = append(errs, fmt.Errorf("EASEL_PRICES: %w", err))
+	}
+	for _, l := range []struct {
+		name string
+		v    int
+	}{{"EASEL_RATE_LIMIT", c.RateLimit}, {"EASEL_QUERY_RATE_LIMIT", c.QueryRateLimit}, {"EASEL_MAX_INFLIGHT", c.MaxInflight}} {
+		if l.v < 1 || l.v > 1_000_000 {
+			errs = append(errs, fmt.Errorf("%s %d: want 1 to 1000000", l.name, l.v))
+		}
+	}
+	if c.AuthCacheTTL < 0 || c.AuthCacheTTL > 5*time.Second {
+		errs = append(errs, fmt.Errorf("EASEL_AUTH_CACHE_TTL %s: want 0 to 5s (revocations must take effect within 5s)", c.AuthCacheTTL))
+	}
+	if c.DevCredits < 0 {
+		errs = append(errs, errors.New("EASEL_DEV_CREDITS: want 0 or more"))
 	}
 	return errors.Join(errs...)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/pricing"
 )
 
 func environ(kv ...string) map[string]string {
@@ -28,6 +29,19 @@ func TestGatewayDefaults(t *testing.T) {
 	if c.HTTPAddr != ":8080" || c.PublicURL != "http://localhost:8080" || c.ModelFamily != "lumen" ||
 		c.TaskDeadline != 10*time.Minute || c.BlobDir != DefaultBlobDir() || c.FetchAllowPrivate {
 		t.Errorf("defaults: %+v", c)
+	}
+}
+
+func TestDefaultPricesArePricingDefault(t *testing.T) {
+	c, err := LoadGateway(environ())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Prices != pricing.Default {
+		t.Errorf("EASEL_PRICES default %q differs from pricing.Default %q", c.Prices, pricing.Default)
+	}
+	if c.RateLimit != 10 || c.QueryRateLimit != 50 || c.MaxInflight != 20 || c.AuthCacheTTL != 2*time.Second || c.AdminToken != "" {
+		t.Errorf("defaults %+v", c)
 	}
 }
 
@@ -63,6 +77,12 @@ func TestGatewayErrors(t *testing.T) {
 		{"tiny deadline", environ("EASEL_TASK_DEADLINE", "1ms"), "EASEL_TASK_DEADLINE"},
 		{"bad log format", environ("EASEL_LOG_FORMAT", "xml"), "EASEL_LOG_FORMAT"},
 		{"bad log level", environ("EASEL_LOG_LEVEL", "loud"), "EASEL_LOG_LEVEL"},
+		{"short admin token", environ("EASEL_ADMIN_TOKEN", "letmein"), "EASEL_ADMIN_TOKEN"},
+		{"bad prices", environ("EASEL_PRICES", "standard=4"), "EASEL_PRICES: prices missing for pro:1K"},
+		{"zero rate limit", environ("EASEL_RATE_LIMIT", "0"), "EASEL_RATE_LIMIT"},
+		{"slow revocation", environ("EASEL_AUTH_CACHE_TTL", "10s"), "within 5s"},
+		{"no auth cache", environ("EASEL_AUTH_CACHE_TTL", "0s"), ""},
+		{"negative dev credits", environ("EASEL_DEV_CREDITS", "-1"), "EASEL_DEV_CREDITS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 )
 
 // Open parses a redis:// or rediss:// URL, connects and pings. The caller
@@ -30,3 +31,14 @@ func Open(ctx context.Context, rawURL string) (*redis.Client, error) {
 	}
 	return rdb, nil
 }
+
+// LogTo sends go-redis's own messages (pool dial failures and the like),
+// which it otherwise prints to stderr, to l at warn level. go-redis keeps
+// one process-wide logger, so a main function calls this once.
+func LogTo(l *zap.Logger) {
+	redis.SetLogger(zapPrintf{l.Sugar().With("component", "go-redis")})
+}
+
+type zapPrintf struct{ s *zap.SugaredLogger }
+
+func (z zapPrintf) Printf(_ context.Context, format string, v ...any) { z.s.Warnf(format, v...) }

@@ -65,6 +65,11 @@ type Task struct {
 	CompleteTime time.Time
 	Results      []Result
 	Failure      *Failure
+	// Price is what the task cost, in credits, debited at creation and
+	// refunded if the task fails.
+	Price int64
+	// Refunded is true once a failed task's price has been returned.
+	Refunded bool
 }
 
 // ResultsExpire returns when the task's result URLs stop working.

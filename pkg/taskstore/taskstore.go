@@ -1,16 +1,28 @@
-// Package taskstore keeps task records in Redis hashes with a 24-hour TTL.
+// Package taskstore keeps task records in Redis hashes with a 24-hour TTL,
+// together with what they cost.
 //
 // State changes run as Lua scripts, so each is atomic and the rules hold
-// whatever the number of gateways and workers: a task moves pending →
-// processing → completed | failed; a final state never changes; progress never
-// goes back and reaches 100 only on completion; a record that has expired or
-// been removed is never brought back by a late worker.
+// whatever the number of gateways and workers:
+//
+//   - creating a task checks the account (active, model allowed, tasks in
+//     flight, balance), debits its price, writes the record and a ledger
+//     entry, all at once: the balance never goes below zero and a task is
+//     never charged twice;
+//   - a task moves pending → processing → completed | failed, and a final
+//     state never changes;
+//   - a task that fails is refunded exactly once (the refund is part of the
+//     one transition to failed); a completed task never is;
+//   - progress never goes back and reaches 100 only on completion;
+//   - a record that has expired or been removed is never brought back by a
+//     late worker.
+//
+// Every key a script touches carries the account's hash tag (package
+// keyspace), so the scripts run unchanged on Redis Cluster.
 package taskstore
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -34,6 +46,8 @@ const (
 	fResults  = "results"
 	fErrCode  = "ecode"
 	fErrMsg   = "emsg"
+	fPrice    = "price"
+	fRefunded = "refunded"
 )
 
 // Store reads and writes task records.
@@ -47,9 +61,6 @@ type Store struct {
 func New(rdb redis.UniversalClient) *Store {
 	return &Store{rdb: rdb, ttl: task.ResultTTL, now: time.Now}
 }
-
-// ErrExists is returned by Create for a task id already in use.
-var ErrExists = errors.New("taskstore: task already exists")
 
 // Outcome of a state change.
 type Outcome int
@@ -76,30 +87,101 @@ func (o Outcome) String() string {
 	return "outcome(" + strconv.Itoa(int(o)) + ")"
 }
 
+// keys are the keys of a task's scripts, all in the account's slot.
+func keys(accountID, taskID string) []string {
+	return []string{
+		keyspace.Task(accountID, taskID),
+		keyspace.Account(accountID),
+		keyspace.Inflight(accountID),
+		keyspace.Ledger(accountID),
+	}
+}
+
+// Charge is what creating a task costs and the limits it must fit.
+type Charge struct {
+	// Price in credits, debited from the account.
+	Price int64
+	// Tier of the model, checked against the account's allowed models.
+	Tier string
+	// MaxInflight applies when the account sets no limit of its own; 0
+	// means no limit.
+	MaxInflight int
+	// CountUntil is when the task stops counting as in flight even if no
+	// worker ever finishes it (its deadline, with a margin).
+	CountUntil time.Time
+}
+
+// KEYS: task, account, inflight, ledger.
+// ARGV: now, ttl, price, default max in flight, count-until, tier, task id,
+// then the record's fields and values.
+// Returns {code, n}: 1 created (n = balance), -1 no account, -2 disabled,
+// -3 model not allowed, -4 task exists, -5 too many in flight (n = limit),
+// -6 insufficient credits (n = balance).
 var createScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-return 1
+local a = redis.call('HMGET', KEYS[2], 'status', 'credits', 'models', 'inflight_max')
+if not a[1] then return {-1, 0} end
+if a[1] ~= 'active' then return {-2, 0} end
+if a[3] and a[3] ~= '' then
+  local allowed = false
+  for m in string.gmatch(a[3], '[^,]+') do
+    if m == ARGV[6] then allowed = true end
+  end
+  if not allowed then return {-3, 0} end
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {-4, 0} end
+local limit = tonumber(a[4] or '0') or 0
+if limit == 0 then limit = tonumber(ARGV[4]) end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[1])
+if limit > 0 and redis.call('ZCARD', KEYS[3]) >= limit then return {-5, limit} end
+local bal = tonumber(a[2] or '0') or 0
+local price = tonumber(ARGV[3])
+if bal < price then return {-6, bal} end
+if price > 0 then
+  bal = redis.call('HINCRBY', KEYS[2], 'credits', -price)
+  redis.call('XADD', KEYS[4], '*', 'kind', 'debit', 'amount', -price, 'balance', bal, 'task', ARGV[7])
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 8))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('ZADD', KEYS[3], ARGV[5], ARGV[7])
+return {1, bal}
 `)
 
-// Create writes a new pending task record with a 24-hour TTL.
-func (s *Store) Create(ctx context.Context, t *task.Task) error {
-	ok, err := createScript.Run(ctx, s.rdb, []string{keyspace.Task(t.AccountID, t.ID)},
-		s.ttl.Milliseconds(),
+// Create writes a new pending task record (24-hour TTL), debiting its price
+// from the account, in one step. It returns the balance left. Refusals are
+// apperr errors with messages for the client: PaymentRequired (price and
+// balance), PermissionDenied (disabled account, model not allowed),
+// RateLimited (too many tasks in flight).
+func (s *Store) Create(ctx context.Context, t *task.Task, c Charge) (int64, error) {
+	now := s.now()
+	res, err := createScript.Run(ctx, s.rdb, keys(t.AccountID, t.ID),
+		now.UnixMilli(), s.ttl.Milliseconds(), c.Price, c.MaxInflight, c.CountUntil.UnixMilli(), c.Tier, t.ID,
 		fType, t.Type,
 		fModel, t.Model,
 		fStatus, string(task.Pending),
 		fProgress, 0,
 		fCreated, t.CreateTime.UnixMilli(),
-	).Int()
+		fPrice, c.Price,
+	).Int64Slice()
 	if err != nil {
-		return fmt.Errorf("taskstore: create %s: %w", t.ID, err)
+		return 0, fmt.Errorf("taskstore: create %s: %w", t.ID, err)
 	}
-	if ok == 0 {
-		return ErrExists
+	switch res[0] {
+	case 1:
+		return res[1], nil
+	case -1:
+		return 0, apperr.New(apperr.Unauthenticated, "invalid API key")
+	case -2:
+		return 0, apperr.New(apperr.PermissionDenied, "this account is disabled")
+	case -3:
+		return 0, apperr.Errorf(apperr.PermissionDenied, "this account may not use model %s", t.Model)
+	case -4:
+		return 0, fmt.Errorf("taskstore: task %s already exists", t.ID)
+	case -5:
+		return 0, apperr.Errorf(apperr.RateLimited, "too many tasks in flight: this account may have %d tasks pending or processing at once; wait for some to finish", res[1])
+	case -6:
+		return res[1], apperr.Errorf(apperr.PaymentRequired, "insufficient credits: this task costs %d credits and the balance is %d", c.Price, res[1])
 	}
-	return nil
+	return 0, fmt.Errorf("taskstore: create %s: unexpected reply %v", t.ID, res)
 }
 
 // Get returns a task of an account. A task that does not exist, has expired or
@@ -110,13 +192,9 @@ func (s *Store) Get(ctx context.Context, accountID, taskID string) (*task.Task, 
 		return nil, fmt.Errorf("taskstore: get %s: %w", taskID, err)
 	}
 	if len(m) == 0 {
-		return nil, notFound(taskID)
+		return nil, apperr.Errorf(apperr.NotFound, "task %s not found", taskID)
 	}
 	return decode(accountID, taskID, m)
-}
-
-func notFound(taskID string) error {
-	return apperr.Errorf(apperr.NotFound, "task %s not found", taskID)
 }
 
 func decode(accountID, taskID string, m map[string]string) (*task.Task, error) {
@@ -127,6 +205,7 @@ func decode(accountID, taskID string, m map[string]string) (*task.Task, error) {
 		Model:     m[fModel],
 		Status:    task.Status(m[fStatus]),
 		Results:   []task.Result{},
+		Refunded:  m[fRefunded] == "1",
 	}
 	var err error
 	if t.Progress, err = strconv.Atoi(m[fProgress]); err != nil {
@@ -143,6 +222,11 @@ func decode(accountID, taskID string, m map[string]string) (*task.Task, error) {
 			return nil, fmt.Errorf("taskstore: %s: bad etime %q", taskID, v)
 		}
 		t.CompleteTime = time.UnixMilli(ms)
+	}
+	if v := m[fPrice]; v != "" {
+		if t.Price, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return nil, fmt.Errorf("taskstore: %s: bad price %q", taskID, v)
+		}
 	}
 	if v := m[fResults]; v != "" {
 		if err := json.Unmarshal([]byte(v), &t.Results); err != nil {
@@ -191,12 +275,14 @@ func (s *Store) SetProgress(ctx context.Context, accountID, taskID string, pct i
 	return nil
 }
 
+// ARGV: ttl, now, results, task id.
 var completeScript = redis.NewScript(`
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return 2 end
 if st == 'completed' or st == 'failed' then return 1 end
 redis.call('HSET', KEYS[1], 'status', 'completed', 'progress', 100, 'etime', ARGV[2], 'results', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[4])
 return 0
 `)
 
@@ -211,42 +297,63 @@ func (s *Store) Complete(ctx context.Context, accountID, taskID string, results 
 		return 0, time.Time{}, err
 	}
 	now := s.now()
-	o, err := s.run(ctx, completeScript, accountID, taskID, s.ttl.Milliseconds(), now.UnixMilli(), enc)
+	o, err := s.run(ctx, completeScript, accountID, taskID, s.ttl.Milliseconds(), now.UnixMilli(), enc, taskID)
 	return o, now, err
 }
 
-var failScript = redis.NewScript(`
+// refund is shared by the fail and abort scripts: it returns a task's price
+// to its account once, writing the ledger. ARGV[5] is the task id, ARGV[6]
+// the ledger note.
+const refund = `
+local function refund()
+  local v = redis.call('HMGET', KEYS[1], 'price', 'refunded')
+  local price = tonumber(v[1] or '0') or 0
+  if price <= 0 or v[2] == '1' or redis.call('EXISTS', KEYS[2]) == 0 then return end
+  local bal = redis.call('HINCRBY', KEYS[2], 'credits', price)
+  redis.call('HSET', KEYS[1], 'refunded', 1)
+  redis.call('XADD', KEYS[4], '*', 'kind', 'refund', 'amount', price, 'balance', bal, 'task', ARGV[5], 'note', ARGV[6])
+end
+`
+
+// ARGV: ttl, now, code, message, task id, note.
+var failScript = redis.NewScript(refund + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return 2 end
 if st == 'completed' or st == 'failed' then return 1 end
 redis.call('HSET', KEYS[1], 'status', 'failed', 'etime', ARGV[2], 'ecode', ARGV[3], 'emsg', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[5])
+refund()
 return 0
 `)
 
-// Fail marks a task failed with a code and a user-facing message and restarts
-// the record's 24-hour TTL.
+// Fail marks a task failed with a code and a user-facing message, refunds
+// its price (once: only the transition to failed refunds) and restarts the
+// record's 24-hour TTL.
 func (s *Store) Fail(ctx context.Context, accountID, taskID string, f task.Failure) (Outcome, error) {
-	return s.run(ctx, failScript, accountID, taskID, s.ttl.Milliseconds(), s.now().UnixMilli(), f.Code, f.Message)
+	return s.run(ctx, failScript, accountID, taskID, s.ttl.Milliseconds(), s.now().UnixMilli(), f.Code, f.Message, taskID, f.Code)
 }
 
-var deleteScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return 0 end
-return redis.call('DEL', KEYS[1])
+// ARGV: -, -, -, -, task id, note.
+var abortScript = redis.NewScript(refund + `
+if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return 1 end
+refund()
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[3], ARGV[5])
+return 0
 `)
 
-// DeletePending removes a task that is still pending: the gateway's undo when
-// it could not enqueue the task. It reports whether a record was removed.
-func (s *Store) DeletePending(ctx context.Context, accountID, taskID string) (bool, error) {
-	n, err := deleteScript.Run(ctx, s.rdb, []string{keyspace.Task(accountID, taskID)}).Int()
-	if err != nil {
-		return false, fmt.Errorf("taskstore: delete %s: %w", taskID, err)
-	}
-	return n == 1, nil
+// Abort undoes the creation of a task that is still pending: the gateway's
+// undo when it could not enqueue the task. The price is refunded (the ledger
+// keeps the debit and the refund) and the record removed. It reports whether
+// the task was aborted.
+func (s *Store) Abort(ctx context.Context, accountID, taskID string) (bool, error) {
+	o, err := s.run(ctx, abortScript, accountID, taskID, 0, 0, 0, 0, taskID, "enqueue_failed")
+	return o == Applied, err
 }
 
 func (s *Store) run(ctx context.Context, script *redis.Script, accountID, taskID string, args ...any) (Outcome, error) {
-	n, err := script.Run(ctx, s.rdb, []string{keyspace.Task(accountID, taskID)}, args...).Int()
+	n, err := script.Run(ctx, s.rdb, keys(accountID, taskID), args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("taskstore: %s: %w", taskID, err)
 	}

@@ -2,10 +2,11 @@ package taskstore
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/keyspace"
@@ -13,45 +14,68 @@ import (
 	"github.com/easelhq/easel/pkg/task"
 )
 
+// newStore returns a store on a private Redis with accounts "a" and
+// "acct_a" holding plenty of credits.
 func newStore(t *testing.T) (*Store, *redistest.Server) {
 	t.Helper()
 	srv := redistest.Start(t)
-	return New(srv.Client(t)), srv
+	rdb := srv.Client(t)
+	for _, id := range []string{"a", "acct_a", "acct_b"} {
+		seedAccount(t, rdb, id, 1_000_000, "")
+	}
+	return New(rdb), srv
 }
+
+// seedAccount writes an account record as the account package does.
+func seedAccount(t *testing.T, rdb *redis.Client, id string, credits int64, models string) {
+	t.Helper()
+	if err := rdb.HSet(context.Background(), keyspace.Account(id), "name", id, "status", "active", "credits", credits, "models", models).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var std = Charge{Price: 4, Tier: "standard", MaxInflight: 1000, CountUntil: time.Now().Add(time.Hour)}
 
 func pending(acct, id string) *task.Task {
 	return &task.Task{ID: id, AccountID: acct, Type: task.Type, Model: "lumen-2.5-flash-image", CreateTime: time.UnixMilli(1_700_000_000_123)}
 }
 
+func create(t *testing.T, s *Store, acct, id string) {
+	t.Helper()
+	if _, err := s.Create(context.Background(), pending(acct, id), std); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestCreateAndGet(t *testing.T) {
 	s, srv := newStore(t)
 	ctx := context.Background()
-	if err := s.Create(ctx, pending("acct_a", "task_lumen_1")); err != nil {
-		t.Fatal(err)
+	bal, err := s.Create(ctx, pending("acct_a", "task_lumen_1"), std)
+	if err != nil || bal != 1_000_000-4 {
+		t.Fatalf("Create = %d, %v", bal, err)
 	}
 	got, err := s.Get(ctx, "acct_a", "task_lumen_1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Status != task.Pending || got.Progress != 0 || got.Model != "lumen-2.5-flash-image" || got.Type != "image" ||
-		got.CreateTime.UnixMilli() != 1_700_000_000_123 || !got.CompleteTime.IsZero() || len(got.Results) != 0 || got.Results == nil || got.Failure != nil {
+		got.CreateTime.UnixMilli() != 1_700_000_000_123 || !got.CompleteTime.IsZero() || len(got.Results) != 0 || got.Results == nil || got.Failure != nil ||
+		got.Price != 4 || got.Refunded {
 		t.Errorf("got %+v", got)
 	}
 	ttl := srv.Client(t).PTTL(ctx, keyspace.Task("acct_a", "task_lumen_1")).Val()
 	if ttl <= 23*time.Hour || ttl > 24*time.Hour {
 		t.Errorf("TTL %v; want 24h", ttl)
 	}
-	if err := s.Create(ctx, pending("acct_a", "task_lumen_1")); !errors.Is(err, ErrExists) {
-		t.Errorf("second Create = %v; want ErrExists", err)
+	if _, err := s.Create(ctx, pending("acct_a", "task_lumen_1"), std); err == nil {
+		t.Error("second Create of one id succeeded")
 	}
 }
 
 func TestGetIsScopedToTheAccount(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
-	if err := s.Create(ctx, pending("acct_a", "task_lumen_1")); err != nil {
-		t.Fatal(err)
-	}
+	create(t, s, "acct_a", "task_lumen_1")
 	for _, tc := range []struct{ acct, id string }{{"acct_b", "task_lumen_1"}, {"acct_a", "task_lumen_2"}} {
 		_, err := s.Get(ctx, tc.acct, tc.id)
 		if apperr.CodeOf(err) != apperr.NotFound {
@@ -106,7 +130,7 @@ func TestLifecycle(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, srv := newStore(t)
-			must(t, s.Create(ctx, pending("a", "t")))
+			create(t, s, "a", "t")
 			// Shorten the TTL to see that a final state restarts it.
 			srv.Client(t).PExpire(ctx, keyspace.Task("a", "t"), time.Hour)
 			tt.run(t, s)
@@ -166,7 +190,7 @@ func mustOutcome(t *testing.T, want Outcome) func(Outcome, error) {
 
 func TestResultsRoundTrip(t *testing.T) {
 	s, _ := newStore(t)
-	must(t, s.Create(ctx, pending("a", "t")))
+	create(t, s, "a", "t")
 	mustOutcome(t, Applied)(s.Start(ctx, "a", "t"))
 	want := []task.Result{
 		{Key: "2026112214/t-0-0123456789abcdef.png", ContentType: "image/png", Size: 1234, Width: 1024, Height: 768},
@@ -183,7 +207,7 @@ func TestResultsRoundTrip(t *testing.T) {
 
 func TestProgressNeverGoesBack(t *testing.T) {
 	s, _ := newStore(t)
-	must(t, s.Create(ctx, pending("a", "t")))
+	create(t, s, "a", "t")
 	// Not processing yet: progress is ignored.
 	must(t, s.SetProgress(ctx, "a", "t", 30))
 	if got, _ := s.Get(ctx, "a", "t"); got.Progress != 0 {
@@ -203,7 +227,7 @@ func TestProgressNeverGoesBack(t *testing.T) {
 
 func TestConcurrentProgressIsMonotonic(t *testing.T) {
 	s, _ := newStore(t)
-	must(t, s.Create(ctx, pending("a", "t")))
+	create(t, s, "a", "t")
 	mustOutcome(t, Applied)(s.Start(ctx, "a", "t"))
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
@@ -242,20 +266,20 @@ func TestMissingRecordIsNeverRecreated(t *testing.T) {
 	}
 }
 
-func TestDeletePending(t *testing.T) {
+func TestAbort(t *testing.T) {
 	s, _ := newStore(t)
-	must(t, s.Create(ctx, pending("a", "p")))
-	must(t, s.Create(ctx, pending("a", "q")))
+	create(t, s, "a", "p")
+	create(t, s, "a", "q")
 	mustOutcome(t, Applied)(s.Start(ctx, "a", "q"))
 
-	if ok, err := s.DeletePending(ctx, "a", "p"); err != nil || !ok {
-		t.Errorf("DeletePending(pending) = %v, %v; want true", ok, err)
+	if ok, err := s.Abort(ctx, "a", "p"); err != nil || !ok {
+		t.Errorf("Abort(pending) = %v, %v; want true", ok, err)
 	}
 	if _, err := s.Get(ctx, "a", "p"); apperr.CodeOf(err) != apperr.NotFound {
 		t.Errorf("pending task still there: %v", err)
 	}
-	if ok, err := s.DeletePending(ctx, "a", "q"); err != nil || ok {
-		t.Errorf("DeletePending(processing) = %v, %v; want false", ok, err)
+	if ok, err := s.Abort(ctx, "a", "q"); err != nil || ok {
+		t.Errorf("Abort(processing) = %v, %v; want false", ok, err)
 	}
 	if _, err := s.Get(ctx, "a", "q"); err != nil {
 		t.Errorf("processing task removed: %v", err)

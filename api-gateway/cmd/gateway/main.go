@@ -12,6 +12,7 @@ import (
 	gateway "github.com/easelhq/easel/api-gateway"
 	"github.com/easelhq/easel/pkg/config"
 	"github.com/easelhq/easel/pkg/logging"
+	"github.com/easelhq/easel/pkg/redisconn"
 )
 
 func main() {
@@ -33,5 +34,6 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	redisconn.LogTo(log)
 	return gateway.Run(ctx, cfg, log, nil)
 }

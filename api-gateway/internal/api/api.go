@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,9 +17,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/api-gateway/internal/createreq"
+	"github.com/easelhq/easel/api-gateway/internal/ratelimit"
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/blob"
+	"github.com/easelhq/easel/pkg/keyspace"
 	"github.com/easelhq/easel/pkg/logging"
 	"github.com/easelhq/easel/pkg/task"
 )
@@ -45,17 +48,32 @@ type Blobs interface {
 	Open(ctx context.Context, key string) (blob.Object, blob.Info, error)
 }
 
+// Limiter limits request rates.
+type Limiter interface {
+	Allow(ctx context.Context, bucket string, perSecond int) (ratelimit.Result, error)
+}
+
+// Limits are the default per-key rate limits, in requests per second; an
+// account may set its own.
+type Limits struct {
+	Create, Query int
+}
+
 // Deps is what the API needs.
 type Deps struct {
 	Log     *zap.Logger
 	Tasks   Tasks
 	Auth    Authenticator
+	Limiter Limiter
+	Limits  Limits
 	Decoder *createreq.Decoder
 	Signer  Signer
 	Blobs   Blobs
 	// Ready reports whether the gateway can serve (Redis reachable).
 	Ready func(ctx context.Context) error
 	Now   func() time.Time
+	// Admin, when not nil, adds the admin API under /admin/v1.
+	Admin *AdminDeps
 }
 
 // Paths.
@@ -66,7 +84,60 @@ const (
 	FilesPrefix = "/v1/files/"
 )
 
-const ctxAccount = "easel.account"
+const (
+	ctxAccount = "easel.account"
+	ctxKeyHash = "easel.keyhash"
+)
+
+// Rate-limit classes: creates and queries are limited separately.
+const (
+	classCreate = "create"
+	classQuery  = "query"
+)
+
+// limit applies the key's rate limit for a class of request and reports it
+// in X-RateLimit-* headers; over the limit, 429 with Retry-After. If the
+// limiter itself fails the request goes through (and is logged): rate
+// limiting must not take the API down with it.
+func (h *handlers) limit(class string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			acct := accountOf(c)
+			perSecond := h.Limits.Create
+			if class == classQuery {
+				perSecond = h.Limits.Query
+				if acct.QueryRateLimit > 0 {
+					perSecond = acct.QueryRateLimit
+				}
+			} else if acct.RateLimit > 0 {
+				perSecond = acct.RateLimit
+			}
+			ctx := c.Request().Context()
+			res, err := h.Limiter.Allow(ctx, keyspace.RateLimit(class, c.Get(ctxKeyHash).(string)), perSecond)
+			if err != nil {
+				logging.From(ctx).Warn("rate limiter unavailable; letting the request through", zap.Error(err))
+				return next(c)
+			}
+			hdr := c.Response().Header()
+			hdr.Set("X-RateLimit-Limit", strconv.Itoa(res.Limit))
+			hdr.Set("X-RateLimit-Remaining", strconv.Itoa(res.Remaining))
+			hdr.Set("X-RateLimit-Reset", strconv.Itoa(ceilSeconds(res.ResetAfter)))
+			if !res.Allowed {
+				hdr.Set("Retry-After", strconv.Itoa(max(ceilSeconds(res.RetryAfter), 1)))
+				what := "task creations"
+				if class == classQuery {
+					what = "queries"
+				}
+				return apperr.Errorf(apperr.RateLimited, "rate limit exceeded: at most %d %s per second per API key; retry after %s", res.Limit, what, res.RetryAfter.Round(time.Millisecond))
+			}
+			return next(c)
+		}
+	}
+}
+
+func ceilSeconds(d time.Duration) int {
+	return int((d + time.Second - 1) / time.Second)
+}
 
 // New returns the gateway's HTTP handler.
 func New(d Deps) *echo.Echo {
@@ -104,10 +175,13 @@ func New(d Deps) *echo.Echo {
 	e.GET("/readyz", h.readyz)
 
 	v1 := e.Group("/v1")
-	v1.POST("/task/create", h.create, h.authenticate)
-	v1.GET("/task/query", h.query, h.authenticate)
+	v1.POST("/task/create", h.create, h.authenticate, h.limit(classCreate))
+	v1.GET("/task/query", h.query, h.authenticate, h.limit(classQuery))
 	v1.GET("/files/*", h.download)
 	v1.HEAD("/files/*", h.download)
+	if d.Admin != nil {
+		registerAdmin(e.Group("/admin/v1"), d.Admin)
+	}
 	return e
 }
 
@@ -157,6 +231,7 @@ func (h *handlers) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
+		c.Set(ctxKeyHash, account.HashKey(key))
 		r := c.Request()
 		ctx := logging.WithLogger(r.Context(), logging.From(r.Context()).With(zap.String("account_id", acct.ID)))
 		c.SetRequest(r.WithContext(ctx))

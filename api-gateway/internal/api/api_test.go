@@ -20,12 +20,14 @@ import (
 
 	"github.com/easelhq/easel/api-gateway/internal/api"
 	"github.com/easelhq/easel/api-gateway/internal/createreq"
+	"github.com/easelhq/easel/api-gateway/internal/ratelimit"
 	"github.com/easelhq/easel/api-gateway/internal/tasks"
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/keyspace"
+	"github.com/easelhq/easel/pkg/pricing"
 	"github.com/easelhq/easel/pkg/redistest"
 	"github.com/easelhq/easel/pkg/signedurl"
 	"github.com/easelhq/easel/pkg/task"
@@ -35,8 +37,9 @@ import (
 )
 
 const (
-	std = "lumen-2.5-flash-image"
-	pro = "lumen-3-pro-image-preview"
+	std        = "lumen-2.5-flash-image"
+	pro        = "lumen-3-pro-image-preview"
+	adminToken = "admin-token-0123456789abcdef0123456789"
 )
 
 // env is a gateway handler on a private Redis, with two accounts.
@@ -68,12 +71,12 @@ func newEnv(t *testing.T, queue tasks.Queue) *env {
 	e := &env{t: t, rdb: rdb, store: taskstore.New(rdb), accounts: account.NewStore(rdb), now: time.Now()}
 	ctx := context.Background()
 	mk := func(name string, disabled bool) (string, string) {
-		a, err := e.accounts.CreateAccount(ctx, name)
+		a, err := e.accounts.CreateAccount(ctx, account.New{Name: name, Credits: 10_000})
 		if err != nil {
 			t.Fatal(err)
 		}
-		k, _ := account.NewKey()
-		if err := e.accounts.AddKey(ctx, a.ID, k); err != nil {
+		k, _, err := e.accounts.CreateKey(ctx, a.ID)
+		if err != nil {
 			t.Fatal(err)
 		}
 		if disabled {
@@ -100,10 +103,14 @@ func newEnv(t *testing.T, queue tasks.Queue) *env {
 	e.srv.Start()
 	t.Cleanup(e.srv.Close)
 	e.signer = signedurl.New([]byte("0123456789abcdef0123456789abcdef"), e.srv.URL)
+	prices, _ := pricing.Parse(pricing.Default)
 	e.srv.Config.Handler = api.New(api.Deps{
 		Log:     zap.NewNop(),
-		Tasks:   tasks.NewService(e.store, queue, taskid.New("lumen"), 10*time.Minute),
+		Tasks:   tasks.NewService(e.store, queue, taskid.New("lumen"), prices, tasks.Config{Deadline: 10 * time.Minute, MaxInflight: 100}),
 		Auth:    e.accounts,
+		Limiter: ratelimit.New(rdb),
+		Limits:  api.Limits{Create: 1000, Query: 1000},
+		Admin:   &api.AdminDeps{Token: adminToken, Accounts: e.accounts, Catalog: cat},
 		Decoder: &createreq.Decoder{Catalog: cat},
 		Signer:  e.signer,
 		Blobs:   e.blobs,
@@ -367,6 +374,14 @@ func TestEnqueueFailureLeavesNoOrphan(t *testing.T) {
 	}
 	if keys := e.rdb.Keys(context.Background(), keyspace.Task(e.acctA, "*")).Val(); len(keys) != 0 {
 		t.Errorf("orphan task records left: %v", keys)
+	}
+	// The price was debited and refunded.
+	if a, _ := e.accounts.Get(context.Background(), e.acctA); a.Credits != 10_000 {
+		t.Errorf("balance %d after an enqueue failure; want 10000", a.Credits)
+	}
+	entries, _ := e.accounts.Ledger(context.Background(), e.acctA, 10)
+	if len(entries) != 3 || entries[0].Kind != account.KindRefund || entries[1].Kind != account.KindDebit || entries[0].TaskID != entries[1].TaskID || entries[0].Note != "enqueue_failed" {
+		t.Errorf("ledger %+v; want a debit then a refund of one task", entries)
 	}
 }
 

@@ -10,17 +10,24 @@ import (
 
 	"github.com/easelhq/easel/api-gateway/internal/createreq"
 	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/logging"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/taskstore"
 	jobv1 "github.com/easelhq/easel/proto/easel/job/v1"
 )
 
-// Store keeps task records.
+// Store keeps task records and charges for them.
 type Store interface {
-	Create(ctx context.Context, t *task.Task) error
+	Create(ctx context.Context, t *task.Task, c taskstore.Charge) (int64, error)
 	Get(ctx context.Context, accountID, taskID string) (*task.Task, error)
-	DeletePending(ctx context.Context, accountID, taskID string) (bool, error)
+	Abort(ctx context.Context, accountID, taskID string) (bool, error)
+}
+
+// Prices prices tasks.
+type Prices interface {
+	Price(tier catalog.Tier, size string) int64
 }
 
 // Queue takes jobs.
@@ -33,24 +40,34 @@ type IDs interface {
 	New() (string, error)
 }
 
+// Config is the service's settings.
+type Config struct {
+	// Deadline bounds each task from its creation.
+	Deadline time.Duration
+	// MaxInflight is the default limit of an account's unfinished tasks
+	// (0: none); an account may set its own.
+	MaxInflight int
+}
+
 // Service creates and reads tasks.
 type Service struct {
-	store    Store
-	queue    Queue
-	ids      IDs
-	deadline time.Duration
-	now      func() time.Time
+	store  Store
+	queue  Queue
+	ids    IDs
+	prices Prices
+	cfg    Config
+	now    func() time.Time
 }
 
-// NewService returns a service. Each task must end within deadline of its
-// creation.
-func NewService(store Store, queue Queue, ids IDs, deadline time.Duration) *Service {
-	return &Service{store: store, queue: queue, ids: ids, deadline: deadline, now: time.Now}
+// NewService returns a service.
+func NewService(store Store, queue Queue, ids IDs, prices Prices, cfg Config) *Service {
+	return &Service{store: store, queue: queue, ids: ids, prices: prices, cfg: cfg, now: time.Now}
 }
 
-// Create records a pending task for an account and queues its job. If the
-// job cannot be queued, the record is removed and the error is
-// apperr.Unavailable: no task is left pending with nothing to run it.
+// Create records a pending task for an account, charging its price, and
+// queues its job. If the job cannot be queued, the task is aborted (record
+// removed, price refunded) and the error is apperr.Unavailable: no task is
+// left pending with nothing to run it.
 func (s *Service) Create(ctx context.Context, accountID string, r createreq.Request) (string, error) {
 	id, err := s.ids.New()
 	if err != nil {
@@ -66,7 +83,18 @@ func (s *Service) Create(ctx context.Context, accountID string, r createreq.Requ
 		Status:     task.Pending,
 		CreateTime: now,
 	}
-	if err := s.store.Create(ctx, t); err != nil {
+	charge := taskstore.Charge{
+		Price:       s.prices.Price(r.Model.Tier, r.ImageSize),
+		Tier:        string(r.Model.Tier),
+		MaxInflight: s.cfg.MaxInflight,
+		// A task no worker ever finishes stops counting a little after its
+		// deadline.
+		CountUntil: now.Add(s.cfg.Deadline + time.Minute),
+	}
+	if _, err := s.store.Create(ctx, t, charge); err != nil {
+		if _, ok := apperr.As(err); ok {
+			return "", err
+		}
 		return "", apperr.Transient(err, apperr.Unavailable, "the task store is unavailable; the task was not created, try again")
 	}
 	payload := &jobv1.GenerateImage{
@@ -80,16 +108,16 @@ func (s *Service) Create(ctx context.Context, accountID string, r createreq.Requ
 		ImageUrls:    r.ImageURLs,
 		CreateTimeMs: now.UnixMilli(),
 	}
-	if err := s.queue.Enqueue(ctx, payload, now.Add(s.deadline)); err != nil {
+	if err := s.queue.Enqueue(ctx, payload, now.Add(s.cfg.Deadline)); err != nil {
 		// Undo with a context of our own: the request's may be what failed.
 		undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		if _, derr := s.store.DeletePending(undoCtx, accountID, id); derr != nil {
-			log.Error("could not remove the record of a task that was not queued", zap.Error(derr))
+		if _, aerr := s.store.Abort(undoCtx, accountID, id); aerr != nil {
+			log.Error("could not abort a task that was not queued", zap.Error(aerr), zap.NamedError("cause", err))
 		}
 		return "", apperr.Transient(err, apperr.Unavailable, "the task queue is unavailable; the task was not created, try again")
 	}
-	log.Info("task created", zap.String("model", r.Model.ID), zap.String("kind", r.Kind()))
+	log.Info("task created", zap.String("model", r.Model.ID), zap.String("kind", r.Kind()), zap.Int64("price", charge.Price))
 	return id, nil
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/config"
 	"github.com/easelhq/easel/pkg/logging"
+	"github.com/easelhq/easel/pkg/redisconn"
 	"github.com/easelhq/easel/worker"
 )
 
@@ -33,5 +34,6 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	redisconn.LogTo(log)
 	return worker.Run(ctx, cfg, log, worker.Options{})
 }

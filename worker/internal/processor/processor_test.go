@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
@@ -32,9 +33,12 @@ import (
 )
 
 const (
-	std  = "lumen-2.5-flash-image"
-	pro  = "lumen-3-pro-image-preview"
-	acct = "acct_test"
+	std = "lumen-2.5-flash-image"
+	pro = "lumen-3-pro-image-preview"
+	// Every task costs this much in these tests; the account starts with
+	// startCredits.
+	price        = 10
+	startCredits = 1000
 )
 
 // recorder is the real task store, with the progress values it was given
@@ -59,9 +63,11 @@ func (f genFunc) Generate(ctx context.Context, req imagegen.Request, progress fu
 }
 
 type fixture struct {
-	proc  *Processor
-	store *recorder
-	blobs *blob.FS
+	proc     *Processor
+	store    *recorder
+	blobs    *blob.FS
+	accounts *account.Store
+	acct     string
 }
 
 func newFixture(t *testing.T, gen Generator) *fixture {
@@ -82,21 +88,48 @@ func newFixture(t *testing.T, gen Generator) *fixture {
 	}
 	cat, _ := catalog.New("lumen")
 	f := fetch.New(fetch.Options{Policy: egress.Policy{AllowPrivate: true}, Timeout: 5 * time.Second})
-	return &fixture{proc: New(store, blobs, gen, f, cat, zap.NewNop()), store: store, blobs: blobs}
+	accounts := account.NewStore(srv.Client(t))
+	a, err := accounts.CreateAccount(context.Background(), account.New{Name: "test", Credits: startCredits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{proc: New(store, blobs, gen, f, cat, zap.NewNop()), store: store, blobs: blobs, accounts: accounts, acct: a.ID}
+}
+
+// credits returns the balance and the number of refunds in the ledger.
+func (f *fixture) credits(t *testing.T) (int64, int) {
+	t.Helper()
+	ctx := context.Background()
+	a, err := f.accounts.Get(ctx, f.acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := f.accounts.Ledger(ctx, f.acct, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refunds := 0
+	for _, e := range entries {
+		if e.Kind == account.KindRefund {
+			refunds++
+		}
+	}
+	return a.Credits, refunds
 }
 
 // job writes a pending record and returns its job.
 func (f *fixture) job(t *testing.T, id, model string, mod func(*jobv1.GenerateImage)) *jobv1.GenerateImage {
 	t.Helper()
-	err := f.store.Create(context.Background(), &task.Task{ID: id, AccountID: acct, Type: task.Type, Model: model, CreateTime: time.Now()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	tier := catalog.Standard
 	if model == pro {
 		tier = catalog.Pro
 	}
-	j := &jobv1.GenerateImage{TaskId: id, AccountId: acct, Model: model, Tier: jobs.TierToProto(tier), Prompt: "a cat", AspectRatio: "1:1", ImageSize: "1K"}
+	_, err := f.store.Create(context.Background(), &task.Task{ID: id, AccountID: f.acct, Type: task.Type, Model: model, CreateTime: time.Now()},
+		taskstore.Charge{Price: price, Tier: string(tier), MaxInflight: 100, CountUntil: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &jobv1.GenerateImage{TaskId: id, AccountId: f.acct, Model: model, Tier: jobs.TierToProto(tier), Prompt: "a cat", AspectRatio: "1:1", ImageSize: "1K"}
 	if mod != nil {
 		mod(j)
 	}
@@ -105,7 +138,7 @@ func (f *fixture) job(t *testing.T, id, model string, mod func(*jobv1.GenerateIm
 
 func (f *fixture) get(t *testing.T, id string) *task.Task {
 	t.Helper()
-	got, err := f.store.Get(context.Background(), acct, id)
+	got, err := f.store.Get(context.Background(), f.acct, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,8 +351,15 @@ func TestFailures(t *testing.T) {
 			if got.Status != tt.status {
 				t.Fatalf("status %s; want %s", got.Status, tt.status)
 			}
+			bal, refunds := f.credits(t)
 			if tt.status != task.Failed {
+				if bal != startCredits-price || refunds != 0 {
+					t.Errorf("unfinished task: balance %d, %d refunds", bal, refunds)
+				}
 				return
+			}
+			if bal != startCredits || refunds != 1 || !got.Refunded {
+				t.Errorf("failed task: balance %d, %d refunds; want %d and exactly 1", bal, refunds, startCredits)
 			}
 			if got.Failure == nil || got.Failure.Code != tt.code || !strings.Contains(got.Failure.Message, tt.msgPart) {
 				t.Errorf("failure %+v; want code %s, message with %q", got.Failure, tt.code, tt.msgPart)
@@ -358,11 +398,11 @@ func TestDuplicateAndOrphanJobs(t *testing.T) {
 	}
 	// A job whose record is gone (expired, or removed after an enqueue
 	// failure) is dropped without recreating it.
-	orphan := &jobv1.GenerateImage{TaskId: "task_lumen_8", AccountId: acct, Model: std, Tier: jobv1.Tier_TIER_STANDARD, Prompt: "p"}
+	orphan := &jobv1.GenerateImage{TaskId: "task_lumen_8", AccountId: f.acct, Model: std, Tier: jobv1.Tier_TIER_STANDARD, Prompt: "p"}
 	if err := f.proc.Process(context.Background(), orphan, Attempt{0, 3}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.store.Get(context.Background(), acct, "task_lumen_8"); apperr.CodeOf(err) != apperr.NotFound {
+	if _, err := f.store.Get(context.Background(), f.acct, "task_lumen_8"); apperr.CodeOf(err) != apperr.NotFound {
 		t.Errorf("orphan job created a record: %v", err)
 	}
 	if calls != 1 {
@@ -378,5 +418,70 @@ func TestWrongModelFailsCleanly(t *testing.T) {
 	}
 	if got := f.get(t, "task_other_1"); got.Status != task.Failed || got.Failure.Code != "generation_failed" {
 		t.Errorf("task %+v", got)
+	}
+}
+
+// TestRefundAcrossRetries follows one task through the runs Asynq would make
+// of its job, including runs after a worker crashed, and checks the account
+// is refunded exactly once when, and only when, the task ends failed.
+func TestRefundAcrossRetries(t *testing.T) {
+	transient := genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
+		return nil, apperr.Transient(errors.New("503"), apperr.UpstreamUnavailable, "the model is unavailable")
+	})
+	final := genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
+		return nil, apperr.New(apperr.ContentBlocked, "blocked")
+	})
+	okGen := genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
+		return []imagegen.Image{{Data: []byte("\x89PNG"), MIME: "image/png", Width: 1, Height: 1}}, nil
+	})
+	type run struct {
+		gen   genFunc
+		retry int
+		crash bool // the worker dies after marking the task processing
+	}
+	tests := []struct {
+		name    string
+		runs    []run
+		status  task.Status
+		refunds int
+	}{
+		{"transient errors until retries run out", []run{{transient, 0, false}, {transient, 1, false}, {transient, 2, false}, {transient, 3, false}}, task.Failed, 1},
+		{"crash, then the retry fails", []run{{okGen, 0, true}, {final, 1, false}}, task.Failed, 1},
+		{"transient, crash, then the last attempt fails", []run{{transient, 0, false}, {okGen, 1, true}, {transient, 3, false}}, task.Failed, 1},
+		{"failed, then the job is delivered again", []run{{final, 0, false}, {final, 1, false}, {okGen, 2, false}}, task.Failed, 1},
+		{"crash, then the retry succeeds", []run{{okGen, 0, true}, {okGen, 1, false}}, task.Completed, 0},
+		{"completed, then the job is delivered again and would fail", []run{{okGen, 0, false}, {final, 1, false}}, task.Completed, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var current genFunc
+			f := newFixture(t, genFunc(func(ctx context.Context, r imagegen.Request, p func(int)) ([]imagegen.Image, error) {
+				return current(ctx, r, p)
+			}))
+			j := f.job(t, "task_lumen_42", std, nil)
+			for _, r := range tt.runs {
+				if r.crash {
+					// All a crashed run leaves behind: the task marked processing.
+					if _, err := f.store.Start(context.Background(), f.acct, "task_lumen_42"); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				current = r.gen
+				_ = f.proc.Process(context.Background(), j, Attempt{Retry: r.retry, MaxRetry: 3})
+			}
+			got := f.get(t, "task_lumen_42")
+			bal, refunds := f.credits(t)
+			if got.Status != tt.status || refunds != tt.refunds {
+				t.Fatalf("status %s with %d refunds; want %s with %d", got.Status, refunds, tt.status, tt.refunds)
+			}
+			want := int64(startCredits - price)
+			if tt.refunds == 1 {
+				want = startCredits
+			}
+			if bal != want {
+				t.Errorf("balance %d; want %d", bal, want)
+			}
+		})
 	}
 }

@@ -1,0 +1,217 @@
+package taskstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/keyspace"
+	"github.com/easelhq/easel/pkg/task"
+)
+
+func TestConcurrentCreatesNeverOverdraw(t *testing.T) {
+	s, srv := newStore(t)
+	rdb := srv.Client(t)
+	seedAccount(t, rdb, "poor", 50*4, "")
+	const n = 200
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	accepted, refused := 0, 0
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.Create(context.Background(), pending("poor", fmt.Sprintf("task_lumen_%d", i)), std)
+			mu.Lock()
+			defer mu.Unlock()
+			switch apperr.CodeOf(err) {
+			case "":
+				accepted++
+			case apperr.PaymentRequired:
+				refused++
+			default:
+				t.Errorf("create %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if accepted != 50 || refused != 150 {
+		t.Errorf("accepted %d, refused %d; want 50 and 150", accepted, refused)
+	}
+	if bal := rdb.HGet(ctx, keyspace.Account("poor"), "credits").Val(); bal != "0" {
+		t.Errorf("balance %s; want 0", bal)
+	}
+	entries := rdb.XRange(ctx, keyspace.Ledger("poor"), "-", "+").Val()
+	tasks := map[string]bool{}
+	for _, e := range entries {
+		if e.Values["kind"] != "debit" || e.Values["amount"] != "-4" {
+			t.Errorf("ledger entry %v", e.Values)
+		}
+		tasks[e.Values["task"].(string)] = true
+	}
+	if len(entries) != 50 || len(tasks) != 50 {
+		t.Errorf("%d ledger entries for %d tasks; want 50 debits of 50 tasks", len(entries), len(tasks))
+	}
+	if n := len(rdb.Keys(ctx, keyspace.Task("poor", "*")).Val()); n != 50 {
+		t.Errorf("%d task records; want 50", n)
+	}
+}
+
+func TestPaymentRequiredWritesNothing(t *testing.T) {
+	s, srv := newStore(t)
+	rdb := srv.Client(t)
+	seedAccount(t, rdb, "poor", 17, "")
+	_, err := s.Create(ctx, pending("poor", "t1"), Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)})
+	e, ok := apperr.As(err)
+	if !ok || e.Code != apperr.PaymentRequired || !strings.Contains(e.Message, "costs 18 credits") || !strings.Contains(e.Message, "balance is 17") {
+		t.Fatalf("Create = %v", err)
+	}
+	if rdb.Exists(ctx, keyspace.Task("poor", "t1"), keyspace.Ledger("poor"), keyspace.Inflight("poor")).Val() != 0 {
+		t.Error("a refused create wrote something")
+	}
+	if bal := rdb.HGet(ctx, keyspace.Account("poor"), "credits").Val(); bal != "17" {
+		t.Errorf("balance %s", bal)
+	}
+}
+
+func TestCreateRefusals(t *testing.T) {
+	s, srv := newStore(t)
+	rdb := srv.Client(t)
+	seedAccount(t, rdb, "stdonly", 100, "standard")
+	seedAccount(t, rdb, "off", 100, "")
+	rdb.HSet(ctx, keyspace.Account("off"), "status", "disabled")
+	seedAccount(t, rdb, "small", 100, "")
+	rdb.HSet(ctx, keyspace.Account("small"), "inflight_max", 2)
+
+	pro := Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)}
+	tests := []struct {
+		name, acct string
+		c          Charge
+		want       apperr.Code
+		msg        string
+	}{
+		{"model not allowed", "stdonly", pro, apperr.PermissionDenied, "may not use model"},
+		{"allowed model", "stdonly", std, "", ""},
+		{"disabled", "off", std, apperr.PermissionDenied, "disabled"},
+		{"no account", "ghost", std, apperr.Unauthenticated, ""},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := s.Create(ctx, pending(tt.acct, "t"+strconv.Itoa(i)), tt.c)
+			if apperr.CodeOf(err) != tt.want || (tt.msg != "" && !strings.Contains(apperr.MessageOf(err), tt.msg)) {
+				t.Errorf("Create = %v; want %s %q", err, tt.want, tt.msg)
+			}
+		})
+	}
+
+	t.Run("in-flight limit", func(t *testing.T) {
+		create(t, s, "small", "f1")
+		create(t, s, "small", "f2")
+		_, err := s.Create(ctx, pending("small", "f3"), std)
+		if apperr.CodeOf(err) != apperr.RateLimited || !strings.Contains(apperr.MessageOf(err), "2 tasks") {
+			t.Fatalf("third create = %v; want RateLimited naming the limit", err)
+		}
+		// Finishing a task frees its slot, whichever way it ends.
+		mustOutcome(t, Applied)(s.Start(ctx, "small", "f1"))
+		o, _, err := s.Complete(ctx, "small", "f1", nil)
+		mustOutcome(t, Applied)(o, err)
+		create(t, s, "small", "f3")
+		mustOutcome(t, Applied)(s.Fail(ctx, "small", "f2", task.Failure{Code: "x", Message: "y"}))
+		create(t, s, "small", "f4")
+		if _, err := s.Create(ctx, pending("small", "f5"), std); apperr.CodeOf(err) != apperr.RateLimited {
+			t.Errorf("over the limit again: %v", err)
+		}
+	})
+
+	t.Run("default limit and stale entries", func(t *testing.T) {
+		seedAccount(t, rdb, "dflt", 100, "")
+		c := std
+		c.MaxInflight = 1
+		c.CountUntil = time.Now().Add(-time.Second) // a task no worker will ever finish
+		if _, err := s.Create(ctx, pending("dflt", "g1"), c); err != nil {
+			t.Fatal(err)
+		}
+		// g1 no longer counts: its time is past.
+		if _, err := s.Create(ctx, pending("dflt", "g2"), Charge{Price: 4, Tier: "standard", MaxInflight: 1, CountUntil: time.Now().Add(time.Hour)}); err != nil {
+			t.Fatalf("stale entry still counted: %v", err)
+		}
+		if _, err := s.Create(ctx, pending("dflt", "g3"), Charge{Price: 4, Tier: "standard", MaxInflight: 1, CountUntil: time.Now().Add(time.Hour)}); apperr.CodeOf(err) != apperr.RateLimited {
+			t.Errorf("default limit of 1 not applied: %v", err)
+		}
+	})
+}
+
+func TestRefundExactlyOnce(t *testing.T) {
+	tests := []struct {
+		name       string
+		run        func(s *Store)
+		wantCredit int64 // balance after, from 100 with one task of 18
+		refunds    int
+	}{
+		{"completed: never", func(s *Store) {
+			s.Start(ctx, "r", "t")
+			s.Complete(ctx, "r", "t", nil)
+			s.Fail(ctx, "r", "t", task.Failure{Code: "x", Message: "late"})
+		}, 82, 0},
+		{"failed: once, even failed again", func(s *Store) {
+			s.Start(ctx, "r", "t")
+			s.Fail(ctx, "r", "t", task.Failure{Code: "upstream_unavailable", Message: "x"})
+			s.Fail(ctx, "r", "t", task.Failure{Code: "timeout", Message: "x"})
+			s.Start(ctx, "r", "t") // a redelivered job
+			s.Complete(ctx, "r", "t", nil)
+		}, 100, 1},
+		{"failed while pending", func(s *Store) {
+			s.Fail(ctx, "r", "t", task.Failure{Code: "timeout", Message: "x"})
+		}, 100, 1},
+		{"aborted after an enqueue failure", func(s *Store) {
+			s.Abort(ctx, "r", "t")
+			s.Abort(ctx, "r", "t")
+			s.Fail(ctx, "r", "t", task.Failure{Code: "timeout", Message: "x"})
+		}, 100, 1},
+		{"concurrent failures", func(s *Store) {
+			var wg sync.WaitGroup
+			for i := 0; i < 20; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					s.Fail(ctx, "r", "t", task.Failure{Code: "x", Message: "y"})
+				}()
+			}
+			wg.Wait()
+		}, 100, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, srv := newStore(t)
+			rdb := srv.Client(t)
+			seedAccount(t, rdb, "r", 100, "")
+			if _, err := s.Create(ctx, pending("r", "t"), Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			tt.run(s)
+			if bal, _ := rdb.HGet(ctx, keyspace.Account("r"), "credits").Int64(); bal != tt.wantCredit {
+				t.Errorf("balance %d; want %d", bal, tt.wantCredit)
+			}
+			refunds := 0
+			for _, e := range rdb.XRange(ctx, keyspace.Ledger("r"), "-", "+").Val() {
+				if e.Values["kind"] == "refund" {
+					refunds++
+					if e.Values["task"] != "t" || e.Values["amount"] != "18" {
+						t.Errorf("refund entry %v", e.Values)
+					}
+				}
+			}
+			if refunds != tt.refunds {
+				t.Errorf("%d refunds; want %d", refunds, tt.refunds)
+			}
+			if got, err := s.Get(ctx, "r", "t"); err == nil && got.Refunded != (tt.refunds == 1) {
+				t.Errorf("refunded flag %v", got.Refunded)
+			}
+		})
+	}
+}
