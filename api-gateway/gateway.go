@@ -123,7 +123,10 @@ func Run(ctx context.Context, cfg config.Gateway, log *zap.Logger, ln net.Listen
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("gateway shutdown: %w", err)
+		// Requests still running, or connections that never sent one, past
+		// the grace period: close them.
+		log.Warn("shutdown grace period over; closing the remaining connections", zap.Error(err))
+		_ = srv.Close()
 	}
 	log.Info("gateway stopped")
 	return nil
