@@ -84,7 +84,7 @@ func Run(ctx context.Context, cfg config.Gateway, log *zap.Logger, ln net.Listen
 		Limiter: ratelimit.New(rdb),
 		Limits:  api.Limits{Create: cfg.RateLimit, Query: cfg.QueryRateLimit},
 		Admin:   admin,
-		Decoder: &createreq.Decoder{Catalog: cat, Egress: egress.Policy{AllowPrivate: cfg.FetchAllowPrivate}},
+		Decoder: &createreq.Decoder{Catalog: cat, Egress: egress.Policy{AllowPrivate: cfg.FetchAllowPrivate, Ports: cfg.FetchPorts}},
 		Signer:  signedurl.New(secret, cfg.PublicURL),
 		Blobs:   blobs,
 		Ready:   func(ctx context.Context) error { return rdb.Ping(ctx).Err() },

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -22,9 +23,11 @@ import (
 	"github.com/easelhq/easel/pkg/config"
 	"github.com/easelhq/easel/pkg/egress"
 	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/keyspace"
 	"github.com/easelhq/easel/pkg/redisconn"
 	"github.com/easelhq/easel/pkg/taskstore"
 	"github.com/easelhq/easel/worker/imagegen"
+	"github.com/easelhq/easel/worker/imagegen/gemini"
 	"github.com/easelhq/easel/worker/imagegen/procedural"
 	"github.com/easelhq/easel/worker/internal/fetch"
 	"github.com/easelhq/easel/worker/internal/processor"
@@ -63,7 +66,7 @@ func Run(ctx context.Context, cfg config.Worker, log *zap.Logger, opts Options) 
 	}
 	gen := opts.Generator
 	if gen == nil {
-		if gen, err = newGenerator(cfg); err != nil {
+		if gen, err = newGenerator(ctx, cfg); err != nil {
 			return err
 		}
 	}
@@ -78,8 +81,21 @@ func Run(ctx context.Context, cfg config.Worker, log *zap.Logger, opts Options) 
 	}
 	defer blobs.Close()
 
-	fetcher := fetch.New(fetch.Options{Policy: egress.Policy{AllowPrivate: cfg.FetchAllowPrivate}})
-	proc := processor.New(taskstore.New(rdb), blobs, gen, fetcher, cat, log)
+	fetcher := fetch.New(fetch.Options{
+		Policy:         egress.Policy{AllowPrivate: cfg.FetchAllowPrivate, Ports: cfg.FetchPorts},
+		MaxBytes:       int64(cfg.FetchMaxImageMB) << 20,
+		MaxTotalBytes:  int64(cfg.FetchMaxTotalMB) << 20,
+		MaxPixels:      int64(cfg.FetchMaxMegapix) * 1_000_000,
+		ConnectTimeout: cfg.FetchConnTimeout,
+		Timeout:        cfg.FetchTimeout,
+	})
+	store := taskstore.New(rdb)
+	proc := processor.New(store, blobs, gen, fetcher, cat, log, processor.Retry{
+		MaxAttempts: cfg.RetryMaxAttempts,
+		MaxElapsed:  cfg.RetryMaxElapsed,
+		Initial:     cfg.RetryInitial,
+		MaxInterval: min(20*time.Second, cfg.RetryMaxElapsed),
+	})
 
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:       cfg.Concurrency,
@@ -124,11 +140,16 @@ func Run(ctx context.Context, cfg config.Worker, log *zap.Logger, opts Options) 
 		zap.String("health_addr", hl.Addr().String()),
 		zap.String("blob_dir", cfg.BlobDir))
 
-	janitorDone := make(chan struct{})
-	janitorCtx, stopJanitor := context.WithCancel(ctx)
+	background, stopBackground := context.WithCancel(ctx)
+	var backgroundDone sync.WaitGroup
+	backgroundDone.Add(2)
 	go func() {
-		defer close(janitorDone)
-		runJanitor(janitorCtx, blobs, cfg.BlobRetention, log)
+		defer backgroundDone.Done()
+		runJanitor(background, blobs, cfg.BlobRetention, log)
+	}()
+	go func() {
+		defer backgroundDone.Done()
+		runSweeper(background, rdb, store, log)
 	}()
 
 	var runErr error
@@ -139,8 +160,8 @@ func Run(ctx context.Context, cfg config.Worker, log *zap.Logger, opts Options) 
 	}
 	log.Info("worker shutting down")
 	srv.Shutdown() // waits for running tasks up to ShutdownTimeout
-	stopJanitor()
-	<-janitorDone
+	stopBackground()
+	backgroundDone.Wait()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = health.Shutdown(shutdownCtx)
@@ -148,12 +169,58 @@ func Run(ctx context.Context, cfg config.Worker, log *zap.Logger, opts Options) 
 	return runErr
 }
 
-func newGenerator(cfg config.Worker) (Generator, error) {
+// newGenerator builds the generator EASEL_GENERATOR names. A new provider
+// is a package under imagegen/ and a case here.
+func newGenerator(ctx context.Context, cfg config.Worker) (Generator, error) {
 	switch cfg.Generator {
 	case "procedural":
 		return procedural.New(cfg.SimDelay)
+	case "gemini":
+		models, err := config.ParseModelMap(cfg.GeminiModels)
+		if err != nil {
+			return nil, err
+		}
+		return gemini.New(ctx, gemini.Config{APIKey: cfg.GeminiAPIKey, BaseURL: cfg.GeminiBaseURL, Models: models, Timeout: cfg.GeminiTimeout})
 	}
 	return nil, fmt.Errorf("unknown generator %q", cfg.Generator)
+}
+
+// sweepEvery is how often a worker looks for overdue tasks (one worker at a
+// time, under a lock).
+const sweepEvery = 30 * time.Second
+
+// runSweeper fails and refunds tasks past their deadline that no worker will
+// finish: their worker died on the last attempt, or their job expired in the
+// queue.
+func runSweeper(ctx context.Context, rdb *redis.Client, store *taskstore.Store, log *zap.Logger) {
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		got, err := rdb.SetNX(ctx, keyspace.SweeperLock(), "1", sweepEvery-time.Second).Result()
+		if err != nil || !got {
+			continue
+		}
+		overdue, err := store.Overdue(ctx, 1000)
+		if err != nil {
+			log.Warn("sweeper", zap.Error(err))
+			continue
+		}
+		for _, o := range overdue {
+			out, err := store.Expire(ctx, o)
+			if err != nil {
+				log.Warn("sweeper could not expire a task", zap.String("task_id", o.TaskID), zap.Error(err))
+				continue
+			}
+			if out == taskstore.Applied {
+				log.Warn("task failed: past its deadline with no worker on it; refunded", zap.String("task_id", o.TaskID), zap.String("account_id", o.AccountID))
+			}
+		}
+	}
 }
 
 // retryDelay backs off exponentially from 1s to at most 30s, with jitter.

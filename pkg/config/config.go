@@ -38,6 +38,8 @@ type Common struct {
 	// FetchAllowPrivate lets editing tasks fetch source images from loopback
 	// and private addresses and non-standard ports (local development only).
 	FetchAllowPrivate bool `env:"EASEL_FETCH_ALLOW_PRIVATE" envDefault:"false"`
+	// FetchPorts are the ports source images may be fetched from.
+	FetchPorts []int `env:"EASEL_FETCH_PORTS" envDefault:"80,443" envSeparator:","`
 	// TaskDeadline bounds a task from creation to its end.
 	TaskDeadline time.Duration `env:"EASEL_TASK_DEADLINE" envDefault:"10m"`
 	// DevMode relaxes production requirements (a random signing secret when
@@ -89,8 +91,23 @@ type Worker struct {
 	Queues string `env:"EASEL_QUEUES" envDefault:"standard,pro"`
 	// Concurrency is how many tasks one worker runs at once.
 	Concurrency int `env:"EASEL_WORKER_CONCURRENCY" envDefault:"16"`
-	// Generator picks the image generator.
+	// Generator picks the image generator: procedural or gemini.
 	Generator string `env:"EASEL_GENERATOR" envDefault:"procedural"`
+	// Gemini settings (EASEL_GENERATOR=gemini).
+	GeminiAPIKey  string        `env:"EASEL_GEMINI_API_KEY"`
+	GeminiBaseURL string        `env:"EASEL_GEMINI_BASE_URL"`
+	GeminiModels  string        `env:"EASEL_GEMINI_MODELS" envDefault:"standard=gemini-2.5-flash-image,pro=gemini-3-pro-image-preview"`
+	GeminiTimeout time.Duration `env:"EASEL_GEMINI_TIMEOUT" envDefault:"3m"`
+	// Retries of a generation after a retryable error.
+	RetryMaxAttempts int           `env:"EASEL_RETRY_MAX_ATTEMPTS" envDefault:"4"`
+	RetryMaxElapsed  time.Duration `env:"EASEL_RETRY_MAX_ELAPSED" envDefault:"2m"`
+	RetryInitial     time.Duration `env:"EASEL_RETRY_INITIAL_INTERVAL" envDefault:"1s"`
+	// Source image fetching.
+	FetchMaxImageMB  int           `env:"EASEL_FETCH_MAX_IMAGE_MB" envDefault:"20"`
+	FetchMaxTotalMB  int           `env:"EASEL_FETCH_MAX_TOTAL_MB" envDefault:"100"`
+	FetchMaxMegapix  int           `env:"EASEL_FETCH_MAX_MEGAPIXELS" envDefault:"50"`
+	FetchTimeout     time.Duration `env:"EASEL_FETCH_TIMEOUT" envDefault:"30s"`
+	FetchConnTimeout time.Duration `env:"EASEL_FETCH_CONNECT_TIMEOUT" envDefault:"5s"`
 	// SimDelay is the procedural generator's simulated duration for the
 	// standard model; pro takes twice as long.
 	SimDelay time.Duration `env:"EASEL_SIM_DELAY" envDefault:"3s"`
@@ -194,6 +211,11 @@ func (c *Common) Validate() error {
 	if c.TaskDeadline < time.Second {
 		errs = append(errs, fmt.Errorf("EASEL_TASK_DEADLINE %s: want at least 1s", c.TaskDeadline))
 	}
+	for _, p := range c.FetchPorts {
+		if p < 1 || p > 65535 {
+			errs = append(errs, fmt.Errorf("EASEL_FETCH_PORTS: %d is not a port", p))
+		}
+	}
 	if c.LogFormat != "json" && c.LogFormat != "console" {
 		errs = append(errs, fmt.Errorf("EASEL_LOG_FORMAT %q: want json or console", c.LogFormat))
 	}
@@ -264,8 +286,42 @@ func (c *Worker) Validate() error {
 	if c.Concurrency < 1 || c.Concurrency > 10000 {
 		errs = append(errs, fmt.Errorf("EASEL_WORKER_CONCURRENCY %d: want 1 to 10000", c.Concurrency))
 	}
-	if c.Generator != "procedural" {
-		errs = append(errs, fmt.Errorf("EASEL_GENERATOR %q: want procedural", c.Generator))
+	switch c.Generator {
+	case "procedural":
+	case "gemini":
+		if c.GeminiAPIKey == "" {
+			errs = append(errs, errors.New("EASEL_GEMINI_API_KEY is required with EASEL_GENERATOR=gemini"))
+		}
+		if _, err := ParseModelMap(c.GeminiModels); err != nil {
+			errs = append(errs, fmt.Errorf("EASEL_GEMINI_MODELS: %w", err))
+		}
+		if c.GeminiBaseURL != "" {
+			if u, err := url.Parse(c.GeminiBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				errs = append(errs, fmt.Errorf("EASEL_GEMINI_BASE_URL %q: want an http(s) URL", c.GeminiBaseURL))
+			}
+		}
+		if c.GeminiTimeout < time.Second {
+			errs = append(errs, fmt.Errorf("EASEL_GEMINI_TIMEOUT %s: want at least 1s", c.GeminiTimeout))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("EASEL_GENERATOR %q: want procedural or gemini", c.Generator))
+	}
+	if c.RetryMaxAttempts < 1 || c.RetryMaxAttempts > 20 {
+		errs = append(errs, fmt.Errorf("EASEL_RETRY_MAX_ATTEMPTS %d: want 1 to 20", c.RetryMaxAttempts))
+	}
+	if c.RetryMaxElapsed <= 0 || c.RetryInitial <= 0 || c.RetryInitial > c.RetryMaxElapsed {
+		errs = append(errs, fmt.Errorf("EASEL_RETRY_INITIAL_INTERVAL %s and EASEL_RETRY_MAX_ELAPSED %s: want positive durations, the first no longer than the second", c.RetryInitial, c.RetryMaxElapsed))
+	}
+	for _, f := range []struct {
+		name   string
+		v, max int
+	}{{"EASEL_FETCH_MAX_IMAGE_MB", c.FetchMaxImageMB, 1024}, {"EASEL_FETCH_MAX_TOTAL_MB", c.FetchMaxTotalMB, 10240}, {"EASEL_FETCH_MAX_MEGAPIXELS", c.FetchMaxMegapix, 1000}} {
+		if f.v < 1 || f.v > f.max {
+			errs = append(errs, fmt.Errorf("%s %d: want 1 to %d", f.name, f.v, f.max))
+		}
+	}
+	if c.FetchTimeout <= 0 || c.FetchConnTimeout <= 0 {
+		errs = append(errs, errors.New("EASEL_FETCH_TIMEOUT and EASEL_FETCH_CONNECT_TIMEOUT: want positive durations"))
 	}
 	if c.SimDelay < 0 {
 		errs = append(errs, fmt.Errorf("EASEL_SIM_DELAY %s: want 0 or more", c.SimDelay))
@@ -280,6 +336,24 @@ func (c *Worker) Validate() error {
 		errs = append(errs, errors.New("EASEL_SHUTDOWN_TIMEOUT: want a positive duration"))
 	}
 	return errors.Join(errs...)
+}
+
+// ParseModelMap parses EASEL_GEMINI_MODELS: "standard=<upstream id>,pro=<upstream id>".
+func ParseModelMap(s string) (map[catalog.Tier]string, error) {
+	out := map[catalog.Tier]string{}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		tier, model, ok := strings.Cut(item, "=")
+		tier, model = strings.TrimSpace(tier), strings.TrimSpace(model)
+		if !ok || model == "" || (catalog.Tier(tier) != catalog.Standard && catalog.Tier(tier) != catalog.Pro) {
+			return nil, fmt.Errorf("%q: want standard=<model id> or pro=<model id>", item)
+		}
+		out[catalog.Tier(tier)] = model
+	}
+	return out, nil
 }
 
 // ParseQueues parses EASEL_QUEUES: tier names with optional positive integer

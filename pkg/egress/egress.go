@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -109,6 +110,17 @@ func (p Policy) portAllowed(port int) bool {
 	return false
 }
 
+func (p Policy) ports() string {
+	if len(p.Ports) == 0 {
+		return "80, 443"
+	}
+	s := make([]string, len(p.Ports))
+	for i, q := range p.Ports {
+		s[i] = strconv.Itoa(q)
+	}
+	return strings.Join(s, ", ")
+}
+
 // CheckAddr returns an error when the policy forbids connecting to ip:port.
 func (p Policy) CheckAddr(addr netip.AddrPort) error {
 	if p.AllowPrivate {
@@ -142,7 +154,7 @@ func (p Policy) CheckURL(u *url.URL) string {
 		port = n
 	}
 	if !p.portAllowed(port) {
-		return fmt.Sprintf("uses port %d; only ports 80 and 443 are allowed", port)
+		return fmt.Sprintf("uses port %d; allowed ports: %s", port, p.ports())
 	}
 	if addr, err := netip.ParseAddr(u.Hostname()); err == nil {
 		if why := RefusedAddr(addr); why != "" {

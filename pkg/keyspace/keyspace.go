@@ -12,6 +12,7 @@
 //	easel:key:<sha256 of the API key>  hash    an API key record: account, prefix, revoked
 //	easel:keyprefix:<visible prefix>   set     hashes of the keys with that prefix
 //	easel:accounts                     zset    every account id, by creation time
+//	easel:lock:sweeper                 string  held by the worker sweeping overdue tasks
 //
 // Asynq keeps its own keys under "asynq:{<queue>}:..."; the rate limiter
 // under "rate:easel:...".
@@ -44,6 +45,10 @@ func KeyPrefix(visible string) string { return prefix + "keyprefix:" + visible }
 
 // Accounts is the key of the index of every account.
 func Accounts() string { return prefix + "accounts" }
+
+// SweeperLock is the key of the lock one worker holds while sweeping overdue
+// tasks.
+func SweeperLock() string { return prefix + "lock:sweeper" }
 
 // RateLimit is the rate limiter's bucket name for an API key and an
 // endpoint class ("create", "query").

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/keyspace"
 	"github.com/easelhq/easel/pkg/task"
@@ -213,5 +215,56 @@ func TestRefundExactlyOnce(t *testing.T) {
 				t.Errorf("refunded flag %v", got.Refunded)
 			}
 		})
+	}
+}
+
+func TestSweepOverdue(t *testing.T) {
+	s, srv := newStore(t)
+	rdb := srv.Client(t)
+	rdb.ZAdd(ctx, keyspace.Accounts(), redis.Z{Score: 1, Member: "late"}, redis.Z{Score: 2, Member: "ontime"})
+	seedAccount(t, rdb, "late", 100, "")
+	seedAccount(t, rdb, "ontime", 100, "")
+	past := Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(-time.Minute)}
+	future := Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)}
+	for _, c := range []struct {
+		acct, id string
+		c        Charge
+	}{{"late", "stuck-processing", past}, {"late", "stuck-pending", past}, {"late", "gone", past}, {"ontime", "running", future}} {
+		if _, err := s.Create(ctx, pending(c.acct, c.id), c.c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustOutcome(t, Applied)(s.Start(ctx, "late", "stuck-processing"))
+	rdb.Del(ctx, keyspace.Task("late", "gone")) // the record expired
+
+	overdue, err := s.Overdue(ctx, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(overdue) != 3 {
+		t.Fatalf("overdue %v; want the three late tasks", overdue)
+	}
+	for _, o := range overdue {
+		if _, err := s.Expire(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"stuck-processing", "stuck-pending"} {
+		got, err := s.Get(ctx, "late", id)
+		if err != nil || got.Status != task.Failed || got.Failure.Code != "timeout" || !got.Refunded {
+			t.Errorf("%s: %+v %v", id, got, err)
+		}
+	}
+	if bal, _ := rdb.HGet(ctx, keyspace.Account("late"), "credits").Int64(); bal != 100-18 {
+		t.Errorf("balance %d; want 82 (two refunds of three debits; the expired record cannot be refunded)", bal)
+	}
+	if n := rdb.ZCard(ctx, keyspace.Inflight("late")).Val(); n != 0 {
+		t.Errorf("%d tasks still in flight", n)
+	}
+	if again, _ := s.Overdue(ctx, 100); len(again) != 0 {
+		t.Errorf("overdue after the sweep: %v", again)
+	}
+	if got, _ := s.Get(ctx, "ontime", "running"); got.Status != task.Pending {
+		t.Errorf("a task within its deadline was touched: %s", got.Status)
 	}
 }

@@ -131,8 +131,7 @@ end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {-4, 0} end
 local limit = tonumber(a[4] or '0') or 0
 if limit == 0 then limit = tonumber(ARGV[4]) end
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[1])
-if limit > 0 and redis.call('ZCARD', KEYS[3]) >= limit then return {-5, limit} end
+if limit > 0 and redis.call('ZCOUNT', KEYS[3], ARGV[1], '+inf') >= limit then return {-5, limit} end
 local bal = tonumber(a[2] or '0') or 0
 local price = tonumber(ARGV[3])
 if bal < price then return {-6, bal} end
@@ -350,6 +349,56 @@ return 0
 func (s *Store) Abort(ctx context.Context, accountID, taskID string) (bool, error) {
 	o, err := s.run(ctx, abortScript, accountID, taskID, 0, 0, 0, 0, taskID, "enqueue_failed")
 	return o == Applied, err
+}
+
+// Overdue is an unfinished task past its deadline.
+type Overdue struct{ AccountID, TaskID string }
+
+// Overdue lists up to limit tasks, across all accounts, still pending or
+// processing past the time they were to stop counting as in flight (their
+// deadline plus a margin): tasks whose worker died on the last attempt, or
+// whose job expired in the queue.
+func (s *Store) Overdue(ctx context.Context, limit int64) ([]Overdue, error) {
+	ids, err := s.rdb.ZRange(ctx, keyspace.Accounts(), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("taskstore: overdue: %w", err)
+	}
+	now := strconv.FormatInt(s.now().UnixMilli(), 10)
+	cmds := make([]*redis.StringSliceCmd, len(ids))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.ZRangeByScore(ctx, keyspace.Inflight(id), &redis.ZRangeBy{Min: "-inf", Max: "(" + now, Count: limit})
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("taskstore: overdue: %w", err)
+	}
+	var out []Overdue
+	for i, id := range ids {
+		for _, t := range cmds[i].Val() {
+			out = append(out, Overdue{AccountID: id, TaskID: t})
+			if int64(len(out)) >= limit {
+				return out, nil
+			}
+		}
+	}
+	return out, nil
+}
+
+// Expire fails an overdue task with code timeout (refunding it) and takes it
+// off its account's in-flight set, whatever state its record is in.
+func (s *Store) Expire(ctx context.Context, o Overdue) (Outcome, error) {
+	out, err := s.Fail(ctx, o.AccountID, o.TaskID, task.Failure{Code: "timeout", Message: "the task did not finish within its deadline"})
+	if err != nil {
+		return out, err
+	}
+	if out != Applied {
+		// Already final, or the record is gone: just forget it.
+		if err := s.rdb.ZRem(ctx, keyspace.Inflight(o.AccountID), o.TaskID).Err(); err != nil {
+			return out, fmt.Errorf("taskstore: expire %s: %w", o.TaskID, err)
+		}
+	}
+	return out, nil
 }
 
 func (s *Store) run(ctx context.Context, script *redis.Script, accountID, taskID string, args ...any) (Outcome, error) {

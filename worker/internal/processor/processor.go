@@ -14,6 +14,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/pkg/apperr"
@@ -48,6 +49,17 @@ type Fetcher interface {
 	Fetch(ctx context.Context, urls []string) ([]imagegen.Source, error)
 }
 
+// Retry bounds how a generation is retried after a retryable error (a 429
+// or 5xx from the model, a timeout, a lost connection): exponential backoff
+// from Initial up to MaxInterval, at most MaxAttempts attempts in all and no
+// new attempt after MaxElapsed. The task stays processing meanwhile.
+type Retry struct {
+	MaxAttempts int
+	MaxElapsed  time.Duration
+	Initial     time.Duration
+	MaxInterval time.Duration
+}
+
 // Processor runs tasks.
 type Processor struct {
 	store   Store
@@ -56,12 +68,16 @@ type Processor struct {
 	fetch   Fetcher
 	catalog *catalog.Catalog
 	log     *zap.Logger
+	retry   Retry
 	now     func() time.Time
 }
 
 // New returns a processor.
-func New(store Store, blobs Blobs, gen Generator, fetch Fetcher, cat *catalog.Catalog, log *zap.Logger) *Processor {
-	return &Processor{store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, now: time.Now}
+func New(store Store, blobs Blobs, gen Generator, fetch Fetcher, cat *catalog.Catalog, log *zap.Logger, retry Retry) *Processor {
+	if retry.MaxAttempts < 1 {
+		retry.MaxAttempts = 1
+	}
+	return &Processor{store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, retry: retry, now: time.Now}
 }
 
 // Attempt says which run of a job this is: Retry counts earlier failed runs,
@@ -111,7 +127,7 @@ func (p *Processor) Process(ctx context.Context, job *jobv1.GenerateImage, at At
 	}
 	progress(progressStarted)
 
-	results, err := p.run(ctx, job, progress)
+	results, err := p.run(ctx, job, progress, log)
 	if err == nil {
 		o, _, err := p.store.Complete(context.WithoutCancel(ctx), acct, id, results)
 		if err != nil {
@@ -153,7 +169,7 @@ func classify(ctx context.Context, err error) (task.Failure, bool) {
 	return task.Failure{Code: string(apperr.Internal), Message: "the image could not be generated because of an internal error"}, true
 }
 
-func (p *Processor) run(ctx context.Context, job *jobv1.GenerateImage, progress func(int)) ([]task.Result, error) {
+func (p *Processor) run(ctx context.Context, job *jobv1.GenerateImage, progress func(int), log *zap.Logger) ([]task.Result, error) {
 	model, ok := p.catalog.Lookup(job.GetModel())
 	if !ok {
 		// Queued under another EASEL_MODEL_FAMILY, or a tier this worker
@@ -194,9 +210,9 @@ func (p *Processor) run(ctx context.Context, job *jobv1.GenerateImage, progress 
 	progress(progressFetched)
 
 	span := progressGenerated - progressFetched
-	images, err := p.gen.Generate(ctx, req, func(pct int) {
+	images, err := p.generate(ctx, req, func(pct int) {
 		progress(progressFetched + min(max(pct, 0), 99)*span/100)
-	})
+	}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -218,6 +234,37 @@ func (p *Processor) run(ctx context.Context, job *jobv1.GenerateImage, progress 
 	}
 	progress(progressStored)
 	return results, nil
+}
+
+// generate runs the generator, retrying retryable errors within the retry
+// policy. Once the retries are spent the last error is final: the task fails
+// (Asynq's own retries are for crashes and storage errors, not for these).
+func (p *Processor) generate(ctx context.Context, req imagegen.Request, progress func(int), log *zap.Logger) ([]imagegen.Image, error) {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = p.retry.Initial
+	b.MaxInterval = p.retry.MaxInterval
+	attempts := 0
+	images, err := backoff.Retry(ctx, func() ([]imagegen.Image, error) {
+		attempts++
+		imgs, err := p.gen.Generate(ctx, req, progress)
+		if err != nil && (!apperr.IsRetryable(err) || ctx.Err() != nil) {
+			return nil, backoff.Permanent(err)
+		}
+		return imgs, err
+	},
+		backoff.WithBackOff(b),
+		backoff.WithMaxTries(uint(p.retry.MaxAttempts)),
+		backoff.WithMaxElapsedTime(p.retry.MaxElapsed),
+		backoff.WithNotify(func(err error, wait time.Duration) {
+			log.Warn("generation failed; retrying", zap.Int("attempt", attempts), zap.Duration("wait", wait), zap.Error(err))
+		}),
+	)
+	if err != nil && apperr.IsRetryable(err) && ctx.Err() == nil {
+		e, _ := apperr.As(err)
+		return nil, &apperr.Error{Code: e.Code, Err: e,
+			Message: fmt.Sprintf("%s (gave up after %d attempts)", e.Message, attempts)}
+	}
+	return images, err
 }
 
 func extension(mime string) string {

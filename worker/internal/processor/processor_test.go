@@ -93,7 +93,8 @@ func newFixture(t *testing.T, gen Generator) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{proc: New(store, blobs, gen, f, cat, zap.NewNop()), store: store, blobs: blobs, accounts: accounts, acct: a.ID}
+	retry := Retry{MaxAttempts: 3, MaxElapsed: 5 * time.Second, Initial: time.Millisecond, MaxInterval: 5 * time.Millisecond}
+	return &fixture{proc: New(store, blobs, gen, f, cat, zap.NewNop(), retry), store: store, blobs: blobs, accounts: accounts, acct: a.ID}
 }
 
 // credits returns the balance and the number of refunds in the ledger.
@@ -284,21 +285,21 @@ func TestFailures(t *testing.T) {
 			attempt: Attempt{0, 3}, status: task.Failed, code: "content_blocked", msgPart: "safety filter",
 		},
 		{
-			name: "retryable error with retries left",
+			name: "retryable error until the retries run out",
 			gen: func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
 				return nil, apperr.Transient(errors.New("503"), apperr.UpstreamUnavailable, "the model is unavailable")
+			},
+			attempt: Attempt{0, 3}, status: task.Failed, code: "upstream_unavailable", msgPart: "gave up after 3 attempts",
+		},
+		{
+			name: "unknown error with job retries left",
+			gen: func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
+				return nil, errors.New("dial tcp 10.1.2.3:443: secret-host")
 			},
 			attempt: Attempt{1, 3}, wantErr: true, status: task.Processing,
 		},
 		{
-			name: "retryable error on the last attempt",
-			gen: func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
-				return nil, apperr.Transient(errors.New("503"), apperr.UpstreamUnavailable, "the model is unavailable")
-			},
-			attempt: Attempt{3, 3}, status: task.Failed, code: "upstream_unavailable", msgPart: "unavailable",
-		},
-		{
-			name: "unknown error is internal and hides its detail",
+			name: "unknown error on the last job attempt is internal and hides its detail",
 			gen: func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
 				return nil, errors.New("dial tcp 10.1.2.3:443: secret-host")
 			},
@@ -371,6 +372,44 @@ func TestFailures(t *testing.T) {
 				t.Errorf("failed task %+v", got)
 			}
 		})
+	}
+}
+
+func TestRetryThenSucceed(t *testing.T) {
+	calls := 0
+	f := newFixture(t, genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
+		calls++
+		if calls < 3 {
+			return nil, apperr.Transient(errors.New("429"), apperr.UpstreamUnavailable, "busy")
+		}
+		return []imagegen.Image{{Data: []byte("\x89PNG"), MIME: "image/png", Width: 1, Height: 1}}, nil
+	}))
+	j := f.job(t, "task_lumen_3", std, nil)
+	if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.get(t, "task_lumen_3"); got.Status != task.Completed || calls != 3 {
+		t.Errorf("status %s after %d calls", got.Status, calls)
+	}
+	if bal, refunds := f.credits(t); bal != startCredits-price || refunds != 0 {
+		t.Errorf("balance %d, %d refunds", bal, refunds)
+	}
+}
+
+func TestRetriesStopAtMaxElapsed(t *testing.T) {
+	calls := 0
+	f := newFixture(t, genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
+		calls++
+		return nil, apperr.Transient(errors.New("500"), apperr.UpstreamUnavailable, "down")
+	}))
+	f.proc.retry = Retry{MaxAttempts: 100, MaxElapsed: 50 * time.Millisecond, Initial: 20 * time.Millisecond, MaxInterval: 20 * time.Millisecond}
+	j := f.job(t, "task_lumen_4", std, nil)
+	start := time.Now()
+	if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.get(t, "task_lumen_4"); got.Status != task.Failed || calls >= 100 || time.Since(start) > 5*time.Second {
+		t.Errorf("status %s after %d calls in %v", got.Status, calls, time.Since(start))
 	}
 }
 
