@@ -23,7 +23,6 @@ import (
 	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/config"
-	"github.com/easelhq/easel/pkg/egress"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/pricing"
 	"github.com/easelhq/easel/pkg/redisconn"
@@ -84,7 +83,7 @@ func Run(ctx context.Context, cfg config.Gateway, log *zap.Logger, ln net.Listen
 		Limiter: ratelimit.New(rdb),
 		Limits:  api.Limits{Create: cfg.RateLimit, Query: cfg.QueryRateLimit},
 		Admin:   admin,
-		Decoder: &createreq.Decoder{Catalog: cat, Egress: egress.Policy{AllowPrivate: cfg.FetchAllowPrivate, Ports: cfg.FetchPorts}},
+		Decoder: &createreq.Decoder{Catalog: cat, Egress: cfg.EgressPolicy()},
 		Signer:  signedurl.New(secret, cfg.PublicURL),
 		Blobs:   blobs,
 		Ready:   func(ctx context.Context) error { return rdb.Ping(ctx).Err() },

@@ -21,7 +21,6 @@ import (
 	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/config"
-	"github.com/easelhq/easel/pkg/egress"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/keyspace"
 	"github.com/easelhq/easel/pkg/redisconn"
@@ -82,7 +81,7 @@ func Run(ctx context.Context, cfg config.Worker, log *zap.Logger, opts Options) 
 	defer blobs.Close()
 
 	fetcher := fetch.New(fetch.Options{
-		Policy:         egress.Policy{AllowPrivate: cfg.FetchAllowPrivate, Ports: cfg.FetchPorts},
+		Policy:         cfg.EgressPolicy(),
 		MaxBytes:       int64(cfg.FetchMaxImageMB) << 20,
 		MaxTotalBytes:  int64(cfg.FetchMaxTotalMB) << 20,
 		MaxPixels:      int64(cfg.FetchMaxMegapix) * 1_000_000,

@@ -21,6 +21,7 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/egress"
 	"github.com/easelhq/easel/pkg/pricing"
 )
 
@@ -40,6 +41,9 @@ type Common struct {
 	FetchAllowPrivate bool `env:"EASEL_FETCH_ALLOW_PRIVATE" envDefault:"false"`
 	// FetchPorts are the ports source images may be fetched from.
 	FetchPorts []int `env:"EASEL_FETCH_PORTS" envDefault:"80,443" envSeparator:","`
+	// FetchAllowCIDRs are private or reserved ranges source images may
+	// still be fetched from (an internal image store).
+	FetchAllowCIDRs string `env:"EASEL_FETCH_ALLOW_CIDRS"`
 	// TaskDeadline bounds a task from creation to its end.
 	TaskDeadline time.Duration `env:"EASEL_TASK_DEADLINE" envDefault:"10m"`
 	// DevMode relaxes production requirements (a random signing secret when
@@ -194,6 +198,12 @@ func describeType(t reflect.Type) string {
 	return t.String()
 }
 
+// EgressPolicy is the policy for fetching source images.
+func (c *Common) EgressPolicy() egress.Policy {
+	allow, _ := egress.ParsePrefixes(c.FetchAllowCIDRs) // checked by Validate
+	return egress.Policy{AllowPrivate: c.FetchAllowPrivate, Ports: c.FetchPorts, Allow: allow}
+}
+
 // Validate checks the common settings.
 func (c *Common) Validate() error {
 	var errs []error
@@ -210,6 +220,9 @@ func (c *Common) Validate() error {
 	}
 	if c.TaskDeadline < time.Second {
 		errs = append(errs, fmt.Errorf("EASEL_TASK_DEADLINE %s: want at least 1s", c.TaskDeadline))
+	}
+	if _, err := egress.ParsePrefixes(c.FetchAllowCIDRs); err != nil {
+		errs = append(errs, fmt.Errorf("EASEL_FETCH_ALLOW_CIDRS: %w", err))
 	}
 	for _, p := range c.FetchPorts {
 		if p < 1 || p > 65535 {

@@ -24,6 +24,9 @@ type Policy struct {
 	AllowPrivate bool
 	// Ports allowed; empty means 80 and 443.
 	Ports []int
+	// Allow lists ranges reachable even though they are private or
+	// reserved (an internal image store, say). The port rule still applies.
+	Allow []netip.Prefix
 }
 
 // refused lists the ranges no user URL may reach, beyond what netip's
@@ -110,6 +113,41 @@ func (p Policy) portAllowed(port int) bool {
 	return false
 }
 
+func (p Policy) allowed(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, pre := range p.Allow {
+		if pre.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// ParsePrefixes parses a comma-separated list of CIDR ranges or addresses.
+func ParsePrefixes(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		if !strings.Contains(item, "/") {
+			a, err := netip.ParseAddr(item)
+			if err != nil {
+				return nil, fmt.Errorf("%q is not an address or a CIDR range", item)
+			}
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(item)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an address or a CIDR range", item)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
 func (p Policy) ports() string {
 	if len(p.Ports) == 0 {
 		return "80, 443"
@@ -121,16 +159,17 @@ func (p Policy) ports() string {
 	return strings.Join(s, ", ")
 }
 
-// CheckAddr returns an error when the policy forbids connecting to ip:port.
+// CheckAddr returns a *RefusedError when the policy forbids connecting to
+// ip:port.
 func (p Policy) CheckAddr(addr netip.AddrPort) error {
 	if p.AllowPrivate {
 		return nil
 	}
-	if why := RefusedAddr(addr.Addr()); why != "" {
-		return fmt.Errorf("%s is %s", addr.Addr().Unmap(), why)
+	if why := RefusedAddr(addr.Addr()); why != "" && !p.allowed(addr.Addr()) {
+		return &RefusedError{Addr: addr, Why: why}
 	}
 	if !p.portAllowed(int(addr.Port())) {
-		return fmt.Errorf("port %d is not allowed", addr.Port())
+		return &RefusedError{Addr: addr, Why: fmt.Sprintf("port %d, which is not allowed", addr.Port())}
 	}
 	return nil
 }
@@ -157,7 +196,7 @@ func (p Policy) CheckURL(u *url.URL) string {
 		return fmt.Sprintf("uses port %d; allowed ports: %s", port, p.ports())
 	}
 	if addr, err := netip.ParseAddr(u.Hostname()); err == nil {
-		if why := RefusedAddr(addr); why != "" {
+		if why := RefusedAddr(addr); why != "" && !p.allowed(addr) {
 			return "points to " + why
 		}
 	}
@@ -171,10 +210,7 @@ func (p Policy) Control(network, address string, _ syscall.RawConn) error {
 	if err != nil {
 		return fmt.Errorf("egress: %s: %w", address, err)
 	}
-	if err := p.CheckAddr(ap); err != nil {
-		return &RefusedError{Reason: err.Error()}
-	}
-	return nil
+	return p.CheckAddr(ap)
 }
 
 // Dialer returns a dialer that enforces the policy on every connection.
@@ -184,7 +220,11 @@ func (p Policy) Dialer(base *net.Dialer) *net.Dialer {
 	return &d
 }
 
-// RefusedError is the dial error for an address the policy refuses.
-type RefusedError struct{ Reason string }
+// RefusedError is the dial error for an address the policy refuses. Why
+// says what kind of address it is, without the address itself, for users.
+type RefusedError struct {
+	Addr netip.AddrPort
+	Why  string
+}
 
-func (e *RefusedError) Error() string { return "egress refused: " + e.Reason }
+func (e *RefusedError) Error() string { return "egress refused: " + e.Addr.String() + " is " + e.Why }

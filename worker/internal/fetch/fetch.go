@@ -191,7 +191,7 @@ func describe(err error) string {
 	var dnsErr *net.DNSError
 	switch {
 	case errors.As(err, &refused):
-		return "its address is not allowed (" + refused.Reason + ")"
+		return "its address is not allowed (" + refused.Why + ")"
 	case errors.Is(err, errTooManyRedirects):
 		return "too many redirects"
 	case errors.Is(err, errBadRedirectScheme):

@@ -1,0 +1,260 @@
+package fetch
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"image"
+	"image/color"
+	"image/gif"
+	"image/jpeg"
+	"image/png"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/egress"
+)
+
+// webp1x1 is a 1x1 lossless WebP (Go cannot encode WebP).
+var webp1x1 = []byte{
+	0x52, 0x49, 0x46, 0x46, 0x1a, 0x00, 0x00, 0x00, 0x57, 0x45, 0x42, 0x50, 0x56, 0x50, 0x38, 0x4c,
+	0x0d, 0x00, 0x00, 0x00, 0x2f, 0x00, 0x00, 0x00, 0x10, 0x07, 0x10, 0x11, 0x11, 0x88, 0x88, 0xfe,
+	0x07, 0x00,
+}
+
+func encoded(t *testing.T, format string, w, h int) []byte {
+	t.Helper()
+	img := image.NewPaletted(image.Rect(0, 0, w, h), color.Palette{color.Black, color.White})
+	var buf bytes.Buffer
+	var err error
+	switch format {
+	case "png":
+		err = png.Encode(&buf, img)
+	case "jpeg":
+		err = jpeg.Encode(&buf, img, nil)
+	case "gif":
+		err = gif.Encode(&buf, img, nil)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// bomb is a tiny PNG whose header claims width x height pixels.
+func bomb(t *testing.T, width, height uint32) []byte {
+	t.Helper()
+	b := encoded(t, "png", 1, 1)
+	// IHDR data starts after the 8-byte signature, 4-byte length and 4-byte type.
+	binary.BigEndian.PutUint32(b[16:20], width)
+	binary.BigEndian.PutUint32(b[20:24], height)
+	binary.BigEndian.PutUint32(b[29:33], crc32.ChecksumIEEE(b[12:29]))
+	return b
+}
+
+// server serves the given files by path; "/redirect/N" redirects N times
+// then serves /ok.png; "/slow" never answers in time.
+func server(t *testing.T, files map[string][]byte) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/redirect/"):
+			n, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/redirect/"))
+			if n <= 1 {
+				http.Redirect(w, r, "/ok.png", http.StatusFound)
+				return
+			}
+			http.Redirect(w, r, fmt.Sprintf("/redirect/%d", n-1), http.StatusFound)
+			return
+		case r.URL.Path == "/to-ftp":
+			http.Redirect(w, r, "ftp://example.com/a.png", http.StatusFound)
+			return
+		case r.URL.Path == "/slow":
+			select {
+			case <-time.After(5 * time.Second):
+			case <-r.Context().Done():
+			}
+			return
+		case r.URL.Path == "/chunked-big":
+			f := w.(http.Flusher)
+			for i := 0; i < 4; i++ {
+				_, _ = w.Write(bytes.Repeat([]byte{0x89}, 1024))
+				f.Flush()
+			}
+			return
+		}
+		b, ok := files[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write(b)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func open() Options { return Options{Policy: egress.Policy{AllowPrivate: true}} }
+
+func TestFetchFormats(t *testing.T) {
+	srv := server(t, map[string][]byte{
+		"/a.png":  encoded(t, "png", 30, 20),
+		"/b.jpg":  encoded(t, "jpeg", 16, 48),
+		"/c.gif":  encoded(t, "gif", 7, 9),
+		"/d.webp": webp1x1,
+	})
+	f := New(open())
+	srcs, err := f.Fetch(context.Background(), []string{srv.URL + "/a.png", srv.URL + "/b.jpg", srv.URL + "/c.gif", srv.URL + "/d.webp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		mime string
+		w, h int
+	}{{"image/png", 30, 20}, {"image/jpeg", 16, 48}, {"image/gif", 7, 9}, {"image/webp", 1, 1}}
+	for i, w := range want {
+		s := srcs[i]
+		if s.Index != i || s.MIME != w.mime || s.Width != w.w || s.Height != w.h {
+			t.Errorf("source %d: %+v; want %+v", i, s, w)
+		}
+		img, err := s.Decode()
+		if err != nil || img.Bounds().Dx() != w.w {
+			t.Errorf("source %d decode: %v", i, err)
+		}
+	}
+}
+
+func TestFetchFailures(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), 3<<10)
+	srv := server(t, map[string][]byte{
+		"/ok.png":    encoded(t, "png", 4, 4),
+		"/page.html": []byte("<!doctype html><html><body>not an image</body></html>"),
+		"/big.png":   append(encoded(t, "png", 2, 2), big...),
+		"/bomb.png":  bomb(t, 100_000, 100_000),
+		"/wide.png":  encoded(t, "png", 3000, 3000),
+		"/broken":    []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR garbage"),
+		"/svg":       []byte(`<svg xmlns="http://www.w3.org/2000/svg"/>`),
+	})
+	small := open()
+	small.MaxBytes = 1 << 10
+	tests := []struct {
+		name string
+		opts Options
+		urls []string
+		code apperr.Code
+		msg  string
+	}{
+		{"loopback refused by default", Options{}, []string{srv.URL + "/ok.png"}, apperr.SourceFetchFailed, "image_urls[0] could not be fetched: its address is not allowed"},
+		{"html", open(), []string{srv.URL + "/page.html"}, apperr.InvalidSourceImage, "not a PNG, JPEG, WebP or GIF image (got text/html)"},
+		{"svg", open(), []string{srv.URL + "/svg"}, apperr.InvalidSourceImage, "not a PNG, JPEG, WebP or GIF"},
+		{"oversized with Content-Length", small, []string{srv.URL + "/big.png"}, apperr.InvalidSourceImage, "larger than the"},
+		{"oversized, chunked", small, []string{srv.URL + "/chunked-big"}, apperr.InvalidSourceImage, "larger than the"},
+		{"decompression bomb", open(), []string{srv.URL + "/bomb.png"}, apperr.InvalidSourceImage, "100000x100000 pixels; the limit is 50 megapixels"},
+		{"over the megapixel cap", Options{Policy: egress.Policy{AllowPrivate: true}, MaxPixels: 1_000_000}, []string{srv.URL + "/wide.png"}, apperr.InvalidSourceImage, "3000x3000"},
+		{"damaged", open(), []string{srv.URL + "/broken"}, apperr.InvalidSourceImage, "could not be decoded"},
+		{"404 names its position", open(), []string{srv.URL + "/ok.png", srv.URL + "/missing.png"}, apperr.SourceFetchFailed, "image_urls[1] could not be fetched: the server answered HTTP 404"},
+		{"three redirects are fine", open(), []string{srv.URL + "/redirect/3"}, "", ""},
+		{"four are too many", open(), []string{srv.URL + "/redirect/4"}, apperr.SourceFetchFailed, "too many redirects"},
+		{"redirect to ftp", open(), []string{srv.URL + "/to-ftp"}, apperr.SourceFetchFailed, "not http or https"},
+		{"timeout", Options{Policy: egress.Policy{AllowPrivate: true}, Timeout: 200 * time.Millisecond}, []string{srv.URL + "/slow"}, apperr.SourceFetchFailed, "did not answer in time"},
+		{"total cap", Options{Policy: egress.Policy{AllowPrivate: true}, MaxTotalBytes: 4 << 10}, []string{srv.URL + "/big.png", srv.URL + "/big.png"}, apperr.InvalidSourceImage, "total limit"},
+		{"unresolvable host", open(), []string{"http://no-such-host.invalid/a.png"}, apperr.SourceFetchFailed, "could not be resolved"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(tt.opts).Fetch(context.Background(), tt.urls)
+			if tt.code == "" {
+				if err != nil {
+					t.Fatalf("Fetch: %v", err)
+				}
+				return
+			}
+			e, ok := apperr.As(err)
+			if !ok || e.Code != tt.code || !strings.Contains(e.Message, tt.msg) {
+				t.Fatalf("Fetch = %v; want %s with %q", err, tt.code, tt.msg)
+			}
+			if strings.Contains(e.Message, "127.0.0.1") {
+				t.Errorf("message %q leaks the address", e.Message)
+			}
+		})
+	}
+}
+
+// TestRedirectToARefusedAddress: the first hop is on an allowed address, the
+// redirect points at one the policy refuses; the connection to it is never
+// made. (Both are loopback addresses on this machine; the policy allows only
+// the first.)
+func TestRedirectToARefusedAddress(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("127.0.0.2 unavailable: %v", err)
+	}
+	reached := make(chan struct{}, 1)
+	innerSrv := &httptest.Server{Listener: inner, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached <- struct{}{}
+		_, _ = w.Write(encoded(t, "png", 2, 2))
+	})}}
+	innerSrv.Start()
+	defer innerSrv.Close()
+	outer := httptest.NewServer(http.RedirectHandler(innerSrv.URL+"/secret.png", http.StatusFound))
+	defer outer.Close()
+
+	outerPort := outer.Listener.Addr().(*net.TCPAddr).Port
+	innerPort := inner.Addr().(*net.TCPAddr).Port
+	policy := egress.Policy{Ports: []int{outerPort, innerPort}, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+	_, err = New(Options{Policy: policy}).Fetch(context.Background(), []string{outer.URL + "/a.png"})
+	e, ok := apperr.As(err)
+	if !ok || e.Code != apperr.SourceFetchFailed || !strings.Contains(e.Message, "address is not allowed") {
+		t.Fatalf("Fetch = %v; want the redirect refused", err)
+	}
+	select {
+	case <-reached:
+		t.Error("the refused server was reached")
+	default:
+	}
+	// With the second address allowed too, the same fetch succeeds.
+	policy.Allow = append(policy.Allow, netip.MustParsePrefix("127.0.0.2/32"))
+	if _, err := New(Options{Policy: policy}).Fetch(context.Background(), []string{outer.URL + "/a.png"}); err != nil {
+		t.Errorf("allowed redirect: %v", err)
+	}
+}
+
+// TestAllowPrivateKeepsTheContentRules: lifting the address rules never
+// lifts the size, type and pixel checks.
+func TestAllowPrivateKeepsTheContentRules(t *testing.T) {
+	srv := server(t, map[string][]byte{"/bomb.png": bomb(t, 50_000, 50_000), "/page.html": []byte("<html></html>")})
+	for _, p := range []string{"/bomb.png", "/page.html"} {
+		if _, err := New(open()).Fetch(context.Background(), []string{srv.URL + p}); apperr.CodeOf(err) != apperr.InvalidSourceImage {
+			t.Errorf("%s with AllowPrivate: %v", p, err)
+		}
+	}
+}
+
+func TestOrderIsKept(t *testing.T) {
+	files := map[string][]byte{}
+	var urls []string
+	srv := server(t, files)
+	for i := 0; i < 10; i++ {
+		p := fmt.Sprintf("/%d.png", i)
+		files[p] = encoded(t, "png", i+1, 1)
+		urls = append(urls, srv.URL+p)
+	}
+	srcs, err := New(open()).Fetch(context.Background(), urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range srcs {
+		if s.Index != i || s.Width != i+1 {
+			t.Errorf("source %d: index %d width %d", i, s.Index, s.Width)
+		}
+	}
+}
