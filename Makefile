@@ -12,7 +12,7 @@ all: build
 help:
 	@echo "make run    - the whole stack locally (embedded Redis unless EASEL_REDIS_URL is set)"
 	@echo "make test   - every test of every module, with -race"
-	@echo "make build  - bin/gateway, bin/worker, bin/devstack, bin/easelctl"
+	@echo "make build  - bin/gateway, bin/worker, bin/devstack, bin/easelctl, bin/loadgen"
 	@echo "make proto  - regenerate the queue payload code from proto/"
 	@echo "make lint   - go vet and staticcheck on every module"
 
@@ -22,6 +22,7 @@ build:
 	$(GO) build -o $(BIN)/worker ./worker/cmd/worker
 	$(GO) build -o $(BIN)/devstack ./pkg/cmd/devstack
 	$(GO) build -o $(BIN)/easelctl ./pkg/cmd/easelctl
+	$(GO) build -o $(BIN)/loadgen ./pkg/cmd/loadgen
 
 # A fixed development key, so the README's curl examples work as pasted;
 # override it with EASEL_DEV_API_KEY=... make run.
