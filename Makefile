@@ -1,11 +1,11 @@
 # Easel: `make run` starts the whole stack locally; `make test` runs every test.
 GO      ?= go
-MODULES := proto pkg api-gateway worker e2e
+MODULES := proto pkg api-gateway worker e2e bench
 BIN     := bin
 # Race detection for every test run.
 TESTFLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: all build run test test-short proto lint fmt tidy clean help
+.PHONY: all build run test test-short proto lint fmt tidy clean help bench
 
 all: build
 
@@ -15,6 +15,7 @@ help:
 	@echo "make build  - bin/gateway, bin/worker, bin/devstack, bin/easelctl, bin/loadgen"
 	@echo "make proto  - regenerate the queue payload code from proto/"
 	@echo "make lint   - go vet and staticcheck on every module"
+	@echo "make bench  - the benchmark: real gateway and worker against baselines (see BENCHMARKS.md)"
 
 build:
 	@mkdir -p $(BIN)
@@ -36,6 +37,12 @@ test:
 		echo "==> go test $$m"; \
 		(cd $$m && $(GO) test $(TESTFLAGS) ./...); \
 	done
+
+# Real services against baselines, side by side, on a private redis-server.
+BENCHFLAGS ?=
+bench: build
+	$(GO) build -o $(BIN)/easelbench ./bench/cmd/easelbench
+	./$(BIN)/easelbench --bin $(BIN) $(BENCHFLAGS)
 
 # buf and protoc-gen-go are pinned by proto/go.mod's tool directives.
 proto:

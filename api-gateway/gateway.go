@@ -23,6 +23,7 @@ import (
 	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/config"
+	"github.com/easelhq/easel/pkg/debugserver"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/pricing"
 	"github.com/easelhq/easel/pkg/redisconn"
@@ -46,6 +47,11 @@ func Run(ctx context.Context, cfg config.Gateway, log *zap.Logger, ln net.Listen
 		_, _ = rand.Read(secret)
 		log.Warn("EASEL_SIGNING_SECRET is unset: using a random one; result URLs will not survive a restart and only this gateway can serve them")
 	}
+	stopPprof, err := debugserver.Start(cfg.PprofAddr, log)
+	if err != nil {
+		return fmt.Errorf("EASEL_PPROF_ADDR: %w", err)
+	}
+	defer stopPprof()
 	rdb, err := redisconn.Open(ctx, cfg.RedisURL)
 	if err != nil {
 		return err
@@ -61,7 +67,13 @@ func Run(ctx context.Context, cfg config.Gateway, log *zap.Logger, ln net.Listen
 	if err != nil {
 		return err
 	}
-	accounts := account.NewStore(rdb)
+	// The request path's commands go through go-redis's autopipeliner: the
+	// commands of concurrent requests share round trips and syscalls.
+	ap, err := rdb.AutoPipeline()
+	if err != nil {
+		return fmt.Errorf("redis autopipeline: %w", err)
+	}
+	accounts := account.NewStore(ap)
 	if cfg.DevAPIKey != "" {
 		a, err := accounts.EnsureKey(ctx, cfg.DevAPIKey, account.New{Name: "dev", Credits: cfg.DevCredits})
 		if err != nil {
@@ -70,7 +82,7 @@ func Run(ctx context.Context, cfg config.Gateway, log *zap.Logger, ln net.Listen
 		log.Warn("EASEL_DEV_API_KEY is set: its account can use the API (development only)", zap.String("account_id", a.ID))
 	}
 
-	svc := tasks.NewService(taskstore.New(rdb), jobs.NewEnqueuer(rdb), taskid.New(cfg.ModelFamily), prices,
+	svc := tasks.NewService(taskstore.New(ap), jobs.NewEnqueuer(ap), taskid.New(cfg.ModelFamily), prices,
 		tasks.Config{Deadline: cfg.TaskDeadline, MaxInflight: cfg.MaxInflight})
 	var admin *api.AdminDeps
 	if cfg.AdminToken != "" {
@@ -80,7 +92,7 @@ func Run(ctx context.Context, cfg config.Gateway, log *zap.Logger, ln net.Listen
 		Log:     log,
 		Tasks:   svc,
 		Auth:    authcache.New(accounts, 100_000, cfg.AuthCacheTTL),
-		Limiter: ratelimit.New(rdb),
+		Limiter: ratelimit.New(ap),
 		Limits:  api.Limits{Create: cfg.RateLimit, Query: cfg.QueryRateLimit},
 		Admin:   admin,
 		Decoder: &createreq.Decoder{Catalog: cat, Egress: cfg.EgressPolicy()},

@@ -67,7 +67,7 @@ func TestDevstackOnEmbeddedRedis(t *testing.T) {
 	cmd.Env = append(cleanEnv(),
 		"EASEL_HTTP_ADDR="+gwAddr,
 		"EASEL_WORKER_HTTP_ADDR="+wAddr,
-		"EASEL_SIM_DELAY=400ms",
+		"EASEL_SIM_DELAY=1s",
 	)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

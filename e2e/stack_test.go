@@ -227,7 +227,7 @@ func sourceServer(t *testing.T) *httptest.Server {
 }
 
 func TestEndToEnd(t *testing.T) {
-	s := startStack(t, stackOptions{workers: 2, simDelay: 400 * time.Millisecond})
+	s := startStack(t, stackOptions{workers: 2, simDelay: time.Second})
 	c := newClient(t, s.base, s.key)
 	src := sourceServer(t)
 

@@ -21,6 +21,7 @@ import (
 	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/config"
+	"github.com/easelhq/easel/pkg/debugserver"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/keyspace"
 	"github.com/easelhq/easel/pkg/redisconn"
@@ -69,6 +70,11 @@ func Run(ctx context.Context, cfg config.Worker, log *zap.Logger, opts Options) 
 			return err
 		}
 	}
+	stopPprof, err := debugserver.Start(cfg.PprofAddr, log)
+	if err != nil {
+		return fmt.Errorf("EASEL_PPROF_ADDR: %w", err)
+	}
+	defer stopPprof()
 	rdb, err := redisconn.Open(ctx, cfg.RedisURL)
 	if err != nil {
 		return err
@@ -88,7 +94,12 @@ func Run(ctx context.Context, cfg config.Worker, log *zap.Logger, opts Options) 
 		ConnectTimeout: cfg.FetchConnTimeout,
 		Timeout:        cfg.FetchTimeout,
 	})
-	store := taskstore.New(rdb)
+	// Task state changes from concurrent jobs share round trips.
+	ap, err := rdb.AutoPipeline()
+	if err != nil {
+		return fmt.Errorf("redis autopipeline: %w", err)
+	}
+	store := taskstore.New(ap)
 	proc := processor.New(store, blobs, gen, fetcher, cat, log, processor.Retry{
 		MaxAttempts: cfg.RetryMaxAttempts,
 		MaxElapsed:  cfg.RetryMaxElapsed,

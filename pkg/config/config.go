@@ -48,7 +48,9 @@ type Common struct {
 	TaskDeadline time.Duration `env:"EASEL_TASK_DEADLINE" envDefault:"10m"`
 	// DevMode relaxes production requirements (a random signing secret when
 	// none is set). `make run` turns it on.
-	DevMode   bool   `env:"EASEL_DEV_MODE" envDefault:"false"`
+	DevMode bool `env:"EASEL_DEV_MODE" envDefault:"false"`
+	// PprofAddr, when set, serves /debug/pprof/ there (keep it private).
+	PprofAddr string `env:"EASEL_PPROF_ADDR"`
 	LogLevel  string `env:"EASEL_LOG_LEVEL" envDefault:"info"`
 	LogFormat string `env:"EASEL_LOG_FORMAT" envDefault:"json"`
 }
@@ -227,6 +229,11 @@ func (c *Common) Validate() error {
 	for _, p := range c.FetchPorts {
 		if p < 1 || p > 65535 {
 			errs = append(errs, fmt.Errorf("EASEL_FETCH_PORTS: %d is not a port", p))
+		}
+	}
+	if c.PprofAddr != "" {
+		if err := validAddr("EASEL_PPROF_ADDR", c.PprofAddr); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if c.LogFormat != "json" && c.LogFormat != "console" {

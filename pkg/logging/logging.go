@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -38,22 +39,64 @@ func New(w io.Writer, level, format, service string) (*zap.Logger, error) {
 	default:
 		return nil, fmt.Errorf("log format %q: want json or console", format)
 	}
-	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)
+	// Buffered: a busy service writes its log lines in batches, not one
+	// write(2) each. Buffered lines reach w within a second, and at once on
+	// Sync (which every main defers).
+	ws := &zapcore.BufferedWriteSyncer{WS: zapcore.AddSync(w), Size: 256 << 10, FlushInterval: time.Second}
+	core := zapcore.NewCore(enc, ws, lvl)
 	return zap.New(core, zap.AddCaller(), zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))).
 		With(zap.String("service", service)), nil
 }
 
 type ctxKey struct{}
 
-// WithLogger returns a context carrying l.
-func WithLogger(ctx context.Context, l *zap.Logger) context.Context {
-	return context.WithValue(ctx, ctxKey{}, l)
+// scoped is a logger with fields added as a request goes: it is built only
+// if something is logged, so a request that logs nothing but its access
+// line pays for no logger.
+type scoped struct {
+	base   *zap.Logger
+	fields []zap.Field
+	built  *zap.Logger
+}
+
+func (s *scoped) logger() *zap.Logger {
+	if s.built == nil {
+		s.built = s.base.With(s.fields...)
+	}
+	return s.built
+}
+
+// WithLogger returns a context carrying l with fields.
+func WithLogger(ctx context.Context, l *zap.Logger, fields ...zap.Field) context.Context {
+	return context.WithValue(ctx, ctxKey{}, &scoped{base: l, fields: fields})
+}
+
+// AddFields adds fields to the logger ctx carries (for one goroutine's
+// request or task). It reports false when ctx carries none.
+func AddFields(ctx context.Context, fields ...zap.Field) bool {
+	s, ok := ctx.Value(ctxKey{}).(*scoped)
+	if !ok {
+		return false
+	}
+	s.fields = append(s.fields, fields...)
+	if s.built != nil {
+		s.built = s.built.With(fields...)
+	}
+	return true
+}
+
+// Fields returns the fields added to ctx's logger.
+func Fields(ctx context.Context) []zap.Field {
+	if s, ok := ctx.Value(ctxKey{}).(*scoped); ok {
+		return s.fields
+	}
+	return nil
 }
 
 // From returns the logger carried by ctx, or a no-op logger.
 func From(ctx context.Context) *zap.Logger {
-	if l, ok := ctx.Value(ctxKey{}).(*zap.Logger); ok {
-		return l
+	if s, ok := ctx.Value(ctxKey{}).(*scoped); ok {
+		return s.logger()
 	}
 	return zap.NewNop()
 }

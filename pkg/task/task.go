@@ -61,6 +61,8 @@ type Task struct {
 	Status     Status
 	Progress   int
 	CreateTime time.Time
+	// StartTime is when a worker first picked the task up; zero until then.
+	StartTime time.Time
 	// CompleteTime is zero until the task is completed or failed.
 	CompleteTime time.Time
 	Results      []Result

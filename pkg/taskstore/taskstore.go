@@ -48,6 +48,7 @@ const (
 	fErrMsg   = "emsg"
 	fPrice    = "price"
 	fRefunded = "refunded"
+	fStarted  = "stime"
 )
 
 // Store reads and writes task records.
@@ -222,6 +223,13 @@ func decode(accountID, taskID string, m map[string]string) (*task.Task, error) {
 		}
 		t.CompleteTime = time.UnixMilli(ms)
 	}
+	if v := m[fStarted]; v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("taskstore: %s: bad stime %q", taskID, v)
+		}
+		t.StartTime = time.UnixMilli(ms)
+	}
 	if v := m[fPrice]; v != "" {
 		if t.Price, err = strconv.ParseInt(v, 10, 64); err != nil {
 			return nil, fmt.Errorf("taskstore: %s: bad price %q", taskID, v)
@@ -238,19 +246,22 @@ func decode(accountID, taskID string, m map[string]string) (*task.Task, error) {
 	return t, nil
 }
 
-// Returns 0 applied, 1 already final, 2 missing.
+// ARGV: now. Returns 0 applied, 1 already final, 2 missing.
 var startScript = redis.NewScript(`
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return 2 end
 if st == 'completed' or st == 'failed' then return 1 end
-redis.call('HSET', KEYS[1], 'status', 'processing')
+if st == 'pending' then
+  redis.call('HSET', KEYS[1], 'status', 'processing', 'stime', ARGV[1])
+end
 return 0
 `)
 
-// Start moves a task to processing. A task already processing (a retry after
-// a crash) stays processing and its progress is kept.
+// Start moves a task to processing and records when (the first time). A task
+// already processing (a retry after a crash) stays processing and its
+// progress is kept.
 func (s *Store) Start(ctx context.Context, accountID, taskID string) (Outcome, error) {
-	return s.run(ctx, startScript, accountID, taskID)
+	return s.run(ctx, startScript, accountID, taskID, s.now().UnixMilli())
 }
 
 var progressScript = redis.NewScript(`

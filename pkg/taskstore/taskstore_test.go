@@ -158,6 +158,9 @@ func TestLifecycle(t *testing.T) {
 					t.Errorf("TTL %v after failure; want 24h from the end", ttl)
 				}
 			case task.Processing:
+				if got.StartTime.IsZero() {
+					t.Error("processing task without a start time")
+				}
 				if got.Progress != 50 {
 					t.Errorf("progress %d after restart; want it kept at 50", got.Progress)
 				}

@@ -161,7 +161,7 @@ func New(d Deps) *echo.Echo {
 			LogStatus:     true,
 			LogLatency:    true,
 			LogError:      true,
-			LogValuesFunc: logRequest,
+			LogValuesFunc: h.logRequest,
 		}),
 		middleware.RecoverWithConfig(middleware.RecoverConfig{
 			LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
@@ -196,22 +196,23 @@ func newRequestID() string {
 // attachLogger gives the request a logger carrying its id.
 func (h *handlers) attachLogger(c echo.Context, id string) {
 	r := c.Request()
-	c.SetRequest(r.WithContext(logging.WithLogger(r.Context(), h.Log.With(zap.String("request_id", id)))))
+	c.SetRequest(r.WithContext(logging.WithLogger(r.Context(), h.Log, zap.String("request_id", id))))
 }
 
-func logRequest(c echo.Context, v middleware.RequestLoggerValues) error {
-	log := logging.From(c.Request().Context())
-	fields := []zap.Field{
+// logRequest writes the access log: one line per request, with the request
+// id, the account and the task it created, if any.
+func (h *handlers) logRequest(c echo.Context, v middleware.RequestLoggerValues) error {
+	fields := append(logging.Fields(c.Request().Context()),
 		zap.String("method", v.Method),
 		zap.String("path", v.URIPath),
 		zap.Int("status", v.Status),
 		zap.Duration("latency", v.Latency),
-	}
+	)
 	if v.Status >= 500 {
-		log.Warn("request", fields...)
+		h.Log.Warn("request", fields...)
 		return nil
 	}
-	log.Info("request", fields...)
+	h.Log.Info("request", fields...)
 	return nil
 }
 
@@ -232,9 +233,7 @@ func (h *handlers) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		c.Set(ctxKeyHash, account.HashKey(key))
-		r := c.Request()
-		ctx := logging.WithLogger(r.Context(), logging.From(r.Context()).With(zap.String("account_id", acct.ID)))
-		c.SetRequest(r.WithContext(ctx))
+		logging.AddFields(c.Request().Context(), zap.String("account_id", acct.ID))
 		c.Set(ctxAccount, acct)
 		return next(c)
 	}

@@ -73,7 +73,7 @@ func (s *Service) Create(ctx context.Context, accountID string, r createreq.Requ
 	if err != nil {
 		return "", apperr.Wrap(err, apperr.Internal, "could not create the task")
 	}
-	log := logging.From(ctx).With(zap.String("task_id", id))
+	logging.AddFields(ctx, zap.String("task_id", id))
 	now := s.now()
 	t := &task.Task{
 		ID:         id,
@@ -113,11 +113,11 @@ func (s *Service) Create(ctx context.Context, accountID string, r createreq.Requ
 		undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		if _, aerr := s.store.Abort(undoCtx, accountID, id); aerr != nil {
-			log.Error("could not abort a task that was not queued", zap.Error(aerr), zap.NamedError("cause", err))
+			logging.From(ctx).Error("could not abort a task that was not queued", zap.Error(aerr), zap.NamedError("cause", err))
 		}
 		return "", apperr.Transient(err, apperr.Unavailable, "the task queue is unavailable; the task was not created, try again")
 	}
-	log.Info("task created", zap.String("model", r.Model.ID), zap.String("kind", r.Kind()), zap.Int64("price", charge.Price))
+	logging.AddFields(ctx, zap.String("model", r.Model.ID), zap.Int64("price", charge.Price))
 	return id, nil
 }
 

@@ -64,6 +64,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	defer func() { _ = log.Sync() }()
 
 	env, cleanup, err := stackEnv()
 	if err != nil {

@@ -19,11 +19,13 @@ import (
 	"image/png"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
 	"unicode"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	xdraw "golang.org/x/image/draw"
 	"golang.org/x/image/font"
 	"golang.org/x/image/font/gofont/gobold"
@@ -41,6 +43,12 @@ type Generator struct {
 	font    *opentype.Font
 	encoder png.Encoder
 	steps   int
+	// renders bounds how many pictures are painted at once: painting is
+	// CPU-bound, and a 4K canvas is 64 MB.
+	renders chan struct{}
+	// cache keeps recent pictures: the same request always gives the same
+	// bytes, so a repeated one (a load test's) is painted once.
+	cache *lru.Cache[[32]byte, []byte]
 }
 
 // New returns a generator whose standard-model generations take delay (pro:
@@ -50,11 +58,17 @@ func New(delay time.Duration) (*Generator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("procedural: font: %w", err)
 	}
+	cache, err := lru.New[[32]byte, []byte](64)
+	if err != nil {
+		return nil, err
+	}
 	return &Generator{
 		delay:   delay,
 		font:    f,
 		encoder: png.Encoder{CompressionLevel: png.BestSpeed, BufferPool: &bufferPool{}},
 		steps:   8,
+		renders: make(chan struct{}, runtime.NumCPU()),
+		cache:   cache,
 	}, nil
 }
 
@@ -67,14 +81,6 @@ func (g *Generator) Generate(ctx context.Context, req imagegen.Request, progress
 	}
 	if req.Size.Width <= 0 || req.Size.Height <= 0 {
 		return nil, fmt.Errorf("procedural: no output size for %s %s %s", req.Model.ID, req.AspectRatio, req.ImageSize)
-	}
-	var sources []image.Image
-	for _, s := range req.Sources {
-		img, err := s.Decode()
-		if err != nil {
-			return nil, err
-		}
-		sources = append(sources, img)
 	}
 	// Simulated work, in steps, reporting progress after each.
 	if delay > 0 {
@@ -94,23 +100,51 @@ func (g *Generator) Generate(ctx context.Context, req imagegen.Request, progress
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	img := g.Render(req, sources)
-	var buf bytes.Buffer
-	if err := g.encoder.Encode(&buf, img); err != nil {
-		return nil, fmt.Errorf("procedural: encode: %w", err)
+	key := identity(req)
+	data, ok := g.cache.Get(key)
+	if !ok {
+		var sources []image.Image
+		for _, s := range req.Sources {
+			img, err := s.Decode()
+			if err != nil {
+				return nil, err
+			}
+			sources = append(sources, img)
+		}
+		select {
+		case g.renders <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		img := g.Render(req, sources)
+		var buf bytes.Buffer
+		err := g.encoder.Encode(&buf, img)
+		<-g.renders
+		if err != nil {
+			return nil, fmt.Errorf("procedural: encode: %w", err)
+		}
+		data = buf.Bytes()
+		g.cache.Add(key, data)
 	}
-	return []imagegen.Image{{Data: buf.Bytes(), MIME: "image/png", Width: req.Size.Width, Height: req.Size.Height}}, nil
+	return []imagegen.Image{{Data: data, MIME: "image/png", Width: req.Size.Width, Height: req.Size.Height}}, nil
 }
 
-// seed derives the picture's randomness from everything that defines it.
-func seed(req imagegen.Request) *rand.Rand {
+// identity is a digest of everything that defines the picture.
+func identity(req imagegen.Request) [32]byte {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00", req.Model.Tier, req.Prompt, req.AspectRatio, req.ImageSize)
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%dx%d\x00", req.Model.Tier, req.Prompt, req.AspectRatio, req.ImageSize, req.Size.Width, req.Size.Height)
 	for _, s := range req.Sources {
 		sum := sha256.Sum256(s.Data)
 		h.Write(sum[:])
 	}
-	sum := h.Sum(nil)
+	var out [32]byte
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
+// seed derives the picture's randomness from everything that defines it.
+func seed(req imagegen.Request) *rand.Rand {
+	sum := identity(req)
 	return rand.New(rand.NewPCG(binary.LittleEndian.Uint64(sum[0:8]), binary.LittleEndian.Uint64(sum[8:16])))
 }
 

@@ -7,6 +7,7 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"strconv"
 	"testing"
 	"time"
 
@@ -80,11 +81,15 @@ func TestExactSizes(t *testing.T) {
 
 func TestDeterministicAndPromptSeeded(t *testing.T) {
 	g, _ := New(0)
+	other, _ := New(0) // its own cache: the second picture is painted again
 	std, pro := models(t)
 	a1 := generate(t, g, request(t, std, "a red fox", "1:1", "1K"))
-	a2 := generate(t, g, request(t, std, "a red fox", "1:1", "1K"))
+	a2 := generate(t, other, request(t, std, "a red fox", "1:1", "1K"))
 	if !bytes.Equal(a1.Data, a2.Data) {
 		t.Error("same request gave different bytes")
+	}
+	if a3 := generate(t, g, request(t, std, "a red fox", "1:1", "1K")); !bytes.Equal(a1.Data, a3.Data) {
+		t.Error("a cached picture differs")
 	}
 	for name, req := range map[string]imagegen.Request{
 		"other prompt": request(t, std, "a blue whale", "1:1", "1K"),
@@ -149,7 +154,8 @@ func TestEditComposesSources(t *testing.T) {
 	if cfg, _, _ := image.DecodeConfig(bytes.NewReader(edit.Data)); cfg.Width != 1344 || cfg.Height != 768 {
 		t.Errorf("edit is %dx%d", cfg.Width, cfg.Height)
 	}
-	if again := generate(t, g, req); !bytes.Equal(edit.Data, again.Data) {
+	fresh, _ := New(0)
+	if again := generate(t, fresh, req); !bytes.Equal(edit.Data, again.Data) {
 		t.Error("edit is not deterministic")
 	}
 
@@ -198,7 +204,25 @@ func TestCancel(t *testing.T) {
 	}
 }
 
+// BenchmarkGenerate1K paints a new 1K picture each time (a different prompt
+// each time, so the cache never answers).
 func BenchmarkGenerate1K(b *testing.B) {
+	g, _ := New(0)
+	std, _ := models(b)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		req := request(b, std, "a lighthouse on a cliff at dusk "+strconv.Itoa(i), "1:1", "1K")
+		if _, err := g.Generate(context.Background(), req, func(int) {}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkGenerate1KRepeated asks for the same picture each time: what a
+// load test with a fixed prompt costs the generator.
+func BenchmarkGenerate1KRepeated(b *testing.B) {
 	g, _ := New(0)
 	std, _ := models(b)
 	req := request(b, std, "a lighthouse on a cliff at dusk", "1:1", "1K")

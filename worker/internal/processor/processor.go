@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -89,9 +90,9 @@ type Attempt struct {
 // Last reports whether no retry follows this attempt.
 func (a Attempt) Last() bool { return a.Retry >= a.MaxRetry }
 
-// Progress milestones, in percent.
+// Progress milestones, in percent, and the least time between two writes.
 const (
-	progressStarted   = 5
+	progressEvery     = 200 * time.Millisecond
 	progressFetched   = 10
 	progressGenerated = 90
 	progressStored    = 95
@@ -117,15 +118,26 @@ func (p *Processor) Process(ctx context.Context, job *jobv1.GenerateImage, at At
 		log.Info("task already finished; dropping the duplicate job")
 		return nil
 	}
-	log.Info("task processing", zap.String("model", job.GetModel()))
+	log.Debug("task processing", zap.String("model", job.GetModel()))
 	started := p.now()
 
+	// Progress is written at most every progressEvery: a task that takes
+	// a long time shows it rising, a fast one costs no extra writes.
+	var mu sync.Mutex
+	lastWrite := started
 	progress := func(pct int) {
+		mu.Lock()
+		now := p.now()
+		if now.Sub(lastWrite) < progressEvery {
+			mu.Unlock()
+			return
+		}
+		lastWrite = now
+		mu.Unlock()
 		if err := p.store.SetProgress(ctx, acct, id, pct); err != nil && ctx.Err() == nil {
 			log.Warn("could not record progress", zap.Int("progress", pct), zap.Error(err))
 		}
 	}
-	progress(progressStarted)
 
 	results, err := p.run(ctx, job, progress, log)
 	if err == nil {

@@ -165,7 +165,13 @@ func (f *fixture) resultImage(t *testing.T, r task.Result) image.Config {
 }
 
 func TestTextToImage(t *testing.T) {
-	f := newFixture(t, nil)
+	// A generation of over a second (pro takes twice the 600 ms), long
+	// enough for progress to show.
+	g, err := procedural.New(600 * time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, g)
 	j := f.job(t, "task_lumen_1", pro, func(j *jobv1.GenerateImage) { j.AspectRatio = "9:16"; j.ImageSize = "2K" })
 	if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,611 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/easelhq/easel/pkg/account"
+	"github.com/easelhq/easel/pkg/loadgen"
+	"github.com/easelhq/easel/pkg/redisproc"
+)
+
+// results are the benchmark's figures.
+type results struct {
+	Date    string `json:"date"`
+	Machine string `json:"machine"`
+	Command string `json:"command"`
+	Rounds  int    `json:"rounds"`
+
+	CreateBaseline []float64 `json:"create_baseline_per_s"`
+	CreateReal     []float64 `json:"create_real_per_s"`
+	QueryBaseline  []float64 `json:"query_baseline_per_s"`
+	QueryReal      []float64 `json:"query_real_per_s"`
+	DrainBaseline  []float64 `json:"drain_baseline_per_s"`
+	DrainReal      []float64 `json:"drain_real_per_s"`
+
+	CreateP50 []float64 `json:"create_real_p50_ms"`
+	QueryP50  []float64 `json:"query_real_p50_ms"`
+
+	PickupP50 float64 `json:"pickup_p50_ms"`
+	PickupP90 float64 `json:"pickup_p90_ms"`
+	PickupP99 float64 `json:"pickup_p99_ms"`
+	PickupMax float64 `json:"pickup_max_ms"`
+	PickupN   int     `json:"pickup_tasks"`
+
+	GatewayRSSMB float64 `json:"gateway_peak_rss_mb"`
+	WorkerRSSMB  float64 `json:"worker_peak_rss_mb"`
+
+	TaskRecordBytes float64 `json:"task_record_bytes"`
+	PerTaskBytes    float64 `json:"redis_bytes_per_task"`
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func (r *results) print(w io.Writer) {
+	fmt.Fprintf(w, "\nEasel benchmark, %s, %s\n%s\n\n", r.Date, r.Machine, r.Command)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\treal (median)\tbaseline (median)\tratio\ttarget\tmet\t")
+	row := func(name string, real, base []float64, unit string, target float64) {
+		ratio := median(real) / median(base)
+		fmt.Fprintf(tw, "%s\t%.0f %s\t%.0f %s\t%.2f\t>= %.2f\t%s\t\n", name, median(real), unit, median(base), unit, ratio, target, yes(ratio >= target))
+	}
+	row("create throughput", r.CreateReal, r.CreateBaseline, "/s", 0.7)
+	row("query throughput", r.QueryReal, r.QueryBaseline, "/s", 0.85)
+	row("end-to-end tasks (zero-delay generator)", r.DrainReal, r.DrainBaseline, "/s", 0.5)
+	fmt.Fprintf(tw, "pick-up latency p50 / p99\t%.1f / %.1f ms\t\t\t<= 100 / 300 ms\t%s\t\n", r.PickupP50, r.PickupP99, yes(r.PickupP50 <= 100 && r.PickupP99 <= 300))
+	fmt.Fprintf(tw, "gateway peak RSS (%s)\t%.1f MB\t\t\t<= 100 MB\t%s\t\n", "64 connections", r.GatewayRSSMB, yes(r.GatewayRSSMB <= 100))
+	fmt.Fprintf(tw, "worker peak RSS\t%.1f MB\t\t\t\t\t\n", r.WorkerRSSMB)
+	fmt.Fprintf(tw, "Redis memory per task record\t%.0f B\t\t\t\t\t\n", r.TaskRecordBytes)
+	fmt.Fprintf(tw, "Redis memory per task, all keys\t%.0f B\t\t\t\t\t\n", r.PerTaskBytes)
+	_ = tw.Flush()
+	fmt.Fprintf(w, "\nper round (real/baseline): create %s; query %s; end-to-end %s\n",
+		pairs(r.CreateReal, r.CreateBaseline), pairs(r.QueryReal, r.QueryBaseline), pairs(r.DrainReal, r.DrainBaseline))
+	fmt.Fprintf(w, "real gateway p50 latency at %s: create %.2f ms, query %.2f ms (medians of rounds)\n", "64 connections", median(r.CreateP50), median(r.QueryP50))
+}
+
+func pairs(a, b []float64) string {
+	var s []string
+	for i := range a {
+		if i < len(b) {
+			s = append(s, fmt.Sprintf("%.0f/%.0f", a[i], b[i]))
+		}
+	}
+	return strings.Join(s, ", ")
+}
+
+func yes(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "NO"
+}
+
+// proc is a child process.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// logDir collects the child processes' logs.
+var logDir = filepath.Join(os.TempDir(), "easelbench-logs")
+
+func startProc(name, path string, args []string, env []string, stdout io.Writer) (*proc, error) {
+	cmd := exec.Command(path, args...)
+	cmd.Env = env
+	cmd.Stdout = stdout
+	_ = os.MkdirAll(logDir, 0o755)
+	logFile, err := os.OpenFile(filepath.Join(logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = logFile
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait(); logFile.Close() }()
+	return p, nil
+}
+
+// peakRSSMB reads the process's peak resident set size (VmHWM).
+func (p *proc) peakRSSMB() float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return math.NaN()
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return math.NaN()
+}
+
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func freeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func waitHTTP(ctx context.Context, url string) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode < 500 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not up: %v", url, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d CPUs (%s), %s/%s, %s", runtime.NumCPU(), model, runtime.GOOS, runtime.GOARCH, runtime.Version())
+}
+
+type env struct {
+	o     options
+	redis *redisproc.Proc
+	rdb   *redis.Client
+	keys  []string
+}
+
+func benchmark(ctx context.Context, o options) (*results, error) {
+	dir, err := os.MkdirTemp("", "easelbench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	rp, err := redisproc.Start(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer rp.Stop()
+	opts, _ := redis.ParseURL(rp.URL)
+	opts.Protocol, opts.DisableIdentity = 2, true
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	e := &env{o: o, redis: rp, rdb: rdb}
+	res := &results{Date: time.Now().UTC().Format("2006-01-02"), Machine: machine(), Rounds: o.rounds,
+		Command: fmt.Sprintf("make bench (easelbench --rounds %d --duration %s --concurrency %d --drain %d)", o.rounds, o.duration, o.concurrency, o.drain)}
+
+	for round := 1; round <= o.rounds; round++ {
+		e.logf("round %d/%d: create and query", round, o.rounds)
+		if err := e.httpRound(ctx, round, res); err != nil {
+			return nil, err
+		}
+		e.logf("round %d/%d: worker throughput", round, o.rounds)
+		if err := e.drainRound(ctx, round, res); err != nil {
+			return nil, err
+		}
+	}
+	e.logf("pick-up latency")
+	if err := e.pickup(ctx, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func (e *env) logf(format string, args ...any) {
+	fmt.Fprintf(e.o.log, "easelbench: "+format+"\n", args...)
+}
+
+// fresh empties the private Redis and makes an account with keys that
+// nothing limits.
+func (e *env) fresh(ctx context.Context) error {
+	if err := e.rdb.FlushAll(ctx).Err(); err != nil { // our own server, started above
+		return err
+	}
+	store := account.NewStore(e.rdb)
+	a, err := store.CreateAccount(ctx, account.New{Name: "bench", Credits: 1e12, RateLimit: 1_000_000, QueryRateLimit: 1_000_000, MaxInflight: 1_000_000})
+	if err != nil {
+		return err
+	}
+	e.keys = nil
+	for i := 0; i < 4; i++ {
+		k, _, err := store.CreateKey(ctx, a.ID)
+		if err != nil {
+			return err
+		}
+		e.keys = append(e.keys, k)
+	}
+	return nil
+}
+
+func (e *env) serviceEnv(extra ...string) []string {
+	env := []string{
+		"PATH=" + os.Getenv("PATH"),
+		"EASEL_REDIS_URL=" + e.redis.URL,
+		"EASEL_SIGNING_SECRET=bench-signing-secret-0123456789abcdef",
+		"EASEL_BLOB_DIR=" + filepath.Join(os.TempDir(), "easelbench-blobs"),
+		"EASEL_LOG_LEVEL=info",
+		"EASEL_SIM_DELAY=0",
+		"EASEL_WORKER_CONCURRENCY=" + strconv.Itoa(e.o.workerConcurrency),
+	}
+	return append(env, extra...)
+}
+
+func (e *env) startGateway(ctx context.Context) (*proc, string, error) {
+	addr := freeAddr()
+	p, err := startProc("gateway", filepath.Join(e.o.binDir, "gateway"), nil, e.serviceEnv("EASEL_HTTP_ADDR="+addr), io.Discard)
+	if err != nil {
+		return nil, "", err
+	}
+	base := "http://" + addr
+	if err := waitHTTP(ctx, base+"/readyz"); err != nil {
+		p.stop()
+		return nil, "", err
+	}
+	return p, base, nil
+}
+
+func (e *env) startBaselineGateway(ctx context.Context) (*proc, string, error) {
+	addr := freeAddr()
+	p, err := startProc("baseline-gateway", e.o.self, []string{"baseline-gateway", addr, e.redis.URL}, os.Environ(), io.Discard)
+	if err != nil {
+		return nil, "", err
+	}
+	base := "http://" + addr
+	if err := waitHTTP(ctx, base+"/v1/task/query?task_id=x"); err != nil {
+		p.stop()
+		return nil, "", err
+	}
+	return p, base, nil
+}
+
+// load runs loadgen after a warm-up and returns the measured report.
+func (e *env) load(ctx context.Context, base, mode string, requests int64) (*loadgen.Report, error) {
+	mix := []loadgen.MixEntry{{Model: "lumen-2.5-flash-image", AspectRatio: "1:1", Weight: 3}, {Model: "lumen-3-pro-image-preview", ImageSize: "2K", AspectRatio: "16:9", Weight: 1}}
+	cfg := loadgen.Config{BaseURL: base, Keys: e.keys, Mode: mode, Concurrency: e.o.concurrency, Mix: mix, QueryTasks: 1000, Timeout: 10 * time.Second}
+	if requests > 0 {
+		cfg.Requests, cfg.Concurrency = requests, 32
+		return loadgen.Run(ctx, cfg)
+	}
+	warm := cfg
+	warm.Duration, warm.QueryTasks = e.o.warmup, 100
+	if _, err := loadgen.Run(ctx, warm); err != nil {
+		return nil, err
+	}
+	cfg.Duration = e.o.duration
+	return loadgen.Run(ctx, cfg)
+}
+
+func okRate(rep *loadgen.Report, op string) (float64, error) {
+	o := rep.Ops[op]
+	if o == nil || o.OK == 0 {
+		return 0, fmt.Errorf("no successful %s in the run: %+v", op, o)
+	}
+	if o.Errors > 0 {
+		return 0, fmt.Errorf("%d failed %s requests in a benchmark run: %v", o.Errors, op, o.ErrorTypes)
+	}
+	return o.Throughput, nil
+}
+
+// httpRound compares create and query throughput, baseline and real,
+// alternating which goes first.
+func (e *env) httpRound(ctx context.Context, round int, res *results) error {
+	type side struct {
+		name  string
+		start func(context.Context) (*proc, string, error)
+	}
+	sides := []side{{"baseline", e.startBaselineGateway}, {"real", e.startGateway}}
+	if round%2 == 0 {
+		sides[0], sides[1] = sides[1], sides[0]
+	}
+	for _, s := range sides {
+		if err := e.fresh(ctx); err != nil {
+			return err
+		}
+		p, base, err := s.start(ctx)
+		if err != nil {
+			return err
+		}
+		before := e.usedMemory(ctx)
+		create, err := e.load(ctx, base, loadgen.ModeCreate, 0)
+		if err != nil {
+			p.stop()
+			return err
+		}
+		createRate, err := okRate(create, loadgen.OpCreate)
+		if err != nil {
+			p.stop()
+			return fmt.Errorf("%s create: %w", s.name, err)
+		}
+		if s.name == "real" && round == 1 {
+			e.memory(ctx, before, res)
+		}
+		query, err := e.load(ctx, base, loadgen.ModeQuery, 0)
+		if err != nil {
+			p.stop()
+			return err
+		}
+		queryRate, err := okRate(query, loadgen.OpQuery)
+		if err != nil {
+			p.stop()
+			return fmt.Errorf("%s query: %w", s.name, err)
+		}
+		if s.name == "real" {
+			res.CreateReal = append(res.CreateReal, createRate)
+			res.QueryReal = append(res.QueryReal, queryRate)
+			res.CreateP50 = append(res.CreateP50, create.Ops[loadgen.OpCreate].Latency.P50)
+			res.QueryP50 = append(res.QueryP50, query.Ops[loadgen.OpQuery].Latency.P50)
+			res.GatewayRSSMB = math.Max(res.GatewayRSSMB, p.peakRSSMB())
+		} else {
+			res.CreateBaseline = append(res.CreateBaseline, createRate)
+			res.QueryBaseline = append(res.QueryBaseline, queryRate)
+		}
+		e.logf("  %s: create %.0f/s, query %.0f/s", s.name, createRate, queryRate)
+		p.stop()
+	}
+	return nil
+}
+
+func (e *env) usedMemory(ctx context.Context) int64 {
+	info, _ := e.rdb.Info(ctx, "memory").Result()
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// memory measures Redis memory per task after a create run: one task
+// record (MEMORY USAGE of a sample), and everything a task adds (record, job,
+// ledger entry, in-flight entry) from used_memory.
+func (e *env) memory(ctx context.Context, before int64, res *results) {
+	after := e.usedMemory(ctx)
+	var sampled, total int64
+	var n int64
+	iter := e.rdb.Scan(ctx, 0, "easel:{a:*}:t:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		n++
+		if sampled < 200 {
+			if b, err := e.rdb.MemoryUsage(ctx, iter.Val()).Result(); err == nil {
+				total += b
+				sampled++
+			}
+		}
+	}
+	if sampled > 0 {
+		res.TaskRecordBytes = float64(total) / float64(sampled)
+	}
+	if n > 0 {
+		res.PerTaskBytes = float64(after-before) / float64(n)
+	}
+}
+
+// drainRound compares how fast a worker gets through a backlog: raw Asynq
+// running no-op jobs, and the real worker running image tasks with a
+// zero-delay generator.
+func (e *env) drainRound(ctx context.Context, round int, res *results) error {
+	base, err := e.drainBaseline(ctx)
+	if err != nil {
+		return err
+	}
+	real, err := e.drainReal(ctx, res)
+	if err != nil {
+		return err
+	}
+	res.DrainBaseline = append(res.DrainBaseline, base)
+	res.DrainReal = append(res.DrainReal, real)
+	e.logf("  worker: real %.0f/s, baseline %.0f/s", real, base)
+	return nil
+}
+
+func (e *env) drainBaseline(ctx context.Context) (float64, error) {
+	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
+		return 0, err
+	}
+	client := asynq.NewClientFromRedisClient(e.rdb)
+	payload := []byte(`{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"a lighthouse on a cliff at dusk, oil painting","aspect_ratio":"1:1"}}`)
+	for i := 0; i < e.o.drain; i++ {
+		if _, err := client.EnqueueContext(ctx, asynq.NewTask(baselineType, payload, asynq.Queue(baselineQueue))); err != nil {
+			return 0, err
+		}
+	}
+	out := &strings.Builder{}
+	p, err := startProc("baseline-worker", e.o.self, []string{"baseline-worker", e.redis.URL, strconv.Itoa(e.o.drain), strconv.Itoa(e.o.workerConcurrency), "50ms"}, os.Environ(), out)
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case err := <-p.done:
+		if err != nil {
+			return 0, fmt.Errorf("baseline worker: %w", err)
+		}
+	case <-time.After(5 * time.Minute):
+		p.stop()
+		return 0, fmt.Errorf("baseline worker did not finish")
+	}
+	var r drainResult
+	if err := json.Unmarshal([]byte(out.String()), &r); err != nil || r.Processed != int64(e.o.drain) {
+		return 0, fmt.Errorf("baseline worker result %q: %v", out.String(), err)
+	}
+	return float64(r.Processed) / (float64(r.LastMs-r.FirstMs) / 1000), nil
+}
+
+func (e *env) drainReal(ctx context.Context, res *results) (float64, error) {
+	if err := e.fresh(ctx); err != nil {
+		return 0, err
+	}
+	gw, base, err := e.startGateway(ctx)
+	if err != nil {
+		return 0, err
+	}
+	rep, err := e.load(ctx, base, loadgen.ModeCreate, int64(e.o.drain))
+	gw.stop()
+	if err != nil {
+		return 0, err
+	}
+	if o := rep.Ops[loadgen.OpCreate]; o == nil || o.OK != int64(e.o.drain) {
+		return 0, fmt.Errorf("backlog: %+v", o)
+	}
+	wk, err := startProc("worker", filepath.Join(e.o.binDir, "worker"), nil, e.serviceEnv("EASEL_WORKER_HTTP_ADDR="+freeAddr()), io.Discard)
+	if err != nil {
+		return 0, err
+	}
+	defer wk.stop()
+	recs, err := e.waitTasks(ctx, e.o.drain, 5*time.Minute)
+	if err != nil {
+		return 0, err
+	}
+	res.WorkerRSSMB = math.Max(res.WorkerRSSMB, wk.peakRSSMB())
+	var first, last int64 = math.MaxInt64, 0
+	for _, r := range recs {
+		first = min(first, r.start)
+		last = max(last, r.end)
+	}
+	return float64(len(recs)) / (float64(last-first) / 1000), nil
+}
+
+type taskTimes struct{ create, start, end int64 }
+
+// waitTasks waits until want task records are completed and returns their
+// times.
+func (e *env) waitTasks(ctx context.Context, want int, timeout time.Duration) ([]taskTimes, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		var keys []string
+		iter := e.rdb.Scan(ctx, 0, "easel:{a:*}:t:*", 1000).Iterator()
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		cmds := make([]*redis.SliceCmd, len(keys))
+		_, _ = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, k := range keys {
+				cmds[i] = p.HMGet(ctx, k, "status", "ctime", "stime", "etime")
+			}
+			return nil
+		})
+		var out []taskTimes
+		failed := 0
+		for _, c := range cmds {
+			v := c.Val()
+			if len(v) < 4 {
+				continue
+			}
+			switch v[0] {
+			case "completed":
+				num := func(x any) int64 { s, _ := x.(string); n, _ := strconv.ParseInt(s, 10, 64); return n }
+				out = append(out, taskTimes{num(v[1]), num(v[2]), num(v[3])})
+			case "failed":
+				failed++
+			}
+		}
+		if failed > 0 {
+			return nil, fmt.Errorf("%d tasks failed during the benchmark", failed)
+		}
+		if len(out) >= want {
+			return out, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("only %d of %d tasks completed in %v", len(out), want, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// pickup measures created → processing under a steady arrival rate, with a
+// worker waiting for work.
+func (e *env) pickup(ctx context.Context, res *results) error {
+	if err := e.fresh(ctx); err != nil {
+		return err
+	}
+	gw, base, err := e.startGateway(ctx)
+	if err != nil {
+		return err
+	}
+	defer gw.stop()
+	wk, err := startProc("worker", filepath.Join(e.o.binDir, "worker"), nil, e.serviceEnv("EASEL_WORKER_HTTP_ADDR="+freeAddr()), io.Discard)
+	if err != nil {
+		return err
+	}
+	defer wk.stop()
+	time.Sleep(time.Second) // let the worker start polling
+	rep, err := loadgen.Run(ctx, loadgen.Config{BaseURL: base, Keys: e.keys, Mode: loadgen.ModeCreate, Rate: e.o.pickupRate, Duration: e.o.pickupFor,
+		Mix: []loadgen.MixEntry{{Model: "lumen-2.5-flash-image", AspectRatio: "1:1", Weight: 1}}})
+	if err != nil {
+		return err
+	}
+	n := int(rep.Ops[loadgen.OpCreate].OK)
+	recs, err := e.waitTasks(ctx, n, 2*time.Minute)
+	if err != nil {
+		return err
+	}
+	h := hdrhistogram.New(1, 600_000, 3)
+	for _, r := range recs {
+		_ = h.RecordValue(max(r.start-r.create, 1))
+	}
+	res.PickupP50, res.PickupP90, res.PickupP99 = float64(h.ValueAtQuantile(50)), float64(h.ValueAtQuantile(90)), float64(h.ValueAtQuantile(99))
+	res.PickupMax, res.PickupN = float64(h.Max()), len(recs)
+	e.logf("  pick-up over %d tasks: p50 %.0f ms, p99 %.0f ms", len(recs), res.PickupP50, res.PickupP99)
+	return nil
+}

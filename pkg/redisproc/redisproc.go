@@ -1,0 +1,141 @@
+// Package redisproc runs a private redis-server process on a free loopback
+// port, with persistence off: for tests (through package redistest) and the
+// benchmark, which must never touch a Redis another process uses.
+package redisproc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Proc is a running redis-server.
+type Proc struct {
+	Addr   string // host:port
+	URL    string // redis://host:port/0
+	cmd    *exec.Cmd
+	exited chan error
+	out    *safeBuffer
+}
+
+// ErrNotInstalled is returned when redis-server is not on PATH.
+var ErrNotInstalled = errors.New("redis-server not found on PATH: install it (Debian: apt-get install redis-server; macOS: brew install redis)")
+
+// Start starts a redis-server with its working directory in dir (which the
+// caller owns and removes). extra are further redis-server arguments.
+func Start(dir string, extra ...string) (*Proc, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, ErrNotInstalled
+	}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		p, err := start(bin, dir, extra)
+		if err == nil {
+			return p, nil
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
+func start(bin, dir string, extra []string) (*Proc, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	out := &safeBuffer{}
+	args := append([]string{
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", dir,
+		"--daemonize", "no",
+		"--protected-mode", "no",
+		"--loglevel", "warning",
+	}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout = out
+	cmd.Stderr = out
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &Proc{cmd: cmd, exited: make(chan error, 1), out: out}
+	go func() { p.exited <- cmd.Wait() }()
+
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	rdb := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1})
+	defer rdb.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		select {
+		case err := <-p.exited:
+			return nil, fmt.Errorf("redis-server exited (%v): %s", err, out.String())
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		info, err := rdb.Info(ctx, "server").Result()
+		cancel()
+		if err == nil {
+			// Make sure the server answering is ours, not another process
+			// that took the port between freePort and the bind.
+			if !strings.Contains(info, "process_id:"+strconv.Itoa(cmd.Process.Pid)+"\r\n") {
+				p.Stop()
+				return nil, fmt.Errorf("port %d is taken by another Redis", port)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			p.Stop()
+			return nil, fmt.Errorf("redis-server did not answer within 10s: %v; output: %s", err, out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.Addr, p.URL = addr, "redis://"+addr+"/0"
+	return p, nil
+}
+
+// Pid is the server's process id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Stop kills the server and waits for it.
+func (p *Proc) Stop() {
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+type safeBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *safeBuffer) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(b)
+}
+
+func (s *safeBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
