@@ -284,7 +284,7 @@ func TestEndToEnd(t *testing.T) {
 		_, rec, _ := c.query(ids[0])
 		u, _ := url.Parse(rec.Results[0])
 		anon := newClient(t, s.base, "")
-		tampered := strings.Replace(u.RequestURI(), "-0-", "-1-", 1)
+		tampered := strings.Replace(u.RequestURI(), ".png", "0.png", 1)
 		if st, _, _ := anon.do("GET", tampered, "", nil); st != 403 {
 			t.Errorf("tampered URL: %d; want 403", st)
 		}

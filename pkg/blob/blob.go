@@ -108,6 +108,24 @@ func (s *FS) Put(ctx context.Context, key string, r io.Reader) (int64, error) {
 	return n, nil
 }
 
+// Touch marks an existing blob as fresh (so the janitor keeps it another
+// retention period) and reports whether it exists: a writer of
+// content-addressed blobs skips writing bytes already stored.
+func (s *FS) Touch(_ context.Context, key string) (bool, error) {
+	if !ValidKey(key) {
+		return false, fmt.Errorf("blob: invalid key %q", key)
+	}
+	now := time.Now()
+	err := s.root.Chtimes(key, now, now)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	}
+	return false, fmt.Errorf("blob: touch %s: %w", key, err)
+}
+
 // Open opens a blob for reading. A missing blob is apperr.NotFound.
 func (s *FS) Open(_ context.Context, key string) (Object, Info, error) {
 	if !ValidKey(key) {

@@ -149,3 +149,29 @@ func TestSweep(t *testing.T) {
 		t.Error("old empty directory not removed by a later sweep")
 	}
 }
+
+func TestTouch(t *testing.T) {
+	s, err := OpenFS(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if ok, err := s.Touch(ctx, "h/abc.png"); ok || err != nil {
+		t.Fatalf("Touch of a missing blob = %v, %v", ok, err)
+	}
+	if _, err := s.Put(ctx, "h/abc.png", strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-30 * time.Hour)
+	_ = os.Chtimes(filepath.Join(s.Dir(), "h/abc.png"), old, old)
+	if ok, err := s.Touch(ctx, "h/abc.png"); !ok || err != nil {
+		t.Fatalf("Touch = %v, %v", ok, err)
+	}
+	if n, _ := s.Sweep(ctx, time.Now().Add(-24*time.Hour)); n != 0 {
+		t.Error("the janitor removed a blob just touched")
+	}
+	if _, err := s.Touch(ctx, "../x.png"); err == nil {
+		t.Error("Touch outside the directory")
+	}
+}

@@ -182,12 +182,12 @@ func (w *envelopeErrors) Write(p []byte) (int, error) {
 	return w.ResponseWriter.Write(p)
 }
 
-// etag is the content hash that result keys end with
-// ("<task>-<n>-<16 hex>.png"), else a size-and-time tag.
+// etag is the content hash result keys are named by
+// ("<hour>/<32 hex>.png"), else a size-and-time tag.
 func etag(key string, size, mtime int64) string {
 	base := strings.TrimSuffix(path.Base(key), path.Ext(key))
-	if i := strings.LastIndexByte(base, '-'); i >= 0 && len(base)-i-1 == 16 {
-		return `"` + base[i+1:] + `"`
+	if len(base) == 32 && strings.Trim(base, "0123456789abcdef") == "" {
+		return `"` + base + `"`
 	}
 	return `"` + strconv.FormatInt(size, 16) + "-" + strconv.FormatInt(mtime, 16) + `"`
 }

@@ -38,6 +38,7 @@ type Store interface {
 // Blobs stores result images.
 type Blobs interface {
 	Put(ctx context.Context, key string, r io.Reader) (int64, error)
+	Touch(ctx context.Context, key string) (bool, error)
 }
 
 // Generator makes images.
@@ -234,15 +235,12 @@ func (p *Processor) run(ctx context.Context, job *jobv1.GenerateImage, progress 
 	progress(progressGenerated)
 
 	results := make([]task.Result, 0, len(images))
-	bucket := p.now().UTC().Format("2006010215")
-	for i, img := range images {
-		sum := sha256.Sum256(img.Data)
-		key := fmt.Sprintf("%s/%s-%d-%s%s", bucket, job.GetTaskId(), i, hex.EncodeToString(sum[:8]), extension(img.MIME))
-		n, err := p.blobs.Put(ctx, key, bytes.NewReader(img.Data))
+	for _, img := range images {
+		key, err := p.keep(ctx, img)
 		if err != nil {
 			return nil, apperr.Transient(err, apperr.Internal, "the result could not be stored")
 		}
-		results = append(results, task.Result{Key: key, ContentType: img.MIME, Size: n, Width: img.Width, Height: img.Height})
+		results = append(results, task.Result{Key: key, ContentType: img.MIME, Size: int64(len(img.Data)), Width: img.Width, Height: img.Height})
 	}
 	progress(progressStored)
 	return results, nil
@@ -277,6 +275,24 @@ func (p *Processor) generate(ctx context.Context, req imagegen.Request, progress
 			Message: fmt.Sprintf("%s (gave up after %d attempts)", e.Message, attempts)}
 	}
 	return images, err
+}
+
+// keep writes an image under its content hash, in a directory per hour:
+// identical images (a deterministic generator asked the same thing twice)
+// are stored once, and the janitor keeps a blob as long as any task
+// produced it within the retention period.
+func (p *Processor) keep(ctx context.Context, img imagegen.Image) (string, error) {
+	sum := sha256.Sum256(img.Data)
+	key := p.now().UTC().Format("2006010215") + "/" + hex.EncodeToString(sum[:16]) + extension(img.MIME)
+	if ok, err := p.blobs.Touch(ctx, key); err != nil {
+		return "", err
+	} else if ok {
+		return key, nil
+	}
+	if _, err := p.blobs.Put(ctx, key, bytes.NewReader(img.Data)); err != nil {
+		return "", err
+	}
+	return key, nil
 }
 
 func extension(mime string) string {

@@ -10,6 +10,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -181,7 +184,7 @@ func TestTextToImage(t *testing.T) {
 		t.Fatalf("task %+v", got)
 	}
 	r := got.Results[0]
-	if r.ContentType != "image/png" || !strings.HasSuffix(r.Key, ".png") || !strings.Contains(r.Key, "task_lumen_1-0-") || !blob.ValidKey(r.Key) {
+	if r.ContentType != "image/png" || !contentKey.MatchString(r.Key) || !blob.ValidKey(r.Key) {
 		t.Errorf("result %+v", r)
 	}
 	if cfg := f.resultImage(t, r); cfg.Width != 1536 || cfg.Height != 2752 || r.Width != 1536 || r.Height != 2752 {
@@ -200,6 +203,37 @@ func TestTextToImage(t *testing.T) {
 	if len(distinct) < 3 {
 		t.Errorf("progress %v: want at least 3 distinct values", f.store.progress)
 	}
+}
+
+// contentKey is a result key: the hour, then the image's content hash.
+var contentKey = regexp.MustCompile(`^[0-9]{10}/[0-9a-f]{32}\.png$`)
+
+// TestIdenticalResultsAreStoredOnce: two tasks asking the same of a
+// deterministic generator share one blob, refreshed for the janitor.
+func TestIdenticalResultsAreStoredOnce(t *testing.T) {
+	g, _ := procedural.New(0)
+	f := newFixture(t, g)
+	for _, id := range []string{"task_lumen_21", "task_lumen_22"} {
+		if err := f.proc.Process(context.Background(), f.job(t, id, std, nil), Attempt{0, 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := f.get(t, "task_lumen_21").Results[0], f.get(t, "task_lumen_22").Results[0]
+	if a.Key != b.Key || a.Size != b.Size || a.Size == 0 {
+		t.Errorf("results %+v and %+v; want one shared blob", a, b)
+	}
+	old := time.Now().Add(-48 * time.Hour)
+	path := filepath.Join(f.blobs.Dir(), a.Key)
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.proc.Process(context.Background(), f.job(t, "task_lumen_23", std, nil), Attempt{0, 3}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(path); err != nil || time.Since(st.ModTime()) > time.Hour {
+		t.Errorf("a reused blob was not refreshed: %v %v", st.ModTime(), err)
+	}
+	f.resultImage(t, f.get(t, "task_lumen_23").Results[0])
 }
 
 func jpegServer(t *testing.T, w, h int) *httptest.Server {
