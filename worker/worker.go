@@ -75,7 +75,9 @@ func Run(ctx context.Context, cfg config.Worker, log *zap.Logger, opts Options) 
 		return fmt.Errorf("EASEL_PPROF_ADDR: %w", err)
 	}
 	defer stopPprof()
-	rdb, err := redisconn.Open(ctx, cfg.RedisURL)
+	// A connection for each job Asynq may run at once, and some for its own
+	// loops (dequeue, heartbeat, recovery) and the sweeper.
+	rdb, err := redisconn.OpenPool(ctx, cfg.RedisURL, cfg.Concurrency+16)
 	if err != nil {
 		return err
 	}

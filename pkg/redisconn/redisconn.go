@@ -14,9 +14,19 @@ import (
 // Open parses a redis:// or rediss:// URL, connects and pings. The caller
 // closes the client.
 func Open(ctx context.Context, rawURL string) (*redis.Client, error) {
+	return OpenPool(ctx, rawURL, 0)
+}
+
+// OpenPool is Open with a connection pool of poolSize (0: go-redis's
+// default, 10 per CPU). A worker needs one per job it runs at once, and a
+// few more for Asynq's own loops.
+func OpenPool(ctx context.Context, rawURL string, poolSize int) (*redis.Client, error) {
 	opts, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("redis url: %w", err)
+	}
+	if poolSize > 0 {
+		opts.PoolSize = poolSize
 	}
 	// Easel's stores only use RESP2-compatible replies; pinning the protocol
 	// keeps replies identical across Redis versions and miniredis.

@@ -66,4 +66,7 @@ type Image struct {
 	MIME   string // image/png, image/jpeg or image/webp
 	Width  int
 	Height int
+	// SHA256 of Data, when the generator already knows it (the worker
+	// computes it otherwise).
+	SHA256 *[32]byte
 }

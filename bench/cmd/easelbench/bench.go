@@ -231,19 +231,29 @@ func benchmark(ctx context.Context, o options) (*results, error) {
 	res := &results{Date: time.Now().UTC().Format("2006-01-02"), Machine: machine(), Rounds: o.rounds,
 		Command: fmt.Sprintf("make bench (easelbench --rounds %d --duration %s --concurrency %d --drain %d)", o.rounds, o.duration, o.concurrency, o.drain)}
 
+	parts := map[string]bool{}
+	for _, p := range strings.Split(o.only, ",") {
+		parts[strings.TrimSpace(p)] = true
+	}
 	for round := 1; round <= o.rounds; round++ {
-		e.logf("round %d/%d: create and query", round, o.rounds)
-		if err := e.httpRound(ctx, round, res); err != nil {
-			return nil, err
+		if parts["http"] {
+			e.logf("round %d/%d: create and query", round, o.rounds)
+			if err := e.httpRound(ctx, round, res); err != nil {
+				return nil, err
+			}
 		}
-		e.logf("round %d/%d: worker throughput", round, o.rounds)
-		if err := e.drainRound(ctx, round, res); err != nil {
-			return nil, err
+		if parts["drain"] {
+			e.logf("round %d/%d: worker throughput", round, o.rounds)
+			if err := e.drainRound(ctx, round, res); err != nil {
+				return nil, err
+			}
 		}
 	}
-	e.logf("pick-up latency")
-	if err := e.pickup(ctx, res); err != nil {
-		return nil, err
+	if parts["pickup"] {
+		e.logf("pick-up latency")
+		if err := e.pickup(ctx, res); err != nil {
+			return nil, err
+		}
 	}
 	return res, nil
 }

@@ -70,6 +70,7 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.pickupFor, "pickup-duration", 10*time.Second, "how long to measure pick-up latency")
 	fs.StringVar(&o.binDir, "bin", "bin", "directory of the gateway and worker binaries")
 	fs.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
+	fs.StringVar(&o.only, "only", "http,drain,pickup", "which parts to run: http (create and query), drain, pickup")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -108,5 +109,6 @@ type options struct {
 	pickupFor         time.Duration
 	binDir, self      string
 	jsonOut           string
+	only              string
 	log               io.Writer
 }

@@ -26,6 +26,7 @@ import (
 	"unicode"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"golang.org/x/sync/singleflight"
 	xdraw "golang.org/x/image/draw"
 	"golang.org/x/image/font"
 	"golang.org/x/image/font/gofont/gobold"
@@ -48,7 +49,15 @@ type Generator struct {
 	renders chan struct{}
 	// cache keeps recent pictures: the same request always gives the same
 	// bytes, so a repeated one (a load test's) is painted once.
-	cache *lru.Cache[[32]byte, []byte]
+	cache *lru.Cache[[32]byte, picture]
+	// inflight makes concurrent requests for one picture share its render.
+	inflight singleflight.Group
+}
+
+// picture is an encoded picture and its digest.
+type picture struct {
+	data []byte
+	sum  [32]byte
 }
 
 // New returns a generator whose standard-model generations take delay (pro:
@@ -58,7 +67,7 @@ func New(delay time.Duration) (*Generator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("procedural: font: %w", err)
 	}
-	cache, err := lru.New[[32]byte, []byte](64)
+	cache, err := lru.New[[32]byte, picture](64)
 	if err != nil {
 		return nil, err
 	}
@@ -101,32 +110,50 @@ func (g *Generator) Generate(ctx context.Context, req imagegen.Request, progress
 		return nil, err
 	}
 	key := identity(req)
-	data, ok := g.cache.Get(key)
+	pic, ok := g.cache.Get(key)
 	if !ok {
-		var sources []image.Image
-		for _, s := range req.Sources {
-			img, err := s.Decode()
+		v, err, _ := g.inflight.Do(string(key[:]), func() (any, error) {
+			if pic, ok := g.cache.Get(key); ok {
+				return pic, nil
+			}
+			// Shared by every caller: one caller's deadline must not fail
+			// the others.
+			pic, err := g.paint(context.WithoutCancel(ctx), req)
 			if err != nil {
 				return nil, err
 			}
-			sources = append(sources, img)
-		}
-		select {
-		case g.renders <- struct{}{}:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		img := g.Render(req, sources)
-		var buf bytes.Buffer
-		err := g.encoder.Encode(&buf, img)
-		<-g.renders
+			g.cache.Add(key, pic)
+			return pic, nil
+		})
 		if err != nil {
-			return nil, fmt.Errorf("procedural: encode: %w", err)
+			return nil, err
 		}
-		data = buf.Bytes()
-		g.cache.Add(key, data)
+		pic = v.(picture)
 	}
-	return []imagegen.Image{{Data: data, MIME: "image/png", Width: req.Size.Width, Height: req.Size.Height}}, nil
+	return []imagegen.Image{{Data: pic.data, MIME: "image/png", Width: req.Size.Width, Height: req.Size.Height, SHA256: &pic.sum}}, nil
+}
+
+// paint decodes the sources, renders and encodes, at most NumCPU at once.
+func (g *Generator) paint(ctx context.Context, req imagegen.Request) (picture, error) {
+	var sources []image.Image
+	for _, s := range req.Sources {
+		img, err := s.Decode()
+		if err != nil {
+			return picture{}, err
+		}
+		sources = append(sources, img)
+	}
+	select {
+	case g.renders <- struct{}{}:
+	case <-ctx.Done():
+		return picture{}, ctx.Err()
+	}
+	defer func() { <-g.renders }()
+	var buf bytes.Buffer
+	if err := g.encoder.Encode(&buf, g.Render(req, sources)); err != nil {
+		return picture{}, fmt.Errorf("procedural: encode: %w", err)
+	}
+	return picture{data: buf.Bytes(), sum: sha256.Sum256(buf.Bytes())}, nil
 }
 
 // identity is a digest of everything that defines the picture.

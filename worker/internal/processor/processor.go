@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/pkg/apperr"
@@ -72,6 +73,9 @@ type Processor struct {
 	log     *zap.Logger
 	retry   Retry
 	now     func() time.Time
+	// touched remembers blobs this worker refreshed lately, so a blob
+	// produced again and again is touched once in a while, not each time.
+	touched *lru.Cache[string, time.Time]
 }
 
 // New returns a processor.
@@ -79,7 +83,8 @@ func New(store Store, blobs Blobs, gen Generator, fetch Fetcher, cat *catalog.Ca
 	if retry.MaxAttempts < 1 {
 		retry.MaxAttempts = 1
 	}
-	return &Processor{store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, retry: retry, now: time.Now}
+	touched, _ := lru.New[string, time.Time](1024)
+	return &Processor{store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, retry: retry, now: time.Now, touched: touched}
 }
 
 // Attempt says which run of a job this is: Retry counts earlier failed runs,
@@ -90,6 +95,10 @@ type Attempt struct {
 
 // Last reports whether no retry follows this attempt.
 func (a Attempt) Last() bool { return a.Retry >= a.MaxRetry }
+
+// touchEvery is how often a reused blob is refreshed: far more often than the
+// janitor's 24-hour retention needs.
+const touchEvery = 10 * time.Minute
 
 // Progress milestones, in percent, and the least time between two writes.
 const (
@@ -104,7 +113,7 @@ const (
 // retries left, or a worker shutting down.
 func (p *Processor) Process(ctx context.Context, job *jobv1.GenerateImage, at Attempt) error {
 	acct, id := job.GetAccountId(), job.GetTaskId()
-	log := p.log.With(zap.String("task_id", id), zap.String("account_id", acct), zap.Int("attempt", at.Retry+1))
+	log := taskLog{p.log, []zap.Field{zap.String("task_id", id), zap.String("account_id", acct), zap.Int("attempt", at.Retry+1)}}
 
 	outcome, err := p.store.Start(ctx, acct, id)
 	if err != nil {
@@ -182,7 +191,7 @@ func classify(ctx context.Context, err error) (task.Failure, bool) {
 	return task.Failure{Code: string(apperr.Internal), Message: "the image could not be generated because of an internal error"}, true
 }
 
-func (p *Processor) run(ctx context.Context, job *jobv1.GenerateImage, progress func(int), log *zap.Logger) ([]task.Result, error) {
+func (p *Processor) run(ctx context.Context, job *jobv1.GenerateImage, progress func(int), log taskLog) ([]task.Result, error) {
 	model, ok := p.catalog.Lookup(job.GetModel())
 	if !ok {
 		// Queued under another EASEL_MODEL_FAMILY, or a tier this worker
@@ -249,7 +258,7 @@ func (p *Processor) run(ctx context.Context, job *jobv1.GenerateImage, progress 
 // generate runs the generator, retrying retryable errors within the retry
 // policy. Once the retries are spent the last error is final: the task fails
 // (Asynq's own retries are for crashes and storage errors, not for these).
-func (p *Processor) generate(ctx context.Context, req imagegen.Request, progress func(int), log *zap.Logger) ([]imagegen.Image, error) {
+func (p *Processor) generate(ctx context.Context, req imagegen.Request, progress func(int), log taskLog) ([]imagegen.Image, error) {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = p.retry.Initial
 	b.MaxInterval = p.retry.MaxInterval
@@ -282,18 +291,48 @@ func (p *Processor) generate(ctx context.Context, req imagegen.Request, progress
 // are stored once, and the janitor keeps a blob as long as any task
 // produced it within the retention period.
 func (p *Processor) keep(ctx context.Context, img imagegen.Image) (string, error) {
-	sum := sha256.Sum256(img.Data)
-	key := p.now().UTC().Format("2006010215") + "/" + hex.EncodeToString(sum[:16]) + extension(img.MIME)
-	if ok, err := p.blobs.Touch(ctx, key); err != nil {
-		return "", err
-	} else if ok {
+	sum := img.SHA256
+	if sum == nil {
+		s := sha256.Sum256(img.Data)
+		sum = &s
+	}
+	now := p.now()
+	key := now.UTC().Format("2006010215") + "/" + hex.EncodeToString(sum[:16]) + extension(img.MIME)
+	if last, ok := p.touched.Get(key); ok && now.Sub(last) < touchEvery {
 		return key, nil
 	}
-	if _, err := p.blobs.Put(ctx, key, bytes.NewReader(img.Data)); err != nil {
+	exists, err := p.blobs.Touch(ctx, key)
+	if err != nil {
 		return "", err
 	}
+	if !exists {
+		if _, err := p.blobs.Put(ctx, key, bytes.NewReader(img.Data)); err != nil {
+			return "", err
+		}
+	}
+	p.touched.Add(key, now)
 	return key, nil
 }
+
+// taskLog logs with a task's fields on every line. It passes them with each
+// call instead of cloning the logger (zap's With), which a task that logs
+// one line would pay for in full.
+type taskLog struct {
+	l      *zap.Logger
+	fields []zap.Field
+}
+
+func (t taskLog) with(f []zap.Field) []zap.Field {
+	return append(append(make([]zap.Field, 0, len(t.fields)+len(f)), t.fields...), f...)
+}
+func (t taskLog) Debug(msg string, f ...zap.Field) {
+	if ce := t.l.Check(zap.DebugLevel, msg); ce != nil {
+		ce.Write(t.with(f)...)
+	}
+}
+func (t taskLog) Info(msg string, f ...zap.Field)  { t.l.Info(msg, t.with(f)...) }
+func (t taskLog) Warn(msg string, f ...zap.Field)  { t.l.Warn(msg, t.with(f)...) }
+func (t taskLog) Error(msg string, f ...zap.Field) { t.l.Error(msg, t.with(f)...) }
 
 func extension(mime string) string {
 	switch mime {

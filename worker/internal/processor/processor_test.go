@@ -3,6 +3,8 @@ package processor
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"image"
 	"image/color"
@@ -160,6 +162,9 @@ func (f *fixture) resultImage(t *testing.T, r task.Result) image.Config {
 	if info.Size != r.Size || int64(len(b)) != r.Size {
 		t.Errorf("blob size %d, recorded %d", info.Size, r.Size)
 	}
+	if sum := sha256.Sum256(b); !strings.Contains(r.Key, hex.EncodeToString(sum[:16])) {
+		t.Errorf("key %s is not the content's hash", r.Key)
+	}
 	cfg, _, err := image.DecodeConfig(bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
@@ -227,6 +232,8 @@ func TestIdenticalResultsAreStoredOnce(t *testing.T) {
 	if err := os.Chtimes(path, old, old); err != nil {
 		t.Fatal(err)
 	}
+	// As another worker, or this one ten minutes later, would.
+	f.proc.touched.Purge()
 	if err := f.proc.Process(context.Background(), f.job(t, "task_lumen_23", std, nil), Attempt{0, 3}); err != nil {
 		t.Fatal(err)
 	}
