@@ -5,7 +5,7 @@ BIN     := bin
 # Race detection for every test run.
 TESTFLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: all build run test test-short proto lint fmt tidy clean help bench
+.PHONY: all build run test test-short proto lint fmt tidy clean help bench bench-go
 
 all: build
 
@@ -43,6 +43,14 @@ BENCHFLAGS ?=
 bench: build
 	$(GO) build -o $(BIN)/easelbench ./bench/cmd/easelbench
 	./$(BIN)/easelbench --bin $(BIN) $(BENCHFLAGS)
+
+# The Go benchmarks of the hot functions, for benchstat:
+#   make bench-go > old.txt; (change); make bench-go > new.txt; benchstat old.txt new.txt
+BENCHCOUNT ?= 6
+bench-go:
+	@for m in pkg api-gateway worker; do \
+		(cd $$m && $(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) ./...) | grep -E '^(Benchmark|goos|goarch|pkg|cpu)'; \
+	done
 
 # buf and protoc-gen-go are pinned by proto/go.mod's tool directives.
 proto:

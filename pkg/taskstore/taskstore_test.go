@@ -296,3 +296,19 @@ func TestGetReportsAStoreFailure(t *testing.T) {
 		t.Errorf("corrupt record: %v; want an internal error", err)
 	}
 }
+
+// BenchmarkDecode is the cost of turning a task hash into a task: every
+// query pays it.
+func BenchmarkDecode(b *testing.B) {
+	m := map[string]string{
+		fType: "image", fModel: "lumen-2.5-flash-image", fStatus: "completed", fProgress: "100",
+		fCreated: "1795359098636", fStarted: "1795359098700", fEnded: "1795359100975", fPrice: "4",
+		fResults: `[{"key":"2026112214/0123456789abcdef0123456789abcdef.png","type":"image/png","size":217887,"w":1344,"h":768}]`,
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := decode("acct_x", "task_lumen_1", m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
