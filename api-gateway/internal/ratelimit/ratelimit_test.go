@@ -1,0 +1,139 @@
+package ratelimit
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/easelhq/easel/pkg/redistest"
+)
+
+func TestExactBelowLeaseThreshold(t *testing.T) {
+	srv := redistest.Start(t)
+	l := New(srv.Client(t))
+	ctx := context.Background()
+	for i := 0; i < 5; i++ {
+		r, err := l.Allow(ctx, "b", 5)
+		if err != nil || !r.Allowed || r.Limit != 5 || r.Remaining != 4-i {
+			t.Fatalf("request %d: %+v %v", i, r, err)
+		}
+	}
+	r, _ := l.Allow(ctx, "b", 5)
+	if r.Allowed || r.RetryAfter <= 0 || r.RetryAfter > time.Second {
+		t.Errorf("sixth request: %+v; want refused with a retry-after", r)
+	}
+}
+
+// evalCalls counts the scripts Redis has run.
+func evalCalls(t *testing.T, srv *redistest.Server) int {
+	t.Helper()
+	info := srv.Client(t).Info(context.Background(), "commandstats").Val()
+	n := 0
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+			if rest, ok := strings.CutPrefix(line, cmd); ok {
+				calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+				c, _ := strconv.Atoi(calls)
+				n += c
+			}
+		}
+	}
+	return n
+}
+
+// TestLeasesNeverExceedTheLimit: several gateways (limiters) hammer one key
+// past its limit; together they admit no more than the limit allows (its
+// burst, plus what refills while the test runs).
+func TestLeasesNeverExceedTheLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	const limit = 1000
+	gateways := []*Limiter{New(srv.Client(t)), New(srv.Client(t)), New(srv.Client(t))}
+	ctx := context.Background()
+	var allowed, requests atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := 0; i < 12; i++ {
+		wg.Add(1)
+		go func(l *Limiter) {
+			defer wg.Done()
+			for time.Since(start) < 500*time.Millisecond {
+				r, err := l.Allow(ctx, "hot", limit)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				requests.Add(1)
+				if r.Allowed {
+					allowed.Add(1)
+				}
+			}
+		}(gateways[i%len(gateways)])
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	// GCRA admits the burst (= limit) at once, then limit per second.
+	ceiling := int64(limit + float64(limit)*elapsed.Seconds() + 1)
+	if allowed.Load() > ceiling {
+		t.Errorf("admitted %d in %v; the limit allows at most %d", allowed.Load(), elapsed, ceiling)
+	}
+	if allowed.Load() < limit/2 {
+		t.Errorf("admitted only %d of a %d burst", allowed.Load(), limit)
+	}
+	if requests.Load() <= allowed.Load() {
+		t.Errorf("the test never went past the limit (%d requests)", requests.Load())
+	}
+}
+
+// TestLeasesCutRedisCalls: under a high limit that is not reached, Redis
+// sees one call per batch, not one per request.
+func TestLeasesCutRedisCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	l := New(srv.Client(t))
+	ctx := context.Background()
+	before := evalCalls(t, srv)
+	const n = 5000
+	for i := 0; i < n; i++ {
+		r, err := l.Allow(ctx, "cool", 100_000)
+		if err != nil || !r.Allowed || r.Remaining <= 0 {
+			t.Fatalf("request %d: %+v %v", i, r, err)
+		}
+	}
+	if calls := evalCalls(t, srv) - before; calls > n/50 {
+		t.Errorf("%d Redis calls for %d requests; want about one per %d", calls, n, maxBatch)
+	}
+}
+
+func TestLeaseRefusalAndRecovery(t *testing.T) {
+	srv := redistest.Start(t)
+	l := New(srv.Client(t))
+	ctx := context.Background()
+	now := time.Now()
+	l.now = func() time.Time { return now }
+	// Exhaust a 100/s bucket.
+	admitted := 0
+	for i := 0; i < 300; i++ {
+		r, err := l.Allow(ctx, "k", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed {
+			admitted++
+			if r.Remaining < 0 || r.Limit != 100 {
+				t.Fatalf("result %+v", r)
+			}
+		} else if r.RetryAfter <= 0 {
+			t.Fatalf("refusal without a retry-after: %+v", r)
+		}
+	}
+	if admitted < 90 || admitted > 110 {
+		t.Errorf("admitted %d of a 100 burst", admitted)
+	}
+	// A changed limit does not use the old lease.
+	if r, _ := l.Allow(ctx, "k", 200); r.Limit != 200 {
+		t.Errorf("limit %d after a change", r.Limit)
+	}
+}
