@@ -256,18 +256,17 @@ func (s *Store) List(ctx context.Context) ([]*Account, error) {
 	if err != nil {
 		return nil, fmt.Errorf("account: list: %w", err)
 	}
-	cmds := make([]*redis.MapStringStringCmd, len(ids))
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.HGetAll(ctx, keyspace.Account(id))
-		}
-		return nil
-	}); err != nil {
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = keyspace.Account(id)
+	}
+	records, err := s.hgetAll(ctx, keys)
+	if err != nil {
 		return nil, fmt.Errorf("account: list: %w", err)
 	}
 	out := make([]*Account, 0, len(ids))
 	for i, id := range ids {
-		if m := cmds[i].Val(); len(m) > 0 {
+		if m := records[i]; len(m) > 0 {
 			out = append(out, decodeAccount(id, m))
 		}
 	}
@@ -540,19 +539,36 @@ func (s *Store) EnsureKey(ctx context.Context, key string, n New) (*Account, err
 	return a, nil
 }
 
-func (s *Store) keysByHash(ctx context.Context, hashes []string) ([]*Key, error) {
-	cmds := make([]*redis.MapStringStringCmd, len(hashes))
+// hgetAll reads several hashes in one round trip (per slot, on a cluster).
+func (s *Store) hgetAll(ctx context.Context, keys []string) ([]map[string]string, error) {
+	cmds := make([]*redis.MapStringStringCmd, len(keys))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, h := range hashes {
-			cmds[i] = p.HGetAll(ctx, keyspace.APIKey(h))
+		for i, k := range keys {
+			cmds[i] = p.HGetAll(ctx, k)
 		}
 		return nil
 	}); err != nil {
+		return nil, err
+	}
+	out := make([]map[string]string, len(keys))
+	for i, c := range cmds {
+		out[i] = c.Val()
+	}
+	return out, nil
+}
+
+func (s *Store) keysByHash(ctx context.Context, hashes []string) ([]*Key, error) {
+	keys := make([]string, len(hashes))
+	for i, h := range hashes {
+		keys[i] = keyspace.APIKey(h)
+	}
+	records, err := s.hgetAll(ctx, keys)
+	if err != nil {
 		return nil, fmt.Errorf("account: keys: %w", err)
 	}
 	out := make([]*Key, 0, len(hashes))
 	for i, h := range hashes {
-		m := cmds[i].Val()
+		m := records[i]
 		if len(m) == 0 {
 			continue
 		}

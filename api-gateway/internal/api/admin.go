@@ -14,7 +14,6 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
 
-	"github.com/easelhq/easel/api-gateway/internal/createreq"
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
@@ -70,11 +69,7 @@ func ok(c echo.Context, data any) error {
 // bind decodes a JSON body strictly: unknown fields are refused, since an
 // operator's typo should not silently do nothing.
 func bind(c echo.Context, v any) error {
-	r := c.Request()
-	if err := createreq.CheckContentType(r.Header.Get(echo.HeaderContentType)); err != nil {
-		return err
-	}
-	body, err := createreq.ReadBody(r.Body, r.ContentLength)
+	body, err := jsonBody(c)
 	if err != nil {
 		return err
 	}

@@ -22,10 +22,7 @@ type createData struct {
 // create handles POST /v1/task/create.
 func (h *handlers) create(c echo.Context) error {
 	r := c.Request()
-	if err := createreq.CheckContentType(r.Header.Get(echo.HeaderContentType)); err != nil {
-		return err
-	}
-	body, err := createreq.ReadBody(r.Body, r.ContentLength)
+	body, err := jsonBody(c)
 	if err != nil {
 		return err
 	}
@@ -38,6 +35,16 @@ func (h *handlers) create(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, envelope{Code: http.StatusOK, Msg: "success", Data: createData{TaskID: id}})
+}
+
+// jsonBody checks a request carries JSON and reads its body, within the
+// size limit.
+func jsonBody(c echo.Context) ([]byte, error) {
+	r := c.Request()
+	if err := createreq.CheckContentType(r.Header.Get(echo.HeaderContentType)); err != nil {
+		return nil, err
+	}
+	return createreq.ReadBody(r.Body, r.ContentLength)
 }
 
 // taskView is the public task record.

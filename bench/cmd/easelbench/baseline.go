@@ -15,7 +15,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/labstack/echo/v4"
-	"github.com/redis/go-redis/v9"
+
+	"github.com/easelhq/easel/pkg/redisconn"
 )
 
 // The baselines are the floor costs the real services are measured against:
@@ -34,12 +35,10 @@ func seedKey(i int) string { return "bench:t:" + strconv.Itoa(i) }
 // runBaselineGateway serves POST /v1/task/create and GET /v1/task/query like
 // the gateway's shapes, doing only the floor work.
 func runBaselineGateway(ctx context.Context, addr, redisURL string) error {
-	opts, err := redis.ParseURL(redisURL)
+	rdb, err := redisconn.Open(ctx, redisURL)
 	if err != nil {
 		return err
 	}
-	opts.Protocol, opts.DisableIdentity = 2, true
-	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	// Records the size of real task records, for the query baseline.
 	for i := 0; i < seededRecords; i++ {
@@ -130,12 +129,11 @@ type drainResult struct {
 // runBaselineWorker processes no-op jobs from the bench queue until want
 // have been done, then prints a drainResult.
 func runBaselineWorker(ctx context.Context, redisURL string, want int64, concurrency int, interval time.Duration) error {
-	opts, err := redis.ParseURL(redisURL)
+	// The same client set-up as the real worker's.
+	rdb, err := redisconn.OpenPool(ctx, redisURL, concurrency+16)
 	if err != nil {
 		return err
 	}
-	opts.Protocol, opts.DisableIdentity = 2, true
-	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	var res drainResult
 	var first, last, done atomic.Int64
