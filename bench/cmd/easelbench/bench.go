@@ -117,14 +117,14 @@ type proc struct {
 }
 
 // logDir collects the child processes' logs.
-var logDir = filepath.Join(os.TempDir(), "easelbench-logs")
+func logDir() string { return filepath.Join(os.TempDir(), "easelbench-logs") }
 
 func startProc(name, path string, args []string, env []string, stdout io.Writer) (*proc, error) {
 	cmd := exec.Command(path, args...)
 	cmd.Env = env
 	cmd.Stdout = stdout
-	_ = os.MkdirAll(logDir, 0o755)
-	logFile, err := os.OpenFile(filepath.Join(logDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	_ = os.MkdirAll(logDir(), 0o755)
+	logFile, err := os.OpenFile(filepath.Join(logDir(), name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
