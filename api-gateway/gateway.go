@@ -75,7 +75,9 @@ func Run(ctx context.Context, cfg config.Gateway, log *zap.Logger, ln net.Listen
 	}
 	accounts := account.NewStore(ap)
 	if cfg.DevAPIKey != "" {
-		a, err := accounts.EnsureKey(ctx, cfg.DevAPIKey, account.New{Name: "dev", Credits: cfg.DevCredits})
+		// Generous limits, so local load tests are not throttled.
+		a, err := accounts.EnsureKey(ctx, cfg.DevAPIKey, account.New{Name: "dev", Credits: cfg.DevCredits,
+			RateLimit: 1000, QueryRateLimit: 5000, MaxInflight: 5000})
 		if err != nil {
 			return fmt.Errorf("EASEL_DEV_API_KEY: %w", err)
 		}

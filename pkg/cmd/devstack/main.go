@@ -112,13 +112,14 @@ Easel is running.
 
   URL:      %s
   API key:  %s
+  Redis:    %s  (for bin/easelctl: export EASEL_REDIS_URL=%s)
 
   curl -s -X POST %s/v1/task/create \
     -H "Authorization: Bearer %s" -H "Content-Type: application/json" \
     -d '{"model":"%s-2.5-flash-image","task_type":"image","input":{"prompt":"a lighthouse at dusk"}}'
 
 Press Ctrl-C to stop.
-`, base, key, base, key, env["EASEL_MODEL_FAMILY"])
+`, base, key, redisURL, redisURL, base, key, env["EASEL_MODEL_FAMILY"])
 
 	select {
 	case <-ctx.Done():
