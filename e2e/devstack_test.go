@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // buildBinaries builds the gateway, worker, devstack and easelctl binaries
@@ -87,10 +90,10 @@ func TestDevstackOnEmbeddedRedis(t *testing.T) {
 		}
 	})
 
-	// The banner gives the URL and the key.
-	banner := make(chan [2]string, 1)
+	// The banner gives the URL, the key and the embedded Redis's URL.
+	banner := make(chan [3]string, 1)
 	go func() {
-		var base, key string
+		var base, key, rurl string
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			line := strings.TrimSpace(sc.Text())
@@ -100,17 +103,20 @@ func TestDevstackOnEmbeddedRedis(t *testing.T) {
 			if v, ok := strings.CutPrefix(line, "API key:"); ok {
 				key = strings.TrimSpace(v)
 			}
-			if base != "" && key != "" {
-				banner <- [2]string{base, key}
-				base, key = "", ""
+			if v, ok := strings.CutPrefix(line, "Redis:"); ok {
+				rurl, _, _ = strings.Cut(strings.TrimSpace(v), " ")
+			}
+			if base != "" && key != "" && rurl != "" {
+				banner <- [3]string{base, key, rurl}
+				base, key, rurl = "", "", ""
 			}
 		}
 		_, _ = io.Copy(io.Discard, stdout)
 	}()
-	var base, key string
+	var base, key, redisURL string
 	select {
 	case b := <-banner:
-		base, key = b[0], b[1]
+		base, key, redisURL = b[0], b[1], b[2]
 	case err := <-exited:
 		t.Fatalf("devstack exited: %v\n%s", err, logs.String())
 	case <-time.After(60 * time.Second):
@@ -119,8 +125,21 @@ func TestDevstackOnEmbeddedRedis(t *testing.T) {
 	if base != "http://"+gwAddr || !strings.HasPrefix(key, "esk_") {
 		t.Fatalf("banner URL %q key %q", base, key)
 	}
+	ropt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatalf("banner Redis URL %q: %v", redisURL, err)
+	}
+	rdb := redis.NewClient(ropt)
+	defer rdb.Close()
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("banner Redis URL %q: %v", redisURL, err)
+	}
 
 	c := newClient(t, base, key)
+	// The dev account is not throttled for local load tests.
+	if code, hdr, body := c.do(http.MethodGet, "/v1/task/query?task_id=none", "", nil); code != http.StatusBadRequest && code != http.StatusNotFound || hdr.Get("X-RateLimit-Limit") != "5000" {
+		t.Errorf("dev key query: %d limit %q %s", code, hdr.Get("X-RateLimit-Limit"), body)
+	}
 	src := sourceServer(t) // on loopback: devstack lets editing fetch from it
 	for _, tc := range []struct {
 		body string
