@@ -71,6 +71,7 @@ type Processor struct {
 	fetch   Fetcher
 	catalog *catalog.Catalog
 	log     *zap.Logger
+	taskLog *zap.Logger // log, for taskLog's methods: callers one frame up
 	retry   Retry
 	now     func() time.Time
 	// touched remembers blobs this worker refreshed lately, so a blob
@@ -84,7 +85,7 @@ func New(store Store, blobs Blobs, gen Generator, fetch Fetcher, cat *catalog.Ca
 		retry.MaxAttempts = 1
 	}
 	touched, _ := lru.New[string, time.Time](1024)
-	return &Processor{store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, retry: retry, now: time.Now, touched: touched}
+	return &Processor{store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, taskLog: log.WithOptions(zap.AddCallerSkip(1)), retry: retry, now: time.Now, touched: touched}
 }
 
 // Attempt says which run of a job this is: Retry counts earlier failed runs,
@@ -113,7 +114,7 @@ const (
 // retries left, or a worker shutting down.
 func (p *Processor) Process(ctx context.Context, job *jobv1.GenerateImage, at Attempt) error {
 	acct, id := job.GetAccountId(), job.GetTaskId()
-	log := taskLog{p.log, []zap.Field{zap.String("task_id", id), zap.String("account_id", acct), zap.Int("attempt", at.Retry+1)}}
+	log := taskLog{p.taskLog, []zap.Field{zap.String("task_id", id), zap.String("account_id", acct), zap.Int("attempt", at.Retry+1)}}
 
 	outcome, err := p.store.Start(ctx, acct, id)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
@@ -569,5 +570,29 @@ func TestRefundAcrossRetries(t *testing.T) {
 				t.Errorf("balance %d; want %d", bal, want)
 			}
 		})
+	}
+}
+
+// TestTaskLogLines: the lines of a task carry its id and name the line in
+// the processor that wrote them, not the logging wrapper.
+func TestTaskLogLines(t *testing.T) {
+	f := newFixture(t, nil)
+	core, logs := observer.New(zap.InfoLevel)
+	f.proc = New(f.store, f.blobs, f.proc.gen, f.proc.fetch, f.proc.catalog, zap.New(core, zap.AddCaller()), f.proc.retry)
+	j := f.job(t, "task_lumen_7", std, nil)
+	if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
+		t.Fatal(err)
+	}
+	entries := logs.All()
+	if len(entries) == 0 {
+		t.Fatal("no log lines")
+	}
+	for _, e := range entries {
+		if e.ContextMap()["task_id"] != "task_lumen_7" {
+			t.Errorf("line %q without the task id: %v", e.Message, e.ContextMap())
+		}
+		if !e.Caller.Defined || !strings.HasSuffix(e.Caller.File, "processor.go") || e.Caller.Function == "" || strings.Contains(e.Caller.Function, "taskLog") {
+			t.Errorf("line %q: caller %s (%s)", e.Message, e.Caller.String(), e.Caller.Function)
+		}
 	}
 }
