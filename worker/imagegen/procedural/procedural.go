@@ -26,13 +26,13 @@ import (
 	"unicode"
 
 	lru "github.com/hashicorp/golang-lru/v2"
-	"golang.org/x/sync/singleflight"
 	xdraw "golang.org/x/image/draw"
 	"golang.org/x/image/font"
 	"golang.org/x/image/font/gofont/gobold"
 	"golang.org/x/image/font/opentype"
 	"golang.org/x/image/math/fixed"
 	"golang.org/x/image/vector"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/worker/imagegen"
