@@ -96,12 +96,11 @@ func Run(ctx context.Context, cfg config.Worker, log *zap.Logger, opts Options) 
 		ConnectTimeout: cfg.FetchConnTimeout,
 		Timeout:        cfg.FetchTimeout,
 	})
-	// Task state changes from concurrent jobs share round trips.
-	ap, err := rdb.AutoPipeline()
-	if err != nil {
-		return fmt.Errorf("redis autopipeline: %w", err)
-	}
-	store := taskstore.New(ap)
+	// Task state changes go straight to the pool: with one job per
+	// connection there is little to batch, and go-redis's autopipeliner
+	// (used by the gateway) cost the worker more in hand-offs than it saved
+	// (drain throughput 4,120 → 4,512 /s without it, see BENCHMARKS.md).
+	store := taskstore.New(rdb)
 	proc := processor.New(store, blobs, gen, fetcher, cat, log, processor.Retry{
 		MaxAttempts: cfg.RetryMaxAttempts,
 		MaxElapsed:  cfg.RetryMaxElapsed,
