@@ -24,6 +24,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/easelhq/easel/pkg/account"
+	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/keyspace"
 	"github.com/easelhq/easel/pkg/loadgen"
 	"github.com/easelhq/easel/pkg/redisproc"
 )
@@ -41,6 +44,14 @@ type results struct {
 	QueryReal      []float64 `json:"query_real_per_s"`
 	DrainBaseline  []float64 `json:"drain_baseline_per_s"`
 	DrainReal      []float64 `json:"drain_real_per_s"`
+
+	// CPU microseconds per create request, by process (gateway, redis,
+	// self: the load generator), one map per round.
+	CreateCPUReal     []map[string]float64 `json:"create_real_cpu_us_per_request"`
+	CreateCPUBaseline []map[string]float64 `json:"create_baseline_cpu_us_per_request"`
+	// CPU microseconds per task drained, by process (worker, redis).
+	DrainCPUReal     []map[string]float64 `json:"drain_real_cpu_us_per_task"`
+	DrainCPUBaseline []map[string]float64 `json:"drain_baseline_cpu_us_per_task"`
 
 	CreateP50 []float64 `json:"create_real_p50_ms"`
 	QueryP50  []float64 `json:"query_real_p50_ms"`
@@ -90,6 +101,38 @@ func (r *results) print(w io.Writer) {
 	fmt.Fprintf(w, "\nper round (real/baseline): create %s; query %s; end-to-end %s\n",
 		pairs(r.CreateReal, r.CreateBaseline), pairs(r.QueryReal, r.QueryBaseline), pairs(r.DrainReal, r.DrainBaseline))
 	fmt.Fprintf(w, "real gateway p50 latency at %s: create %.2f ms, query %.2f ms (medians of rounds)\n", "64 connections", median(r.CreateP50), median(r.QueryP50))
+	if len(r.CreateCPUReal) > 0 && len(r.CreateCPUBaseline) > 0 {
+		fmt.Fprintf(w, "CPU per create request, real / baseline (medians of rounds):%s\n",
+			cpuPairs(r.CreateCPUReal, r.CreateCPUBaseline, []string{"gateway", "redis", "self"}, map[string]string{"self": "load generator"}))
+	}
+	if len(r.DrainCPUReal) > 0 && len(r.DrainCPUBaseline) > 0 {
+		fmt.Fprintf(w, "CPU per task drained, real / baseline (medians of rounds):%s\n",
+			cpuPairs(r.DrainCPUReal, r.DrainCPUBaseline, []string{"worker", "redis"}, nil))
+	}
+}
+
+// cpuPairs formats the medians of per-process CPU figures, and their sums.
+func cpuPairs(real, base []map[string]float64, procs []string, names map[string]string) string {
+	col := func(rounds []map[string]float64, p string) float64 {
+		var v []float64
+		for _, m := range rounds {
+			v = append(v, m[p])
+		}
+		return median(v)
+	}
+	var b strings.Builder
+	var sumR, sumB float64
+	for _, p := range procs {
+		r, bl := col(real, p), col(base, p)
+		sumR, sumB = sumR+r, sumB+bl
+		name := p
+		if n, ok := names[p]; ok {
+			name = n
+		}
+		fmt.Fprintf(&b, " %s %.0f / %.0f µs;", name, r, bl)
+	}
+	fmt.Fprintf(&b, " all %.0f / %.0f µs", sumR, sumB)
+	return b.String()
 }
 
 func pairs(a, b []float64) string {
@@ -210,6 +253,7 @@ type env struct {
 	redis *redisproc.Proc
 	rdb   *redis.Client
 	keys  []string
+	acct  string // the account fresh made
 }
 
 func benchmark(ctx context.Context, o options) (*results, error) {
@@ -273,7 +317,7 @@ func (e *env) fresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.keys = nil
+	e.keys, e.acct = nil, a.ID
 	for i := 0; i < 4; i++ {
 		k, _, err := store.CreateKey(ctx, a.ID)
 		if err != nil {
@@ -327,19 +371,39 @@ func (e *env) startBaselineGateway(ctx context.Context) (*proc, string, error) {
 
 // load runs loadgen after a warm-up and returns the measured report.
 func (e *env) load(ctx context.Context, base, mode string, requests int64) (*loadgen.Report, error) {
+	rep, _, err := e.loadMetered(ctx, base, mode, requests, nil)
+	return rep, err
+}
+
+// loadMetered is load that also returns the CPU microseconds per request
+// each of pids (and "self", the load generator) used in the measured part.
+func (e *env) loadMetered(ctx context.Context, base, mode string, requests int64, pids map[string]int) (*loadgen.Report, map[string]float64, error) {
 	mix := []loadgen.MixEntry{{Model: "lumen-2.5-flash-image", AspectRatio: "1:1", Weight: 3}, {Model: "lumen-3-pro-image-preview", ImageSize: "2K", AspectRatio: "16:9", Weight: 1}}
 	cfg := loadgen.Config{BaseURL: base, Keys: e.keys, Mode: mode, Concurrency: e.o.concurrency, Mix: mix, QueryTasks: 1000, Timeout: 10 * time.Second}
 	if requests > 0 {
 		cfg.Requests, cfg.Concurrency = requests, 32
-		return loadgen.Run(ctx, cfg)
+		rep, err := loadgen.Run(ctx, cfg)
+		return rep, nil, err
 	}
 	warm := cfg
 	warm.Duration, warm.QueryTasks = e.o.warmup, 100
 	if _, err := loadgen.Run(ctx, warm); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cfg.Duration = e.o.duration
-	return loadgen.Run(ctx, cfg)
+	var m *cpuMeter
+	if pids != nil {
+		m = newCPUMeter(pids)
+	}
+	rep, err := loadgen.Run(ctx, cfg)
+	if err != nil || m == nil {
+		return rep, nil, err
+	}
+	var n int64
+	for _, o := range rep.Ops {
+		n += o.Count
+	}
+	return rep, m.perOp(n), nil
 }
 
 func okRate(rep *loadgen.Report, op string) (float64, error) {
@@ -373,7 +437,8 @@ func (e *env) httpRound(ctx context.Context, round int, res *results) error {
 			return err
 		}
 		before := e.usedMemory(ctx)
-		create, err := e.load(ctx, base, loadgen.ModeCreate, 0)
+		create, cpu, err := e.loadMetered(ctx, base, loadgen.ModeCreate, 0,
+			map[string]int{"gateway": p.cmd.Process.Pid, "redis": e.redis.Pid(), "self": 0})
 		if err != nil {
 			p.stop()
 			return err
@@ -398,12 +463,14 @@ func (e *env) httpRound(ctx context.Context, round int, res *results) error {
 		}
 		if s.name == "real" {
 			res.CreateReal = append(res.CreateReal, createRate)
+			res.CreateCPUReal = append(res.CreateCPUReal, cpu)
 			res.QueryReal = append(res.QueryReal, queryRate)
 			res.CreateP50 = append(res.CreateP50, create.Ops[loadgen.OpCreate].Latency.P50)
 			res.QueryP50 = append(res.QueryP50, query.Ops[loadgen.OpQuery].Latency.P50)
 			res.GatewayRSSMB = math.Max(res.GatewayRSSMB, p.peakRSSMB())
 		} else {
 			res.CreateBaseline = append(res.CreateBaseline, createRate)
+			res.CreateCPUBaseline = append(res.CreateCPUBaseline, cpu)
 			res.QueryBaseline = append(res.QueryBaseline, queryRate)
 		}
 		e.logf("  %s: create %.0f/s, query %.0f/s", s.name, createRate, queryRate)
@@ -452,7 +519,7 @@ func (e *env) memory(ctx context.Context, before int64, res *results) {
 // running no-op jobs, and the real worker running image tasks with a
 // zero-delay generator.
 func (e *env) drainRound(ctx context.Context, round int, res *results) error {
-	base, err := e.drainBaseline(ctx)
+	base, err := e.drainBaseline(ctx, res)
 	if err != nil {
 		return err
 	}
@@ -466,7 +533,7 @@ func (e *env) drainRound(ctx context.Context, round int, res *results) error {
 	return nil
 }
 
-func (e *env) drainBaseline(ctx context.Context) (float64, error) {
+func (e *env) drainBaseline(ctx context.Context, res *results) (float64, error) {
 	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
 		return 0, err
 	}
@@ -478,6 +545,7 @@ func (e *env) drainBaseline(ctx context.Context) (float64, error) {
 		}
 	}
 	out := &strings.Builder{}
+	redisBefore, _ := cpuTime(e.redis.Pid())
 	p, err := startProc("baseline-worker", e.o.self, []string{"baseline-worker", e.redis.URL, strconv.Itoa(e.o.drain), strconv.Itoa(e.o.workerConcurrency), "50ms"}, os.Environ(), out)
 	if err != nil {
 		return 0, err
@@ -491,13 +559,24 @@ func (e *env) drainBaseline(ctx context.Context) (float64, error) {
 		p.stop()
 		return 0, fmt.Errorf("baseline worker did not finish")
 	}
+	redisAfter, _ := cpuTime(e.redis.Pid())
 	var r drainResult
 	if err := json.Unmarshal([]byte(out.String()), &r); err != nil || r.Processed != int64(e.o.drain) {
 		return 0, fmt.Errorf("baseline worker result %q: %v", out.String(), err)
 	}
+	ps := p.cmd.ProcessState
+	res.DrainCPUBaseline = append(res.DrainCPUBaseline, map[string]float64{
+		"worker": float64(ps.UserTime()+ps.SystemTime()) / float64(time.Microsecond) / float64(r.Processed),
+		"redis":  float64(redisAfter-redisBefore) / float64(time.Microsecond) / float64(r.Processed),
+	})
 	return float64(r.Processed) / (float64(r.LastMs-r.FirstMs) / 1000), nil
 }
 
+// drainReal measures the real worker getting through a backlog of tasks
+// created through the gateway. The worker runs a few tasks of the mix first,
+// with the queues then paused while the backlog is created: the generator's
+// first pictures (a render each; later ones come from its cache) and the
+// worker's start-up are not what a zero-delay generator measures.
 func (e *env) drainReal(ctx context.Context, res *results) (float64, error) {
 	if err := e.fresh(ctx); err != nil {
 		return 0, err
@@ -506,30 +585,68 @@ func (e *env) drainReal(ctx context.Context, res *results) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	rep, err := e.load(ctx, base, loadgen.ModeCreate, int64(e.o.drain))
-	gw.stop()
-	if err != nil {
-		return 0, err
-	}
-	if o := rep.Ops[loadgen.OpCreate]; o == nil || o.OK != int64(e.o.drain) {
-		return 0, fmt.Errorf("backlog: %+v", o)
-	}
+	defer gw.stop()
 	wk, err := startProc("worker", filepath.Join(e.o.binDir, "worker"), nil, e.serviceEnv("EASEL_WORKER_HTTP_ADDR="+freeAddr()), io.Discard)
 	if err != nil {
 		return 0, err
 	}
 	defer wk.stop()
-	recs, err := e.waitTasks(ctx, e.o.drain, 5*time.Minute)
+	const warm = 32
+	if err := e.createTasks(ctx, base, warm); err != nil {
+		return 0, fmt.Errorf("warm-up: %w", err)
+	}
+	if _, err := e.waitTasks(ctx, warm, 2*time.Minute); err != nil {
+		return 0, fmt.Errorf("warm-up: %w", err)
+	}
+	insp := asynq.NewInspectorFromRedisClient(e.rdb)
+	queues := []string{jobs.Queue(catalog.Standard), jobs.Queue(catalog.Pro)}
+	for _, q := range queues {
+		if err := insp.PauseQueue(q); err != nil {
+			return 0, err
+		}
+	}
+	if err := e.createTasks(ctx, base, e.o.drain); err != nil {
+		return 0, fmt.Errorf("backlog: %w", err)
+	}
+	cpu := newCPUMeter(map[string]int{"worker": wk.cmd.Process.Pid, "redis": e.redis.Pid()})
+	resumed := time.Now().UnixMilli()
+	for _, q := range queues {
+		if err := insp.UnpauseQueue(q); err != nil {
+			return 0, err
+		}
+	}
+	recs, err := e.waitTasks(ctx, warm+e.o.drain, 5*time.Minute)
 	if err != nil {
 		return 0, err
 	}
 	res.WorkerRSSMB = math.Max(res.WorkerRSSMB, wk.peakRSSMB())
 	var first, last int64 = math.MaxInt64, 0
+	n := 0
 	for _, r := range recs {
+		if r.start < resumed {
+			continue // a warm-up task
+		}
+		n++
 		first = min(first, r.start)
 		last = max(last, r.end)
 	}
-	return float64(len(recs)) / (float64(last-first) / 1000), nil
+	if n != e.o.drain {
+		return 0, fmt.Errorf("%d backlog tasks started after the queues were resumed; want %d", n, e.o.drain)
+	}
+	res.DrainCPUReal = append(res.DrainCPUReal, cpu.perOp(int64(n)))
+	return float64(n) / (float64(last-first) / 1000), nil
+}
+
+// createTasks creates n tasks of the mix through the gateway.
+func (e *env) createTasks(ctx context.Context, base string, n int) error {
+	rep, err := e.load(ctx, base, loadgen.ModeCreate, int64(n))
+	if err != nil {
+		return err
+	}
+	if o := rep.Ops[loadgen.OpCreate]; o == nil || o.OK != int64(n) {
+		return fmt.Errorf("created %+v of %d", o, n)
+	}
+	return nil
 }
 
 type taskTimes struct{ create, start, end int64 }
@@ -538,6 +655,23 @@ type taskTimes struct{ create, start, end int64 }
 // times.
 func (e *env) waitTasks(ctx context.Context, want int, timeout time.Duration) ([]taskTimes, error) {
 	deadline := time.Now().Add(timeout)
+	// Wait cheaply, so that the benchmark's own reads take little Redis
+	// time from the worker: a task leaves its account's in-flight set when
+	// it completes or fails.
+	for e.acct != "" && time.Now().Before(deadline) {
+		n, err := e.rdb.ZCard(ctx, keyspace.Inflight(e.acct)).Result()
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	for {
 		var keys []string
 		iter := e.rdb.Scan(ctx, 0, "easel:{a:*}:t:*", 1000).Iterator()

@@ -64,7 +64,7 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.duration, "duration", 8*time.Second, "measured load per run")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured load before each run")
 	fs.IntVar(&o.concurrency, "concurrency", 64, "closed-loop connections for the HTTP comparisons")
-	fs.IntVar(&o.drain, "drain", 2000, "jobs per worker throughput run")
+	fs.IntVar(&o.drain, "drain", 10000, "jobs per worker throughput run")
 	fs.IntVar(&o.workerConcurrency, "worker-concurrency", 16, "worker concurrency (both the baseline and the real worker)")
 	fs.Float64Var(&o.pickupRate, "pickup-rate", 50, "tasks per second while measuring pick-up latency")
 	fs.DurationVar(&o.pickupFor, "pickup-duration", 10*time.Second, "how long to measure pick-up latency")
