@@ -65,8 +65,10 @@ type Config struct {
 	// Concurrency workers run a closed loop.
 	Rate        float64
 	Concurrency int
-	// The run ends after Duration, or after Requests units, whichever
-	// comes first (0: no limit; one of them must be set).
+	// New units start until Duration has passed or Requests units have
+	// started, whichever comes first (0: no limit; one of them must be
+	// set). In lifecycle mode the tasks already created are then followed
+	// to their end (at most LifecycleTimeout each), unless ctx is cancelled.
 	Duration time.Duration
 	Requests int64
 	Mix      []MixEntry
@@ -161,6 +163,10 @@ type Report struct {
 	Load        string               `json:"load"`
 	StartedAt   time.Time            `json:"started_at"`
 	Elapsed     Duration             `json:"elapsed"`
+	// Arrivals is how long new units were started (less than Elapsed in
+	// lifecycle mode, which then waits for the tasks it created). The
+	// create rate is over Arrivals, the other rates over Elapsed.
+	Arrivals Duration `json:"arrivals"`
 	Ops         map[string]*OpReport `json:"ops"`
 	Dropped     int64                `json:"dropped,omitempty"`
 	TaskOutcome map[string]int64     `json:"task_outcomes,omitempty"` // lifecycle: completed, failed:<code>, timed_out
@@ -271,6 +277,8 @@ type runner struct {
 	weights  int
 	seq      atomic.Int64
 	inflight atomic.Int64
+	// lastStart is when the last unit started, in Unix nanoseconds.
+	lastStart atomic.Int64
 	dropped  atomic.Int64
 	outcomes sync.Map // string → *atomic.Int64
 	tasks    []owned  // query mode: the tasks to query
@@ -329,23 +337,30 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 
-	runCtx := ctx
+	// arrive bounds when units start; work bounds the units' requests. A
+	// lifecycle follows its task after the arrivals end.
+	arrive := ctx
 	var cancel context.CancelFunc
 	if cfg.Duration > 0 {
-		runCtx, cancel = context.WithTimeout(ctx, cfg.Duration)
+		arrive, cancel = context.WithTimeout(ctx, cfg.Duration)
 		defer cancel()
 	}
+	work := arrive
+	if cfg.Mode == ModeLifecycle {
+		work = ctx
+	}
 	start := time.Now()
-	stopProgress := r.progress(runCtx, start)
+	stopProgress := r.progress(work, start)
 	if cfg.Rate > 0 {
-		r.openLoop(runCtx)
+		r.openLoop(arrive, work)
 	} else {
-		r.closedLoop(runCtx)
+		r.closedLoop(arrive, work)
 	}
 	elapsed := time.Since(start)
+	arrivals := r.arrivalsEnd(start, elapsed)
 	stopProgress()
 
-	rep := &Report{Mode: cfg.Mode, URL: cfg.BaseURL, StartedAt: start, Elapsed: Duration(elapsed), Ops: map[string]*OpReport{}, Dropped: r.dropped.Load()}
+	rep := &Report{Mode: cfg.Mode, URL: cfg.BaseURL, StartedAt: start, Elapsed: Duration(elapsed), Arrivals: Duration(arrivals), Ops: map[string]*OpReport{}, Dropped: r.dropped.Load()}
 	if cfg.Rate > 0 {
 		rep.Load = fmt.Sprintf("open loop, %.0f/s", cfg.Rate)
 	} else {
@@ -354,8 +369,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for name, o := range r.ops {
 		if o.count > 0 {
 			d := elapsed
-			if name == OpSetup {
+			switch name {
+			case OpSetup:
 				d = 0
+			case OpCreate:
+				d = arrivals
 			}
 			rep.Ops[name] = o.report(d)
 		}
@@ -378,15 +396,45 @@ func (r *runner) take() bool {
 	return r.seq.Add(1) <= r.cfg.Requests
 }
 
-func (r *runner) closedLoop(ctx context.Context) {
+// lastStart records when a unit started, for the arrival window.
+func (r *runner) started() {
+	now := time.Now().UnixNano()
+	for {
+		old := r.lastStart.Load()
+		if now <= old || r.lastStart.CompareAndSwap(old, now) {
+			return
+		}
+	}
+}
+
+// arrivalsEnd is how long units kept starting: the run's duration when
+// that bounded it, else up to the last unit's start (with a request budget
+// the last arrival, not the last task's end, closes the window).
+func (r *runner) arrivalsEnd(start time.Time, elapsed time.Duration) time.Duration {
+	if r.cfg.Mode != ModeLifecycle {
+		return elapsed
+	}
+	if r.cfg.Duration > 0 && r.cfg.Duration < elapsed {
+		return r.cfg.Duration
+	}
+	if last := r.lastStart.Load(); last > 0 {
+		if d := time.Duration(last - start.UnixNano()); d > 0 && d < elapsed {
+			return d
+		}
+	}
+	return elapsed
+}
+
+func (r *runner) closedLoop(arrive, work context.Context) {
 	var wg sync.WaitGroup
 	for w := 0; w < r.cfg.Concurrency; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for ctx.Err() == nil && r.take() {
+			for arrive.Err() == nil && r.take() {
 				r.inflight.Add(1)
-				r.unit(ctx, time.Now())
+				r.started()
+				r.unit(work, time.Now())
 				r.inflight.Add(-1)
 			}
 		}()
@@ -394,7 +442,7 @@ func (r *runner) closedLoop(ctx context.Context) {
 	wg.Wait()
 }
 
-func (r *runner) openLoop(ctx context.Context) {
+func (r *runner) openLoop(arrive, work context.Context) {
 	var wg sync.WaitGroup
 	interval := time.Duration(float64(time.Second) / r.cfg.Rate)
 	next := time.Now()
@@ -402,7 +450,7 @@ func (r *runner) openLoop(ctx context.Context) {
 	defer timer.Stop()
 	for {
 		select {
-		case <-ctx.Done():
+		case <-arrive.Done():
 			wg.Wait()
 			return
 		case <-timer.C:
@@ -418,10 +466,11 @@ func (r *runner) openLoop(ctx context.Context) {
 				continue
 			}
 			r.inflight.Add(1)
+			r.started()
 			wg.Add(1)
 			go func(scheduled time.Time) {
 				defer wg.Done()
-				r.unit(ctx, scheduled)
+				r.unit(work, scheduled)
 				r.inflight.Add(-1)
 			}(next)
 		}
@@ -593,6 +642,7 @@ func (r *runner) lifecycle(ctx context.Context, key string, scheduled time.Time)
 	for {
 		select {
 		case <-ctx.Done():
+			r.outcome("unfinished") // the run was interrupted
 			return
 		case <-time.After(r.cfg.PollInterval):
 		}
@@ -697,7 +747,12 @@ func (r *runner) progress(ctx context.Context, start time.Time) (stop func()) {
 
 // WriteText prints the report as a table.
 func (rep *Report) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "%s against %s, %s, %.1fs\n", rep.Mode, rep.URL, rep.Load, time.Duration(rep.Elapsed).Seconds())
+	if rep.Arrivals > 0 && rep.Arrivals < rep.Elapsed {
+		fmt.Fprintf(w, "%s against %s, %s, %.1fs of arrivals, %.1fs in all (waiting for the tasks created)\n", rep.Mode, rep.URL, rep.Load,
+			time.Duration(rep.Arrivals).Seconds(), time.Duration(rep.Elapsed).Seconds())
+	} else {
+		fmt.Fprintf(w, "%s against %s, %s, %.1fs\n", rep.Mode, rep.URL, rep.Load, time.Duration(rep.Elapsed).Seconds())
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "op\tcount\tok\terrors\tok/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\t")
 	for _, name := range []string{OpSetup, OpCreate, OpQuery, OpCompletion, OpDownload} {

@@ -118,3 +118,57 @@ func TestParseMix(t *testing.T) {
 		}
 	}
 }
+
+// TestLifecycleFollowsTasksPastTheDuration: the tasks created before the
+// duration ends are followed to their end, so slow tasks are not left out of
+// the completion figures; an interrupted run says which tasks it left.
+func TestLifecycleFollowsTasksPastTheDuration(t *testing.T) {
+	var st atomic.Int32
+	st.Store(200)
+	srv := fakeAPI(t, &st)
+	mix := []MixEntry{{Model: "m", Weight: 1}}
+	for _, tc := range []struct {
+		name      string
+		cfg       Config
+		interrupt time.Duration
+		outcome   string
+	}{
+		// Each task ends on its second query, 2 poll intervals (400 ms)
+		// after its creation: longer than the 250 ms of arrivals.
+		{"open loop", Config{Rate: 20, Duration: 250 * time.Millisecond, PollInterval: 200 * time.Millisecond}, 0, "completed"},
+		{"closed loop", Config{Concurrency: 3, Duration: 250 * time.Millisecond, PollInterval: 200 * time.Millisecond}, 0, "completed"},
+		{"interrupted", Config{Concurrency: 3, Requests: 3, PollInterval: 10 * time.Second}, 300 * time.Millisecond, "unfinished"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			cfg.BaseURL, cfg.Keys, cfg.Mode, cfg.Mix, cfg.LifecycleTimeout = srv.URL, []string{"k"}, ModeLifecycle, mix, time.Minute
+			ctx := context.Background()
+			if tc.interrupt > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.interrupt)
+				defer cancel()
+			}
+			rep, err := Run(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			created := rep.Ops[OpCreate].OK
+			if created == 0 || rep.TaskOutcome[tc.outcome] != created || len(rep.TaskOutcome) != 1 {
+				t.Errorf("created %d, outcomes %v; want all %s", created, rep.TaskOutcome, tc.outcome)
+			}
+			if tc.outcome == "completed" {
+				if rep.Ops[OpDownload].OK != created {
+					t.Errorf("downloads %+v for %d tasks", rep.Ops[OpDownload], created)
+				}
+				if rep.Arrivals >= rep.Elapsed || time.Duration(rep.Arrivals) != cfg.Duration {
+					t.Errorf("arrivals %v, elapsed %v", time.Duration(rep.Arrivals), time.Duration(rep.Elapsed))
+				}
+				var b strings.Builder
+				rep.WriteText(&b)
+				if !strings.Contains(b.String(), "0.2s of arrivals") {
+					t.Errorf("report header:\n%s", b.String())
+				}
+			}
+		})
+	}
+}

@@ -53,7 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.Mode, "mode", loadgen.ModeCreate, "create, query (tasks it creates first) or lifecycle (create, poll, download)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: units of work per second (latency counted from the scheduled time)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 16, "closed loop: workers (ignored with --rate)")
-	fs.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long to run (0: until --requests)")
+	fs.DurationVar(&cfg.Duration, "duration", 30*time.Second, "how long to start new work (0: until --requests); lifecycle then waits for the tasks it created")
 	fs.Int64Var(&cfg.Requests, "requests", 0, "stop after this many units of work (0: until --duration)")
 	fs.StringVar(&mix, "mix", "lumen-2.5-flash-image", "task mix: MODEL[/SIZE][/RATIO][=WEIGHT],... e.g. lumen-2.5-flash-image/-/16:9=3,lumen-3-pro-image-preview/2K=1")
 	fs.StringVar(&cfg.Prompt, "prompt", "", "prompt (default: a fixed one)")
