@@ -158,15 +158,15 @@ func (c *Config) check() error {
 
 // Report is what a run measured.
 type Report struct {
-	Mode        string               `json:"mode"`
-	URL         string               `json:"url"`
-	Load        string               `json:"load"`
-	StartedAt   time.Time            `json:"started_at"`
-	Elapsed     Duration             `json:"elapsed"`
+	Mode      string    `json:"mode"`
+	URL       string    `json:"url"`
+	Load      string    `json:"load"`
+	StartedAt time.Time `json:"started_at"`
+	Elapsed   Duration  `json:"elapsed"`
 	// Arrivals is how long new units were started (less than Elapsed in
 	// lifecycle mode, which then waits for the tasks it created). The
 	// create rate is over Arrivals, the other rates over Elapsed.
-	Arrivals Duration `json:"arrivals"`
+	Arrivals    Duration             `json:"arrivals"`
 	Ops         map[string]*OpReport `json:"ops"`
 	Dropped     int64                `json:"dropped,omitempty"`
 	TaskOutcome map[string]int64     `json:"task_outcomes,omitempty"` // lifecycle: completed, failed:<code>, timed_out
@@ -279,10 +279,10 @@ type runner struct {
 	inflight atomic.Int64
 	// lastStart is when the last unit started, in Unix nanoseconds.
 	lastStart atomic.Int64
-	dropped  atomic.Int64
-	outcomes sync.Map // string → *atomic.Int64
-	tasks    []owned  // query mode: the tasks to query
-	unique   atomic.Int64
+	dropped   atomic.Int64
+	outcomes  sync.Map // string → *atomic.Int64
+	tasks     []owned  // query mode: the tasks to query
+	unique    atomic.Int64
 }
 
 // owned is a task and the key that created it (queries are scoped to the
