@@ -57,6 +57,8 @@ proto:
 	cd proto && $(GO) tool buf lint && $(GO) tool buf generate
 
 lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "not gofmt'd (make fmt):"; echo "$$unformatted"; exit 1; fi
 	@set -e; for m in $(MODULES); do \
 		echo "==> lint $$m"; \
 		(cd $$m && $(GO) vet ./... && $(GO) tool staticcheck ./...); \
