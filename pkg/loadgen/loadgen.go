@@ -277,8 +277,9 @@ type runner struct {
 	weights  int
 	seq      atomic.Int64
 	inflight atomic.Int64
-	// lastStart is when the last unit started, in Unix nanoseconds.
-	lastStart atomic.Int64
+	// lastTaken is when the last unit of a request budget was taken, in
+	// Unix nanoseconds (0: not yet, or no budget).
+	lastTaken atomic.Int64
 	dropped   atomic.Int64
 	outcomes  sync.Map // string → *atomic.Int64
 	tasks     []owned  // query mode: the tasks to query
@@ -393,36 +394,28 @@ func (r *runner) take() bool {
 	if r.cfg.Requests <= 0 {
 		return true
 	}
-	return r.seq.Add(1) <= r.cfg.Requests
-}
-
-// lastStart records when a unit started, for the arrival window.
-func (r *runner) started() {
-	now := time.Now().UnixNano()
-	for {
-		old := r.lastStart.Load()
-		if now <= old || r.lastStart.CompareAndSwap(old, now) {
-			return
-		}
+	n := r.seq.Add(1)
+	if n == r.cfg.Requests {
+		r.lastTaken.Store(time.Now().UnixNano())
 	}
+	return n <= r.cfg.Requests
 }
 
-// arrivalsEnd is how long units kept starting: the run's duration when
-// that bounded it, else up to the last unit's start (with a request budget
-// the last arrival, not the last task's end, closes the window).
+// arrivalsEnd is how long units kept starting: up to the duration or the
+// last unit of the budget, whichever came first; lifecycle runs then wait
+// for their tasks.
 func (r *runner) arrivalsEnd(start time.Time, elapsed time.Duration) time.Duration {
 	if r.cfg.Mode != ModeLifecycle {
-		return elapsed
+		return elapsed // requests in flight at the end count in their rate
 	}
-	if r.cfg.Duration > 0 && r.cfg.Duration < elapsed {
-		return r.cfg.Duration
+	d := elapsed
+	if r.cfg.Duration > 0 {
+		d = min(d, r.cfg.Duration)
 	}
-	if last := r.lastStart.Load(); last > 0 {
-		if d := time.Duration(last - start.UnixNano()); d > 0 && d < elapsed {
-			return d
-		}
+	if last := r.lastTaken.Load(); last > 0 {
+		d = min(d, time.Duration(last-start.UnixNano()))
 	}
-	return elapsed
+	return d
 }
 
 func (r *runner) closedLoop(arrive, work context.Context) {
@@ -433,7 +426,6 @@ func (r *runner) closedLoop(arrive, work context.Context) {
 			defer wg.Done()
 			for arrive.Err() == nil && r.take() {
 				r.inflight.Add(1)
-				r.started()
 				r.unit(work, time.Now())
 				r.inflight.Add(-1)
 			}
@@ -466,7 +458,6 @@ func (r *runner) openLoop(arrive, work context.Context) {
 				continue
 			}
 			r.inflight.Add(1)
-			r.started()
 			wg.Add(1)
 			go func(scheduled time.Time) {
 				defer wg.Done()
