@@ -1,6 +1,6 @@
 # Easel: `make run` starts the whole stack locally; `make test` runs every test.
 GO      ?= go
-MODULES := proto pkg api-gateway worker e2e bench
+MODULES := proto pkg tools/testkit tools api-gateway worker e2e bench
 BIN     := bin
 # Race detection for every test run.
 TESTFLAGS ?= -race -count=1 -timeout 15m
@@ -21,9 +21,9 @@ build:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/gateway ./api-gateway/cmd/gateway
 	$(GO) build -o $(BIN)/worker ./worker/cmd/worker
-	$(GO) build -o $(BIN)/devstack ./pkg/cmd/devstack
-	$(GO) build -o $(BIN)/easelctl ./pkg/cmd/easelctl
-	$(GO) build -o $(BIN)/loadgen ./pkg/cmd/loadgen
+	$(GO) build -o $(BIN)/devstack ./tools/cmd/devstack
+	$(GO) build -o $(BIN)/easelctl ./tools/cmd/easelctl
+	$(GO) build -o $(BIN)/loadgen ./tools/cmd/loadgen
 
 # A fixed development key, so the README's curl examples work as pasted;
 # override it with EASEL_DEV_API_KEY=... make run.

@@ -15,27 +15,23 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/api-gateway/internal/api"
-	"github.com/easelhq/easel/api-gateway/internal/authcache"
+	"github.com/easelhq/easel/api-gateway/internal/auth"
 	"github.com/easelhq/easel/api-gateway/internal/createreq"
+	"github.com/easelhq/easel/api-gateway/internal/pricing"
 	"github.com/easelhq/easel/api-gateway/internal/ratelimit"
+	"github.com/easelhq/easel/api-gateway/internal/signedurl"
+	"github.com/easelhq/easel/api-gateway/internal/taskid"
 	"github.com/easelhq/easel/api-gateway/internal/tasks"
-	"github.com/easelhq/easel/pkg/account"
-	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
-	"github.com/easelhq/easel/pkg/config"
-	"github.com/easelhq/easel/pkg/debugserver"
 	"github.com/easelhq/easel/pkg/jobs"
-	"github.com/easelhq/easel/pkg/pricing"
-	"github.com/easelhq/easel/pkg/redisconn"
-	"github.com/easelhq/easel/pkg/signedurl"
-	"github.com/easelhq/easel/pkg/taskid"
-	"github.com/easelhq/easel/pkg/taskstore"
+	"github.com/easelhq/easel/pkg/service"
+	"github.com/easelhq/easel/pkg/store"
 )
 
 // Run serves the API until ctx is done, then drains in-flight requests for up
 // to EASEL_SHUTDOWN_TIMEOUT. ln, when not nil, replaces a listener on
 // EASEL_HTTP_ADDR.
-func Run(ctx context.Context, cfg config.Gateway, log *zap.Logger, ln net.Listener) error {
+func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) error {
 	cat, err := catalog.New(cfg.ModelFamily)
 	if err != nil {
 		return err
@@ -47,21 +43,12 @@ func Run(ctx context.Context, cfg config.Gateway, log *zap.Logger, ln net.Listen
 		_, _ = rand.Read(secret)
 		log.Warn("EASEL_SIGNING_SECRET is unset: using a random one; result URLs will not survive a restart and only this gateway can serve them")
 	}
-	stopPprof, err := debugserver.Start(cfg.PprofAddr, log)
-	if err != nil {
-		return fmt.Errorf("EASEL_PPROF_ADDR: %w", err)
-	}
-	defer stopPprof()
-	rdb, err := redisconn.Open(ctx, cfg.RedisURL)
+	deps, err := service.Open(ctx, cfg.Common, 0, log)
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
-	blobs, err := blob.OpenFS(cfg.BlobDir)
-	if err != nil {
-		return err
-	}
-	defer blobs.Close()
+	defer deps.Close()
+	rdb, blobs := deps.Redis, deps.Blobs
 
 	prices, err := pricing.Parse(cfg.Prices)
 	if err != nil {
@@ -73,10 +60,10 @@ func Run(ctx context.Context, cfg config.Gateway, log *zap.Logger, ln net.Listen
 	if err != nil {
 		return fmt.Errorf("redis autopipeline: %w", err)
 	}
-	accounts := account.NewStore(ap)
+	st := store.New(ap)
 	if cfg.DevAPIKey != "" {
 		// Generous limits, so local load tests are not throttled.
-		a, err := accounts.EnsureKey(ctx, cfg.DevAPIKey, account.New{Name: "dev", Credits: cfg.DevCredits,
+		a, err := st.EnsureKey(ctx, cfg.DevAPIKey, store.NewAccount{Name: "dev", Credits: cfg.DevCredits,
 			RateLimit: 1000, QueryRateLimit: 5000, MaxInflight: 5000})
 		if err != nil {
 			return fmt.Errorf("EASEL_DEV_API_KEY: %w", err)
@@ -84,16 +71,16 @@ func Run(ctx context.Context, cfg config.Gateway, log *zap.Logger, ln net.Listen
 		log.Warn("EASEL_DEV_API_KEY is set: its account can use the API (development only)", zap.String("account_id", a.ID))
 	}
 
-	svc := tasks.NewService(taskstore.New(ap), jobs.NewEnqueuer(ap), taskid.New(cfg.ModelFamily), prices,
+	svc := tasks.NewService(st, jobs.NewEnqueuer(ap), taskid.New(cfg.ModelFamily), prices,
 		tasks.Config{Deadline: cfg.TaskDeadline, MaxInflight: cfg.MaxInflight})
 	var admin *api.AdminDeps
 	if cfg.AdminToken != "" {
-		admin = &api.AdminDeps{Token: cfg.AdminToken, Accounts: accounts, Catalog: cat}
+		admin = &api.AdminDeps{Token: cfg.AdminToken, Accounts: st, Catalog: cat}
 	}
 	handler := api.New(api.Deps{
 		Log:     log,
 		Tasks:   svc,
-		Auth:    authcache.New(accounts, 100_000, cfg.AuthCacheTTL),
+		Auth:    auth.New(st, 100_000, cfg.AuthCacheTTL),
 		Limiter: ratelimit.New(ap),
 		Limits:  api.Limits{Create: cfg.RateLimit, Query: cfg.QueryRateLimit},
 		Admin:   admin,

@@ -4,11 +4,12 @@ go 1.26.0
 
 require (
 	github.com/easelhq/easel/pkg v0.0.0-00010101000000-000000000000
-	github.com/easelhq/easel/proto v0.0.0-00010101000000-000000000000
+	github.com/easelhq/easel/tools/testkit v0.0.0-00010101000000-000000000000
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/hibiken/asynq v0.26.0
 	github.com/labstack/echo/v4 v4.16.0
+	github.com/oklog/ulid/v2 v2.1.2
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/zap v1.28.0
 )
@@ -16,13 +17,12 @@ require (
 require (
 	github.com/caarlos0/env/v11 v11.4.2 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/easelhq/easel/proto v0.0.0-00010101000000-000000000000 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/labstack/gommon v0.5.0 // indirect
 	github.com/mattn/go-colorable v0.1.15 // indirect
 	github.com/mattn/go-isatty v0.0.22 // indirect
-	github.com/oklog/ulid/v2 v2.1.2 // indirect
 	github.com/robfig/cron/v3 v3.0.1 // indirect
-	github.com/rogpeppe/go-internal v1.14.1 // indirect
 	github.com/spf13/cast v1.10.0 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/fasttemplate v1.2.2 // indirect
@@ -39,3 +39,5 @@ require (
 replace github.com/easelhq/easel/proto => ../proto
 
 replace github.com/easelhq/easel/pkg => ../pkg
+
+replace github.com/easelhq/easel/tools/testkit => ../tools/testkit

@@ -5,6 +5,8 @@ go 1.26.0
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/easelhq/easel/pkg v0.0.0-00010101000000-000000000000
+	github.com/easelhq/easel/tools v0.0.0-00010101000000-000000000000
+	github.com/easelhq/easel/tools/testkit v0.0.0-00010101000000-000000000000
 	github.com/hibiken/asynq v0.26.0
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -12,6 +14,7 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/easelhq/easel/proto v0.0.0-00010101000000-000000000000 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/labstack/gommon v0.5.0 // indirect
 	github.com/mattn/go-colorable v0.1.15 // indirect
@@ -28,9 +31,14 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
+	gonum.org/v1/gonum v0.17.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace github.com/easelhq/easel/proto => ../proto
 
 replace github.com/easelhq/easel/pkg => ../pkg
+
+replace github.com/easelhq/easel/tools/testkit => ../tools/testkit
+
+replace github.com/easelhq/easel/tools => ../tools

@@ -10,7 +10,7 @@ RUN mkdir -p /out/data/blobs
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/gateway ./api-gateway/cmd/gateway && \
-    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/easelctl ./pkg/cmd/easelctl
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/easelctl ./tools/cmd/easelctl
 
 # Static binary on a distroless base: no shell, CA certificates, runs as the
 # unprivileged user 65532.

@@ -16,7 +16,9 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
 
+	gateway "github.com/easelhq/easel/api-gateway"
 	"github.com/easelhq/easel/pkg/config"
+	"github.com/easelhq/easel/worker"
 )
 
 // No Docker engine runs where the tests do, so docker-compose.yml and the
@@ -81,19 +83,21 @@ func TestComposeFile(t *testing.T) {
 
 	// Every variable is one the binaries read, and the binaries accept the
 	// values.
-	known := config.Names()
-	for name, env := range map[string]map[string]string{"gateway": gwEnv, "worker": wkEnv} {
-		for k := range env {
-			if strings.HasPrefix(k, "EASEL_") && !slices.Contains(known, k) {
-				t.Errorf("%s sets %s, which no Easel binary reads", name, k)
+	for name, svc := range map[string]struct {
+		env   map[string]string
+		reads []string
+	}{"gateway": {gwEnv, config.Names(&gateway.Config{})}, "worker": {wkEnv, config.Names(&worker.Config{})}} {
+		for k := range svc.env {
+			if strings.HasPrefix(k, "EASEL_") && !slices.Contains(svc.reads, k) {
+				t.Errorf("%s sets %s, which the %s does not read", name, k, name)
 			}
 		}
 	}
-	gcfg, err := config.LoadGateway(gwEnv)
+	gcfg, err := gateway.LoadConfig(gwEnv)
 	if err != nil {
 		t.Errorf("the gateway would refuse its compose configuration: %v", err)
 	}
-	wcfg, err := config.LoadWorker(wkEnv)
+	wcfg, err := worker.LoadConfig(wkEnv)
 	if err != nil {
 		t.Errorf("the worker would refuse its compose configuration: %v", err)
 	}

@@ -30,8 +30,8 @@ var buildBinaries = sync.OnceValues(func() (string, error) {
 	for name, pkg := range map[string]string{
 		"gateway":  "../api-gateway/cmd/gateway",
 		"worker":   "../worker/cmd/worker",
-		"devstack": "../pkg/cmd/devstack",
-		"easelctl": "../pkg/cmd/easelctl",
+		"devstack": "../tools/cmd/devstack",
+		"easelctl": "../tools/cmd/easelctl",
 	} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	gateway "github.com/easelhq/easel/api-gateway"
 	"github.com/easelhq/easel/pkg/config"
+	"github.com/easelhq/easel/worker"
 )
 
 // TestReadmeDocumentsConfiguration keeps README.md's configuration table and
@@ -31,7 +33,7 @@ func TestReadmeDocumentsConfiguration(t *testing.T) {
 	for _, m := range regexp.MustCompile("(?m)^\\| `(EASEL_[A-Z_]+)` \\|").FindAllStringSubmatch(section, -1) {
 		documented[m[1]] = true
 	}
-	names := config.Names()
+	names := config.Names(&gateway.Config{}, &worker.Config{})
 	for _, n := range names {
 		if !documented[n] {
 			t.Errorf("%s is read by the binaries but missing from README's configuration table", n)

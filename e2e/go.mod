@@ -6,6 +6,7 @@ require (
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	github.com/easelhq/easel/api-gateway v0.0.0-00010101000000-000000000000
 	github.com/easelhq/easel/pkg v0.0.0-00010101000000-000000000000
+	github.com/easelhq/easel/tools/testkit v0.0.0-00010101000000-000000000000
 	github.com/easelhq/easel/worker v0.0.0-00010101000000-000000000000
 	github.com/moby/buildkit v0.34.2
 	github.com/redis/go-redis/v9 v9.23.0
@@ -86,3 +87,5 @@ replace github.com/easelhq/easel/pkg => ../pkg
 replace github.com/easelhq/easel/api-gateway => ../api-gateway
 
 replace github.com/easelhq/easel/worker => ../worker
+
+replace github.com/easelhq/easel/tools/testkit => ../tools/testkit

@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/easelhq/easel/pkg v0.0.0-00010101000000-000000000000
-	github.com/easelhq/easel/proto v0.0.0-00010101000000-000000000000
+	github.com/easelhq/easel/tools/testkit v0.0.0-00010101000000-000000000000
 	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/hibiken/asynq v0.26.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -21,6 +21,7 @@ require (
 	cloud.google.com/go/compute/metadata v0.9.0 // indirect
 	github.com/caarlos0/env/v11 v11.4.2 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/easelhq/easel/proto v0.0.0-00010101000000-000000000000 // indirect
 	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
@@ -53,3 +54,5 @@ require (
 replace github.com/easelhq/easel/proto => ../proto
 
 replace github.com/easelhq/easel/pkg => ../pkg
+
+replace github.com/easelhq/easel/tools/testkit => ../tools/testkit

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"sync"
@@ -20,12 +19,9 @@ import (
 
 	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
-	"github.com/easelhq/easel/pkg/config"
-	"github.com/easelhq/easel/pkg/debugserver"
 	"github.com/easelhq/easel/pkg/jobs"
-	"github.com/easelhq/easel/pkg/keyspace"
-	"github.com/easelhq/easel/pkg/redisconn"
-	"github.com/easelhq/easel/pkg/taskstore"
+	"github.com/easelhq/easel/pkg/service"
+	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/worker/imagegen"
 	"github.com/easelhq/easel/worker/imagegen/gemini"
 	"github.com/easelhq/easel/worker/imagegen/procedural"
@@ -33,16 +29,11 @@ import (
 	"github.com/easelhq/easel/worker/internal/processor"
 )
 
-// Generator makes images; see package imagegen.
-type Generator interface {
-	Generate(ctx context.Context, req imagegen.Request, progress func(pct int)) ([]imagegen.Image, error)
-}
-
 // Options are a worker's dependencies beyond its configuration. Zero fields
 // are built from the configuration.
 type Options struct {
 	// Generator replaces the one EASEL_GENERATOR names.
-	Generator Generator
+	Generator imagegen.Generator
 	// HealthListener serves /healthz and /readyz instead of a listener on
 	// EASEL_WORKER_HTTP_ADDR.
 	HealthListener net.Listener
@@ -51,12 +42,12 @@ type Options struct {
 // Run runs a worker until ctx is done, then shuts down gracefully: it stops
 // taking jobs, gives running ones EASEL_SHUTDOWN_TIMEOUT to finish and puts
 // the rest back on their queues.
-func Run(ctx context.Context, cfg config.Worker, log *zap.Logger, opts Options) error {
+func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	cat, err := catalog.New(cfg.ModelFamily)
 	if err != nil {
 		return err
 	}
-	weights, err := config.ParseQueues(cfg.Queues)
+	weights, err := ParseQueues(cfg.Queues)
 	if err != nil {
 		return err
 	}
@@ -70,23 +61,14 @@ func Run(ctx context.Context, cfg config.Worker, log *zap.Logger, opts Options) 
 			return err
 		}
 	}
-	stopPprof, err := debugserver.Start(cfg.PprofAddr, log)
-	if err != nil {
-		return fmt.Errorf("EASEL_PPROF_ADDR: %w", err)
-	}
-	defer stopPprof()
-	// A connection for each job Asynq may run at once, and some for its own
-	// loops (dequeue, heartbeat, recovery) and the sweeper.
-	rdb, err := redisconn.OpenPool(ctx, cfg.RedisURL, cfg.Concurrency+16)
+	// A Redis connection for each job Asynq may run at once, and some for
+	// its own loops (dequeue, heartbeat, recovery) and the sweeper.
+	deps, err := service.Open(ctx, cfg.Common, cfg.Concurrency+16, log)
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
-	blobs, err := blob.OpenFS(cfg.BlobDir)
-	if err != nil {
-		return err
-	}
-	defer blobs.Close()
+	defer deps.Close()
+	rdb, blobs := deps.Redis, deps.Blobs
 
 	fetcher := fetch.New(fetch.Options{
 		Policy:         cfg.EgressPolicy(),
@@ -100,20 +82,21 @@ func Run(ctx context.Context, cfg config.Worker, log *zap.Logger, opts Options) 
 	// connection there is little to batch, and go-redis's autopipeliner
 	// (used by the gateway) cost the worker more in hand-offs than it saved
 	// (drain throughput 4,120 → 4,512 /s without it, see BENCHMARKS.md).
-	store := taskstore.New(rdb)
-	proc := processor.New(store, blobs, gen, fetcher, cat, log, processor.Retry{
+	st := store.New(rdb)
+	retry := processor.Retry{
 		MaxAttempts: cfg.RetryMaxAttempts,
 		MaxElapsed:  cfg.RetryMaxElapsed,
 		Initial:     cfg.RetryInitial,
 		MaxInterval: min(20*time.Second, cfg.RetryMaxElapsed),
-	})
+	}
+	proc := processor.New(st, blobs, gen, fetcher, cat, log, retry)
 
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:       cfg.Concurrency,
 		Queues:            queues,
 		TaskCheckInterval: cfg.TaskCheckInterval,
 		ShutdownTimeout:   cfg.ShutdownTimeout,
-		RetryDelayFunc:    retryDelay,
+		RetryDelayFunc:    func(n int, _ error, _ *asynq.Task) time.Duration { return retry.Delay(n) },
 		Logger:            asynqLogger{log.Sugar().With("component", "asynq")},
 		LogLevel:          asynq.WarnLevel,
 	})
@@ -160,7 +143,7 @@ func Run(ctx context.Context, cfg config.Worker, log *zap.Logger, opts Options) 
 	}()
 	go func() {
 		defer backgroundDone.Done()
-		runSweeper(background, rdb, store, log)
+		runSweeper(background, st, sweepEvery, log)
 	}()
 
 	var runErr error
@@ -182,12 +165,12 @@ func Run(ctx context.Context, cfg config.Worker, log *zap.Logger, opts Options) 
 
 // newGenerator builds the generator EASEL_GENERATOR names. A new provider
 // is a package under imagegen/ and a case here.
-func newGenerator(ctx context.Context, cfg config.Worker) (Generator, error) {
+func newGenerator(ctx context.Context, cfg Config) (imagegen.Generator, error) {
 	switch cfg.Generator {
 	case "procedural":
 		return procedural.New(cfg.SimDelay)
 	case "gemini":
-		models, err := config.ParseModelMap(cfg.GeminiModels)
+		models, err := ParseModelMap(cfg.GeminiModels)
 		if err != nil {
 			return nil, err
 		}
@@ -197,14 +180,21 @@ func newGenerator(ctx context.Context, cfg config.Worker) (Generator, error) {
 }
 
 // sweepEvery is how often a worker looks for overdue tasks (one worker at a
-// time, under a lock).
+// time, under a lease).
 const sweepEvery = 30 * time.Second
 
+// Sweeper is what the sweeper needs of the store.
+type Sweeper interface {
+	TryLock(ctx context.Context, name string, ttl time.Duration) (bool, error)
+	Overdue(ctx context.Context, limit int64) ([]store.Overdue, error)
+	Expire(ctx context.Context, o store.Overdue) (store.Outcome, error)
+}
+
 // runSweeper fails and refunds tasks past their deadline that no worker will
-// finish: their worker died on the last attempt, or their job expired in the
-// queue.
-func runSweeper(ctx context.Context, rdb *redis.Client, store *taskstore.Store, log *zap.Logger) {
-	t := time.NewTicker(sweepEvery)
+// finish (their worker died on the last attempt, or their job expired in the
+// queue), every period, on whichever worker takes the lease first.
+func runSweeper(ctx context.Context, st Sweeper, every time.Duration, log *zap.Logger) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -212,33 +202,37 @@ func runSweeper(ctx context.Context, rdb *redis.Client, store *taskstore.Store, 
 			return
 		case <-t.C:
 		}
-		got, err := rdb.SetNX(ctx, keyspace.SweeperLock(), "1", sweepEvery-time.Second).Result()
-		if err != nil || !got {
-			continue
-		}
-		overdue, err := store.Overdue(ctx, 1000)
-		if err != nil {
-			log.Warn("sweeper", zap.Error(err))
-			continue
-		}
-		for _, o := range overdue {
-			out, err := store.Expire(ctx, o)
-			if err != nil {
-				log.Warn("sweeper could not expire a task", zap.String("task_id", o.TaskID), zap.Error(err))
-				continue
-			}
-			if out == taskstore.Applied {
-				log.Warn("task failed: past its deadline with no worker on it; refunded", zap.String("task_id", o.TaskID), zap.String("account_id", o.AccountID))
-			}
-		}
+		sweep(ctx, st, every, log)
 	}
 }
 
-// retryDelay backs off exponentially from 1s to at most 30s, with jitter.
-func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
-	d := time.Second << min(n, 5)
-	d = min(d, 30*time.Second)
-	return d/2 + rand.N(d/2+1)
+// sweep runs one round, if this worker gets the lease; it reports how many
+// tasks it failed.
+func sweep(ctx context.Context, st Sweeper, every time.Duration, log *zap.Logger) int {
+	// The lease runs out a little before the next round, so a worker that
+	// died holding it does not stop the next.
+	got, err := st.TryLock(ctx, "sweeper", every-every/30)
+	if err != nil || !got {
+		return 0
+	}
+	overdue, err := st.Overdue(ctx, 1000)
+	if err != nil {
+		log.Warn("sweeper", zap.Error(err))
+		return 0
+	}
+	failed := 0
+	for _, o := range overdue {
+		out, err := st.Expire(ctx, o)
+		if err != nil {
+			log.Warn("sweeper could not expire a task", zap.String("task_id", o.TaskID), zap.Error(err))
+			continue
+		}
+		if out == store.Applied {
+			failed++
+			log.Warn("task failed: past its deadline with no worker on it; refunded", zap.String("task_id", o.TaskID), zap.String("account_id", o.AccountID))
+		}
+	}
+	return failed
 }
 
 func healthHandler(rdb *redis.Client) http.Handler {

@@ -1,14 +1,17 @@
-// Package blob stores result images. FS keeps them in a directory shared by
-// the gateway (which serves them) and the workers (which write them); its
-// janitor removes blobs past their retention.
+// Package blob stores result images, and owns the contract between the
+// workers, which write them, and the gateway, which serves them: the key of
+// a result (ResultKey) and what a key says about its content (ContentType,
+// ContentHash).
 //
-// Keys are relative slash-separated paths of letters, digits, '.', '-' and
-// '_' ("task_lumen_123/0-1a2b3c4d5e6f7a8b.png"); all file access goes through
-// an os.Root, so no key can reach outside the directory.
+// FS keeps blobs in a directory shared by the gateway and the workers; its
+// janitor removes blobs past their retention. Keys are relative
+// slash-separated paths of letters, digits, '.', '-' and '_'; all file access
+// goes through an os.Root, so no key can reach outside the directory.
 package blob
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +23,61 @@ import (
 
 	"github.com/easelhq/easel/pkg/apperr"
 )
+
+// Result keys are content addressed, in a directory per hour:
+//
+//	<UTC hour, YYYYMMDDHH>/<first 16 bytes of the image's SHA-256, hex><extension>
+//	2026112214/a75d6ee8b6feafeb0c3a0b5c1e0f9d21.png
+//
+// Identical images made in the same hour share one blob; the hour directory
+// lets the janitor drop old results a directory at a time.
+
+// formats maps the media types of result images to their extensions; the
+// first extension of a type is the one written.
+var formats = []struct{ mime, ext string }{
+	{"image/png", ".png"},
+	{"image/jpeg", ".jpg"},
+	{"image/jpeg", ".jpeg"},
+	{"image/webp", ".webp"},
+	{"image/gif", ".gif"},
+}
+
+// ResultKey returns the key of a result image made at at, with content hash
+// sum and media type contentType (PNG when it is not one we know).
+func ResultKey(at time.Time, sum [32]byte, contentType string) string {
+	return at.UTC().Format("2006010215") + "/" + hex.EncodeToString(sum[:16]) + Extension(contentType)
+}
+
+// Extension returns the file extension of a result's media type.
+func Extension(contentType string) string {
+	for _, f := range formats {
+		if f.mime == contentType {
+			return f.ext
+		}
+	}
+	return ".png"
+}
+
+// ContentType returns the media type of a blob by its key's extension.
+func ContentType(key string) string {
+	ext := path.Ext(key)
+	for _, f := range formats {
+		if f.ext == ext {
+			return f.mime
+		}
+	}
+	return "application/octet-stream"
+}
+
+// ContentHash returns the content hash a result key is named by (32 hex
+// digits), and false for a key not made by ResultKey.
+func ContentHash(key string) (string, bool) {
+	base := strings.TrimSuffix(path.Base(key), path.Ext(key))
+	if len(base) == 32 && strings.Trim(base, "0123456789abcdef") == "" {
+		return base, true
+	}
+	return "", false
+}
 
 // Object is an open blob.
 type Object interface {
@@ -126,14 +184,14 @@ func (s *FS) Touch(_ context.Context, key string) (bool, error) {
 	return false, fmt.Errorf("blob: touch %s: %w", key, err)
 }
 
-// Open opens a blob for reading. A missing blob is apperr.NotFound.
+// Open opens a blob for reading. A missing blob is *apperr.NotFoundError.
 func (s *FS) Open(_ context.Context, key string) (Object, Info, error) {
 	if !ValidKey(key) {
-		return nil, Info{}, apperr.New(apperr.NotFound, "file not found")
+		return nil, Info{}, errNotFound
 	}
 	f, err := s.root.Open(key)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, Info{}, apperr.New(apperr.NotFound, "file not found")
+		return nil, Info{}, errNotFound
 	}
 	if err != nil {
 		return nil, Info{}, fmt.Errorf("blob: open %s: %w", key, err)
@@ -141,7 +199,7 @@ func (s *FS) Open(_ context.Context, key string) (Object, Info, error) {
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {
 		_ = f.Close()
-		return nil, Info{}, apperr.Wrap(err, apperr.NotFound, "file not found")
+		return nil, Info{}, errNotFound
 	}
 	return f, Info{Size: st.Size(), ModTime: st.ModTime()}, nil
 }
@@ -189,6 +247,8 @@ func (s *FS) Sweep(ctx context.Context, cutoff time.Time) (int, error) {
 	}
 	return removed, err
 }
+
+var errNotFound = &apperr.NotFoundError{Kind: "file"}
 
 type ctxReader struct {
 	ctx context.Context

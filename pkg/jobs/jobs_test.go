@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -8,48 +9,70 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/task"
 	jobv1 "github.com/easelhq/easel/proto/easel/job/v1"
 )
 
+var pro = catalog.Model{ID: "lumen-3-pro-image-preview", Tier: catalog.Pro}
+
 func TestRoundTrip(t *testing.T) {
-	p := &jobv1.GenerateImage{
-		TaskId: "task_lumen_1", AccountId: "acct_x", Model: "lumen-3-pro-image-preview", Tier: TierToProto(catalog.Pro),
-		Prompt: "p", AspectRatio: "16:9", ImageSize: "2K", ImageUrls: []string{"https://e.com/a.png"}, CreateTimeMs: 42,
+	tests := map[string]GenerateImage{
+		"edit with a ratio": {TaskID: "task_lumen_1", AccountID: "acct_x", CreateTime: time.UnixMilli(42),
+			Input: task.Input{Model: pro, Prompt: "p", AspectRatio: "16:9", ImageSize: "2K", ImageURLs: []string{"https://e.com/a.png"}}},
+		"edit, ratio from the source": {TaskID: "task_lumen_2", AccountID: "acct_x", CreateTime: time.UnixMilli(43),
+			Input: task.Input{Model: pro, Prompt: "p", ImageSize: "1K", ImageURLs: []string{"https://e.com/a.png", "https://e.com/b.png"}}},
+		"text-to-image": {TaskID: "task_lumen_3", AccountID: "acct_y", CreateTime: time.UnixMilli(44),
+			Input: task.Input{Model: catalog.Model{ID: "lumen-2.5-flash-image", Tier: catalog.Standard}, Prompt: "q", AspectRatio: "1:1", ImageSize: "1K"}},
 	}
-	task, err := NewGenerateImageTask(p, time.Now().Add(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if task.Type() != TypeGenerateImage {
-		t.Errorf("type %s", task.Type())
-	}
-	got, err := ParseGenerateImage(task)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !proto.Equal(got, p) {
-		t.Errorf("round trip: %v; want %v", got, p)
+	for name, j := range tests {
+		t.Run(name, func(t *testing.T) {
+			at, err := NewGenerateImageTask(j, time.Now().Add(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if at.Type() != TypeGenerateImage {
+				t.Errorf("type %s", at.Type())
+			}
+			got, err := ParseGenerateImage(at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, j) {
+				t.Errorf("round trip: %+v; want %+v", got, j)
+			}
+		})
 	}
 }
 
 func TestRejects(t *testing.T) {
-	good := &jobv1.GenerateImage{TaskId: "t", AccountId: "a", Tier: jobv1.Tier_TIER_STANDARD}
-	b, _ := proto.Marshal(good)
-	noTier, _ := proto.Marshal(&jobv1.GenerateImage{TaskId: "t", AccountId: "a"})
-	noAcct, _ := proto.Marshal(&jobv1.GenerateImage{TaskId: "t", Tier: jobv1.Tier_TIER_PRO})
-	tests := map[string]*asynq.Task{
-		"other type": asynq.NewTask("email:send", b),
-		"garbage":    asynq.NewTask(TypeGenerateImage, []byte{0xff, 0xff, 0xff}),
-		"no tier":    asynq.NewTask(TypeGenerateImage, noTier),
-		"no account": asynq.NewTask(TypeGenerateImage, noAcct),
-		"empty":      asynq.NewTask(TypeGenerateImage, nil),
+	enc := func(p *jobv1.GenerateImage) []byte { b, _ := proto.Marshal(p); return b }
+	good := &jobv1.GenerateImage{TaskId: "t", AccountId: "a", Model: "m", Tier: jobv1.Tier_TIER_STANDARD, AspectRatio: "1:1", ImageSize: "1K"}
+	with := func(f func(p *jobv1.GenerateImage)) []byte {
+		p := proto.Clone(good).(*jobv1.GenerateImage)
+		f(p)
+		return enc(p)
 	}
-	for name, task := range tests {
-		if _, err := ParseGenerateImage(task); err == nil {
+	if _, err := ParseGenerateImage(asynq.NewTask(TypeGenerateImage, enc(good))); err != nil {
+		t.Fatalf("the good payload: %v", err)
+	}
+	tests := map[string]*asynq.Task{
+		"other type":     asynq.NewTask("email:send", enc(good)),
+		"garbage":        asynq.NewTask(TypeGenerateImage, []byte{0xff, 0xff, 0xff}),
+		"no tier":        asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.Tier = 0 })),
+		"no account":     asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.AccountId = "" })),
+		"no size":        asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.ImageSize = "" })),
+		"no ratio":       asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.AspectRatio = "" })),
+		"unknown ratio":  asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.AspectRatio = "7:3" })),
+		"empty":          asynq.NewTask(TypeGenerateImage, nil),
+		"no model":       asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.Model = "" })),
+		"unknown tier 9": asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.Tier = 9 })),
+	}
+	for name, at := range tests {
+		if _, err := ParseGenerateImage(at); err == nil {
 			t.Errorf("%s: parsed", name)
 		}
 	}
-	if _, err := NewGenerateImageTask(&jobv1.GenerateImage{TaskId: "t", AccountId: "a"}, time.Now()); err == nil {
+	if _, err := NewGenerateImageTask(GenerateImage{TaskID: "t", AccountID: "a", Input: task.Input{Model: catalog.Model{ID: "m"}, ImageSize: "1K", AspectRatio: "1:1"}}, time.Now()); err == nil {
 		t.Error("built a task without a tier")
 	}
 }
@@ -59,9 +82,12 @@ func TestQueuesPerTier(t *testing.T) {
 		t.Error("tiers share a queue")
 	}
 	for _, tier := range catalog.Tiers {
-		back, ok := TierFromProto(TierToProto(tier))
+		back, ok := tierFromProto(tierToProto(tier))
 		if !ok || back != tier {
 			t.Errorf("tier %s does not round-trip", tier)
 		}
+	}
+	if got := Queues(); len(got) != 2 || got[0] != "standard" || got[1] != "pro" {
+		t.Errorf("Queues() = %v", got)
 	}
 }

@@ -1,8 +1,14 @@
-// Package task holds the task domain types shared by the gateway and the
-// workers: statuses, the task record and its results.
+// Package task holds the task domain shared by the gateway and the workers:
+// what a client asks for (Input, with its defaults), the task record, its
+// statuses and results, and the codes a failed task ends with.
 package task
 
-import "time"
+import (
+	"time"
+
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/catalog"
+)
 
 // Status is a task's state. Transitions: pending → processing → completed or
 // failed; pending → failed (enqueue failure, deadline). completed and failed
@@ -32,9 +38,67 @@ const (
 // ResultTTL is how long a finished task and its result URLs stay available.
 const ResultTTL = 24 * time.Hour
 
+// Codes a failed task ends with: its public "error.code".
+const (
+	ContentBlocked      apperr.Code = "content_blocked"
+	InvalidSourceImage  apperr.Code = "invalid_source_image"
+	SourceFetchFailed   apperr.Code = "source_fetch_failed"
+	UpstreamUnavailable apperr.Code = "upstream_unavailable"
+	Timeout             apperr.Code = "timeout"
+	GenerationFailed    apperr.Code = "generation_failed"
+	// Internal (apperr.Internal) ends a task that failed for a reason of
+	// ours; its message never says more than that.
+)
+
+// Input is what a client asks of an image task.
+type Input struct {
+	Model  catalog.Model
+	Prompt string
+	// AspectRatio is one of catalog.AspectRatios; "" for an edit that
+	// named none (see OutputAspectRatio).
+	AspectRatio string
+	// ImageSize is "1K", "2K" or "4K" (the standard model makes 1K only).
+	ImageSize string
+	// ImageURLs are the source images; present means editing.
+	ImageURLs []string
+}
+
+// Kind returns KindEdit or KindTextToImage.
+func (in Input) Kind() string {
+	if len(in.ImageURLs) > 0 {
+		return KindEdit
+	}
+	return KindTextToImage
+}
+
+// WithDefaults returns in with what the client left out filled in: image size
+// 1K, and aspect ratio 1:1 for text-to-image. An edit that names no ratio
+// keeps "": its ratio follows its first source image, known only once the
+// worker has fetched it (OutputAspectRatio). This and OutputAspectRatio are
+// the only places defaults are decided.
+func (in Input) WithDefaults() Input {
+	if in.ImageSize == "" {
+		in.ImageSize = catalog.Size1K
+	}
+	if in.AspectRatio == "" && len(in.ImageURLs) == 0 {
+		in.AspectRatio = catalog.DefaultAspectRatio
+	}
+	return in
+}
+
+// OutputAspectRatio returns the ratio to generate at: the one asked for, or,
+// for an edit that named none, the supported ratio nearest its first source
+// image (of firstWidth × firstHeight pixels).
+func (in Input) OutputAspectRatio(firstWidth, firstHeight int) string {
+	if in.AspectRatio != "" {
+		return in.AspectRatio
+	}
+	return catalog.NearestAspectRatio(firstWidth, firstHeight)
+}
+
 // Result is one stored output image.
 type Result struct {
-	// Key is the blob-store key, e.g. "task_lumen_123/0-1a2b3c4d5e6f7a8b.png".
+	// Key is the blob-store key (see blob.ResultKey).
 	Key string `json:"key"`
 	// ContentType is the image's media type, e.g. "image/png".
 	ContentType string `json:"type"`
@@ -45,8 +109,8 @@ type Result struct {
 	Height int `json:"h"`
 }
 
-// Failure is why a task failed: a stable machine-readable code and a message a
-// user can act on.
+// Failure is why a task failed: a stable machine-readable code and a message
+// its owner can act on.
 type Failure struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`

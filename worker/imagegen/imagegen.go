@@ -1,13 +1,14 @@
-// Package imagegen holds what every image generator takes and returns. A
-// generator is one package under imagegen/ with a type that has
-//
-//	Generate(ctx context.Context, req imagegen.Request, progress func(pct int)) ([]imagegen.Image, error)
-//
-// and one case in the worker's EASEL_GENERATOR switch.
+// Package imagegen is the contract of an image generator: the Generator
+// interface and what it takes and returns. A generator is one package under
+// imagegen/ implementing Generator, and one case in the worker's
+// EASEL_GENERATOR switch. It classifies its errors with apperr and the task
+// failure codes of package task (apperr.Transient for retryable ones), and
+// the worker's retries, deadlines and refunds apply unchanged.
 package imagegen
 
 import (
 	"bytes"
+	"context"
 	"image"
 	"strconv"
 
@@ -20,7 +21,14 @@ import (
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/task"
 )
+
+// Generator makes images. progress receives the percentage of the
+// generation done so far (rising, below 100).
+type Generator interface {
+	Generate(ctx context.Context, req Request, progress func(pct int)) ([]Image, error)
+}
 
 // Request is one generation.
 type Request struct {
@@ -50,11 +58,11 @@ type Source struct {
 }
 
 // Decode decodes the source's pixels; a corrupt image is
-// apperr.InvalidSourceImage.
+// task.InvalidSourceImage.
 func (s Source) Decode() (image.Image, error) {
 	img, _, err := image.Decode(bytes.NewReader(s.Data))
 	if err != nil {
-		return nil, apperr.Wrap(err, apperr.InvalidSourceImage,
+		return nil, apperr.Wrap(err, task.InvalidSourceImage,
 			"image_urls["+strconv.Itoa(s.Index)+"] could not be decoded: the file is damaged or not a PNG, JPEG, WebP or GIF image")
 	}
 	return img, nil

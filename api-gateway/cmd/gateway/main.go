@@ -4,36 +4,17 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
+
+	"go.uber.org/zap"
 
 	gateway "github.com/easelhq/easel/api-gateway"
-	"github.com/easelhq/easel/pkg/config"
-	"github.com/easelhq/easel/pkg/logging"
-	"github.com/easelhq/easel/pkg/redisconn"
+	"github.com/easelhq/easel/pkg/service"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "gateway:", err)
-		os.Exit(1)
-	}
-}
+func main() { service.Main("gateway", run) }
 
 func run(ctx context.Context) error {
-	cfg, err := config.LoadGateway(nil)
-	if err != nil {
-		return err
-	}
-	log, err := logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat, "gateway")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = log.Sync() }()
-	redisconn.LogTo(log)
-	return gateway.Run(ctx, cfg, log, nil)
+	return service.Start(ctx, "gateway", gateway.LoadConfig, func(ctx context.Context, cfg gateway.Config, log *zap.Logger) error {
+		return gateway.Run(ctx, cfg, log, nil)
+	})
 }

@@ -14,17 +14,17 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
 
-	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/logging"
+	"github.com/easelhq/easel/pkg/store"
 )
 
 // AdminDeps enables the admin API.
 type AdminDeps struct {
 	// Token is the Bearer token every admin request must carry.
 	Token    string
-	Accounts *account.Store
+	Accounts *store.Store
 	Catalog  *catalog.Catalog
 }
 
@@ -40,8 +40,8 @@ func registerAdmin(g *echo.Group, d *AdminDeps) {
 	g.GET("/accounts", a.listAccounts)
 	g.GET("/accounts/:id", a.showAccount)
 	g.PATCH("/accounts/:id/limits", a.setLimits)
-	g.POST("/accounts/:id/disable", a.setStatus(account.Disabled))
-	g.POST("/accounts/:id/enable", a.setStatus(account.Active))
+	g.POST("/accounts/:id/disable", a.setStatus(store.Disabled))
+	g.POST("/accounts/:id/enable", a.setStatus(store.Active))
 	g.POST("/accounts/:id/credits", a.addCredits)
 	g.GET("/accounts/:id/ledger", a.ledger)
 	g.POST("/accounts/:id/keys", a.createKey)
@@ -127,7 +127,7 @@ func (a *admin) createAccount(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	acct, err := a.Accounts.CreateAccount(c.Request().Context(), account.New{
+	acct, err := a.Accounts.CreateAccount(c.Request().Context(), store.NewAccount{
 		Name: req.Name, Credits: req.Credits, Models: tiers,
 		RateLimit: deref(req.RateLimit), QueryRateLimit: deref(req.QueryRateLimit), MaxInflight: deref(req.MaxInflight),
 	})
@@ -138,7 +138,7 @@ func (a *admin) createAccount(c echo.Context) error {
 }
 
 func (a *admin) listAccounts(c echo.Context) error {
-	list, err := a.Accounts.List(c.Request().Context())
+	list, err := a.Accounts.Accounts(c.Request().Context())
 	if err != nil {
 		return err
 	}
@@ -146,7 +146,7 @@ func (a *admin) listAccounts(c echo.Context) error {
 }
 
 func (a *admin) showAccount(c echo.Context) error {
-	acct, err := a.Accounts.Get(c.Request().Context(), c.Param("id"))
+	acct, err := a.Accounts.Account(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -163,7 +163,7 @@ func (a *admin) setLimits(c echo.Context) error {
 	if err := bind(c, &req); err != nil {
 		return err
 	}
-	l := account.Limits{RateLimit: req.RateLimit, QueryRateLimit: req.QueryRateLimit, MaxInflight: req.MaxInflight}
+	l := store.Limits{RateLimit: req.RateLimit, QueryRateLimit: req.QueryRateLimit, MaxInflight: req.MaxInflight}
 	if req.Models != nil {
 		tiers, err := a.tiers(*req.Models)
 		if err != nil {
@@ -178,13 +178,13 @@ func (a *admin) setLimits(c echo.Context) error {
 	return ok(c, acct)
 }
 
-func (a *admin) setStatus(st account.Status) echo.HandlerFunc {
+func (a *admin) setStatus(st store.AccountStatus) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ctx := c.Request().Context()
-		if err := a.Accounts.SetStatus(ctx, c.Param("id"), st); err != nil {
+		if err := a.Accounts.SetAccountStatus(ctx, c.Param("id"), st); err != nil {
 			return err
 		}
-		acct, err := a.Accounts.Get(ctx, c.Param("id"))
+		acct, err := a.Accounts.Account(ctx, c.Param("id"))
 		if err != nil {
 			return err
 		}
@@ -236,7 +236,7 @@ func (a *admin) createKey(c echo.Context) error {
 }
 
 func (a *admin) listKeys(c echo.Context) error {
-	keys, err := a.Accounts.ListKeys(c.Request().Context(), c.Param("id"))
+	keys, err := a.Accounts.Keys(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}

@@ -16,25 +16,20 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 	"go.uber.org/zap"
 
+	"github.com/easelhq/easel/api-gateway/internal/auth"
 	"github.com/easelhq/easel/api-gateway/internal/createreq"
 	"github.com/easelhq/easel/api-gateway/internal/ratelimit"
-	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/blob"
-	"github.com/easelhq/easel/pkg/keyspace"
 	"github.com/easelhq/easel/pkg/logging"
+	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 )
 
 // Tasks creates and reads tasks.
 type Tasks interface {
-	Create(ctx context.Context, accountID string, r createreq.Request) (string, error)
+	Create(ctx context.Context, accountID string, in task.Input) (string, error)
 	Get(ctx context.Context, accountID, taskID string) (*task.Task, error)
-}
-
-// Authenticator resolves an API key to its account.
-type Authenticator interface {
-	Authenticate(ctx context.Context, key string) (*account.Account, error)
 }
 
 // Signer makes and checks result URLs.
@@ -63,7 +58,7 @@ type Limits struct {
 type Deps struct {
 	Log     *zap.Logger
 	Tasks   Tasks
-	Auth    Authenticator
+	Auth    auth.Authenticator
 	Limiter Limiter
 	Limits  Limits
 	Decoder *createreq.Decoder
@@ -89,12 +84,6 @@ const (
 	ctxKeyHash = "easel.keyhash"
 )
 
-// Rate-limit classes: creates and queries are limited separately.
-const (
-	classCreate = "create"
-	classQuery  = "query"
-)
-
 // limit applies the key's rate limit for a class of request and reports it
 // in X-RateLimit-* headers; over the limit, 429 with Retry-After. If the
 // limiter itself fails the request goes through (and is logged): rate
@@ -104,7 +93,7 @@ func (h *handlers) limit(class string) echo.MiddlewareFunc {
 		return func(c echo.Context) error {
 			acct := accountOf(c)
 			perSecond := h.Limits.Create
-			if class == classQuery {
+			if class == store.RateQuery {
 				perSecond = h.Limits.Query
 				if acct.QueryRateLimit > 0 {
 					perSecond = acct.QueryRateLimit
@@ -113,7 +102,7 @@ func (h *handlers) limit(class string) echo.MiddlewareFunc {
 				perSecond = acct.RateLimit
 			}
 			ctx := c.Request().Context()
-			res, err := h.Limiter.Allow(ctx, keyspace.RateLimit(class, c.Get(ctxKeyHash).(string)), perSecond)
+			res, err := h.Limiter.Allow(ctx, store.RateBucket(class, c.Get(ctxKeyHash).(string)), perSecond)
 			if err != nil {
 				logging.From(ctx).Warn("rate limiter unavailable; letting the request through", zap.Error(err))
 				return next(c)
@@ -125,10 +114,10 @@ func (h *handlers) limit(class string) echo.MiddlewareFunc {
 			if !res.Allowed {
 				hdr.Set("Retry-After", strconv.Itoa(max(ceilSeconds(res.RetryAfter), 1)))
 				what := "task creations"
-				if class == classQuery {
+				if class == store.RateQuery {
 					what = "queries"
 				}
-				return apperr.Errorf(apperr.RateLimited, "rate limit exceeded: at most %d %s per second per API key; retry after %s", res.Limit, what, res.RetryAfter.Round(time.Millisecond))
+				return apperr.Errorf(apperr.LimitExceeded, "rate limit exceeded: at most %d %s per second per API key; retry after %s", res.Limit, what, res.RetryAfter.Round(time.Millisecond))
 			}
 			return next(c)
 		}
@@ -175,8 +164,8 @@ func New(d Deps) *echo.Echo {
 	e.GET("/readyz", h.readyz)
 
 	v1 := e.Group("/v1")
-	v1.POST("/task/create", h.create, h.authenticate, h.limit(classCreate))
-	v1.GET("/task/query", h.query, h.authenticate, h.limit(classQuery))
+	v1.POST("/task/create", h.create, h.authenticate, h.limit(store.RateCreate))
+	v1.GET("/task/query", h.query, h.authenticate, h.limit(store.RateQuery))
 	v1.GET("/files/*", h.download)
 	v1.HEAD("/files/*", h.download)
 	if d.Admin != nil {
@@ -237,15 +226,15 @@ func (h *handlers) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		c.Set(ctxKeyHash, account.HashKey(key))
+		c.Set(ctxKeyHash, store.HashKey(key))
 		logging.AddFields(c.Request().Context(), zap.String("account_id", acct.ID))
 		c.Set(ctxAccount, acct)
 		return next(c)
 	}
 }
 
-func accountOf(c echo.Context) *account.Account {
-	return c.Get(ctxAccount).(*account.Account)
+func accountOf(c echo.Context) *store.Account {
+	return c.Get(ctxAccount).(*store.Account)
 }
 
 func (h *handlers) healthz(c echo.Context) error {

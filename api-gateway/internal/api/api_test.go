@@ -19,21 +19,20 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/api-gateway/internal/api"
+	"github.com/easelhq/easel/api-gateway/internal/auth"
 	"github.com/easelhq/easel/api-gateway/internal/createreq"
+	"github.com/easelhq/easel/api-gateway/internal/pricing"
 	"github.com/easelhq/easel/api-gateway/internal/ratelimit"
+	"github.com/easelhq/easel/api-gateway/internal/signedurl"
+	"github.com/easelhq/easel/api-gateway/internal/taskid"
 	"github.com/easelhq/easel/api-gateway/internal/tasks"
-	"github.com/easelhq/easel/pkg/account"
+	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
-	"github.com/easelhq/easel/pkg/keyspace"
-	"github.com/easelhq/easel/pkg/pricing"
-	"github.com/easelhq/easel/pkg/redistest"
-	"github.com/easelhq/easel/pkg/signedurl"
+	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
-	"github.com/easelhq/easel/pkg/taskid"
-	"github.com/easelhq/easel/pkg/taskstore"
-	jobv1 "github.com/easelhq/easel/proto/easel/job/v1"
+	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
 const (
@@ -47,8 +46,8 @@ type env struct {
 	t        *testing.T
 	srv      *httptest.Server
 	rdb      *redis.Client
-	store    *taskstore.Store
-	accounts *account.Store
+	store    *store.Store
+	accounts *store.Store
 	blobs    *blob.FS
 	signer   *signedurl.Signer
 	keyA     string
@@ -58,20 +57,20 @@ type env struct {
 	now      time.Time
 }
 
-type queueFunc func(ctx context.Context, p *jobv1.GenerateImage, deadline time.Time) error
+type queueFunc func(ctx context.Context, j jobs.GenerateImage, deadline time.Time) error
 
-func (f queueFunc) Enqueue(ctx context.Context, p *jobv1.GenerateImage, deadline time.Time) error {
-	return f(ctx, p, deadline)
+func (f queueFunc) EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImage, deadline time.Time) error {
+	return f(ctx, j, deadline)
 }
 
 func newEnv(t *testing.T, queue tasks.Queue) *env {
 	t.Helper()
 	r := redistest.Start(t)
 	rdb := r.Client(t)
-	e := &env{t: t, rdb: rdb, store: taskstore.New(rdb), accounts: account.NewStore(rdb), now: time.Now()}
+	e := &env{t: t, rdb: rdb, store: store.New(rdb), accounts: store.New(rdb), now: time.Now()}
 	ctx := context.Background()
 	mk := func(name string, disabled bool) (string, string) {
-		a, err := e.accounts.CreateAccount(ctx, account.New{Name: name, Credits: 10_000})
+		a, err := e.accounts.CreateAccount(ctx, store.NewAccount{Name: name, Credits: 10_000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +79,7 @@ func newEnv(t *testing.T, queue tasks.Queue) *env {
 			t.Fatal(err)
 		}
 		if disabled {
-			if err := e.accounts.SetStatus(ctx, a.ID, account.Disabled); err != nil {
+			if err := e.accounts.SetAccountStatus(ctx, a.ID, store.Disabled); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -107,7 +106,7 @@ func newEnv(t *testing.T, queue tasks.Queue) *env {
 	e.srv.Config.Handler = api.New(api.Deps{
 		Log:     zap.NewNop(),
 		Tasks:   tasks.NewService(e.store, queue, taskid.New("lumen"), prices, tasks.Config{Deadline: 10 * time.Minute, MaxInflight: 100}),
-		Auth:    e.accounts,
+		Auth:    auth.New(e.accounts, 100, 0),
 		Limiter: ratelimit.New(rdb),
 		Limits:  api.Limits{Create: 1000, Query: 1000},
 		Admin:   &api.AdminDeps{Token: adminToken, Accounts: e.accounts, Catalog: cat},
@@ -227,7 +226,11 @@ func TestCreateErrors(t *testing.T) {
 		})
 	}
 	// Nothing was written or queued by any of them.
-	if n := len(e.rdb.Keys(context.Background(), "easel:{a:*}:t:*").Val()); n != 0 {
+	n := 0
+	if err := e.store.EachTask(context.Background(), e.acctA, func(*task.Task) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
 		t.Errorf("%d task records written by refused requests", n)
 	}
 }
@@ -269,7 +272,7 @@ func TestCreateAndQuery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job.GetPrompt() != "a cat" || job.GetAspectRatio() != "16:9" || job.GetImageSize() != "4K" || job.GetAccountId() != e.acctA || job.GetModel() != pro {
+	if job.Input.Prompt != "a cat" || job.Input.AspectRatio != "16:9" || job.Input.ImageSize != "4K" || job.AccountID != e.acctA || job.Input.Model.ID != pro || job.TaskID != id {
 		t.Errorf("payload %v", job)
 	}
 	if info.Deadline.Before(time.Now().Add(9*time.Minute)) || info.Deadline.After(time.Now().Add(11*time.Minute)) {
@@ -316,7 +319,7 @@ func TestQueryStates(t *testing.T) {
 	}
 
 	processing := newTask()
-	if _, err := e.store.Start(ctx, e.acctA, processing); err != nil {
+	if _, err := e.store.StartTask(ctx, e.acctA, processing); err != nil {
 		t.Fatal(err)
 	}
 	_ = e.store.SetProgress(ctx, e.acctA, processing, 42)
@@ -326,7 +329,7 @@ func TestQueryStates(t *testing.T) {
 	}
 
 	failed := newTask()
-	if _, err := e.store.Fail(ctx, e.acctA, failed, task.Failure{Code: "content_blocked", Message: "the prompt was blocked"}); err != nil {
+	if _, err := e.store.FailTask(ctx, e.acctA, failed, task.Failure{Code: "content_blocked", Message: "the prompt was blocked"}); err != nil {
 		t.Fatal(err)
 	}
 	got = e.query(e.keyA, failed).json(t)
@@ -336,11 +339,11 @@ func TestQueryStates(t *testing.T) {
 	}
 
 	done := newTask()
-	if _, err := e.store.Start(ctx, e.acctA, done); err != nil {
+	if _, err := e.store.StartTask(ctx, e.acctA, done); err != nil {
 		t.Fatal(err)
 	}
 	res := []task.Result{{Key: "2026112214/0123456789abcdef0123456789abcdef.png", ContentType: "image/png", Size: 3, Width: 1, Height: 1}}
-	_, at, err := e.store.Complete(ctx, e.acctA, done, res)
+	_, at, err := e.store.CompleteTask(ctx, e.acctA, done, res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +367,7 @@ func TestQueryStates(t *testing.T) {
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
 
 func TestEnqueueFailureLeavesNoOrphan(t *testing.T) {
-	e := newEnv(t, queueFunc(func(context.Context, *jobv1.GenerateImage, time.Time) error {
+	e := newEnv(t, queueFunc(func(context.Context, jobs.GenerateImage, time.Time) error {
 		return errors.New("redis: connection refused to 10.0.0.7:6379")
 	}))
 	r := e.create(e.keyA, okBody)
@@ -372,16 +375,21 @@ func TestEnqueueFailureLeavesNoOrphan(t *testing.T) {
 	if r.header.Get("Retry-After") == "" {
 		t.Error("503 without Retry-After")
 	}
-	if keys := e.rdb.Keys(context.Background(), keyspace.Task(e.acctA, "*")).Val(); len(keys) != 0 {
-		t.Errorf("orphan task records left: %v", keys)
-	}
 	// The price was debited and refunded.
-	if a, _ := e.accounts.Get(context.Background(), e.acctA); a.Credits != 10_000 {
+	if a, _ := e.accounts.Account(context.Background(), e.acctA); a.Credits != 10_000 {
 		t.Errorf("balance %d after an enqueue failure; want 10000", a.Credits)
 	}
 	entries, _ := e.accounts.Ledger(context.Background(), e.acctA, 10)
-	if len(entries) != 3 || entries[0].Kind != account.KindRefund || entries[1].Kind != account.KindDebit || entries[0].TaskID != entries[1].TaskID || entries[0].Note != "enqueue_failed" {
-		t.Errorf("ledger %+v; want a debit then a refund of one task", entries)
+	if len(entries) != 3 || entries[0].Kind != store.KindRefund || entries[1].Kind != store.KindDebit || entries[0].TaskID != entries[1].TaskID || entries[0].Note != "enqueue_failed" {
+		t.Fatalf("ledger %+v; want a debit then a refund of one task", entries)
+	}
+	// No orphan: the record of the task that was charged is gone, and it
+	// does not count as in flight.
+	if _, err := e.store.Task(context.Background(), e.acctA, entries[0].TaskID); apperr.CodeOf(err) != apperr.NotFound {
+		t.Errorf("orphan task record left: %v", err)
+	}
+	if n, _ := e.store.Inflight(context.Background(), e.acctA); n != 0 {
+		t.Errorf("%d tasks in flight after an enqueue failure", n)
 	}
 }
 

@@ -2,7 +2,9 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
@@ -26,19 +28,21 @@ func statusOf(code apperr.Code) int {
 		return http.StatusBadRequest
 	case apperr.Unauthenticated:
 		return http.StatusUnauthorized
-	case apperr.PaymentRequired:
+	case apperr.InsufficientCredits:
 		return http.StatusPaymentRequired
-	case apperr.PermissionDenied:
+	case apperr.Forbidden:
 		return http.StatusForbidden
 	case apperr.NotFound:
 		return http.StatusNotFound
-	case apperr.Gone:
+	case apperr.Conflict:
+		return http.StatusConflict
+	case apperr.Expired:
 		return http.StatusGone
 	case apperr.TooLarge:
 		return http.StatusRequestEntityTooLarge
 	case apperr.UnsupportedMediaType:
 		return http.StatusUnsupportedMediaType
-	case apperr.RateLimited:
+	case apperr.LimitExceeded:
 		return http.StatusTooManyRequests
 	case apperr.Unavailable:
 		return http.StatusServiceUnavailable
@@ -52,10 +56,48 @@ var echoMessages = map[int]string{
 	http.StatusMethodNotAllowed: "method not allowed on this endpoint",
 }
 
+// message writes what a client reads for err: the one place that does for
+// the typed domain errors, which carry details but no text.
+func message(err error) string {
+	var (
+		credits  *apperr.InsufficientCreditsError
+		inflight *apperr.InflightLimitError
+		model    *apperr.ModelNotAllowedError
+		notFound *apperr.NotFoundError
+	)
+	switch {
+	case errors.As(err, &credits):
+		return fmt.Sprintf("insufficient credits: this task costs %d credits and the balance is %d", credits.Price, credits.Balance)
+	case errors.As(err, &inflight):
+		return fmt.Sprintf("too many tasks in flight: this account may have %d tasks pending or processing at once; wait for some to finish", inflight.Limit)
+	case errors.As(err, &model):
+		return "this account may not use model " + model.Model
+	case errors.As(err, &notFound):
+		return notFound.Error()
+	case errors.Is(err, apperr.ErrUnknownKey):
+		return "invalid API key"
+	case errors.Is(err, apperr.ErrKeyRevoked):
+		return "this API key has been revoked"
+	case errors.Is(err, apperr.ErrAccountDisabled):
+		return "this account is disabled"
+	}
+	if e, ok := apperr.As(err); ok && e.Message != "" {
+		return e.Message
+	}
+	switch apperr.CodeOf(err) {
+	case apperr.Unavailable:
+		return "the service is unavailable, try again"
+	case apperr.Internal:
+		return "internal error"
+	}
+	return strings.ToLower(http.StatusText(statusOf(apperr.CodeOf(err))))
+}
+
 // classify returns the status and client-safe message for err.
 func classify(err error) (int, string) {
-	if e, ok := apperr.As(err); ok {
-		return statusOf(e.Code), apperr.MessageOf(e)
+	var c apperr.Coded
+	if errors.As(err, &c) {
+		return statusOf(c.ErrorCode()), message(err)
 	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {

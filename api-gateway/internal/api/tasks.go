@@ -10,9 +10,10 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/easelhq/easel/api-gateway/internal/createreq"
+	"github.com/easelhq/easel/api-gateway/internal/taskid"
 	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/task"
-	"github.com/easelhq/easel/pkg/taskid"
 )
 
 type createData struct {
@@ -113,15 +114,6 @@ func clipID(s string) string {
 	return strconv.Quote(s)
 }
 
-// contentTypes of the result formats we store.
-var contentTypes = map[string]string{
-	".png":  "image/png",
-	".jpg":  "image/jpeg",
-	".jpeg": "image/jpeg",
-	".webp": "image/webp",
-	".gif":  "image/gif",
-}
-
 // download handles GET and HEAD /v1/files/<key>?expires=...&sig=...: no
 // Authorization, the signature is the credential.
 func (h *handlers) download(c echo.Context) error {
@@ -139,12 +131,7 @@ func (h *handlers) download(c echo.Context) error {
 	defer obj.Close()
 
 	hdr := c.Response().Header()
-	ext := path.Ext(key)
-	if ct, ok := contentTypes[ext]; ok {
-		hdr.Set(echo.HeaderContentType, ct)
-	} else {
-		hdr.Set(echo.HeaderContentType, "application/octet-stream")
-	}
+	hdr.Set(echo.HeaderContentType, blob.ContentType(key))
 	hdr.Set("ETag", etag(key, info.Size, info.ModTime.UnixNano()))
 	if exp, err := strconv.ParseInt(q.Get("expires"), 10, 64); err == nil {
 		hdr.Set("Cache-Control", "private, max-age="+strconv.FormatInt(max(exp-now.Unix(), 0), 10)+", immutable")
@@ -189,12 +176,11 @@ func (w *envelopeErrors) Write(p []byte) (int, error) {
 	return w.ResponseWriter.Write(p)
 }
 
-// etag is the content hash result keys are named by
-// ("<hour>/<32 hex>.png"), else a size-and-time tag.
+// etag is the content hash result keys are named by (blob.ResultKey), else
+// a size-and-time tag.
 func etag(key string, size, mtime int64) string {
-	base := strings.TrimSuffix(path.Base(key), path.Ext(key))
-	if len(base) == 32 && strings.Trim(base, "0123456789abcdef") == "" {
-		return `"` + base + `"`
+	if sum, ok := blob.ContentHash(key); ok {
+		return `"` + sum + `"`
 	}
 	return `"` + strconv.FormatInt(size, 16) + "-" + strconv.FormatInt(mtime, 16) + `"`
 }

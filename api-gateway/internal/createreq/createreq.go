@@ -28,25 +28,6 @@ const (
 	MaxURLLen      = 2048
 )
 
-// Request is a valid create request.
-type Request struct {
-	Model  catalog.Model
-	Prompt string // trimmed
-	// AspectRatio is a supported ratio; "" only for an edit that named none
-	// (the worker picks the ratio nearest the first source image).
-	AspectRatio string
-	ImageSize   string // "1K", "2K" or "4K"; "1K" for the standard model
-	ImageURLs   []string
-}
-
-// Kind returns task.KindEdit or task.KindTextToImage.
-func (r *Request) Kind() string {
-	if len(r.ImageURLs) > 0 {
-		return task.KindEdit
-	}
-	return task.KindTextToImage
-}
-
 // Decoder decodes create requests for one catalog.
 type Decoder struct {
 	Catalog *catalog.Catalog
@@ -110,16 +91,23 @@ func tooLarge() error {
 	return apperr.Errorf(apperr.TooLarge, "request body is larger than the %d KiB limit", MaxBodyBytes>>10)
 }
 
-// Decode parses and validates a JSON body.
-func (d *Decoder) Decode(body []byte) (Request, error) {
+// Decode parses and validates a JSON body. The input it returns has its
+// defaults applied (task.Input.WithDefaults): the prompt is trimmed, the
+// image size set, and the aspect ratio set unless an edit leaves it to its
+// first source image.
+func (d *Decoder) Decode(body []byte) (task.Input, error) {
 	var w wire
 	if len(strings.TrimSpace(string(body))) == 0 {
-		return Request{}, invalid("request body is empty: send a JSON object with model, task_type and input")
+		return task.Input{}, invalid("request body is empty: send a JSON object with model, task_type and input")
 	}
 	if err := json.Unmarshal(body, &w); err != nil {
-		return Request{}, jsonError(err)
+		return task.Input{}, jsonError(err)
 	}
-	return d.validate(&w)
+	in, err := d.validate(&w)
+	if err != nil {
+		return task.Input{}, err
+	}
+	return in.WithDefaults(), nil
 }
 
 // jsonError turns an encoding/json error into a client message.
@@ -154,8 +142,8 @@ var fieldTypes = map[string]string{
 	"input.image_urls":   "an array of strings",
 }
 
-func (d *Decoder) validate(w *wire) (Request, error) {
-	var r Request
+func (d *Decoder) validate(w *wire) (task.Input, error) {
+	var r task.Input
 	switch {
 	case w.Model == nil || *w.Model == "":
 		return r, invalid("model is required; supported models: %s", d.Catalog.IDs())
@@ -195,7 +183,6 @@ func (d *Decoder) validate(w *wire) (Request, error) {
 		r.AspectRatio = *in.AspectRatio
 	}
 
-	r.ImageSize = catalog.Size1K
 	if in.ImageSize != nil && *in.ImageSize != "" {
 		if !r.Model.SupportsImageSize() {
 			pro, _ := d.Catalog.ByTier(catalog.Pro)
@@ -221,9 +208,6 @@ func (d *Decoder) validate(w *wire) (Request, error) {
 			}
 		}
 		r.ImageURLs = urls
-	}
-	if r.AspectRatio == "" && len(r.ImageURLs) == 0 {
-		r.AspectRatio = catalog.DefaultAspectRatio
 	}
 	return r, nil
 }

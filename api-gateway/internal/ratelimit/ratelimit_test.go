@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/easelhq/easel/pkg/redistest"
+	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
 func TestExactBelowLeaseThreshold(t *testing.T) {

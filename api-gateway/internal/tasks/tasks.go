@@ -1,5 +1,6 @@
 // Package tasks is the gateway's task service: it creates tasks (record, then
-// job) and reads them back for their owner.
+// job) and reads them back for their owner. It takes domain values and
+// returns apperr errors; it knows nothing of HTTP.
 package tasks
 
 import (
@@ -8,21 +9,19 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/easelhq/easel/api-gateway/internal/createreq"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/logging"
+	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
-	"github.com/easelhq/easel/pkg/taskstore"
-	jobv1 "github.com/easelhq/easel/proto/easel/job/v1"
 )
 
 // Store keeps task records and charges for them.
 type Store interface {
-	Create(ctx context.Context, t *task.Task, c taskstore.Charge) (int64, error)
-	Get(ctx context.Context, accountID, taskID string) (*task.Task, error)
-	Abort(ctx context.Context, accountID, taskID string) (bool, error)
+	CreateTask(ctx context.Context, t *task.Task, c store.Charge) (int64, error)
+	Task(ctx context.Context, accountID, taskID string) (*task.Task, error)
+	AbortTask(ctx context.Context, accountID, taskID string) (bool, error)
 }
 
 // Prices prices tasks.
@@ -32,7 +31,7 @@ type Prices interface {
 
 // Queue takes jobs.
 type Queue interface {
-	Enqueue(ctx context.Context, p *jobv1.GenerateImage, deadline time.Time) error
+	EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImage, deadline time.Time) error
 }
 
 // IDs makes task ids.
@@ -65,13 +64,15 @@ func NewService(store Store, queue Queue, ids IDs, prices Prices, cfg Config) *S
 }
 
 // Create records a pending task for an account, charging its price, and
-// queues its job. If the job cannot be queued, the task is aborted (record
+// queues its job. in must have its defaults applied. The store's refusals
+// (credits, limits, a disabled account, a model not allowed) come back as
+// they are. If the job cannot be queued, the task is aborted (record
 // removed, price refunded) and the error is apperr.Unavailable: no task is
 // left pending with nothing to run it.
-func (s *Service) Create(ctx context.Context, accountID string, r createreq.Request) (string, error) {
+func (s *Service) Create(ctx context.Context, accountID string, in task.Input) (string, error) {
 	id, err := s.ids.New()
 	if err != nil {
-		return "", apperr.Wrap(err, apperr.Internal, "could not create the task")
+		return "", apperr.Wrap(err, apperr.Internal, "")
 	}
 	logging.AddFields(ctx, zap.String("task_id", id))
 	now := s.now()
@@ -79,52 +80,42 @@ func (s *Service) Create(ctx context.Context, accountID string, r createreq.Requ
 		ID:         id,
 		AccountID:  accountID,
 		Type:       task.Type,
-		Model:      r.Model.ID,
+		Model:      in.Model.ID,
 		Status:     task.Pending,
 		CreateTime: now,
 	}
-	charge := taskstore.Charge{
-		Price:       s.prices.Price(r.Model.Tier, r.ImageSize),
-		Tier:        string(r.Model.Tier),
+	charge := store.Charge{
+		Price:       s.prices.Price(in.Model.Tier, in.ImageSize),
+		Tier:        string(in.Model.Tier),
 		MaxInflight: s.cfg.MaxInflight,
 		// A task no worker ever finishes stops counting a little after its
 		// deadline.
 		CountUntil: now.Add(s.cfg.Deadline + time.Minute),
 	}
-	if _, err := s.store.Create(ctx, t, charge); err != nil {
-		if _, ok := apperr.As(err); ok {
-			return "", err
+	if _, err := s.store.CreateTask(ctx, t, charge); err != nil {
+		if apperr.CodeOf(err) != apperr.Internal {
+			return "", err // a refusal
 		}
 		return "", apperr.Transient(err, apperr.Unavailable, "the task store is unavailable; the task was not created, try again")
 	}
-	payload := &jobv1.GenerateImage{
-		TaskId:       id,
-		AccountId:    accountID,
-		Model:        r.Model.ID,
-		Tier:         jobs.TierToProto(r.Model.Tier),
-		Prompt:       r.Prompt,
-		AspectRatio:  r.AspectRatio,
-		ImageSize:    r.ImageSize,
-		ImageUrls:    r.ImageURLs,
-		CreateTimeMs: now.UnixMilli(),
-	}
-	if err := s.queue.Enqueue(ctx, payload, now.Add(s.cfg.Deadline)); err != nil {
+	job := jobs.GenerateImage{TaskID: id, AccountID: accountID, Input: in, CreateTime: now}
+	if err := s.queue.EnqueueGenerateImage(ctx, job, now.Add(s.cfg.Deadline)); err != nil {
 		// Undo with a context of our own: the request's may be what failed.
 		undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		if _, aerr := s.store.Abort(undoCtx, accountID, id); aerr != nil {
+		if _, aerr := s.store.AbortTask(undoCtx, accountID, id); aerr != nil {
 			logging.From(ctx).Error("could not abort a task that was not queued", zap.Error(aerr), zap.NamedError("cause", err))
 		}
 		return "", apperr.Transient(err, apperr.Unavailable, "the task queue is unavailable; the task was not created, try again")
 	}
-	logging.AddFields(ctx, zap.String("model", r.Model.ID), zap.Int64("price", charge.Price))
+	logging.AddFields(ctx, zap.String("model", in.Model.ID), zap.Int64("price", charge.Price))
 	return id, nil
 }
 
 // Get returns a task of the account. Another account's task is
-// apperr.NotFound, exactly as a task that does not exist.
+// *apperr.NotFoundError, exactly as a task that does not exist.
 func (s *Service) Get(ctx context.Context, accountID, taskID string) (*task.Task, error) {
-	t, err := s.store.Get(ctx, accountID, taskID)
+	t, err := s.store.Task(ctx, accountID, taskID)
 	if err != nil && apperr.CodeOf(err) != apperr.NotFound {
 		return nil, apperr.Transient(err, apperr.Unavailable, "the task store is unavailable, try again")
 	}

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/easelhq/easel/pkg/loadgen"
-	"github.com/easelhq/easel/pkg/redistest"
+	"github.com/easelhq/easel/tools/loadgen"
+	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
 // TestBaselines runs both baselines briefly: they must answer in the shapes

@@ -23,12 +23,11 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/easelhq/easel/pkg/account"
-	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
-	"github.com/easelhq/easel/pkg/keyspace"
-	"github.com/easelhq/easel/pkg/loadgen"
-	"github.com/easelhq/easel/pkg/redisproc"
+	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/tools/loadgen"
+	"github.com/easelhq/easel/tools/testkit/redisproc"
 )
 
 // results are the benchmark's figures.
@@ -312,14 +311,14 @@ func (e *env) fresh(ctx context.Context) error {
 	if err := e.rdb.FlushAll(ctx).Err(); err != nil { // our own server, started above
 		return err
 	}
-	store := account.NewStore(e.rdb)
-	a, err := store.CreateAccount(ctx, account.New{Name: "bench", Credits: 1e12, RateLimit: 1_000_000, QueryRateLimit: 1_000_000, MaxInflight: 1_000_000})
+	st := store.New(e.rdb)
+	a, err := st.CreateAccount(ctx, store.NewAccount{Name: "bench", Credits: 1e12, RateLimit: 1_000_000, QueryRateLimit: 1_000_000, MaxInflight: 1_000_000})
 	if err != nil {
 		return err
 	}
 	e.keys, e.acct = nil, a.ID
 	for i := 0; i < 4; i++ {
-		k, _, err := store.CreateKey(ctx, a.ID)
+		k, _, err := st.CreateKey(ctx, a.ID)
 		if err != nil {
 			return err
 		}
@@ -497,16 +496,17 @@ func (e *env) memory(ctx context.Context, before int64, res *results) {
 	after := e.usedMemory(ctx)
 	var sampled, total int64
 	var n int64
-	iter := e.rdb.Scan(ctx, 0, "easel:{a:*}:t:*", 1000).Iterator()
-	for iter.Next(ctx) {
+	st := store.New(e.rdb)
+	_ = st.EachTask(ctx, e.acct, func(t *task.Task) error {
 		n++
 		if sampled < 200 {
-			if b, err := e.rdb.MemoryUsage(ctx, iter.Val()).Result(); err == nil {
+			if b, err := st.TaskRecordBytes(ctx, e.acct, t.ID); err == nil {
 				total += b
 				sampled++
 			}
 		}
-	}
+		return nil
+	})
 	if sampled > 0 {
 		res.TaskRecordBytes = float64(total) / float64(sampled)
 	}
@@ -599,7 +599,7 @@ func (e *env) drainReal(ctx context.Context, res *results) (float64, error) {
 		return 0, fmt.Errorf("warm-up: %w", err)
 	}
 	insp := asynq.NewInspectorFromRedisClient(e.rdb)
-	queues := []string{jobs.Queue(catalog.Standard), jobs.Queue(catalog.Pro)}
+	queues := jobs.Queues()
 	for _, q := range queues {
 		if err := insp.PauseQueue(q); err != nil {
 			return 0, err
@@ -659,7 +659,7 @@ func (e *env) waitTasks(ctx context.Context, want int, timeout time.Duration) ([
 	// time from the worker: a task leaves its account's in-flight set when
 	// it completes or fails.
 	for e.acct != "" && time.Now().Before(deadline) {
-		n, err := e.rdb.ZCard(ctx, keyspace.Inflight(e.acct)).Result()
+		n, err := store.New(e.rdb).Inflight(ctx, e.acct)
 		if err != nil {
 			return nil, err
 		}
@@ -672,34 +672,19 @@ func (e *env) waitTasks(ctx context.Context, want int, timeout time.Duration) ([
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	st := store.New(e.rdb)
 	for {
-		var keys []string
-		iter := e.rdb.Scan(ctx, 0, "easel:{a:*}:t:*", 1000).Iterator()
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		cmds := make([]*redis.SliceCmd, len(keys))
-		_, _ = e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, k := range keys {
-				cmds[i] = p.HMGet(ctx, k, "status", "ctime", "stime", "etime")
+		var out []taskTimes
+		failed := 0
+		_ = st.EachTask(ctx, e.acct, func(t *task.Task) error {
+			switch t.Status {
+			case task.Completed:
+				out = append(out, taskTimes{t.CreateTime.UnixMilli(), t.StartTime.UnixMilli(), t.CompleteTime.UnixMilli()})
+			case task.Failed:
+				failed++
 			}
 			return nil
 		})
-		var out []taskTimes
-		failed := 0
-		for _, c := range cmds {
-			v := c.Val()
-			if len(v) < 4 {
-				continue
-			}
-			switch v[0] {
-			case "completed":
-				num := func(x any) int64 { s, _ := x.(string); n, _ := strconv.ParseInt(s, 10, 64); return n }
-				out = append(out, taskTimes{num(v[1]), num(v[2]), num(v[3])})
-			case "failed":
-				failed++
-			}
-		}
 		if failed > 0 {
 			return nil, fmt.Errorf("%d tasks failed during the benchmark", failed)
 		}

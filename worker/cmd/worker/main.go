@@ -4,36 +4,17 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
-	"github.com/easelhq/easel/pkg/config"
-	"github.com/easelhq/easel/pkg/logging"
-	"github.com/easelhq/easel/pkg/redisconn"
+	"go.uber.org/zap"
+
+	"github.com/easelhq/easel/pkg/service"
 	"github.com/easelhq/easel/worker"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		os.Exit(1)
-	}
-}
+func main() { service.Main("worker", run) }
 
 func run(ctx context.Context) error {
-	cfg, err := config.LoadWorker(nil)
-	if err != nil {
-		return err
-	}
-	log, err := logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat, "worker")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = log.Sync() }()
-	redisconn.LogTo(log)
-	return worker.Run(ctx, cfg, log, worker.Options{})
+	return service.Start(ctx, "worker", worker.LoadConfig, func(ctx context.Context, cfg worker.Config, log *zap.Logger) error {
+		return worker.Run(ctx, cfg, log, worker.Options{})
+	})
 }

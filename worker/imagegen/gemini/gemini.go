@@ -25,6 +25,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/worker/imagegen"
 )
 
@@ -101,7 +102,7 @@ func New(ctx context.Context, cfg Config) (*Generator, error) {
 func (g *Generator) Generate(ctx context.Context, req imagegen.Request, progress func(pct int)) ([]imagegen.Image, error) {
 	model, ok := g.models[req.Model.Tier]
 	if !ok {
-		return nil, apperr.Errorf(apperr.GenerationFailed, "model %s is not configured", req.Model.ID)
+		return nil, apperr.Errorf(task.GenerationFailed, "model %s is not configured", req.Model.ID)
 	}
 	parts := []*genai.Part{genai.NewPartFromText(req.Prompt)}
 	for _, s := range req.Sources {
@@ -186,7 +187,7 @@ func images(resp *genai.GenerateContentResponse) ([]imagegen.Image, error) {
 			}
 			cfg, _, err := image.DecodeConfig(bytes.NewReader(p.InlineData.Data))
 			if err != nil {
-				return nil, apperr.Wrap(err, apperr.GenerationFailed, "the model returned an image that could not be read")
+				return nil, apperr.Wrap(err, task.GenerationFailed, "the model returned an image that could not be read")
 			}
 			out = append(out, imagegen.Image{Data: p.InlineData.Data, MIME: p.InlineData.MIMEType, Width: cfg.Width, Height: cfg.Height})
 		}
@@ -195,18 +196,18 @@ func images(resp *genai.GenerateContentResponse) ([]imagegen.Image, error) {
 		return out, nil
 	}
 	if pf := resp.PromptFeedback; pf != nil && pf.BlockReason != "" {
-		return nil, apperr.Errorf(apperr.ContentBlocked, "the request was blocked by the provider's safety filter (%s); change the prompt or the source images", pf.BlockReason)
+		return nil, apperr.Errorf(task.ContentBlocked, "the request was blocked by the provider's safety filter (%s); change the prompt or the source images", pf.BlockReason)
 	}
 	for _, c := range resp.Candidates {
 		if blocked[c.FinishReason] {
-			return nil, apperr.Errorf(apperr.ContentBlocked, "the image was blocked by the provider's safety filter (%s); change the prompt or the source images", c.FinishReason)
+			return nil, apperr.Errorf(task.ContentBlocked, "the image was blocked by the provider's safety filter (%s); change the prompt or the source images", c.FinishReason)
 		}
 	}
 	msg := "the model returned no image"
 	if len(reasons) > 0 {
 		msg += " (" + strings.Join(reasons, ", ") + ")"
 	}
-	return nil, apperr.New(apperr.GenerationFailed, msg+"; try rephrasing the prompt")
+	return nil, apperr.New(task.GenerationFailed, msg+"; try rephrasing the prompt")
 }
 
 // keyRejected reports an invalid API key, which Gemini answers with a 400
@@ -229,19 +230,19 @@ func classify(ctx context.Context, err error) error {
 	if errors.As(err, &apiErr) {
 		switch {
 		case apiErr.Code == http.StatusTooManyRequests:
-			return apperr.Transient(err, apperr.UpstreamUnavailable, "the image model is over capacity; try again later")
+			return apperr.Transient(err, task.UpstreamUnavailable, "the image model is over capacity; try again later")
 		case apiErr.Code >= 500, apiErr.Code == http.StatusRequestTimeout:
-			return apperr.Transient(err, apperr.UpstreamUnavailable, "the image model is unavailable; try again later")
+			return apperr.Transient(err, task.UpstreamUnavailable, "the image model is unavailable; try again later")
 		case apiErr.Code == http.StatusUnauthorized, apiErr.Code == http.StatusForbidden, keyRejected(apiErr):
 			return apperr.Wrap(err, apperr.Internal, "the image service is misconfigured")
 		default:
-			return apperr.Wrap(err, apperr.GenerationFailed, "the model could not process this request; check the prompt and the source images")
+			return apperr.Wrap(err, task.GenerationFailed, "the model could not process this request; check the prompt and the source images")
 		}
 	}
 	var netErr net.Error
 	var urlErr *url.Error
 	if errors.As(err, &netErr) || errors.As(err, &urlErr) || errors.Is(err, context.DeadlineExceeded) {
-		return apperr.Transient(err, apperr.UpstreamUnavailable, "the image model could not be reached; try again later")
+		return apperr.Transient(err, task.UpstreamUnavailable, "the image model could not be reached; try again later")
 	}
 	return apperr.Wrap(err, apperr.Internal, "the image could not be generated because of an internal error")
 }

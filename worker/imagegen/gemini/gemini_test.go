@@ -20,6 +20,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/worker/imagegen"
 )
 
@@ -183,14 +184,14 @@ func TestResponses(t *testing.T) {
 		{"png", 200, imageReply("image/png", pngData), 1, "image/png", 32, "", false},
 		{"jpeg keeps its format", 200, imageReply("image/jpeg", jpegData), 1, "image/jpeg", 20, "", false},
 		{"two images", 200, imageReply("image/png", pngData, pngData), 2, "image/png", 32, "", false},
-		{"prompt blocked", 200, map[string]any{"promptFeedback": map[string]any{"blockReason": "SAFETY"}}, 0, "", 0, apperr.ContentBlocked, false},
-		{"image held back", 200, map[string]any{"candidates": []any{map[string]any{"finishReason": "IMAGE_SAFETY"}}}, 0, "", 0, apperr.ContentBlocked, false},
-		{"text only", 200, map[string]any{"candidates": []any{map[string]any{"content": map[string]any{"parts": []any{map[string]any{"text": "I can't draw that"}}}, "finishReason": "STOP"}}}, 0, "", 0, apperr.GenerationFailed, false},
-		{"corrupt image", 200, imageReply("image/png", []byte("not a png")), 0, "", 0, apperr.GenerationFailed, false},
-		{"429", 429, apiError(429, "RESOURCE_EXHAUSTED", "quota"), 0, "", 0, apperr.UpstreamUnavailable, true},
-		{"500", 500, apiError(500, "INTERNAL", "boom"), 0, "", 0, apperr.UpstreamUnavailable, true},
-		{"503", 503, apiError(503, "UNAVAILABLE", "overloaded"), 0, "", 0, apperr.UpstreamUnavailable, true},
-		{"400", 400, apiError(400, "INVALID_ARGUMENT", "Unable to process input image"), 0, "", 0, apperr.GenerationFailed, false},
+		{"prompt blocked", 200, map[string]any{"promptFeedback": map[string]any{"blockReason": "SAFETY"}}, 0, "", 0, task.ContentBlocked, false},
+		{"image held back", 200, map[string]any{"candidates": []any{map[string]any{"finishReason": "IMAGE_SAFETY"}}}, 0, "", 0, task.ContentBlocked, false},
+		{"text only", 200, map[string]any{"candidates": []any{map[string]any{"content": map[string]any{"parts": []any{map[string]any{"text": "I can't draw that"}}}, "finishReason": "STOP"}}}, 0, "", 0, task.GenerationFailed, false},
+		{"corrupt image", 200, imageReply("image/png", []byte("not a png")), 0, "", 0, task.GenerationFailed, false},
+		{"429", 429, apiError(429, "RESOURCE_EXHAUSTED", "quota"), 0, "", 0, task.UpstreamUnavailable, true},
+		{"500", 500, apiError(500, "INTERNAL", "boom"), 0, "", 0, task.UpstreamUnavailable, true},
+		{"503", 503, apiError(503, "UNAVAILABLE", "overloaded"), 0, "", 0, task.UpstreamUnavailable, true},
+		{"400", 400, apiError(400, "INVALID_ARGUMENT", "Unable to process input image"), 0, "", 0, task.GenerationFailed, false},
 		{"bad key", 400, map[string]any{"error": map[string]any{"code": 400, "status": "INVALID_ARGUMENT", "message": "API key not valid. Please pass a valid API key.",
 			"details": []any{map[string]any{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID"}}}}, 0, "", 0, apperr.Internal, false},
 		{"403", 403, apiError(403, "PERMISSION_DENIED", "denied"), 0, "", 0, apperr.Internal, false},
@@ -254,7 +255,7 @@ func TestUnreachable(t *testing.T) {
 	cat, _ := catalog.New("lumen")
 	std, _ := cat.ByTier(catalog.Standard)
 	_, err = g.Generate(context.Background(), imagegen.Request{Model: std, Prompt: "p", AspectRatio: "1:1"}, func(int) {})
-	if e, ok := apperr.As(err); !ok || e.Code != apperr.UpstreamUnavailable || !e.Retryable {
+	if e, ok := apperr.As(err); !ok || e.Code != task.UpstreamUnavailable || !e.Retryable {
 		t.Errorf("connection refused: %v", err)
 	}
 }

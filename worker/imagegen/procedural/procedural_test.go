@@ -13,6 +13,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/worker/imagegen"
 )
 
@@ -161,7 +162,7 @@ func TestEditComposesSources(t *testing.T) {
 
 	req.Sources = []imagegen.Source{{Index: 3, Data: []byte("\x89PNG\r\n\x1a\nbroken"), MIME: "image/png", Width: 1, Height: 1}}
 	_, err := g.Generate(context.Background(), req, func(int) {})
-	if e, ok := apperr.As(err); !ok || e.Code != apperr.InvalidSourceImage || !bytes.Contains([]byte(e.Message), []byte("image_urls[3]")) {
+	if e, ok := apperr.As(err); !ok || e.Code != task.InvalidSourceImage || !bytes.Contains([]byte(e.Message), []byte("image_urls[3]")) {
 		t.Errorf("broken source: %v", err)
 	}
 }

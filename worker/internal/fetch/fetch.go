@@ -22,6 +22,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/egress"
+	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/worker/imagegen"
 )
 
@@ -106,8 +107,8 @@ var (
 )
 
 // Fetch downloads every URL, in parallel, and checks each is an image within
-// the limits. Errors are apperr.SourceFetchFailed or
-// apperr.InvalidSourceImage, with a message naming the URL's position.
+// the limits. Errors are task.SourceFetchFailed or
+// task.InvalidSourceImage, with a message naming the URL's position.
 func (f *Fetcher) Fetch(ctx context.Context, urls []string) ([]imagegen.Source, error) {
 	out := make([]imagegen.Source, len(urls))
 	var total atomic.Int64
@@ -134,52 +135,52 @@ func (f *Fetcher) fetchOne(ctx context.Context, i int, rawURL string, total *ato
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fail(apperr.SourceFetchFailed, err, "is not an http or https URL")
+		return fail(task.SourceFetchFailed, err, "is not an http or https URL")
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return fail(apperr.SourceFetchFailed, err, "is not a valid URL")
+		return fail(task.SourceFetchFailed, err, "is not a valid URL")
 	}
 	req.Header.Set("User-Agent", f.opts.UserAgent)
 	req.Header.Set("Accept", "image/png, image/jpeg, image/webp, image/gif")
 	resp, err := f.client.Do(req)
 	if err != nil {
-		return fail(apperr.SourceFetchFailed, err, "could not be fetched: %s", describe(err))
+		return fail(task.SourceFetchFailed, err, "could not be fetched: %s", describe(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fail(apperr.SourceFetchFailed, nil, "could not be fetched: the server answered HTTP %d", resp.StatusCode)
+		return fail(task.SourceFetchFailed, nil, "could not be fetched: the server answered HTTP %d", resp.StatusCode)
 	}
 	if resp.ContentLength > f.opts.MaxBytes {
-		return fail(apperr.InvalidSourceImage, nil, "is larger than the %d MB limit", f.opts.MaxBytes>>20)
+		return fail(task.InvalidSourceImage, nil, "is larger than the %d MB limit", f.opts.MaxBytes>>20)
 	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, f.opts.MaxBytes+1))
 	if err != nil {
-		return fail(apperr.SourceFetchFailed, err, "could not be fetched: %s", describe(err))
+		return fail(task.SourceFetchFailed, err, "could not be fetched: %s", describe(err))
 	}
 	if int64(len(data)) > f.opts.MaxBytes {
-		return fail(apperr.InvalidSourceImage, nil, "is larger than the %d MB limit", f.opts.MaxBytes>>20)
+		return fail(task.InvalidSourceImage, nil, "is larger than the %d MB limit", f.opts.MaxBytes>>20)
 	}
 	if total.Add(int64(len(data))) > f.opts.MaxTotalBytes {
-		return fail(apperr.InvalidSourceImage, nil, "brings the source images over the %d MB total limit", f.opts.MaxTotalBytes>>20)
+		return fail(task.InvalidSourceImage, nil, "brings the source images over the %d MB total limit", f.opts.MaxTotalBytes>>20)
 	}
 	mime := http.DetectContentType(data)
 	switch mime {
 	case "image/png", "image/jpeg", "image/webp", "image/gif":
 	default:
-		return fail(apperr.InvalidSourceImage, nil, "is not a PNG, JPEG, WebP or GIF image (got %s)", strings.SplitN(mime, ";", 2)[0])
+		return fail(task.InvalidSourceImage, nil, "is not a PNG, JPEG, WebP or GIF image (got %s)", strings.SplitN(mime, ";", 2)[0])
 	}
 	// The header alone gives the dimensions: refuse a decompression bomb
 	// before any pixel is decoded.
 	cfg, _, err := image.DecodeConfig(bytes.NewReader(data))
 	if err != nil {
-		return fail(apperr.InvalidSourceImage, err, "could not be decoded: the file is damaged")
+		return fail(task.InvalidSourceImage, err, "could not be decoded: the file is damaged")
 	}
 	if cfg.Width <= 0 || cfg.Height <= 0 {
-		return fail(apperr.InvalidSourceImage, nil, "has no pixels")
+		return fail(task.InvalidSourceImage, nil, "has no pixels")
 	}
 	if int64(cfg.Width)*int64(cfg.Height) > f.opts.MaxPixels {
-		return fail(apperr.InvalidSourceImage, nil, "is %dx%d pixels; the limit is %d megapixels", cfg.Width, cfg.Height, f.opts.MaxPixels/1_000_000)
+		return fail(task.InvalidSourceImage, nil, "is %dx%d pixels; the limit is %d megapixels", cfg.Width, cfg.Height, f.opts.MaxPixels/1_000_000)
 	}
 	return imagegen.Source{Index: i, Data: data, MIME: mime, Width: cfg.Width, Height: cfg.Height}, nil
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/egress"
+	"github.com/easelhq/easel/pkg/task"
 )
 
 // webp1x1 is a 1x1 lossless WebP (Go cannot encode WebP).
@@ -153,21 +154,21 @@ func TestFetchFailures(t *testing.T) {
 		code apperr.Code
 		msg  string
 	}{
-		{"loopback refused by default", Options{}, []string{srv.URL + "/ok.png"}, apperr.SourceFetchFailed, "image_urls[0] could not be fetched: its address is not allowed"},
-		{"html", open(), []string{srv.URL + "/page.html"}, apperr.InvalidSourceImage, "not a PNG, JPEG, WebP or GIF image (got text/html)"},
-		{"svg", open(), []string{srv.URL + "/svg"}, apperr.InvalidSourceImage, "not a PNG, JPEG, WebP or GIF"},
-		{"oversized with Content-Length", small, []string{srv.URL + "/big.png"}, apperr.InvalidSourceImage, "larger than the"},
-		{"oversized, chunked", small, []string{srv.URL + "/chunked-big"}, apperr.InvalidSourceImage, "larger than the"},
-		{"decompression bomb", open(), []string{srv.URL + "/bomb.png"}, apperr.InvalidSourceImage, "100000x100000 pixels; the limit is 50 megapixels"},
-		{"over the megapixel cap", Options{Policy: egress.Policy{AllowPrivate: true}, MaxPixels: 1_000_000}, []string{srv.URL + "/wide.png"}, apperr.InvalidSourceImage, "3000x3000"},
-		{"damaged", open(), []string{srv.URL + "/broken"}, apperr.InvalidSourceImage, "could not be decoded"},
-		{"404 names its position", open(), []string{srv.URL + "/ok.png", srv.URL + "/missing.png"}, apperr.SourceFetchFailed, "image_urls[1] could not be fetched: the server answered HTTP 404"},
+		{"loopback refused by default", Options{}, []string{srv.URL + "/ok.png"}, task.SourceFetchFailed, "image_urls[0] could not be fetched: its address is not allowed"},
+		{"html", open(), []string{srv.URL + "/page.html"}, task.InvalidSourceImage, "not a PNG, JPEG, WebP or GIF image (got text/html)"},
+		{"svg", open(), []string{srv.URL + "/svg"}, task.InvalidSourceImage, "not a PNG, JPEG, WebP or GIF"},
+		{"oversized with Content-Length", small, []string{srv.URL + "/big.png"}, task.InvalidSourceImage, "larger than the"},
+		{"oversized, chunked", small, []string{srv.URL + "/chunked-big"}, task.InvalidSourceImage, "larger than the"},
+		{"decompression bomb", open(), []string{srv.URL + "/bomb.png"}, task.InvalidSourceImage, "100000x100000 pixels; the limit is 50 megapixels"},
+		{"over the megapixel cap", Options{Policy: egress.Policy{AllowPrivate: true}, MaxPixels: 1_000_000}, []string{srv.URL + "/wide.png"}, task.InvalidSourceImage, "3000x3000"},
+		{"damaged", open(), []string{srv.URL + "/broken"}, task.InvalidSourceImage, "could not be decoded"},
+		{"404 names its position", open(), []string{srv.URL + "/ok.png", srv.URL + "/missing.png"}, task.SourceFetchFailed, "image_urls[1] could not be fetched: the server answered HTTP 404"},
 		{"three redirects are fine", open(), []string{srv.URL + "/redirect/3"}, "", ""},
-		{"four are too many", open(), []string{srv.URL + "/redirect/4"}, apperr.SourceFetchFailed, "too many redirects"},
-		{"redirect to ftp", open(), []string{srv.URL + "/to-ftp"}, apperr.SourceFetchFailed, "not http or https"},
-		{"timeout", Options{Policy: egress.Policy{AllowPrivate: true}, Timeout: 200 * time.Millisecond}, []string{srv.URL + "/slow"}, apperr.SourceFetchFailed, "did not answer in time"},
-		{"total cap", Options{Policy: egress.Policy{AllowPrivate: true}, MaxTotalBytes: 4 << 10}, []string{srv.URL + "/big.png", srv.URL + "/big.png"}, apperr.InvalidSourceImage, "total limit"},
-		{"unresolvable host", open(), []string{"http://no-such-host.invalid/a.png"}, apperr.SourceFetchFailed, "could not be resolved"},
+		{"four are too many", open(), []string{srv.URL + "/redirect/4"}, task.SourceFetchFailed, "too many redirects"},
+		{"redirect to ftp", open(), []string{srv.URL + "/to-ftp"}, task.SourceFetchFailed, "not http or https"},
+		{"timeout", Options{Policy: egress.Policy{AllowPrivate: true}, Timeout: 200 * time.Millisecond}, []string{srv.URL + "/slow"}, task.SourceFetchFailed, "did not answer in time"},
+		{"total cap", Options{Policy: egress.Policy{AllowPrivate: true}, MaxTotalBytes: 4 << 10}, []string{srv.URL + "/big.png", srv.URL + "/big.png"}, task.InvalidSourceImage, "total limit"},
+		{"unresolvable host", open(), []string{"http://no-such-host.invalid/a.png"}, task.SourceFetchFailed, "could not be resolved"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -213,7 +214,7 @@ func TestRedirectToARefusedAddress(t *testing.T) {
 	policy := egress.Policy{Ports: []int{outerPort, innerPort}, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
 	_, err = New(Options{Policy: policy}).Fetch(context.Background(), []string{outer.URL + "/a.png"})
 	e, ok := apperr.As(err)
-	if !ok || e.Code != apperr.SourceFetchFailed || !strings.Contains(e.Message, "address is not allowed") {
+	if !ok || e.Code != task.SourceFetchFailed || !strings.Contains(e.Message, "address is not allowed") {
 		t.Fatalf("Fetch = %v; want the redirect refused", err)
 	}
 	select {
@@ -233,7 +234,7 @@ func TestRedirectToARefusedAddress(t *testing.T) {
 func TestAllowPrivateKeepsTheContentRules(t *testing.T) {
 	srv := server(t, map[string][]byte{"/bomb.png": bomb(t, 50_000, 50_000), "/page.html": []byte("<html></html>")})
 	for _, p := range []string{"/bomb.png", "/page.html"} {
-		if _, err := New(open()).Fetch(context.Background(), []string{srv.URL + p}); apperr.CodeOf(err) != apperr.InvalidSourceImage {
+		if _, err := New(open()).Fetch(context.Background(), []string{srv.URL + p}); apperr.CodeOf(err) != task.InvalidSourceImage {
 			t.Errorf("%s with AllowPrivate: %v", p, err)
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -20,20 +19,21 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/logging"
+	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
-	"github.com/easelhq/easel/pkg/taskstore"
-	jobv1 "github.com/easelhq/easel/proto/easel/job/v1"
 	"github.com/easelhq/easel/worker/imagegen"
 )
 
 // Store changes task state.
 type Store interface {
-	Start(ctx context.Context, accountID, taskID string) (taskstore.Outcome, error)
+	StartTask(ctx context.Context, accountID, taskID string) (store.Outcome, error)
 	SetProgress(ctx context.Context, accountID, taskID string, pct int) error
-	Complete(ctx context.Context, accountID, taskID string, results []task.Result) (taskstore.Outcome, time.Time, error)
-	Fail(ctx context.Context, accountID, taskID string, f task.Failure) (taskstore.Outcome, error)
+	CompleteTask(ctx context.Context, accountID, taskID string, results []task.Result) (store.Outcome, time.Time, error)
+	FailTask(ctx context.Context, accountID, taskID string, f task.Failure) (store.Outcome, error)
 }
 
 // Blobs stores result images.
@@ -42,36 +42,19 @@ type Blobs interface {
 	Touch(ctx context.Context, key string) (bool, error)
 }
 
-// Generator makes images.
-type Generator interface {
-	Generate(ctx context.Context, req imagegen.Request, progress func(pct int)) ([]imagegen.Image, error)
-}
-
 // Fetcher fetches source images.
 type Fetcher interface {
 	Fetch(ctx context.Context, urls []string) ([]imagegen.Source, error)
-}
-
-// Retry bounds how a generation is retried after a retryable error (a 429
-// or 5xx from the model, a timeout, a lost connection): exponential backoff
-// from Initial up to MaxInterval, at most MaxAttempts attempts in all and no
-// new attempt after MaxElapsed. The task stays processing meanwhile.
-type Retry struct {
-	MaxAttempts int
-	MaxElapsed  time.Duration
-	Initial     time.Duration
-	MaxInterval time.Duration
 }
 
 // Processor runs tasks.
 type Processor struct {
 	store   Store
 	blobs   Blobs
-	gen     Generator
+	gen     imagegen.Generator
 	fetch   Fetcher
 	catalog *catalog.Catalog
 	log     *zap.Logger
-	taskLog *zap.Logger // log, for taskLog's methods: callers one frame up
 	retry   Retry
 	now     func() time.Time
 	// touched remembers blobs this worker refreshed lately, so a blob
@@ -80,12 +63,12 @@ type Processor struct {
 }
 
 // New returns a processor.
-func New(store Store, blobs Blobs, gen Generator, fetch Fetcher, cat *catalog.Catalog, log *zap.Logger, retry Retry) *Processor {
+func New(store Store, blobs Blobs, gen imagegen.Generator, fetch Fetcher, cat *catalog.Catalog, log *zap.Logger, retry Retry) *Processor {
 	if retry.MaxAttempts < 1 {
 		retry.MaxAttempts = 1
 	}
 	touched, _ := lru.New[string, time.Time](1024)
-	return &Processor{store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, taskLog: log.WithOptions(zap.AddCallerSkip(1)), retry: retry, now: time.Now, touched: touched}
+	return &Processor{store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, retry: retry, now: time.Now, touched: touched}
 }
 
 // Attempt says which run of a job this is: Retry counts earlier failed runs,
@@ -111,25 +94,27 @@ const (
 
 // Process runs a job. It returns nil when the job is finished with, whatever
 // the task's outcome; an error means "run it again": a transient failure with
-// retries left, or a worker shutting down.
-func (p *Processor) Process(ctx context.Context, job *jobv1.GenerateImage, at Attempt) error {
-	acct, id := job.GetAccountId(), job.GetTaskId()
-	log := taskLog{p.taskLog, []zap.Field{zap.String("task_id", id), zap.String("account_id", acct), zap.Int("attempt", at.Retry+1)}}
+// retries left, or a worker shutting down. Every line it logs, and every line
+// logged through its context, carries the task id, account and attempt.
+func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Attempt) error {
+	acct, id := job.AccountID, job.TaskID
+	ctx = logging.WithLogger(ctx, p.log, zap.String("task_id", id), zap.String("account_id", acct), zap.Int("attempt", at.Retry+1))
+	log := logging.From(ctx)
 
-	outcome, err := p.store.Start(ctx, acct, id)
+	outcome, err := p.store.StartTask(ctx, acct, id)
 	if err != nil {
 		log.Warn("could not mark the task processing", zap.Error(err))
 		return err
 	}
 	switch outcome {
-	case taskstore.Missing:
+	case store.Missing:
 		log.Warn("task record is gone (expired or never written); dropping the job")
 		return nil
-	case taskstore.AlreadyFinal:
+	case store.AlreadyFinal:
 		log.Info("task already finished; dropping the duplicate job")
 		return nil
 	}
-	log.Debug("task processing", zap.String("model", job.GetModel()))
+	log.Debug("task processing", zap.String("model", job.Input.Model.ID))
 	started := p.now()
 
 	// Progress is written at most every progressEvery: a task that takes
@@ -150,9 +135,9 @@ func (p *Processor) Process(ctx context.Context, job *jobv1.GenerateImage, at At
 		}
 	}
 
-	results, err := p.run(ctx, job, progress, log)
+	results, err := p.run(ctx, job, progress)
 	if err == nil {
-		o, _, err := p.store.Complete(context.WithoutCancel(ctx), acct, id, results)
+		o, _, err := p.store.CompleteTask(context.WithoutCancel(ctx), acct, id, results)
 		if err != nil {
 			log.Error("could not mark the task completed", zap.Error(err))
 			return err
@@ -171,7 +156,7 @@ func (p *Processor) Process(ctx context.Context, job *jobv1.GenerateImage, at At
 		log.Warn("task attempt failed; retrying", zap.String("code", f.Code), zap.Error(err))
 		return err
 	}
-	o, ferr := p.store.Fail(context.WithoutCancel(ctx), acct, id, f)
+	o, ferr := p.store.FailTask(context.WithoutCancel(ctx), acct, id, f)
 	if ferr != nil {
 		log.Error("could not mark the task failed", zap.Error(ferr), zap.NamedError("cause", err))
 		return ferr
@@ -184,7 +169,7 @@ func (p *Processor) Process(ctx context.Context, job *jobv1.GenerateImage, at At
 // attempt could succeed.
 func classify(ctx context.Context, err error) (task.Failure, bool) {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
-		return task.Failure{Code: string(apperr.Timeout), Message: "the task did not finish within its deadline"}, false
+		return task.Failure{Code: string(task.Timeout), Message: "the task did not finish within its deadline"}, false
 	}
 	if e, ok := apperr.As(err); ok {
 		return task.Failure{Code: string(e.Code), Message: apperr.MessageOf(e)}, e.Retryable
@@ -192,42 +177,35 @@ func classify(ctx context.Context, err error) (task.Failure, bool) {
 	return task.Failure{Code: string(apperr.Internal), Message: "the image could not be generated because of an internal error"}, true
 }
 
-func (p *Processor) run(ctx context.Context, job *jobv1.GenerateImage, progress func(int), log taskLog) ([]task.Result, error) {
-	model, ok := p.catalog.Lookup(job.GetModel())
+func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress func(int)) ([]task.Result, error) {
+	in := job.Input
+	model, ok := p.catalog.Lookup(in.Model.ID)
 	if !ok {
-		// Queued under another EASEL_MODEL_FAMILY, or a tier this worker
+		// Queued under another EASEL_MODEL_FAMILY, or a model this worker
 		// does not know: nothing to retry.
-		return nil, apperr.Errorf(apperr.GenerationFailed, "model %s is not served by this deployment", job.GetModel())
+		return nil, apperr.Errorf(task.GenerationFailed, "model %s is not served by this deployment", in.Model.ID)
 	}
-	if tier, _ := jobs.TierFromProto(job.GetTier()); tier != model.Tier {
-		return nil, apperr.Errorf(apperr.GenerationFailed, "model %s does not match its queue", job.GetModel())
+	if in.Model.Tier != model.Tier {
+		return nil, apperr.Errorf(task.GenerationFailed, "model %s does not match its queue", in.Model.ID)
 	}
 	req := imagegen.Request{
-		TaskID:      job.GetTaskId(),
+		TaskID:      job.TaskID,
 		Model:       model,
-		Prompt:      job.GetPrompt(),
-		AspectRatio: job.GetAspectRatio(),
-		ImageSize:   job.GetImageSize(),
+		Prompt:      in.Prompt,
+		AspectRatio: in.AspectRatio,
+		ImageSize:   in.ImageSize,
 	}
-	if req.ImageSize == "" {
-		req.ImageSize = catalog.Size1K
-	}
-	if urls := job.GetImageUrls(); len(urls) > 0 {
-		sources, err := p.fetch.Fetch(ctx, urls)
+	if len(in.ImageURLs) > 0 {
+		sources, err := p.fetch.Fetch(ctx, in.ImageURLs)
 		if err != nil {
 			return nil, err
 		}
 		req.Sources = sources
-		if req.AspectRatio == "" {
-			req.AspectRatio = catalog.NearestAspectRatio(sources[0].Width, sources[0].Height)
-		}
-	}
-	if req.AspectRatio == "" {
-		req.AspectRatio = catalog.DefaultAspectRatio
+		req.AspectRatio = in.OutputAspectRatio(sources[0].Width, sources[0].Height)
 	}
 	size, ok := model.Dimensions(req.AspectRatio, req.ImageSize)
 	if !ok {
-		return nil, apperr.Errorf(apperr.GenerationFailed, "model %s cannot make %s images at %s", model.ID, req.AspectRatio, req.ImageSize)
+		return nil, apperr.Errorf(task.GenerationFailed, "model %s cannot make %s images at %s", model.ID, req.AspectRatio, req.ImageSize)
 	}
 	req.Size = size
 	progress(progressFetched)
@@ -235,12 +213,12 @@ func (p *Processor) run(ctx context.Context, job *jobv1.GenerateImage, progress 
 	span := progressGenerated - progressFetched
 	images, err := p.generate(ctx, req, func(pct int) {
 		progress(progressFetched + min(max(pct, 0), 99)*span/100)
-	}, log)
+	})
 	if err != nil {
 		return nil, err
 	}
 	if len(images) == 0 {
-		return nil, apperr.New(apperr.GenerationFailed, "the model returned no image")
+		return nil, apperr.New(task.GenerationFailed, "the model returned no image")
 	}
 	progress(progressGenerated)
 
@@ -259,10 +237,8 @@ func (p *Processor) run(ctx context.Context, job *jobv1.GenerateImage, progress 
 // generate runs the generator, retrying retryable errors within the retry
 // policy. Once the retries are spent the last error is final: the task fails
 // (Asynq's own retries are for crashes and storage errors, not for these).
-func (p *Processor) generate(ctx context.Context, req imagegen.Request, progress func(int), log taskLog) ([]imagegen.Image, error) {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = p.retry.Initial
-	b.MaxInterval = p.retry.MaxInterval
+func (p *Processor) generate(ctx context.Context, req imagegen.Request, progress func(int)) ([]imagegen.Image, error) {
+	log := logging.From(ctx)
 	attempts := 0
 	images, err := backoff.Retry(ctx, func() ([]imagegen.Image, error) {
 		attempts++
@@ -272,7 +248,7 @@ func (p *Processor) generate(ctx context.Context, req imagegen.Request, progress
 		}
 		return imgs, err
 	},
-		backoff.WithBackOff(b),
+		backoff.WithBackOff(p.retry.backOff()),
 		backoff.WithMaxTries(uint(p.retry.MaxAttempts)),
 		backoff.WithMaxElapsedTime(p.retry.MaxElapsed),
 		backoff.WithNotify(func(err error, wait time.Duration) {
@@ -287,10 +263,10 @@ func (p *Processor) generate(ctx context.Context, req imagegen.Request, progress
 	return images, err
 }
 
-// keep writes an image under its content hash, in a directory per hour:
-// identical images (a deterministic generator asked the same thing twice)
-// are stored once, and the janitor keeps a blob as long as any task
-// produced it within the retention period.
+// keep writes an image under its content hash (blob.ResultKey): identical
+// images (a deterministic generator asked the same thing twice) are stored
+// once, and the janitor keeps a blob as long as any task produced it within
+// the retention period.
 func (p *Processor) keep(ctx context.Context, img imagegen.Image) (string, error) {
 	sum := img.SHA256
 	if sum == nil {
@@ -298,7 +274,7 @@ func (p *Processor) keep(ctx context.Context, img imagegen.Image) (string, error
 		sum = &s
 	}
 	now := p.now()
-	key := now.UTC().Format("2006010215") + "/" + hex.EncodeToString(sum[:16]) + extension(img.MIME)
+	key := blob.ResultKey(now, *sum, img.MIME)
 	if last, ok := p.touched.Get(key); ok && now.Sub(last) < touchEvery {
 		return key, nil
 	}
@@ -313,36 +289,4 @@ func (p *Processor) keep(ctx context.Context, img imagegen.Image) (string, error
 	}
 	p.touched.Add(key, now)
 	return key, nil
-}
-
-// taskLog logs with a task's fields on every line. It passes them with each
-// call instead of cloning the logger (zap's With), which a task that logs
-// one line would pay for in full.
-type taskLog struct {
-	l      *zap.Logger
-	fields []zap.Field
-}
-
-func (t taskLog) with(f []zap.Field) []zap.Field {
-	return append(append(make([]zap.Field, 0, len(t.fields)+len(f)), t.fields...), f...)
-}
-func (t taskLog) Debug(msg string, f ...zap.Field) {
-	if ce := t.l.Check(zap.DebugLevel, msg); ce != nil {
-		ce.Write(t.with(f)...)
-	}
-}
-func (t taskLog) Info(msg string, f ...zap.Field)  { t.l.Info(msg, t.with(f)...) }
-func (t taskLog) Warn(msg string, f ...zap.Field)  { t.l.Warn(msg, t.with(f)...) }
-func (t taskLog) Error(msg string, f ...zap.Field) { t.l.Error(msg, t.with(f)...) }
-
-func extension(mime string) string {
-	switch mime {
-	case "image/jpeg":
-		return ".jpg"
-	case "image/webp":
-		return ".webp"
-	case "image/gif":
-		return ".gif"
-	}
-	return ".png"
 }

@@ -23,16 +23,14 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/egress"
 	"github.com/easelhq/easel/pkg/jobs"
-	"github.com/easelhq/easel/pkg/redistest"
+	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
-	"github.com/easelhq/easel/pkg/taskstore"
-	jobv1 "github.com/easelhq/easel/proto/easel/job/v1"
+	"github.com/easelhq/easel/tools/testkit/redistest"
 	"github.com/easelhq/easel/worker/imagegen"
 	"github.com/easelhq/easel/worker/imagegen/procedural"
 	"github.com/easelhq/easel/worker/internal/fetch"
@@ -50,7 +48,7 @@ const (
 // recorder is the real task store, with the progress values it was given
 // written down.
 type recorder struct {
-	*taskstore.Store
+	*store.Store
 	mu       sync.Mutex
 	progress []int
 }
@@ -72,14 +70,14 @@ type fixture struct {
 	proc     *Processor
 	store    *recorder
 	blobs    *blob.FS
-	accounts *account.Store
+	accounts *store.Store
 	acct     string
 }
 
-func newFixture(t *testing.T, gen Generator) *fixture {
+func newFixture(t *testing.T, gen imagegen.Generator) *fixture {
 	t.Helper()
 	srv := redistest.Start(t)
-	store := &recorder{Store: taskstore.New(srv.Client(t))}
+	rec := &recorder{Store: store.New(srv.Client(t))}
 	blobs, err := blob.OpenFS(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -94,20 +92,20 @@ func newFixture(t *testing.T, gen Generator) *fixture {
 	}
 	cat, _ := catalog.New("lumen")
 	f := fetch.New(fetch.Options{Policy: egress.Policy{AllowPrivate: true}, Timeout: 5 * time.Second})
-	accounts := account.NewStore(srv.Client(t))
-	a, err := accounts.CreateAccount(context.Background(), account.New{Name: "test", Credits: startCredits})
+	accounts := store.New(srv.Client(t))
+	a, err := accounts.CreateAccount(context.Background(), store.NewAccount{Name: "test", Credits: startCredits})
 	if err != nil {
 		t.Fatal(err)
 	}
 	retry := Retry{MaxAttempts: 3, MaxElapsed: 5 * time.Second, Initial: time.Millisecond, MaxInterval: 5 * time.Millisecond}
-	return &fixture{proc: New(store, blobs, gen, f, cat, zap.NewNop(), retry), store: store, blobs: blobs, accounts: accounts, acct: a.ID}
+	return &fixture{proc: New(rec, blobs, gen, f, cat, zap.NewNop(), retry), store: rec, blobs: blobs, accounts: accounts, acct: a.ID}
 }
 
 // credits returns the balance and the number of refunds in the ledger.
 func (f *fixture) credits(t *testing.T) (int64, int) {
 	t.Helper()
 	ctx := context.Background()
-	a, err := f.accounts.Get(ctx, f.acct)
+	a, err := f.accounts.Account(ctx, f.acct)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +115,7 @@ func (f *fixture) credits(t *testing.T) (int64, int) {
 	}
 	refunds := 0
 	for _, e := range entries {
-		if e.Kind == account.KindRefund {
+		if e.Kind == store.KindRefund {
 			refunds++
 		}
 	}
@@ -125,27 +123,28 @@ func (f *fixture) credits(t *testing.T) (int64, int) {
 }
 
 // job writes a pending record and returns its job.
-func (f *fixture) job(t *testing.T, id, model string, mod func(*jobv1.GenerateImage)) *jobv1.GenerateImage {
+func (f *fixture) job(t *testing.T, id, model string, mod func(*task.Input)) jobs.GenerateImage {
 	t.Helper()
 	tier := catalog.Standard
 	if model == pro {
 		tier = catalog.Pro
 	}
-	_, err := f.store.Create(context.Background(), &task.Task{ID: id, AccountID: f.acct, Type: task.Type, Model: model, CreateTime: time.Now()},
-		taskstore.Charge{Price: price, Tier: string(tier), MaxInflight: 100, CountUntil: time.Now().Add(time.Hour)})
+	_, err := f.store.CreateTask(context.Background(), &task.Task{ID: id, AccountID: f.acct, Type: task.Type, Model: model, CreateTime: time.Now()},
+		store.Charge{Price: price, Tier: string(tier), MaxInflight: 100, CountUntil: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := &jobv1.GenerateImage{TaskId: id, AccountId: f.acct, Model: model, Tier: jobs.TierToProto(tier), Prompt: "a cat", AspectRatio: "1:1", ImageSize: "1K"}
+	j := jobs.GenerateImage{TaskID: id, AccountID: f.acct, CreateTime: time.Now(),
+		Input: task.Input{Model: catalog.Model{ID: model, Tier: tier}, Prompt: "a cat", AspectRatio: "1:1", ImageSize: "1K"}}
 	if mod != nil {
-		mod(j)
+		mod(&j.Input)
 	}
 	return j
 }
 
 func (f *fixture) get(t *testing.T, id string) *task.Task {
 	t.Helper()
-	got, err := f.store.Get(context.Background(), f.acct, id)
+	got, err := f.store.Task(context.Background(), f.acct, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +180,7 @@ func TestTextToImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := newFixture(t, g)
-	j := f.job(t, "task_lumen_1", pro, func(j *jobv1.GenerateImage) { j.AspectRatio = "9:16"; j.ImageSize = "2K" })
+	j := f.job(t, "task_lumen_1", pro, func(in *task.Input) { in.AspectRatio = "9:16"; in.ImageSize = "2K" })
 	if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +285,7 @@ func TestEditPicksNearestRatio(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			id := "task_lumen_" + string(rune('1'+i))
-			j := f.job(t, id, tt.model, func(j *jobv1.GenerateImage) { j.ImageUrls = tt.urls; j.AspectRatio = tt.ratio })
+			j := f.job(t, id, tt.model, func(in *task.Input) { in.ImageURLs = tt.urls; in.AspectRatio = tt.ratio })
 			if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
 				t.Fatal(err)
 			}
@@ -304,7 +303,7 @@ func TestEditPicksNearestRatio(t *testing.T) {
 func TestEditFetchFailure(t *testing.T) {
 	f := newFixture(t, nil)
 	srv := jpegServer(t, 64, 64)
-	j := f.job(t, "task_lumen_9", std, func(j *jobv1.GenerateImage) { j.ImageUrls = []string{srv.URL + "/ok.jpg", srv.URL + "/missing.jpg"} })
+	j := f.job(t, "task_lumen_9", std, func(in *task.Input) { in.ImageURLs = []string{srv.URL + "/ok.jpg", srv.URL + "/missing.jpg"} })
 	if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
 		t.Fatalf("a final failure must not ask for a retry: %v", err)
 	}
@@ -328,14 +327,14 @@ func TestFailures(t *testing.T) {
 		{
 			name: "final error",
 			gen: func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
-				return nil, apperr.New(apperr.ContentBlocked, "the prompt was blocked by the safety filter")
+				return nil, apperr.New(task.ContentBlocked, "the prompt was blocked by the safety filter")
 			},
 			attempt: Attempt{0, 3}, status: task.Failed, code: "content_blocked", msgPart: "safety filter",
 		},
 		{
 			name: "retryable error until the retries run out",
 			gen: func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
-				return nil, apperr.Transient(errors.New("503"), apperr.UpstreamUnavailable, "the model is unavailable")
+				return nil, apperr.Transient(errors.New("503"), task.UpstreamUnavailable, "the model is unavailable")
 			},
 			attempt: Attempt{0, 3}, status: task.Failed, code: "upstream_unavailable", msgPart: "gave up after 3 attempts",
 		},
@@ -428,7 +427,7 @@ func TestRetryThenSucceed(t *testing.T) {
 	f := newFixture(t, genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
 		calls++
 		if calls < 3 {
-			return nil, apperr.Transient(errors.New("429"), apperr.UpstreamUnavailable, "busy")
+			return nil, apperr.Transient(errors.New("429"), task.UpstreamUnavailable, "busy")
 		}
 		return []imagegen.Image{{Data: []byte("\x89PNG"), MIME: "image/png", Width: 1, Height: 1}}, nil
 	}))
@@ -448,7 +447,7 @@ func TestRetriesStopAtMaxElapsed(t *testing.T) {
 	calls := 0
 	f := newFixture(t, genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
 		calls++
-		return nil, apperr.Transient(errors.New("500"), apperr.UpstreamUnavailable, "down")
+		return nil, apperr.Transient(errors.New("500"), task.UpstreamUnavailable, "down")
 	}))
 	f.proc.retry = Retry{MaxAttempts: 100, MaxElapsed: 50 * time.Millisecond, Initial: 20 * time.Millisecond, MaxInterval: 20 * time.Millisecond}
 	j := f.job(t, "task_lumen_4", std, nil)
@@ -485,11 +484,11 @@ func TestDuplicateAndOrphanJobs(t *testing.T) {
 	}
 	// A job whose record is gone (expired, or removed after an enqueue
 	// failure) is dropped without recreating it.
-	orphan := &jobv1.GenerateImage{TaskId: "task_lumen_8", AccountId: f.acct, Model: std, Tier: jobv1.Tier_TIER_STANDARD, Prompt: "p"}
+	orphan := jobs.GenerateImage{TaskID: "task_lumen_8", AccountID: f.acct, Input: task.Input{Model: catalog.Model{ID: std, Tier: catalog.Standard}, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}}
 	if err := f.proc.Process(context.Background(), orphan, Attempt{0, 3}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.store.Get(context.Background(), f.acct, "task_lumen_8"); apperr.CodeOf(err) != apperr.NotFound {
+	if _, err := f.store.Task(context.Background(), f.acct, "task_lumen_8"); apperr.CodeOf(err) != apperr.NotFound {
 		t.Errorf("orphan job created a record: %v", err)
 	}
 	if calls != 1 {
@@ -513,10 +512,10 @@ func TestWrongModelFailsCleanly(t *testing.T) {
 // is refunded exactly once when, and only when, the task ends failed.
 func TestRefundAcrossRetries(t *testing.T) {
 	transient := genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
-		return nil, apperr.Transient(errors.New("503"), apperr.UpstreamUnavailable, "the model is unavailable")
+		return nil, apperr.Transient(errors.New("503"), task.UpstreamUnavailable, "the model is unavailable")
 	})
 	final := genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
-		return nil, apperr.New(apperr.ContentBlocked, "blocked")
+		return nil, apperr.New(task.ContentBlocked, "blocked")
 	})
 	okGen := genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
 		return []imagegen.Image{{Data: []byte("\x89PNG"), MIME: "image/png", Width: 1, Height: 1}}, nil
@@ -549,7 +548,7 @@ func TestRefundAcrossRetries(t *testing.T) {
 			for _, r := range tt.runs {
 				if r.crash {
 					// All a crashed run leaves behind: the task marked processing.
-					if _, err := f.store.Start(context.Background(), f.acct, "task_lumen_42"); err != nil {
+					if _, err := f.store.StartTask(context.Background(), f.acct, "task_lumen_42"); err != nil {
 						t.Fatal(err)
 					}
 					continue

@@ -1,0 +1,111 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/easelhq/easel/api-gateway/internal/pricing"
+	"github.com/easelhq/easel/pkg/config"
+)
+
+// Config is the gateway's configuration: the common settings and its own.
+type Config struct {
+	config.Common
+	// HTTPAddr is the listen address.
+	HTTPAddr string `env:"EASEL_HTTP_ADDR" envDefault:":8080"`
+	// PublicURL is the base of result URLs; default the gateway's own address.
+	PublicURL string `env:"EASEL_PUBLIC_URL"`
+	// SigningSecret keys the HMAC of result URLs; at least 32 bytes. Every
+	// gateway replica needs the same one.
+	SigningSecret string `env:"EASEL_SIGNING_SECRET"`
+	// TaskDeadline bounds a task from creation to its end.
+	TaskDeadline time.Duration `env:"EASEL_TASK_DEADLINE" envDefault:"10m"`
+	// DevAPIKey, when set, is made to work at start: an account named "dev"
+	// (with DevCredits) gets it unless it already belongs to one. For local
+	// stacks (make run, docker compose); leave it unset in production.
+	DevAPIKey  string `env:"EASEL_DEV_API_KEY"`
+	DevCredits int64  `env:"EASEL_DEV_CREDITS" envDefault:"1000000"`
+	// AdminToken enables the admin API under /admin/v1 and guards it; unset,
+	// the admin routes do not exist.
+	AdminToken string `env:"EASEL_ADMIN_TOKEN"`
+	// Prices is the price table (package pricing).
+	Prices string `env:"EASEL_PRICES" envDefault:"standard=4,pro:1K=18,pro:2K=18,pro:4K=24"` // = pricing.Default
+	// Default per-key rate limits (requests per second) and per-account
+	// limit of unfinished tasks; accounts may override each.
+	RateLimit      int `env:"EASEL_RATE_LIMIT" envDefault:"10"`
+	QueryRateLimit int `env:"EASEL_QUERY_RATE_LIMIT" envDefault:"50"`
+	MaxInflight    int `env:"EASEL_MAX_INFLIGHT" envDefault:"20"`
+	// AuthCacheTTL bounds how long a gateway trusts what it read of a key
+	// and its account: a revoked key or disabled account stops working
+	// within it. At most 5s.
+	AuthCacheTTL time.Duration `env:"EASEL_AUTH_CACHE_TTL" envDefault:"2s"`
+}
+
+// LoadConfig reads the gateway's configuration from environ (nil means the
+// process environment) and validates it.
+func LoadConfig(environ map[string]string) (Config, error) {
+	return config.Load[Config](environ)
+}
+
+// MinSecretLen is the shortest accepted EASEL_SIGNING_SECRET.
+const MinSecretLen = 32
+
+// Validate checks the gateway's settings and fills derived defaults.
+func (c *Config) Validate() error {
+	errs := []error{c.Common.Validate()}
+	if err := config.ValidAddr("EASEL_HTTP_ADDR", c.HTTPAddr); err != nil {
+		errs = append(errs, err)
+	}
+	if c.PublicURL == "" {
+		c.PublicURL = DefaultPublicURL(c.HTTPAddr)
+	} else if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		errs = append(errs, fmt.Errorf("EASEL_PUBLIC_URL %q: want an absolute http(s) URL with no path, e.g. https://images.example.com", c.PublicURL))
+	}
+	c.PublicURL = strings.TrimSuffix(c.PublicURL, "/")
+	switch {
+	case c.SigningSecret == "" && !c.DevMode:
+		errs = append(errs, errors.New("EASEL_SIGNING_SECRET is required: at least 32 random bytes, the same on every gateway (e.g. `openssl rand -hex 32`)"))
+	case c.SigningSecret != "" && len(c.SigningSecret) < MinSecretLen:
+		errs = append(errs, fmt.Errorf("EASEL_SIGNING_SECRET is %d bytes: want at least %d", len(c.SigningSecret), MinSecretLen))
+	}
+	if c.TaskDeadline < time.Second {
+		errs = append(errs, fmt.Errorf("EASEL_TASK_DEADLINE %s: want at least 1s", c.TaskDeadline))
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < MinSecretLen {
+		errs = append(errs, fmt.Errorf("EASEL_ADMIN_TOKEN is %d bytes: want at least %d", len(c.AdminToken), MinSecretLen))
+	}
+	if _, err := pricing.Parse(c.Prices); err != nil {
+		errs = append(errs, fmt.Errorf("EASEL_PRICES: %w", err))
+	}
+	for _, l := range []struct {
+		name string
+		v    int
+	}{{"EASEL_RATE_LIMIT", c.RateLimit}, {"EASEL_QUERY_RATE_LIMIT", c.QueryRateLimit}, {"EASEL_MAX_INFLIGHT", c.MaxInflight}} {
+		if l.v < 1 || l.v > 1_000_000 {
+			errs = append(errs, fmt.Errorf("%s %d: want 1 to 1000000", l.name, l.v))
+		}
+	}
+	if c.AuthCacheTTL < 0 || c.AuthCacheTTL > 5*time.Second {
+		errs = append(errs, fmt.Errorf("EASEL_AUTH_CACHE_TTL %s: want 0 to 5s (revocations must take effect within 5s)", c.AuthCacheTTL))
+	}
+	if c.DevCredits < 0 {
+		errs = append(errs, errors.New("EASEL_DEV_CREDITS: want 0 or more"))
+	}
+	return errors.Join(errs...)
+}
+
+// DefaultPublicURL turns a listen address into a URL a local client can use.
+func DefaultPublicURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://localhost:8080"
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}

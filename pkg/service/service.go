@@ -1,0 +1,101 @@
+// Package service is what every Easel service process does around its own
+// work: the thin main (a signal-cancelled context, one run function, an exit
+// status), the logger, and the dependencies both services open from the
+// common configuration (the Redis client, the blob store, the profiler).
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/easelhq/easel/pkg/blob"
+	"github.com/easelhq/easel/pkg/config"
+	"github.com/easelhq/easel/pkg/debugserver"
+	"github.com/easelhq/easel/pkg/logging"
+	"github.com/easelhq/easel/pkg/redisconn"
+)
+
+// Main runs run with a context cancelled by SIGINT or SIGTERM, and exits 1,
+// printing the error under the service's name, if it fails.
+func Main(name string, run func(ctx context.Context) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(1)
+	}
+}
+
+// Configured is a service's configuration: it embeds config.Common.
+type Configured interface {
+	CommonSettings() config.Common
+}
+
+// Start loads a service's configuration (load is its LoadConfig), builds its
+// logger on stderr as the configuration asks (go-redis's own messages go to
+// it too), runs run, and flushes the logger when run returns.
+func Start[C Configured](ctx context.Context, name string, load func(environ map[string]string) (C, error), run func(ctx context.Context, cfg C, log *zap.Logger) error) error {
+	cfg, err := load(nil)
+	if err != nil {
+		return err
+	}
+	c := cfg.CommonSettings()
+	log, err := logging.New(os.Stderr, c.LogLevel, c.LogFormat, name)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	redisconn.LogTo(log)
+	return run(ctx, cfg, log)
+}
+
+// Deps are what every service opens from the common configuration.
+type Deps struct {
+	Redis *redis.Client
+	Blobs *blob.FS
+	close []func() error
+}
+
+// Open opens the profiler (when EASEL_PPROF_ADDR is set), Redis with a pool of
+// redisPool connections (0: go-redis's default) and the blob store. Close
+// releases them.
+func Open(ctx context.Context, c config.Common, redisPool int, log *zap.Logger) (d *Deps, err error) {
+	d = &Deps{}
+	defer func() {
+		if err != nil {
+			_ = d.Close()
+		}
+	}()
+	stopPprof, err := debugserver.Start(c.PprofAddr, log)
+	if err != nil {
+		return nil, fmt.Errorf("EASEL_PPROF_ADDR: %w", err)
+	}
+	d.close = append(d.close, func() error { stopPprof(); return nil })
+	if d.Redis, err = redisconn.OpenPool(ctx, c.RedisURL, redisPool); err != nil {
+		return nil, err
+	}
+	d.close = append(d.close, d.Redis.Close)
+	if d.Blobs, err = blob.OpenFS(c.BlobDir); err != nil {
+		return nil, err
+	}
+	d.close = append(d.close, d.Blobs.Close)
+	return d, nil
+}
+
+// Close releases what Open opened, last first.
+func (d *Deps) Close() error {
+	var errs []error
+	for i := len(d.close) - 1; i >= 0; i-- {
+		errs = append(errs, d.close[i]())
+	}
+	d.close = nil
+	return errors.Join(errs...)
+}

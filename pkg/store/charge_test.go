@@ -1,0 +1,282 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/easelhq/easel/pkg/apperr"
+
+	"github.com/easelhq/easel/pkg/task"
+)
+
+func TestConcurrentCreatesNeverOverdraw(t *testing.T) {
+	s, srv := newStore(t)
+	rdb := srv.Client(t)
+	seedAccount(t, rdb, "poor", 50*4, "")
+	const n = 200
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	accepted, refused := 0, 0
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.CreateTask(context.Background(), pending("poor", fmt.Sprintf("task_lumen_%d", i)), std)
+			mu.Lock()
+			defer mu.Unlock()
+			switch apperr.CodeOf(err) {
+			case "":
+				accepted++
+			case apperr.InsufficientCredits:
+				refused++
+			default:
+				t.Errorf("create %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if accepted != 50 || refused != 150 {
+		t.Errorf("accepted %d, refused %d; want 50 and 150", accepted, refused)
+	}
+	if bal := rdb.HGet(ctx, accountKey("poor"), "credits").Val(); bal != "0" {
+		t.Errorf("balance %s; want 0", bal)
+	}
+	entries := rdb.XRange(ctx, ledgerKey("poor"), "-", "+").Val()
+	tasks := map[string]bool{}
+	for _, e := range entries {
+		if e.Values["kind"] != "debit" || e.Values["amount"] != "-4" {
+			t.Errorf("ledger entry %v", e.Values)
+		}
+		tasks[e.Values["task"].(string)] = true
+	}
+	if len(entries) != 50 || len(tasks) != 50 {
+		t.Errorf("%d ledger entries for %d tasks; want 50 debits of 50 tasks", len(entries), len(tasks))
+	}
+	if n := len(rdb.Keys(ctx, taskKey("poor", "*")).Val()); n != 50 {
+		t.Errorf("%d task records; want 50", n)
+	}
+}
+
+func TestPaymentRequiredWritesNothing(t *testing.T) {
+	s, srv := newStore(t)
+	rdb := srv.Client(t)
+	seedAccount(t, rdb, "poor", 17, "")
+	_, err := s.CreateTask(ctx, pending("poor", "t1"), Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)})
+	var e *apperr.InsufficientCreditsError
+	if !errors.As(err, &e) || e.Price != 18 || e.Balance != 17 {
+		t.Fatalf("Create = %v; want insufficient credits with price 18 and balance 17", err)
+	}
+	if rdb.Exists(ctx, taskKey("poor", "t1"), ledgerKey("poor"), inflightKey("poor")).Val() != 0 {
+		t.Error("a refused create wrote something")
+	}
+	if bal := rdb.HGet(ctx, accountKey("poor"), "credits").Val(); bal != "17" {
+		t.Errorf("balance %s", bal)
+	}
+}
+
+func TestCreateRefusals(t *testing.T) {
+	s, srv := newStore(t)
+	rdb := srv.Client(t)
+	seedAccount(t, rdb, "stdonly", 100, "standard")
+	seedAccount(t, rdb, "off", 100, "")
+	rdb.HSet(ctx, accountKey("off"), "status", "disabled")
+	seedAccount(t, rdb, "small", 100, "")
+	rdb.HSet(ctx, accountKey("small"), "inflight_max", 2)
+
+	pro := Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)}
+	tests := []struct {
+		name, acct string
+		c          Charge
+		want       error
+	}{
+		{"model not allowed", "stdonly", pro, &apperr.ModelNotAllowedError{Model: "lumen-2.5-flash-image"}},
+		{"allowed model", "stdonly", std, nil},
+		{"disabled", "off", std, apperr.ErrAccountDisabled},
+		{"no account", "ghost", std, apperr.ErrUnknownKey},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := s.CreateTask(ctx, pending(tt.acct, "t"+strconv.Itoa(i)), tt.c)
+			if !sameError(err, tt.want) {
+				t.Errorf("Create = %v; want %v", err, tt.want)
+			}
+		})
+	}
+
+	t.Run("in-flight limit", func(t *testing.T) {
+		create(t, s, "small", "f1")
+		create(t, s, "small", "f2")
+		_, err := s.CreateTask(ctx, pending("small", "f3"), std)
+		var le *apperr.InflightLimitError
+		if !errors.As(err, &le) || le.Limit != 2 {
+			t.Fatalf("third create = %v; want the in-flight limit, naming 2", err)
+		}
+		// Finishing a task frees its slot, whichever way it ends.
+		mustOutcome(t, Applied)(s.StartTask(ctx, "small", "f1"))
+		o, _, err := s.CompleteTask(ctx, "small", "f1", nil)
+		mustOutcome(t, Applied)(o, err)
+		create(t, s, "small", "f3")
+		mustOutcome(t, Applied)(s.FailTask(ctx, "small", "f2", task.Failure{Code: "x", Message: "y"}))
+		create(t, s, "small", "f4")
+		if _, err := s.CreateTask(ctx, pending("small", "f5"), std); apperr.CodeOf(err) != apperr.LimitExceeded {
+			t.Errorf("over the limit again: %v", err)
+		}
+	})
+
+	t.Run("default limit and stale entries", func(t *testing.T) {
+		seedAccount(t, rdb, "dflt", 100, "")
+		c := std
+		c.MaxInflight = 1
+		c.CountUntil = time.Now().Add(-time.Second) // a task no worker will ever finish
+		if _, err := s.CreateTask(ctx, pending("dflt", "g1"), c); err != nil {
+			t.Fatal(err)
+		}
+		// g1 no longer counts: its time is past.
+		if _, err := s.CreateTask(ctx, pending("dflt", "g2"), Charge{Price: 4, Tier: "standard", MaxInflight: 1, CountUntil: time.Now().Add(time.Hour)}); err != nil {
+			t.Fatalf("stale entry still counted: %v", err)
+		}
+		if _, err := s.CreateTask(ctx, pending("dflt", "g3"), Charge{Price: 4, Tier: "standard", MaxInflight: 1, CountUntil: time.Now().Add(time.Hour)}); apperr.CodeOf(err) != apperr.LimitExceeded {
+			t.Errorf("default limit of 1 not applied: %v", err)
+		}
+	})
+}
+
+func TestRefundExactlyOnce(t *testing.T) {
+	tests := []struct {
+		name       string
+		run        func(s *Store)
+		wantCredit int64 // balance after, from 100 with one task of 18
+		refunds    int
+	}{
+		{"completed: never", func(s *Store) {
+			s.StartTask(ctx, "r", "t")
+			s.CompleteTask(ctx, "r", "t", nil)
+			s.FailTask(ctx, "r", "t", task.Failure{Code: "x", Message: "late"})
+		}, 82, 0},
+		{"failed: once, even failed again", func(s *Store) {
+			s.StartTask(ctx, "r", "t")
+			s.FailTask(ctx, "r", "t", task.Failure{Code: "upstream_unavailable", Message: "x"})
+			s.FailTask(ctx, "r", "t", task.Failure{Code: "timeout", Message: "x"})
+			s.StartTask(ctx, "r", "t") // a redelivered job
+			s.CompleteTask(ctx, "r", "t", nil)
+		}, 100, 1},
+		{"failed while pending", func(s *Store) {
+			s.FailTask(ctx, "r", "t", task.Failure{Code: "timeout", Message: "x"})
+		}, 100, 1},
+		{"aborted after an enqueue failure", func(s *Store) {
+			s.AbortTask(ctx, "r", "t")
+			s.AbortTask(ctx, "r", "t")
+			s.FailTask(ctx, "r", "t", task.Failure{Code: "timeout", Message: "x"})
+		}, 100, 1},
+		{"concurrent failures", func(s *Store) {
+			var wg sync.WaitGroup
+			for i := 0; i < 20; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					s.FailTask(ctx, "r", "t", task.Failure{Code: "x", Message: "y"})
+				}()
+			}
+			wg.Wait()
+		}, 100, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, srv := newStore(t)
+			rdb := srv.Client(t)
+			seedAccount(t, rdb, "r", 100, "")
+			if _, err := s.CreateTask(ctx, pending("r", "t"), Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			tt.run(s)
+			if bal, _ := rdb.HGet(ctx, accountKey("r"), "credits").Int64(); bal != tt.wantCredit {
+				t.Errorf("balance %d; want %d", bal, tt.wantCredit)
+			}
+			refunds := 0
+			for _, e := range rdb.XRange(ctx, ledgerKey("r"), "-", "+").Val() {
+				if e.Values["kind"] == "refund" {
+					refunds++
+					if e.Values["task"] != "t" || e.Values["amount"] != "18" {
+						t.Errorf("refund entry %v", e.Values)
+					}
+				}
+			}
+			if refunds != tt.refunds {
+				t.Errorf("%d refunds; want %d", refunds, tt.refunds)
+			}
+			if got, err := s.Task(ctx, "r", "t"); err == nil && got.Refunded != (tt.refunds == 1) {
+				t.Errorf("refunded flag %v", got.Refunded)
+			}
+		})
+	}
+}
+
+func TestSweepOverdue(t *testing.T) {
+	s, srv := newStore(t)
+	rdb := srv.Client(t)
+	rdb.ZAdd(ctx, accountsKey(), redis.Z{Score: 1, Member: "late"}, redis.Z{Score: 2, Member: "ontime"})
+	seedAccount(t, rdb, "late", 100, "")
+	seedAccount(t, rdb, "ontime", 100, "")
+	past := Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(-time.Minute)}
+	future := Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)}
+	for _, c := range []struct {
+		acct, id string
+		c        Charge
+	}{{"late", "stuck-processing", past}, {"late", "stuck-pending", past}, {"late", "gone", past}, {"ontime", "running", future}} {
+		if _, err := s.CreateTask(ctx, pending(c.acct, c.id), c.c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustOutcome(t, Applied)(s.StartTask(ctx, "late", "stuck-processing"))
+	rdb.Del(ctx, taskKey("late", "gone")) // the record expired
+
+	overdue, err := s.Overdue(ctx, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(overdue) != 3 {
+		t.Fatalf("overdue %v; want the three late tasks", overdue)
+	}
+	for _, o := range overdue {
+		if _, err := s.Expire(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"stuck-processing", "stuck-pending"} {
+		got, err := s.Task(ctx, "late", id)
+		if err != nil || got.Status != task.Failed || got.Failure.Code != "timeout" || !got.Refunded {
+			t.Errorf("%s: %+v %v", id, got, err)
+		}
+	}
+	if bal, _ := rdb.HGet(ctx, accountKey("late"), "credits").Int64(); bal != 100-18 {
+		t.Errorf("balance %d; want 82 (two refunds of three debits; the expired record cannot be refunded)", bal)
+	}
+	if n := rdb.ZCard(ctx, inflightKey("late")).Val(); n != 0 {
+		t.Errorf("%d tasks still in flight", n)
+	}
+	if again, _ := s.Overdue(ctx, 100); len(again) != 0 {
+		t.Errorf("overdue after the sweep: %v", again)
+	}
+	if got, _ := s.Task(ctx, "ontime", "running"); got.Status != task.Pending {
+		t.Errorf("a task within its deadline was touched: %s", got.Status)
+	}
+}
+
+// sameError reports whether err is want: both nil, the same sentinel, or a
+// typed error of the same type and value.
+func sameError(err, want error) bool {
+	if err == nil || want == nil {
+		return err == want
+	}
+	if errors.Is(err, want) {
+		return true
+	}
+	return fmt.Sprintf("%T %+v", err, err) == fmt.Sprintf("%T %+v", want, want)
+}

@@ -1,0 +1,43 @@
+package store
+
+const prefix = "easel:"
+
+func tag(accountID string) string { return prefix + "{a:" + accountID + "}:" }
+
+// accountKey is the key of an account record.
+func accountKey(accountID string) string { return tag(accountID) + "acct" }
+
+// taskKey is the key of a task record.
+func taskKey(accountID, taskID string) string { return tag(accountID) + "t:" + taskID }
+
+// inflightKey is the key of an account's unfinished tasks.
+func inflightKey(accountID string) string { return tag(accountID) + "inflight" }
+
+// ledgerKey is the key of an account's credit ledger.
+func ledgerKey(accountID string) string { return tag(accountID) + "ledger" }
+
+// accountKeysKey is the key of the set of an account's API key hashes.
+func accountKeysKey(accountID string) string { return tag(accountID) + "keys" }
+
+// apiKeyKey is the key of an API key record, by the hex SHA-256 of the key.
+func apiKeyKey(hashHex string) string { return prefix + "key:" + hashHex }
+
+// keyPrefixKey is the key of the set of key hashes sharing a visible prefix.
+func keyPrefixKey(visible string) string { return prefix + "keyprefix:" + visible }
+
+// accountsKey is the key of the index of every account.
+func accountsKey() string { return prefix + "accounts" }
+
+// lockKey is the key of a named lease.
+func lockKey(name string) string { return prefix + "lock:" + name }
+
+// Rate-limit classes: creates and queries are limited separately.
+const (
+	RateCreate = "create"
+	RateQuery  = "query"
+)
+
+// RateBucket is the name of the rate-limit bucket of an API key (by its hash)
+// for a class of request. go-redis/redis_rate stores it under "rate:" + the
+// name.
+func RateBucket(class, keyHash string) string { return prefix + class + ":" + keyHash }

@@ -1,0 +1,480 @@
+// Command easelctl is the operator's tool for accounts, API keys and credits.
+// It talks to Redis (EASEL_REDIS_URL) through the same store code as the
+// gateway, so what it changes takes effect on every gateway at once (within
+// the gateways' auth cache lifetime, at most 5 s).
+//
+//	easelctl account create --name NAME [--credits N] [--rate-limit R] [--max-inflight N]
+//	easelctl key create --account ID
+//	easelctl credits add ID N
+//
+// Every command takes --json for scripts; errors go to stderr with a non-zero
+// exit status.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/redisconn"
+	"github.com/easelhq/easel/pkg/store"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// Errors reach the operator through easelctl's own messages.
+	redisconn.LogTo(zap.NewNop())
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
+}
+
+// run executes one command and returns the exit status: 0 on success, 1 on a
+// failure, 2 on a usage error.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	app := &cli{out: stdout, getenv: getenv}
+	root := app.commands()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if app.close != nil {
+		app.close()
+	}
+	if err == nil {
+		return 0
+	}
+	var ue usageError
+	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") {
+		fmt.Fprintf(stderr, "easelctl: %v\nRun 'easelctl --help' for usage.\n", err)
+		return 2
+	}
+	fmt.Fprintf(stderr, "easelctl: %s\n", describe(err))
+	return 1
+}
+
+// describe gives the operator the application message, or the error itself
+// (an operator may see internal detail: a Redis connection failure, say).
+func describe(err error) string {
+	if e, ok := apperr.As(err); ok && e.Code != apperr.Internal && e.Message != "" {
+		return e.Message
+	}
+	return err.Error()
+}
+
+// exactArgs is cobra.ExactArgs, reporting a usage error.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
+			return usageError{err.Error()}
+		}
+		return nil
+	}
+}
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+type cli struct {
+	out      io.Writer
+	getenv   func(string) string
+	jsonOut  bool
+	redisURL string
+	store    *store.Store
+	catalog  *catalog.Catalog
+	close    func()
+}
+
+// open connects to Redis on first use.
+func (c *cli) open(ctx context.Context) error {
+	if c.store != nil {
+		return nil
+	}
+	url := c.redisURL
+	if url == "" {
+		url = c.getenv("EASEL_REDIS_URL")
+	}
+	if url == "" {
+		return usageError{"EASEL_REDIS_URL is not set (or give --redis-url)"}
+	}
+	family := c.getenv("EASEL_MODEL_FAMILY")
+	if family == "" {
+		family = "lumen"
+	}
+	cat, err := catalog.New(family)
+	if err != nil {
+		return fmt.Errorf("EASEL_MODEL_FAMILY: %w", err)
+	}
+	rdb, err := redisconn.Open(ctx, url)
+	if err != nil {
+		return err
+	}
+	c.store, c.catalog, c.close = store.New(rdb), cat, func() { _ = rdb.Close() }
+	return nil
+}
+
+func (c *cli) commands() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "easelctl",
+		Short:         "Manage Easel accounts, API keys and credits",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.DisableFlagParsing {
+				return nil // the command parses its own flags, then connects
+			}
+			return c.open(cmd.Context())
+		},
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
+	root.PersistentFlags().BoolVar(&c.jsonOut, "json", false, "print JSON")
+	root.PersistentFlags().StringVar(&c.redisURL, "redis-url", "", "Redis URL (default $EASEL_REDIS_URL)")
+	root.AddCommand(c.accountCommands(), c.creditsCommands(), c.keyCommands(), c.ledgerCommand())
+	return root
+}
+
+func (c *cli) printJSON(v any) error {
+	enc := json.NewEncoder(c.out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (c *cli) tiers(s string) ([]catalog.Tier, error) {
+	var out []catalog.Tier
+	for _, m := range strings.Split(s, ",") {
+		m = strings.TrimSpace(m)
+		if m == "" || m == "all" {
+			continue
+		}
+		t, ok := c.catalog.ParseTier(m)
+		if !ok {
+			return nil, usageError{fmt.Sprintf("unknown model %q: use standard, pro, all or a model id (%s)", m, c.catalog.IDs())}
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func limitText(v int) string {
+	if v == 0 {
+		return "default"
+	}
+	return strconv.Itoa(v)
+}
+
+func modelsText(ts []catalog.Tier) string {
+	if len(ts) == 0 {
+		return "all"
+	}
+	s := make([]string, len(ts))
+	for i, t := range ts {
+		s[i] = string(t)
+	}
+	return strings.Join(s, ",")
+}
+
+func (c *cli) printAccount(a *store.Account) error {
+	if c.jsonOut {
+		return c.printJSON(a)
+	}
+	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "id\t%s\nname\t%s\nstatus\t%s\ncredits\t%d\nmodels\t%s\nrate limit\t%s /s per key\nquery rate limit\t%s /s per key\nmax in flight\t%s\ncreated\t%s\n",
+		a.ID, a.Name, a.Status, a.Credits, modelsText(a.Models), limitText(a.RateLimit), limitText(a.QueryRateLimit), limitText(a.MaxInflight), a.CreatedAt.UTC().Format(time.RFC3339))
+	return w.Flush()
+}
+
+func (c *cli) accountCommands() *cobra.Command {
+	cmd := &cobra.Command{Use: "account", Short: "Create, show, list, limit, disable and enable accounts"}
+
+	var n store.NewAccount
+	var models string
+	create := &cobra.Command{
+		Use:   "create --name NAME [--credits N] [--rate-limit PER_SECOND] [--max-inflight N]",
+		Short: "Create an account and print its id",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if n.Name == "" {
+				return usageError{"--name is required"}
+			}
+			var err error
+			if n.Models, err = c.tiers(models); err != nil {
+				return err
+			}
+			a, err := c.store.CreateAccount(cmd.Context(), n)
+			if err != nil {
+				return err
+			}
+			if c.jsonOut {
+				return c.printJSON(a)
+			}
+			fmt.Fprintln(c.out, a.ID)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&n.Name, "name", "", "account name")
+	create.Flags().Int64Var(&n.Credits, "credits", 0, "initial credits")
+	create.Flags().IntVar(&n.RateLimit, "rate-limit", 0, "task creations per second per key (0: the deployment default)")
+	create.Flags().IntVar(&n.QueryRateLimit, "query-rate-limit", 0, "queries per second per key (0: the deployment default)")
+	create.Flags().IntVar(&n.MaxInflight, "max-inflight", 0, "tasks pending or processing at once (0: the deployment default)")
+	create.Flags().StringVar(&models, "models", "all", "models the account may use: all, or a comma list of standard, pro or model ids")
+
+	show := &cobra.Command{
+		Use: "show ID", Short: "Show an account", Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := c.store.Account(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return c.printAccount(a)
+		},
+	}
+
+	list := &cobra.Command{
+		Use: "list", Short: "List accounts", Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			all, err := c.store.Accounts(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if c.jsonOut {
+				if all == nil {
+					all = []*store.Account{}
+				}
+				return c.printJSON(all)
+			}
+			w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tNAME\tSTATUS\tCREDITS\tMODELS\tRATE\tQUERY RATE\tMAX IN FLIGHT")
+			for _, a := range all {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", a.ID, a.Name, a.Status, a.Credits, modelsText(a.Models), limitText(a.RateLimit), limitText(a.QueryRateLimit), limitText(a.MaxInflight))
+			}
+			return w.Flush()
+		},
+	}
+
+	var rate, qrate, inflight int
+	var limitModels string
+	limits := &cobra.Command{
+		Use:   "limits ID [--rate-limit PER_SECOND] [--query-rate-limit PER_SECOND] [--max-inflight N] [--models LIST]",
+		Short: "Change an account's limits (0: back to the deployment default)",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var l store.Limits
+			if cmd.Flags().Changed("rate-limit") {
+				l.RateLimit = &rate
+			}
+			if cmd.Flags().Changed("query-rate-limit") {
+				l.QueryRateLimit = &qrate
+			}
+			if cmd.Flags().Changed("max-inflight") {
+				l.MaxInflight = &inflight
+			}
+			if cmd.Flags().Changed("models") {
+				ts, err := c.tiers(limitModels)
+				if err != nil {
+					return err
+				}
+				l.Models = &ts
+			}
+			if l == (store.Limits{}) {
+				return usageError{"give at least one of --rate-limit, --query-rate-limit, --max-inflight, --models"}
+			}
+			a, err := c.store.SetLimits(cmd.Context(), args[0], l)
+			if err != nil {
+				return err
+			}
+			return c.printAccount(a)
+		},
+	}
+	limits.Flags().IntVar(&rate, "rate-limit", 0, "task creations per second per key")
+	limits.Flags().IntVar(&qrate, "query-rate-limit", 0, "queries per second per key")
+	limits.Flags().IntVar(&inflight, "max-inflight", 0, "tasks pending or processing at once")
+	limits.Flags().StringVar(&limitModels, "models", "", "models the account may use: all, or a comma list")
+
+	status := func(use string, st store.AccountStatus, short string) *cobra.Command {
+		return &cobra.Command{
+			Use: use + " ID", Short: short, Args: exactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if err := c.store.SetAccountStatus(cmd.Context(), args[0], st); err != nil {
+					return err
+				}
+				a, err := c.store.Account(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return c.printAccount(a)
+			},
+		}
+	}
+	cmd.AddCommand(create, show, list, limits,
+		status("disable", store.Disabled, "Disable an account: its keys stop working (403)"),
+		status("enable", store.Active, "Enable a disabled account"))
+	return cmd
+}
+
+func (c *cli) creditsCommands() *cobra.Command {
+	cmd := &cobra.Command{Use: "credits", Short: "Change credit balances"}
+	var note string
+	add := &cobra.Command{
+		Use:   "add ID N [--note TEXT]",
+		Short: "Add N credits (negative for a correction; never below 0) and print the new balance",
+		// N may be negative, which flag parsing would take for a flag.
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var pos []string
+			for i := 0; i < len(args); i++ {
+				switch a := args[i]; {
+				case a == "-h" || a == "--help":
+					return cmd.Help()
+				case a == "--json":
+					c.jsonOut = true
+				case a == "--note" && i+1 < len(args):
+					note = args[i+1]
+					i++
+				case strings.HasPrefix(a, "--note="):
+					note = strings.TrimPrefix(a, "--note=")
+				case strings.HasPrefix(a, "--redis-url="):
+					c.redisURL = strings.TrimPrefix(a, "--redis-url=")
+				case a == "--redis-url" && i+1 < len(args):
+					c.redisURL = args[i+1]
+					i++
+				default:
+					pos = append(pos, a)
+				}
+			}
+			if len(pos) != 2 {
+				return usageError{"usage: easelctl credits add ID N [--note TEXT]"}
+			}
+			n, err := strconv.ParseInt(pos[1], 10, 64)
+			if err != nil {
+				return usageError{fmt.Sprintf("N %q: want an integer", pos[1])}
+			}
+			if err := c.open(cmd.Context()); err != nil {
+				return err
+			}
+			bal, err := c.store.AddCredits(cmd.Context(), pos[0], n, note)
+			if err != nil {
+				return err
+			}
+			if c.jsonOut {
+				return c.printJSON(map[string]int64{"balance": bal})
+			}
+			fmt.Fprintln(c.out, bal)
+			return nil
+		},
+	}
+	cmd.AddCommand(add)
+	return cmd
+}
+
+func (c *cli) keyCommands() *cobra.Command {
+	cmd := &cobra.Command{Use: "key", Short: "Create, list and revoke API keys"}
+	var acct string
+	create := &cobra.Command{
+		Use: "create --account ID", Short: "Create an API key and print it (it is shown only this once)", Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if acct == "" {
+				return usageError{"--account is required"}
+			}
+			key, k, err := c.store.CreateKey(cmd.Context(), acct)
+			if err != nil {
+				return err
+			}
+			if c.jsonOut {
+				return c.printJSON(map[string]any{"key": key, "prefix": k.Prefix, "account_id": k.AccountID, "created_at": k.CreatedAt})
+			}
+			fmt.Fprintln(c.out, key)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&acct, "account", "", "account id")
+
+	var listAcct string
+	list := &cobra.Command{
+		Use: "list --account ID", Short: "List an account's keys (prefixes only)", Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if listAcct == "" {
+				return usageError{"--account is required"}
+			}
+			keys, err := c.store.Keys(cmd.Context(), listAcct)
+			if err != nil {
+				return err
+			}
+			if c.jsonOut {
+				if keys == nil {
+					keys = []*store.Key{}
+				}
+				return c.printJSON(keys)
+			}
+			w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "PREFIX\tCREATED\tSTATUS")
+			for _, k := range keys {
+				st := "active"
+				if k.Revoked {
+					st = "revoked " + k.RevokedAt.UTC().Format(time.RFC3339)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\n", k.Prefix, k.CreatedAt.UTC().Format(time.RFC3339), st)
+			}
+			return w.Flush()
+		},
+	}
+	list.Flags().StringVar(&listAcct, "account", "", "account id")
+
+	revoke := &cobra.Command{
+		Use: "revoke KEY_OR_PREFIX", Short: "Revoke a key, given whole or by its listed prefix", Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			k, err := c.store.RevokeKey(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if c.jsonOut {
+				return c.printJSON(k)
+			}
+			fmt.Fprintf(c.out, "revoked %s (account %s)\n", k.Prefix, k.AccountID)
+			return nil
+		},
+	}
+	cmd.AddCommand(create, list, revoke)
+	return cmd
+}
+
+func (c *cli) ledgerCommand() *cobra.Command {
+	var limit int64
+	cmd := &cobra.Command{
+		Use: "ledger ID [--limit N]", Short: "Print an account's credit movements, newest first", Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			entries, err := c.store.Ledger(cmd.Context(), args[0], limit)
+			if err != nil {
+				return err
+			}
+			if c.jsonOut {
+				if entries == nil {
+					entries = []store.LedgerEntry{}
+				}
+				return c.printJSON(entries)
+			}
+			w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "TIME\tKIND\tAMOUNT\tBALANCE\tTASK\tNOTE")
+			for _, e := range entries {
+				fmt.Fprintf(w, "%s\t%s\t%+d\t%d\t%s\t%s\n", e.Time.UTC().Format(time.RFC3339Nano), e.Kind, e.Amount, e.Balance, e.TaskID, e.Note)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().Int64Var(&limit, "limit", 100, "how many entries")
+	return cmd
+}

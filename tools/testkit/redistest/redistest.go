@@ -1,0 +1,38 @@
+// Package redistest starts a private redis-server for a test, on a free
+// loopback port, with persistence off, and stops it when the test ends. Tests
+// never touch a Redis another process uses.
+package redistest
+
+import (
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/easelhq/easel/tools/testkit/redisproc"
+)
+
+// Server is a running private redis-server.
+type Server struct {
+	Addr string // host:port
+	URL  string // redis://host:port/0
+}
+
+// Client returns a new client of the server, closed at test cleanup.
+func (s *Server) Client(tb testing.TB) *redis.Client {
+	tb.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 2, DisableIdentity: true})
+	tb.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// Start starts a redis-server for tb. It fails the test, with an install
+// hint, when redis-server is not on PATH.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	p, err := redisproc.Start(tb.TempDir())
+	if err != nil {
+		tb.Fatalf("start redis-server: %v", err)
+	}
+	tb.Cleanup(p.Stop)
+	return &Server{Addr: p.Addr, URL: p.URL}
+}

@@ -1,0 +1,167 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/config"
+)
+
+// Config is a worker's configuration: the common settings and its own.
+type Config struct {
+	config.Common
+	// HTTPAddr serves the worker's /healthz and /readyz.
+	HTTPAddr string `env:"EASEL_WORKER_HTTP_ADDR" envDefault:":8081"`
+	// Queues lists the queues (model tiers) this worker serves, optionally
+	// weighted: "standard,pro" or "standard:1,pro:3".
+	Queues string `env:"EASEL_QUEUES" envDefault:"standard,pro"`
+	// Concurrency is how many tasks one worker runs at once.
+	Concurrency int `env:"EASEL_WORKER_CONCURRENCY" envDefault:"16"`
+	// Generator picks the image generator: procedural or gemini.
+	Generator string `env:"EASEL_GENERATOR" envDefault:"procedural"`
+	// Gemini settings (EASEL_GENERATOR=gemini).
+	GeminiAPIKey  string        `env:"EASEL_GEMINI_API_KEY"`
+	GeminiBaseURL string        `env:"EASEL_GEMINI_BASE_URL"`
+	GeminiModels  string        `env:"EASEL_GEMINI_MODELS" envDefault:"standard=gemini-2.5-flash-image,pro=gemini-3-pro-image-preview"`
+	GeminiTimeout time.Duration `env:"EASEL_GEMINI_TIMEOUT" envDefault:"3m"`
+	// The retry policy (see retryPolicy).
+	RetryMaxAttempts int           `env:"EASEL_RETRY_MAX_ATTEMPTS" envDefault:"4"`
+	RetryMaxElapsed  time.Duration `env:"EASEL_RETRY_MAX_ELAPSED" envDefault:"2m"`
+	RetryInitial     time.Duration `env:"EASEL_RETRY_INITIAL_INTERVAL" envDefault:"1s"`
+	// Source image fetching.
+	FetchMaxImageMB  int           `env:"EASEL_FETCH_MAX_IMAGE_MB" envDefault:"20"`
+	FetchMaxTotalMB  int           `env:"EASEL_FETCH_MAX_TOTAL_MB" envDefault:"100"`
+	FetchMaxMegapix  int           `env:"EASEL_FETCH_MAX_MEGAPIXELS" envDefault:"50"`
+	FetchTimeout     time.Duration `env:"EASEL_FETCH_TIMEOUT" envDefault:"30s"`
+	FetchConnTimeout time.Duration `env:"EASEL_FETCH_CONNECT_TIMEOUT" envDefault:"5s"`
+	// SimDelay is the procedural generator's simulated duration for the
+	// standard model; pro takes twice as long.
+	SimDelay time.Duration `env:"EASEL_SIM_DELAY" envDefault:"3s"`
+	// TaskCheckInterval is how often an idle worker polls its queues.
+	TaskCheckInterval time.Duration `env:"EASEL_TASK_CHECK_INTERVAL" envDefault:"50ms"`
+	// BlobRetention is how long result images are kept; a little over the 24
+	// hours their URLs are valid.
+	BlobRetention time.Duration `env:"EASEL_BLOB_RETENTION" envDefault:"24h10m"`
+}
+
+// LoadConfig reads a worker's configuration from environ (nil means the
+// process environment) and validates it.
+func LoadConfig(environ map[string]string) (Config, error) {
+	return config.Load[Config](environ)
+}
+
+// Validate checks a worker's settings.
+func (c *Config) Validate() error {
+	errs := []error{c.Common.Validate()}
+	if err := config.ValidAddr("EASEL_WORKER_HTTP_ADDR", c.HTTPAddr); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := ParseQueues(c.Queues); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Concurrency < 1 || c.Concurrency > 10000 {
+		errs = append(errs, fmt.Errorf("EASEL_WORKER_CONCURRENCY %d: want 1 to 10000", c.Concurrency))
+	}
+	switch c.Generator {
+	case "procedural":
+	case "gemini":
+		if c.GeminiAPIKey == "" {
+			errs = append(errs, errors.New("EASEL_GEMINI_API_KEY is required with EASEL_GENERATOR=gemini"))
+		}
+		if _, err := ParseModelMap(c.GeminiModels); err != nil {
+			errs = append(errs, fmt.Errorf("EASEL_GEMINI_MODELS: %w", err))
+		}
+		if c.GeminiBaseURL != "" {
+			if u, err := url.Parse(c.GeminiBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				errs = append(errs, fmt.Errorf("EASEL_GEMINI_BASE_URL %q: want an http(s) URL", c.GeminiBaseURL))
+			}
+		}
+		if c.GeminiTimeout < time.Second {
+			errs = append(errs, fmt.Errorf("EASEL_GEMINI_TIMEOUT %s: want at least 1s", c.GeminiTimeout))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("EASEL_GENERATOR %q: want procedural or gemini", c.Generator))
+	}
+	if c.RetryMaxAttempts < 1 || c.RetryMaxAttempts > 20 {
+		errs = append(errs, fmt.Errorf("EASEL_RETRY_MAX_ATTEMPTS %d: want 1 to 20", c.RetryMaxAttempts))
+	}
+	if c.RetryMaxElapsed <= 0 || c.RetryInitial <= 0 || c.RetryInitial > c.RetryMaxElapsed {
+		errs = append(errs, fmt.Errorf("EASEL_RETRY_INITIAL_INTERVAL %s and EASEL_RETRY_MAX_ELAPSED %s: want positive durations, the first no longer than the second", c.RetryInitial, c.RetryMaxElapsed))
+	}
+	for _, f := range []struct {
+		name   string
+		v, max int
+	}{{"EASEL_FETCH_MAX_IMAGE_MB", c.FetchMaxImageMB, 1024}, {"EASEL_FETCH_MAX_TOTAL_MB", c.FetchMaxTotalMB, 10240}, {"EASEL_FETCH_MAX_MEGAPIXELS", c.FetchMaxMegapix, 1000}} {
+		if f.v < 1 || f.v > f.max {
+			errs = append(errs, fmt.Errorf("%s %d: want 1 to %d", f.name, f.v, f.max))
+		}
+	}
+	if c.FetchTimeout <= 0 || c.FetchConnTimeout <= 0 {
+		errs = append(errs, errors.New("EASEL_FETCH_TIMEOUT and EASEL_FETCH_CONNECT_TIMEOUT: want positive durations"))
+	}
+	if c.SimDelay < 0 {
+		errs = append(errs, fmt.Errorf("EASEL_SIM_DELAY %s: want 0 or more", c.SimDelay))
+	}
+	if c.TaskCheckInterval < time.Millisecond || c.TaskCheckInterval > 10*time.Second {
+		errs = append(errs, fmt.Errorf("EASEL_TASK_CHECK_INTERVAL %s: want 1ms to 10s", c.TaskCheckInterval))
+	}
+	if c.BlobRetention < time.Hour {
+		errs = append(errs, fmt.Errorf("EASEL_BLOB_RETENTION %s: want at least 1h (result URLs are valid for 24h)", c.BlobRetention))
+	}
+	return errors.Join(errs...)
+}
+
+// ParseModelMap parses EASEL_GEMINI_MODELS: "standard=<upstream id>,pro=<upstream id>".
+func ParseModelMap(s string) (map[catalog.Tier]string, error) {
+	out := map[catalog.Tier]string{}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		tier, model, ok := strings.Cut(item, "=")
+		tier, model = strings.TrimSpace(tier), strings.TrimSpace(model)
+		if !ok || model == "" || (catalog.Tier(tier) != catalog.Standard && catalog.Tier(tier) != catalog.Pro) {
+			return nil, fmt.Errorf("%q: want standard=<model id> or pro=<model id>", item)
+		}
+		out[catalog.Tier(tier)] = model
+	}
+	return out, nil
+}
+
+// ParseQueues parses EASEL_QUEUES: tier names with optional positive integer
+// weights, e.g. "standard,pro" or "standard:1,pro:3".
+func ParseQueues(s string) (map[catalog.Tier]int, error) {
+	out := map[catalog.Tier]int{}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, weight := item, 1
+		if n, w, ok := strings.Cut(item, ":"); ok {
+			name = n
+			var err error
+			if weight, err = strconv.Atoi(w); err != nil || weight < 1 || weight > 100 {
+				return nil, fmt.Errorf("EASEL_QUEUES %q: weight of %q must be an integer from 1 to 100", s, name)
+			}
+		}
+		tier := catalog.Tier(name)
+		if tier != catalog.Standard && tier != catalog.Pro {
+			return nil, fmt.Errorf("EASEL_QUEUES %q: unknown queue %q; want standard and/or pro", s, name)
+		}
+		if _, dup := out[tier]; dup {
+			return nil, fmt.Errorf("EASEL_QUEUES %q: queue %q listed twice", s, name)
+		}
+		out[tier] = weight
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("EASEL_QUEUES %q: name at least one of standard, pro", s)
+	}
+	return out, nil
+}

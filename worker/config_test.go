@@ -1,0 +1,52 @@
+package worker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/tools/testkit/configtest"
+)
+
+func environ(kv ...string) map[string]string {
+	return configtest.Env(map[string]string{"EASEL_REDIS_URL": "redis://localhost:6379/0"}, kv...)
+}
+
+func TestConfigDefaults(t *testing.T) {
+	c, err := LoadConfig(environ())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTPAddr != ":8081" || c.Queues != "standard,pro" || c.Generator != "procedural" || c.SimDelay != 3*time.Second || c.TaskCheckInterval != 50*time.Millisecond {
+		t.Errorf("defaults: %+v", c)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	configtest.Run(t, func(env map[string]string) error { _, err := LoadConfig(env); return err }, []configtest.Case{
+		{Name: "valid", Env: environ(), Want: ""},
+		{Name: "no signing secret needed", Env: environ("EASEL_SIGNING_SECRET", configtest.Unset), Want: ""},
+		{Name: "queues", Env: environ("EASEL_QUEUES", "standard:2, pro:5"), Want: ""},
+		{Name: "unknown queue", Env: environ("EASEL_QUEUES", "standard,turbo"), Want: `unknown queue "turbo"`},
+		{Name: "empty queues", Env: environ("EASEL_QUEUES", " , "), Want: "name at least one"},
+		{Name: "bad weight", Env: environ("EASEL_QUEUES", "pro:0"), Want: "weight"},
+		{Name: "duplicate queue", Env: environ("EASEL_QUEUES", "pro,pro"), Want: "listed twice"},
+		{Name: "negative delay", Env: environ("EASEL_SIM_DELAY", "-1s"), Want: "EASEL_SIM_DELAY"},
+		{Name: "zero delay", Env: environ("EASEL_SIM_DELAY", "0"), Want: ""},
+		{Name: "bad concurrency", Env: environ("EASEL_WORKER_CONCURRENCY", "0"), Want: "EASEL_WORKER_CONCURRENCY"},
+		{Name: "unknown generator", Env: environ("EASEL_GENERATOR", "dalle"), Want: "EASEL_GENERATOR"},
+		{Name: "gemini without a key", Env: environ("EASEL_GENERATOR", "gemini"), Want: "EASEL_GEMINI_API_KEY"},
+		{Name: "bad gemini models", Env: environ("EASEL_GENERATOR", "gemini", "EASEL_GEMINI_API_KEY", "k", "EASEL_GEMINI_MODELS", "turbo=x"), Want: "EASEL_GEMINI_MODELS"},
+		{Name: "check interval", Env: environ("EASEL_TASK_CHECK_INTERVAL", "0s"), Want: "EASEL_TASK_CHECK_INTERVAL"},
+		{Name: "short retention", Env: environ("EASEL_BLOB_RETENTION", "10m"), Want: "EASEL_BLOB_RETENTION"},
+		{Name: "retry attempts", Env: environ("EASEL_RETRY_MAX_ATTEMPTS", "0"), Want: "EASEL_RETRY_MAX_ATTEMPTS"},
+		{Name: "common settings checked", Env: environ("EASEL_LOG_LEVEL", "loud"), Want: "EASEL_LOG_LEVEL"},
+	})
+}
+
+func TestParseQueues(t *testing.T) {
+	q, err := ParseQueues("standard:2,pro")
+	if err != nil || q[catalog.Standard] != 2 || q[catalog.Pro] != 1 || len(q) != 2 {
+		t.Errorf("ParseQueues = %v, %v", q, err)
+	}
+}
