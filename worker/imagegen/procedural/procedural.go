@@ -433,23 +433,19 @@ func wrap(face font.Face, ws []string, width fixed.Int26_6, maxLines int) []stri
 	var lines []string
 	cur := ""
 	for _, word := range ws {
-		next := word
 		if cur != "" {
-			next = cur + " " + word
-		}
-		if font.MeasureString(face, next) <= width || cur == "" {
-			cur = next
-			if font.MeasureString(face, cur) > width {
-				cur = truncate(face, cur, width)
+			if next := cur + " " + word; font.MeasureString(face, next) <= width {
+				cur = next
+				continue
 			}
-			continue
+			lines = append(lines, cur)
+			if len(lines) == maxLines {
+				lines[maxLines-1] = truncate(face, lines[maxLines-1]+" …", width)
+				return lines
+			}
 		}
-		lines = append(lines, cur)
-		cur = word
-		if len(lines) == maxLines {
-			lines[maxLines-1] = truncate(face, lines[maxLines-1]+" …", width)
-			return lines
-		}
+		// A word starts the line; one too wide for it is cut.
+		cur = truncate(face, word, width)
 	}
 	if cur != "" {
 		lines = append(lines, cur)
@@ -462,11 +458,24 @@ func truncate(face font.Face, s string, width fixed.Int26_6) string {
 	if font.MeasureString(face, s) <= width {
 		return s
 	}
-	r := []rune(s)
-	for len(r) > 0 && font.MeasureString(face, string(r)+"…") > width {
-		r = r[:len(r)-1]
+	// One pass, adding up advances as font.MeasureString does, and cut at
+	// the first rune that would leave no room for the ellipsis: linear in
+	// the length of s, however long one word is.
+	room := width - font.MeasureString(face, "…")
+	var adv fixed.Int26_6
+	prev := rune(-1)
+	for i, r := range s {
+		if prev >= 0 {
+			adv += face.Kern(prev, r)
+		}
+		a, _ := face.GlyphAdvance(r)
+		if adv+a > room {
+			return strings.TrimSpace(s[:i]) + "…"
+		}
+		adv += a
+		prev = r
 	}
-	return strings.TrimSpace(string(r)) + "…"
+	return s
 }
 
 // bufferPool reuses the PNG encoder's buffers across generations.

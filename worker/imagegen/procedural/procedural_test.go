@@ -8,8 +8,13 @@ import (
 	"image/color"
 	"image/png"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/image/font"
+	"golang.org/x/image/font/opentype"
+	"golang.org/x/image/math/fixed"
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
@@ -231,6 +236,53 @@ func BenchmarkGenerate1KRepeated(b *testing.B) {
 	for b.Loop() {
 		if _, err := g.Generate(context.Background(), req, func(int) {}); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// countingFace counts glyph measurements.
+type countingFace struct {
+	font.Face
+	n int
+}
+
+func (c *countingFace) GlyphAdvance(r rune) (fixed.Int26_6, bool) {
+	c.n++
+	return c.Face.GlyphAdvance(r)
+}
+
+// The caption's cost grows with the prompt's length, not its square: a
+// 10,000-character word once took 2.4 s of CPU per task. Measured in glyph
+// measurements, so the test does not depend on the machine's speed.
+func TestCaptionLinearInWordLength(t *testing.T) {
+	g, err := New(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	face, err := opentype.NewFace(g.font, &opentype.FaceOptions{Size: 64, DPI: 72})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer face.Close()
+	for _, n := range []int{100, 1_000, 10_000} {
+		for name, prompt := range map[string]string{
+			"one long word":          strings.Repeat("x", n),
+			"a long word after some": "a lighthouse " + strings.Repeat("w", n),
+			"many short words":       strings.Repeat("ab ", n/3),
+		} {
+			cf := &countingFace{Face: face}
+			lines := wrap(cf, words(prompt), fixed.I(900), 3)
+			if len(lines) == 0 || len(lines) > 3 {
+				t.Errorf("%s (%d): %d lines", name, n, len(lines))
+			}
+			for _, l := range lines {
+				if font.MeasureString(face, l) > fixed.I(900) {
+					t.Errorf("%s (%d): a line of %d characters is wider than the caption", name, n, len(l))
+				}
+			}
+			if limit := 6*n + 1000; cf.n > limit {
+				t.Errorf("%s of %d characters: %d glyph measurements; want at most %d (linear)", name, n, cf.n, limit)
+			}
 		}
 	}
 }
