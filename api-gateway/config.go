@@ -92,6 +92,9 @@ func (c *Config) Validate() error {
 	if c.AuthCacheTTL < 0 || c.AuthCacheTTL > 5*time.Second {
 		errs = append(errs, fmt.Errorf("EASEL_AUTH_CACHE_TTL %s: want 0 to 5s (revocations must take effect within 5s)", c.AuthCacheTTL))
 	}
+	if c.DevAPIKey != "" && !c.DevMode {
+		errs = append(errs, errors.New("EASEL_DEV_API_KEY works only with EASEL_DEV_MODE=true: a key everyone can read in the README must never open a production gateway; create keys with easelctl or the admin API"))
+	}
 	if c.DevCredits < 0 {
 		errs = append(errs, errors.New("EASEL_DEV_CREDITS: want 0 or more"))
 	}

@@ -49,6 +49,8 @@ func TestConfigErrors(t *testing.T) {
 		{Name: "slow revocation", Env: environ("EASEL_AUTH_CACHE_TTL", "10s"), Want: "within 5s"},
 		{Name: "no auth cache", Env: environ("EASEL_AUTH_CACHE_TTL", "0s"), Want: ""},
 		{Name: "negative dev credits", Env: environ("EASEL_DEV_CREDITS", "-1"), Want: "EASEL_DEV_CREDITS"},
+		{Name: "dev key outside dev mode", Env: environ("EASEL_DEV_API_KEY", "esk_local_development_key_do_not_deploy_01"), Want: "EASEL_DEV_API_KEY works only with EASEL_DEV_MODE=true"},
+		{Name: "dev key in dev mode", Env: environ("EASEL_DEV_API_KEY", "esk_local_development_key_do_not_deploy_01", "EASEL_DEV_MODE", "true"), Want: ""},
 	})
 }
 

@@ -95,15 +95,8 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 			return fmt.Errorf("gateway listener: %w", err)
 		}
 	}
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      10 * time.Minute, // large results to slow clients
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          zap.NewStdLog(log.With(zap.String("component", "http"))),
-	}
+	// Large results go to slow clients: ten minutes to write a response.
+	srv := service.NewHTTPServer(handler, 10*time.Minute, cfg.HTTPIdleTimeout, log)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("gateway listening",

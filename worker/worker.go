@@ -119,7 +119,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 			return fmt.Errorf("worker health listener: %w", err)
 		}
 	}
-	health := &http.Server{Handler: healthHandler(rdb), ReadHeaderTimeout: 5 * time.Second}
+	health := service.NewHTTPServer(healthHandler(rdb), 10*time.Second, cfg.HTTPIdleTimeout, log)
 	healthErr := make(chan error, 1)
 	go func() { healthErr <- health.Serve(hl) }()
 

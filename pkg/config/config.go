@@ -48,6 +48,9 @@ type Common struct {
 	DevMode bool `env:"EASEL_DEV_MODE" envDefault:"false"`
 	// ShutdownTimeout is the grace period on SIGTERM.
 	ShutdownTimeout time.Duration `env:"EASEL_SHUTDOWN_TIMEOUT" envDefault:"15s"`
+	// HTTPIdleTimeout closes keep-alive connections idle this long, on the
+	// gateway's API and the workers' health listeners.
+	HTTPIdleTimeout time.Duration `env:"EASEL_HTTP_IDLE_TIMEOUT" envDefault:"2m"`
 	// PprofAddr, when set, serves /debug/pprof/ there (keep it private).
 	PprofAddr string `env:"EASEL_PPROF_ADDR"`
 	LogLevel  string `env:"EASEL_LOG_LEVEL" envDefault:"info"`
@@ -157,6 +160,9 @@ func (c *Common) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("EASEL_SHUTDOWN_TIMEOUT: want a positive duration"))
+	}
+	if c.HTTPIdleTimeout < 100*time.Millisecond || c.HTTPIdleTimeout > time.Hour {
+		errs = append(errs, fmt.Errorf("EASEL_HTTP_IDLE_TIMEOUT %s: want 100ms to 1h", c.HTTPIdleTimeout))
 	}
 	if c.PprofAddr != "" {
 		if err := ValidAddr("EASEL_PPROF_ADDR", c.PprofAddr); err != nil {

@@ -8,9 +8,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -98,4 +100,28 @@ func (d *Deps) Close() error {
 	}
 	d.close = nil
 	return errors.Join(errs...)
+}
+
+// HTTP server limits every Easel listener shares. WriteTimeout is the
+// caller's: the gateway streams large results to slow clients.
+const (
+	ReadHeaderTimeout = 10 * time.Second
+	ReadTimeout       = 30 * time.Second
+	MaxHeaderBytes    = 64 << 10
+)
+
+// NewHTTPServer returns a server for h with Easel's timeouts: a client must
+// send its headers within ReadHeaderTimeout and its request within
+// ReadTimeout, gets writeTimeout for the response, and an idle keep-alive
+// connection is closed after idleTimeout (EASEL_HTTP_IDLE_TIMEOUT).
+func NewHTTPServer(h http.Handler, writeTimeout, idleTimeout time.Duration, log *zap.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
+		ErrorLog:          zap.NewStdLog(log.With(zap.String("component", "http"))),
+	}
 }

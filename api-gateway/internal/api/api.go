@@ -140,16 +140,16 @@ func New(d Deps) *echo.Echo {
 	e.HTTPErrorHandler = handleError
 	e.JSONSerializer = jsonSerializer{}
 	e.Use(
-		middleware.RequestIDWithConfig(middleware.RequestIDConfig{
-			Generator:        newRequestID,
-			RequestIDHandler: h.attachLogger,
-		}),
+		h.requestID,
 		middleware.RequestLoggerWithConfig(middleware.RequestLoggerConfig{
-			LogMethod:     true,
-			LogURIPath:    true, // never the query: it holds URL signatures
-			LogStatus:     true,
-			LogLatency:    true,
-			LogError:      true,
+			LogMethod:  true,
+			LogURIPath: true, // never the query: it holds URL signatures
+			LogStatus:  true,
+			LogLatency: true,
+			LogError:   true,
+			// Write the error response before the access line, so the line
+			// carries the status the client received.
+			HandleError:   true,
 			LogValuesFunc: h.logRequest,
 		}),
 		middleware.RecoverWithConfig(middleware.RecoverConfig{
@@ -187,10 +187,41 @@ func newRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// attachLogger gives the request a logger carrying its id.
-func (h *handlers) attachLogger(c echo.Context, id string) {
-	r := c.Request()
-	c.SetRequest(r.WithContext(logging.WithLogger(r.Context(), h.Log, zap.String("request_id", id))))
+// maxClientRequestID bounds the X-Request-Id a client may send.
+const maxClientRequestID = 128
+
+// validClientRequestID accepts a client's X-Request-Id only if it is short
+// and of characters that are safe in a log line and a header: letters,
+// digits and . _ : -.
+func validClientRequestID(s string) bool {
+	if s == "" || len(s) > maxClientRequestID {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// requestID gives every request the server's own id, in X-Request-Id and on
+// every log line (request_id), and a logger carrying it. A client's own
+// X-Request-Id, if short and safe, is logged beside it (client_request_id);
+// anything else a client sends there is ignored.
+func (h *handlers) requestID(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		id := newRequestID()
+		fields := []zap.Field{zap.String("request_id", id)}
+		if cid := r.Header.Get(echo.HeaderXRequestID); validClientRequestID(cid) {
+			fields = append(fields, zap.String("client_request_id", cid))
+		}
+		c.Response().Header().Set(echo.HeaderXRequestID, id)
+		c.SetRequest(r.WithContext(logging.WithLogger(r.Context(), h.Log, fields...)))
+		return next(c)
+	}
 }
 
 // logRequest writes the access log: one line per request, with the request

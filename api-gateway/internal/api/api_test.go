@@ -65,6 +65,12 @@ func (f queueFunc) EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImag
 
 func newEnv(t *testing.T, queue tasks.Queue) *env {
 	t.Helper()
+	return newEnvLogged(t, queue, zap.NewNop())
+}
+
+// newEnvLogged is newEnv with the handler logging to log.
+func newEnvLogged(t *testing.T, queue tasks.Queue, log *zap.Logger) *env {
+	t.Helper()
 	r := redistest.Start(t)
 	rdb := r.Client(t)
 	e := &env{t: t, rdb: rdb, store: store.New(rdb), accounts: store.New(rdb), now: time.Now()}
@@ -104,7 +110,7 @@ func newEnv(t *testing.T, queue tasks.Queue) *env {
 	e.signer = signedurl.New([]byte("0123456789abcdef0123456789abcdef"), e.srv.URL)
 	prices, _ := pricing.Parse(pricing.Default)
 	e.srv.Config.Handler = api.New(api.Deps{
-		Log:     zap.NewNop(),
+		Log:     log,
 		Tasks:   tasks.NewService(e.store, queue, taskid.New("lumen"), prices, tasks.Config{Deadline: 10 * time.Minute, MaxInflight: 100}),
 		Auth:    auth.New(e.accounts, 100, 0),
 		Limiter: ratelimit.New(rdb),

@@ -1,0 +1,118 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/easelhq/easel/pkg/jobs"
+)
+
+// The access line of every request carries the status the client received,
+// at warn for server errors: wrong keys, wrong admin tokens, disabled
+// accounts, 404s and 503s were all logged as 200.
+func TestAccessLogStatus(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	queueDown := false
+	e := newEnvLogged(t, queueFunc(func(ctx context.Context, j jobs.GenerateImage, d time.Time) error {
+		if queueDown {
+			return errors.New("connection refused")
+		}
+		return nil
+	}), zap.New(core))
+	tests := []struct {
+		name   string
+		do     func() reply
+		status int
+		level  zapcore.Level
+	}{
+		{"created", func() reply { return e.create(e.keyA, okBody) }, 200, zapcore.InfoLevel},
+		{"wrong key", func() reply { return e.create("esk_wrongwrongwrongwrongwrongwrongwrongwrong", okBody) }, 401, zapcore.InfoLevel},
+		{"no key", func() reply { return e.do("GET", "/v1/task/query?task_id=task_lumen_1", nil, "") }, 401, zapcore.InfoLevel},
+		{"disabled account", func() reply { return e.create(e.keyOff, okBody) }, 403, zapcore.InfoLevel},
+		{"unknown task", func() reply { return e.query(e.keyA, "task_lumen_1") }, 404, zapcore.InfoLevel},
+		{"unknown route", func() reply { return e.do("GET", "/v2/nothing", nil, "") }, 404, zapcore.InfoLevel},
+		{"wrong admin token", func() reply {
+			return e.do("GET", "/admin/v1/accounts", map[string]string{"Authorization": "Bearer not-the-token-0123456789abcdef0123"}, "")
+		}, 401, zapcore.InfoLevel},
+		{"queue down", func() reply { queueDown = true; defer func() { queueDown = false }(); return e.create(e.keyA, okBody) }, 503, zapcore.WarnLevel},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			logs.TakeAll()
+			r := tt.do()
+			if r.status != tt.status {
+				t.Fatalf("status %d; want %d (%s)", r.status, tt.status, r.body)
+			}
+			var lines []observer.LoggedEntry
+			for _, l := range logs.TakeAll() {
+				if l.Message == "request" {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) != 1 {
+				t.Fatalf("%d access lines; want 1", len(lines))
+			}
+			got := lines[0].ContextMap()
+			if got["status"] != int64(tt.status) || lines[0].Level != tt.level {
+				t.Errorf("access line status %v at %s; want %d at %s", got["status"], lines[0].Level, tt.status, tt.level)
+			}
+			if got["request_id"] != r.header.Get("X-Request-Id") || got["request_id"] == "" {
+				t.Errorf("access line request_id %v; X-Request-Id %q", got["request_id"], r.header.Get("X-Request-Id"))
+			}
+		})
+	}
+}
+
+// A client's X-Request-Id is logged beside the server's own only if it is
+// short and of safe characters; the response carries the server's id.
+func TestClientRequestID(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	e := newEnvLogged(t, nil, zap.New(core))
+	tests := []struct {
+		name, sent string
+		logged     bool
+	}{
+		{"a short safe id", "client-req_42:abc.7", true},
+		{"too long", strings.Repeat("a", 60_000), false},
+		{"unsafe characters", `abc"}<script>`, false},
+		{"spaces", "a b", false},
+		{"none", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			logs.TakeAll()
+			hdr := map[string]string{"Authorization": "Bearer " + e.keyA}
+			if tt.sent != "" {
+				hdr["X-Request-Id"] = tt.sent
+			}
+			r := e.do("GET", "/v1/task/query?task_id=task_lumen_1", hdr, "")
+			id := r.header.Get("X-Request-Id")
+			if len(id) != 24 || id == tt.sent {
+				t.Errorf("X-Request-Id %q; want the server's own 24-hex id", id)
+			}
+			var line map[string]any
+			for _, l := range logs.TakeAll() {
+				if l.Message == "request" {
+					line = l.ContextMap()
+				}
+			}
+			if line == nil {
+				t.Fatal("no access line")
+			}
+			if line["request_id"] != id {
+				t.Errorf("request_id %v; want %s", line["request_id"], id)
+			}
+			cid, has := line["client_request_id"]
+			if has != tt.logged || (has && cid != tt.sent) {
+				t.Errorf("client_request_id %v (logged %v); want logged %v", cid, has, tt.logged)
+			}
+		})
+	}
+}
