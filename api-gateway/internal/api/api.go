@@ -206,19 +206,22 @@ func validClientRequestID(s string) bool {
 	return true
 }
 
-// requestID gives every request the server's own id, in X-Request-Id and on
-// every log line (request_id), and a logger carrying it. A client's own
-// X-Request-Id, if short and safe, is logged beside it (client_request_id);
-// anything else a client sends there is ignored.
+// requestID gives every request the server's own id, on every log line
+// (request_id), and a logger carrying it. A client's own X-Request-Id is
+// accepted only if short and safe: then it is echoed in X-Request-Id and
+// logged beside ours (client_request_id). Otherwise X-Request-Id is ours and
+// whatever the client sent there is ignored.
 func (h *handlers) requestID(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		id := newRequestID()
 		fields := []zap.Field{zap.String("request_id", id)}
+		echoed := id
 		if cid := r.Header.Get(echo.HeaderXRequestID); validClientRequestID(cid) {
 			fields = append(fields, zap.String("client_request_id", cid))
+			echoed = cid
 		}
-		c.Response().Header().Set(echo.HeaderXRequestID, id)
+		c.Response().Header().Set(echo.HeaderXRequestID, echoed)
 		c.SetRequest(r.WithContext(logging.WithLogger(r.Context(), h.Log, fields...)))
 		return next(c)
 	}
