@@ -6,7 +6,8 @@
 // FS keeps blobs in a directory shared by the gateway and the workers; its
 // janitor removes blobs past their retention. Keys are relative
 // slash-separated paths of letters, digits, '.', '-' and '_'; all file access
-// goes through an os.Root, so no key can reach outside the directory.
+// goes through an os.Root, so no key can reach outside the directory, and Open
+// serves regular files only, never through a symlink.
 package blob
 
 import (
@@ -184,7 +185,11 @@ func (s *FS) Touch(_ context.Context, key string) (bool, error) {
 	return false, fmt.Errorf("blob: touch %s: %w", key, err)
 }
 
-// Open opens a blob for reading. A missing blob is *apperr.NotFoundError.
+// Open opens a blob for reading. A missing blob is *apperr.NotFoundError, and
+// so is a symlink: Easel writes blobs as regular files only, so a key that is
+// a symlink, or reaches its file through a directory that is one, names no
+// blob, wherever the link points. The error then carries the cause, for the
+// logs.
 func (s *FS) Open(_ context.Context, key string) (Object, Info, error) {
 	if !ValidKey(key) {
 		return nil, Info{}, errNotFound
@@ -193,8 +198,30 @@ func (s *FS) Open(_ context.Context, key string) (Object, Info, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, Info{}, errNotFound
 	}
+	// os.Root follows a symlink that stays in the directory and refuses one
+	// that leads out of it with an error of its own (not ErrNotExist): look
+	// for one either way. os.Root confines the open itself, so should the
+	// path change between the open and this check, what was opened is still
+	// a file in the directory.
+	link, lerr := s.symlinkOnPath(key)
+	if link != "" {
+		if f != nil {
+			_ = f.Close()
+		}
+		if err != nil {
+			return nil, Info{}, fmt.Errorf("%w: %s is a symlink: %v", errNotFound, link, err)
+		}
+		return nil, Info{}, fmt.Errorf("%w: %s is a symlink", errNotFound, link)
+	}
 	if err != nil {
 		return nil, Info{}, fmt.Errorf("blob: open %s: %w", key, err)
+	}
+	if lerr != nil {
+		_ = f.Close()
+		if errors.Is(lerr, fs.ErrNotExist) { // removed by the janitor meanwhile
+			return nil, Info{}, fmt.Errorf("%w: %v", errNotFound, lerr)
+		}
+		return nil, Info{}, fmt.Errorf("blob: open %s: %w", key, lerr)
 	}
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {
@@ -202,6 +229,28 @@ func (s *FS) Open(_ context.Context, key string) (Object, Info, error) {
 		return nil, Info{}, errNotFound
 	}
 	return f, Info{Size: st.Size(), ModTime: st.ModTime()}, nil
+}
+
+// symlinkOnPath returns the first of key's directories, or key itself, that
+// is a symlink, or "" when none is.
+func (s *FS) symlinkOnPath(key string) (string, error) {
+	for i := 0; ; {
+		p, end := key, true
+		if j := strings.IndexByte(key[i:], '/'); j >= 0 {
+			p, end = key[:i+j], false
+			i += j + 1
+		}
+		st, err := s.root.Lstat(p)
+		if err != nil {
+			return "", err
+		}
+		if st.Mode()&fs.ModeSymlink != 0 {
+			return p, nil
+		}
+		if end {
+			return "", nil
+		}
+	}
 }
 
 // Sweep removes blobs (and leftover temporary files) last modified before

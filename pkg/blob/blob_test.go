@@ -2,6 +2,7 @@ package blob
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -73,22 +74,72 @@ func TestPutOpen(t *testing.T) {
 	}
 }
 
-func TestOpenRefusesSymlinkOutOfRoot(t *testing.T) {
-	dir := t.TempDir()
-	outside := filepath.Join(t.TempDir(), "secret.txt")
-	if err := os.WriteFile(outside, []byte("secret"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(outside, filepath.Join(dir, "link.png")); err != nil {
-		t.Skip("symlinks unsupported:", err)
-	}
-	s, err := OpenFS(dir)
+// A symlink is never a blob (Easel writes blobs as regular files): whatever
+// it points at, and whether it is the key's last component or a directory on
+// the way, Open says not found, and keeps the cause for the logs.
+func TestOpenSymlinkIsNotFound(t *testing.T) {
+	s, err := OpenFS(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, _, err := s.Open(context.Background(), "link.png"); err == nil {
-		t.Error("a symlink out of the blob directory was followed")
+	ctx := context.Background()
+	if _, err := s.Put(ctx, "h/real.png", strings.NewReader("png bytes")); err != nil {
+		t.Fatal(err)
+	}
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "secret.png"), []byte("secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := func(target, name string) {
+		t.Helper()
+		if err := os.Symlink(target, filepath.Join(s.Dir(), filepath.FromSlash(name))); err != nil {
+			t.Skip("symlinks unsupported:", err)
+		}
+	}
+	link(filepath.Join(outside, "secret.png"), "h/out.png")
+	link("real.png", "h/in.png")
+	link(filepath.Join(s.Dir(), "h", "real.png"), "h/abs.png")
+	link("missing.png", "h/dangling.png")
+	link("h", "indir")
+	link(outside, "outdir")
+	if err := os.MkdirAll(filepath.Join(s.Dir(), "h", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link("sub", "h/subdir.png")
+
+	tests := []struct{ name, key string }{
+		{"to a file outside the directory", "h/out.png"},
+		{"to a blob inside the directory", "h/in.png"},
+		{"absolute, to a blob inside the directory", "h/abs.png"},
+		{"dangling", "h/dangling.png"},
+		{"to a directory", "h/subdir.png"},
+		{"a directory inside the directory, on the way", "indir/real.png"},
+		{"a directory outside the directory, on the way", "outdir/secret.png"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obj, _, err := s.Open(ctx, tt.key)
+			if err == nil {
+				b, _ := io.ReadAll(obj)
+				_ = obj.Close()
+				t.Fatalf("Open(%q) served %q through a symlink", tt.key, b)
+			}
+			var nf *apperr.NotFoundError
+			if !errors.As(err, &nf) {
+				t.Fatalf("Open(%q) = %v; want *apperr.NotFoundError", tt.key, err)
+			}
+		})
+	}
+	// The blob itself is still served.
+	obj, info, err := s.Open(ctx, "h/real.png")
+	if err != nil || info.Size != 9 {
+		t.Fatalf("Open of the regular blob = %v, size %d", err, info.Size)
+	}
+	_ = obj.Close()
+	// The cause is kept for the logs.
+	if _, _, err := s.Open(ctx, "h/out.png"); err == nil || err.Error() == errNotFound.Error() {
+		t.Errorf("Open through a symlink = %v; want the cause beside %q", err, errNotFound)
 	}
 }
 

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+	"net/textproto"
 	"path"
 	"strconv"
 	"strings"
@@ -137,11 +138,94 @@ func (h *handlers) download(c echo.Context) error {
 		hdr.Set("Cache-Control", "private, max-age="+strconv.FormatInt(max(exp-now.Unix(), 0), 10)+", immutable")
 	}
 	hdr.Set("X-Content-Type-Options", "nosniff")
-	// ServeContent answers Range, If-None-Match and HEAD, and sets
-	// Content-Length. Its own error replies (416 for a range past the end)
-	// are turned into the JSON envelope.
+	if rh := r.Header.Get("Range"); rh != "" {
+		if lim := limitRange(rh, info.Size); lim != rh {
+			r = r.Clone(r.Context())
+			if lim == "" {
+				r.Header.Del("Range")
+			} else {
+				r.Header.Set("Range", lim)
+			}
+		}
+	}
+	// ServeContent answers Range (as limitRange left it), the conditional
+	// headers and HEAD, and sets Content-Length. Its own error replies (416
+	// for a range past the end) are turned into the JSON envelope.
 	http.ServeContent(&envelopeErrors{ResponseWriter: c.Response(), head: r.Method == http.MethodHead}, r, path.Base(key), info.ModTime, obj)
 	return nil
+}
+
+// maxRanges is the most byte ranges a download serves. A client wants an
+// image whole, or resumes it with one range; a few ranges cover the rare
+// client that asks for several parts. Each range costs the server a seek and
+// a multipart header, so a Range header naming thousands of tiny ranges turns
+// a small request into a reply many times the file's size; with at most 8 the
+// multipart overhead stays under a kilobyte.
+const maxRanges = 8
+
+// limitRange returns the Range header ServeContent is to see instead of h,
+// for a file of size bytes ("" for none):
+//
+//   - more than maxRanges ranges: none, so the whole file is sent with 200.
+//     RFC 9110 §14.2 lets a server ignore Range (and names many small ranges
+//     as a reason to); coalescing would not help, since ranges that do not
+//     touch stay apart, and ignoring caps the reply at a plain GET's.
+//   - suffix ranges of length 0 ("-0"), which select nothing (RFC 9110
+//     §14.1.1), are dropped, where net/http would send them as a malformed
+//     part "bytes <size>-<size-1>/<size>". When nothing else is left, the
+//     range set is unsatisfiable: it becomes one that starts at the end of
+//     the file, for which ServeContent answers 416 with Content-Range
+//     "bytes */<size>". Leaving that to ServeContent keeps the precedence
+//     of its conditional checks (If-None-Match's 304, If-Range's 200).
+//
+// Anything else, including a malformed header, is ServeContent's to answer.
+func limitRange(h string, size int64) string {
+	const unit = "bytes="
+	if !strings.HasPrefix(h, unit) {
+		return h
+	}
+	set := h[len(unit):]
+	n, zero := 0, 0
+	for spec := range strings.SplitSeq(set, ",") {
+		spec = textproto.TrimString(spec)
+		if spec == "" {
+			continue // as net/http does
+		}
+		if n++; n > maxRanges {
+			return ""
+		}
+		if zeroSuffix(spec) {
+			zero++
+		}
+	}
+	switch zero {
+	case 0:
+		return h
+	case n:
+		return unit + strconv.FormatInt(size, 10) + "-"
+	}
+	kept := make([]string, 0, n-zero)
+	for spec := range strings.SplitSeq(set, ",") {
+		if spec = textproto.TrimString(spec); spec != "" && !zeroSuffix(spec) {
+			kept = append(kept, spec)
+		}
+	}
+	return unit + strings.Join(kept, ",")
+}
+
+// zeroSuffix reports whether a range-spec is a suffix range of length 0,
+// read as net/http reads one.
+func zeroSuffix(spec string) bool {
+	start, end, ok := strings.Cut(spec, "-")
+	if !ok || textproto.TrimString(start) != "" {
+		return false
+	}
+	end = textproto.TrimString(end)
+	if end == "" || end[0] == '-' {
+		return false
+	}
+	n, err := strconv.ParseInt(end, 10, 64)
+	return err == nil && n == 0
 }
 
 // envelopeErrors replaces the plain-text body of an error status written by
