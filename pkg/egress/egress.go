@@ -4,10 +4,13 @@
 //
 // The check runs on the resolved address at connect time (Dialer), so DNS
 // rebinding cannot get around it; the gateway also refuses literal addresses
-// at create time (CheckURL).
+// at create time (CheckURL), in every form a resolver or browser reads as an
+// address (127.1, 0x7f000001, １２７。０。０。１, 127.0.0.1., ...: see
+// hostAddr).
 package egress
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -174,10 +177,25 @@ func (p Policy) CheckAddr(addr netip.AddrPort) error {
 	return nil
 }
 
-// CheckURL checks what can be known of a URL without resolving it: a
-// literal IP host in a refused range, or a refused port. It returns a message
-// for the client, or "".
+// CheckURL checks what can be known of a URL without resolving it: a host
+// that cannot be fetched (it fails IDNA mapping), a refused port, or a host
+// that denotes an IP address in a refused range. The host is normalised
+// first (hostAddr): UTS #46 mapping, one trailing dot removed, then the
+// inet_aton forms, so 127.1, 0x7f000001, 2130706433, 0177.0.0.1, 0,
+// 127.0.0.1. and １２７。０。０。１ are all checked as the address they denote.
+// A host that is a name is left to the dial-time check.
+//
+// It returns a message for the client ("points to a loopback address", ...),
+// which never contains the host or the address, or "". AllowPrivate lifts the
+// port and range rules, not the IDNA one.
 func (p Policy) CheckURL(u *url.URL) string {
+	addr, isAddr, err := hostAddr(u.Hostname())
+	switch {
+	case errors.Is(err, errIPv6):
+		return "has a host that is not a valid IPv6 address"
+	case err != nil:
+		return "has a host name that is not valid (it fails IDNA mapping)"
+	}
 	if p.AllowPrivate {
 		return ""
 	}
@@ -195,7 +213,7 @@ func (p Policy) CheckURL(u *url.URL) string {
 	if !p.portAllowed(port) {
 		return fmt.Sprintf("uses port %d; allowed ports: %s", port, p.ports())
 	}
-	if addr, err := netip.ParseAddr(u.Hostname()); err == nil {
+	if isAddr {
 		if why := RefusedAddr(addr); why != "" && !p.allowed(addr) {
 			return "points to " + why
 		}

@@ -151,6 +151,73 @@ func TestDecodeInvalid(t *testing.T) {
 	}
 }
 
+// A source URL whose host denotes a refused address in a form other than
+// dotted decimal (what inet_aton, resolvers and browsers accept) is refused at
+// create time like the dotted-decimal literal: 400, naming the field, and
+// without echoing the host or the address.
+func TestDecodeRefusesAddressForms(t *testing.T) {
+	tests := []struct {
+		name    string
+		url     string
+		addr    string // the address the host denotes
+		wantMsg string
+	}{
+		{"two parts", "http://127.1/a.png", "127.0.0.1", "points to a loopback address"},
+		{"three parts", "http://127.0.1/a.png", "127.0.0.1", "points to a loopback address"},
+		{"one hex part", "http://0x7f000001/a.png", "127.0.0.1", "points to a loopback address"},
+		{"one decimal part", "http://2130706433/a.png", "127.0.0.1", "points to a loopback address"},
+		{"octal first part", "http://0177.0.0.1/a.png", "127.0.0.1", "points to a loopback address"},
+		{"zero", "http://0/a.png", "0.0.0.0", "points to an unspecified address"},
+		{"trailing dot", "http://127.0.0.1./a.png", "127.0.0.1", "points to a loopback address"},
+		{"trailing dot and port", "https://127.0.0.1.:443/a.png", "127.0.0.1", "points to a loopback address"},
+		{"full-width digits", "http://１２７.０.０.１/a.png", "127.0.0.1", "points to a loopback address"},
+		{"full-width digits, percent-encoded", "http://%EF%BC%91%EF%BC%92%EF%BC%97.0.0.1/a.png", "127.0.0.1", "points to a loopback address"},
+		{"ideographic full stop", "http://127。0。0。1/a.png", "127.0.0.1", "points to a loopback address"},
+		{"full-width full stop", "http://127．0．0．1/a.png", "127.0.0.1", "points to a loopback address"},
+		{"half-width ideographic full stop", "http://127｡0｡0｡1/a.png", "127.0.0.1", "points to a loopback address"},
+		{"metadata, one decimal part", "http://2852039166/latest/meta-data/", "169.254.169.254", "points to a link-local address"},
+		{"metadata, hex parts", "http://0xa9.0xfe.0xa9.0xfe/latest/meta-data/", "169.254.169.254", "points to a link-local address"},
+		{"private, two parts", "http://10.1/a.png", "10.0.0.1", "points to a private address"},
+		{"private, full-width", "http://１９２．１６８．０．１/a.png", "192.168.0.1", "points to a private address"},
+	}
+	d := newDecoder(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","image_urls":["` + tt.url + `"]}}`
+			_, err := d.Decode([]byte(body))
+			if err == nil {
+				t.Fatalf("Decode(%s) succeeded; want a 400 naming input.image_urls[0]", tt.url)
+			}
+			e, ok := apperr.As(err)
+			if !ok || e.Code != apperr.Invalid {
+				t.Fatalf("error %v: want an apperr with code %s", err, apperr.Invalid)
+			}
+			if want := "input.image_urls[0] " + tt.wantMsg; !strings.Contains(e.Message, want) {
+				t.Errorf("message %q does not contain %q", e.Message, want)
+			}
+			host := tt.url[strings.Index(tt.url, "//")+2:]
+			host = host[:strings.IndexAny(host, ":/")]
+			why := strings.TrimPrefix(e.Message, "input.image_urls[0] ") // "0" is a host here
+			if strings.Contains(why, host) || strings.Contains(why, tt.addr) {
+				t.Errorf("message %q names the host or its address", e.Message)
+			}
+		})
+	}
+	// The index is the offending URL's, after public ones.
+	body := `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","image_urls":["https://example.com/a.png","http://0x7f000001/b.png"]}}`
+	_, err := d.Decode([]byte(body))
+	if e, ok := apperr.As(err); !ok || e.Code != apperr.Invalid || !strings.Contains(e.Message, "input.image_urls[1] points to a loopback address") {
+		t.Errorf("second URL refused: got %v; want a 400 naming input.image_urls[1]", err)
+	}
+	// Public addresses in these forms are accepted.
+	for _, u := range []string{"http://0x08080808/a.png", "https://８.８.８.８/a.png", "http://8.8.8.8./a.png", "http://256.1.1.1/a.png"} {
+		body := `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","image_urls":["` + u + `"]}}`
+		if _, err := d.Decode([]byte(body)); err != nil {
+			t.Errorf("Decode(%s): %v; want accepted", u, err)
+		}
+	}
+}
+
 func TestAllowPrivateLiftsLiteralCheck(t *testing.T) {
 	d := newDecoder(t)
 	d.Egress = egress.Policy{AllowPrivate: true}
