@@ -154,15 +154,16 @@ func (f *Fetcher) fetchOne(ctx context.Context, i int, rawURL string, total *ato
 	if resp.ContentLength > f.opts.MaxBytes {
 		return fail(task.InvalidSourceImage, nil, "is larger than the %d MB limit", f.opts.MaxBytes>>20)
 	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, f.opts.MaxBytes+1))
-	if err != nil {
-		return fail(task.SourceFetchFailed, err, "could not be fetched: %s", describe(err))
-	}
-	if int64(len(data)) > f.opts.MaxBytes {
-		return fail(task.InvalidSourceImage, nil, "is larger than the %d MB limit", f.opts.MaxBytes>>20)
-	}
-	if total.Add(int64(len(data))) > f.opts.MaxTotalBytes {
+	// Bytes count against the task's total as they arrive, so no image is
+	// read past the point where the task as a whole is over its limit.
+	data, err := io.ReadAll(&budgetReader{r: io.LimitReader(resp.Body, f.opts.MaxBytes+1), total: total, max: f.opts.MaxTotalBytes})
+	switch {
+	case errors.Is(err, errOverTotal):
 		return fail(task.InvalidSourceImage, nil, "brings the source images over the %d MB total limit", f.opts.MaxTotalBytes>>20)
+	case err != nil:
+		return fail(task.SourceFetchFailed, err, "could not be fetched: %s", describe(err))
+	case int64(len(data)) > f.opts.MaxBytes:
+		return fail(task.InvalidSourceImage, nil, "is larger than the %d MB limit", f.opts.MaxBytes>>20)
 	}
 	mime := http.DetectContentType(data)
 	switch mime {
@@ -183,6 +184,25 @@ func (f *Fetcher) fetchOne(ctx context.Context, i int, rawURL string, total *ato
 		return fail(task.InvalidSourceImage, nil, "is %dx%d pixels; the limit is %d megapixels", cfg.Width, cfg.Height, f.opts.MaxPixels/1_000_000)
 	}
 	return imagegen.Source{Index: i, Data: data, MIME: mime, Width: cfg.Width, Height: cfg.Height}, nil
+}
+
+var errOverTotal = errors.New("over the task's total of source bytes")
+
+// budgetReader adds what it reads to a task's running total of source
+// bytes, shared by the task's fetches, and fails as soon as the total passes
+// max.
+type budgetReader struct {
+	r     io.Reader
+	total *atomic.Int64
+	max   int64
+}
+
+func (b *budgetReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if n > 0 && b.total.Add(int64(n)) > b.max {
+		return n, errOverTotal
+	}
+	return n, err
 }
 
 // describe says why a fetch failed without internal detail.

@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -257,5 +258,48 @@ func TestOrderIsKept(t *testing.T) {
 		if s.Index != i || s.Width != i+1 {
 			t.Errorf("source %d: index %d width %d", i, s.Index, s.Width)
 		}
+	}
+}
+
+// The total of a task's source bytes is counted as they arrive: once it is
+// over the limit every download stops, instead of each being read to its end
+// before the total is checked (ten 20 MB images were read in full against a
+// 100 MB total).
+func TestTotalStopsDownloadsEarly(t *testing.T) {
+	const chunks, chunkSize = 40, 32 << 10 // 1.25 MB an image, 2 s to serve
+	var mu sync.Mutex
+	finished := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "image/png")
+		chunk := append(encoded(t, "png", 1, 1), make([]byte, chunkSize)...)[:chunkSize]
+		for i := 0; i < chunks; i++ {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		mu.Lock()
+		finished++
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	opts := open()
+	opts.MaxTotalBytes = 1 << 20 // less than one image
+	urls := []string{srv.URL + "/a.png", srv.URL + "/b.png", srv.URL + "/c.png"}
+	_, err := New(opts).Fetch(context.Background(), urls)
+	if e, ok := apperr.As(err); !ok || e.Code != task.InvalidSourceImage || !strings.Contains(e.Message, "total limit") {
+		t.Fatalf("Fetch = %v; want the total limit", err)
+	}
+	srv.CloseClientConnections()
+	time.Sleep(100 * time.Millisecond) // let the handlers see the closed connections
+	mu.Lock()
+	defer mu.Unlock()
+	if finished != 0 {
+		t.Errorf("%d of 3 images were served to the end; the fetch should have stopped reading at the total", finished)
 	}
 }

@@ -166,9 +166,11 @@ func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Atte
 }
 
 // classify turns an error into the failure a user sees, and whether another
-// attempt could succeed.
+// attempt could succeed. Only the task's own deadline is a timeout: a step
+// cut by a time limit of its own (a source fetch, one call to the model)
+// says so in its own code, source_fetch_failed or upstream_unavailable.
 func classify(ctx context.Context, err error) (task.Failure, bool) {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return task.Failure{Code: string(task.Timeout), Message: "the task did not finish within its deadline"}, false
 	}
 	if e, ok := apperr.As(err); ok {

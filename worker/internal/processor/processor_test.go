@@ -595,3 +595,36 @@ func TestTaskLogLines(t *testing.T) {
 		}
 	}
 }
+
+// A source that drips slower than the fetch timeout fails the task with
+// source_fetch_failed, not timeout: the task's deadline was nowhere near.
+func TestSlowSourceIsAFetchFailure(t *testing.T) {
+	f := newFixture(t, nil)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "image/png")
+		w.WriteHeader(200)
+		for i := 0; i < 100; i++ {
+			if _, err := w.Write([]byte{0x89}); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}))
+	t.Cleanup(slow.Close)
+	f.proc.fetch = fetch.New(fetch.Options{Policy: egress.Policy{AllowPrivate: true}, Timeout: 300 * time.Millisecond})
+	j := f.job(t, "task_lumen_31", std, func(in *task.Input) { in.ImageURLs = []string{slow.URL + "/drip.png"} })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // the task's deadline
+	defer cancel()
+	if err := f.proc.Process(ctx, j, Attempt{0, 3}); err != nil {
+		t.Fatalf("a final failure must not ask for a retry: %v", err)
+	}
+	got := f.get(t, "task_lumen_31")
+	if got.Status != task.Failed || got.Failure.Code != string(task.SourceFetchFailed) || !strings.Contains(got.Failure.Message, "image_urls[0]") {
+		t.Errorf("task %+v %+v; want source_fetch_failed naming image_urls[0]", got, got.Failure)
+	}
+}
