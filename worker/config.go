@@ -37,6 +37,7 @@ type Config struct {
 	FetchMaxImageMB  int           `env:"EASEL_FETCH_MAX_IMAGE_MB" envDefault:"20"`
 	FetchMaxTotalMB  int           `env:"EASEL_FETCH_MAX_TOTAL_MB" envDefault:"100"`
 	FetchMaxMegapix  int           `env:"EASEL_FETCH_MAX_MEGAPIXELS" envDefault:"50"`
+	FetchMaxDecoded  int           `env:"EASEL_FETCH_MAX_DECODED_MB" envDefault:"400"`
 	FetchTimeout     time.Duration `env:"EASEL_FETCH_TIMEOUT" envDefault:"30s"`
 	FetchConnTimeout time.Duration `env:"EASEL_FETCH_CONNECT_TIMEOUT" envDefault:"5s"`
 	// SimDelay is the procedural generator's simulated duration for the
@@ -96,7 +97,7 @@ func (c *Config) Validate() error {
 	for _, f := range []struct {
 		name   string
 		v, max int
-	}{{"EASEL_FETCH_MAX_IMAGE_MB", c.FetchMaxImageMB, 1024}, {"EASEL_FETCH_MAX_TOTAL_MB", c.FetchMaxTotalMB, 10240}, {"EASEL_FETCH_MAX_MEGAPIXELS", c.FetchMaxMegapix, 1000}} {
+	}{{"EASEL_FETCH_MAX_IMAGE_MB", c.FetchMaxImageMB, 1024}, {"EASEL_FETCH_MAX_TOTAL_MB", c.FetchMaxTotalMB, 10240}, {"EASEL_FETCH_MAX_MEGAPIXELS", c.FetchMaxMegapix, 1000}, {"EASEL_FETCH_MAX_DECODED_MB", c.FetchMaxDecoded, 65536}} {
 		if f.v < 1 || f.v > f.max {
 			errs = append(errs, fmt.Errorf("%s %d: want 1 to %d", f.name, f.v, f.max))
 		}

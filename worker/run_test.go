@@ -37,7 +37,9 @@ func startWorker(t *testing.T, env map[string]string) string {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), Options{HealthListener: hl}) }()
+	go func() {
+		done <- Run(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), Options{HealthListener: hl})
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -75,6 +75,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		MaxBytes:       int64(cfg.FetchMaxImageMB) << 20,
 		MaxTotalBytes:  int64(cfg.FetchMaxTotalMB) << 20,
 		MaxPixels:      int64(cfg.FetchMaxMegapix) * 1_000_000,
+		MaxDecoded:     int64(cfg.FetchMaxDecoded) << 20,
 		ConnectTimeout: cfg.FetchConnTimeout,
 		Timeout:        cfg.FetchTimeout,
 	})
@@ -108,9 +109,13 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 			log.Error("undecodable job; archiving it", zap.String("task_id", id), zap.Error(err))
 			return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 		}
+		if d, ok := ctx.Deadline(); ok && job.Deadline.IsZero() {
+			job.Deadline = d // a job queued before the deadline travelled with it
+		}
+		run, _ := asynq.GetTaskID(ctx)
 		retry, _ := asynq.GetRetryCount(ctx)
 		maxRetry, _ := asynq.GetMaxRetry(ctx)
-		return proc.Process(ctx, job, processor.Attempt{Retry: retry, MaxRetry: maxRetry})
+		return proc.Process(ctx, job, processor.Attempt{Retry: retry, MaxRetry: maxRetry, Run: run})
 	})
 
 	hl := opts.HealthListener
@@ -143,7 +148,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	}()
 	go func() {
 		defer backgroundDone.Done()
-		runSweeper(background, st, sweepEvery, log)
+		newSweeper(st, jobs.NewEnqueuer(rdb), recoverEvery, log).run(background)
 	}()
 
 	var runErr error
@@ -177,62 +182,6 @@ func newGenerator(ctx context.Context, cfg Config) (imagegen.Generator, error) {
 		return gemini.New(ctx, gemini.Config{APIKey: cfg.GeminiAPIKey, BaseURL: cfg.GeminiBaseURL, Models: models, Timeout: cfg.GeminiTimeout})
 	}
 	return nil, fmt.Errorf("unknown generator %q", cfg.Generator)
-}
-
-// sweepEvery is how often a worker looks for overdue tasks (one worker at a
-// time, under a lease).
-const sweepEvery = 30 * time.Second
-
-// Sweeper is what the sweeper needs of the store.
-type Sweeper interface {
-	TryLock(ctx context.Context, name string, ttl time.Duration) (bool, error)
-	Overdue(ctx context.Context, limit int64) ([]store.Overdue, error)
-	Expire(ctx context.Context, o store.Overdue) (store.Outcome, error)
-}
-
-// runSweeper fails and refunds tasks past their deadline that no worker will
-// finish (their worker died on the last attempt, or their job expired in the
-// queue), every period, on whichever worker takes the lease first.
-func runSweeper(ctx context.Context, st Sweeper, every time.Duration, log *zap.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		sweep(ctx, st, every, log)
-	}
-}
-
-// sweep runs one round, if this worker gets the lease; it reports how many
-// tasks it failed.
-func sweep(ctx context.Context, st Sweeper, every time.Duration, log *zap.Logger) int {
-	// The lease runs out a little before the next round, so a worker that
-	// died holding it does not stop the next.
-	got, err := st.TryLock(ctx, "sweeper", every-every/30)
-	if err != nil || !got {
-		return 0
-	}
-	overdue, err := st.Overdue(ctx, 1000)
-	if err != nil {
-		log.Warn("sweeper", zap.Error(err))
-		return 0
-	}
-	failed := 0
-	for _, o := range overdue {
-		out, err := st.Expire(ctx, o)
-		if err != nil {
-			log.Warn("sweeper could not expire a task", zap.String("task_id", o.TaskID), zap.Error(err))
-			continue
-		}
-		if out == store.Applied {
-			failed++
-			log.Warn("task failed: past its deadline with no worker on it; refunded", zap.String("task_id", o.TaskID), zap.String("account_id", o.AccountID))
-		}
-	}
-	return failed
 }
 
 func healthHandler(rdb *redis.Client) http.Handler {

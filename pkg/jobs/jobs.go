@@ -7,7 +7,10 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -49,6 +52,20 @@ type GenerateImage struct {
 	// (task.Input.WithDefaults).
 	Input      task.Input
 	CreateTime time.Time
+	// Deadline is when the task must end (the Asynq job's deadline).
+	Deadline time.Time
+}
+
+// RunID is the Asynq TaskID of run n of a task: the task id for the first
+// run, "<task id>.r<n>" for a run queued after run n-1's worker died. Each
+// run's id is unique, so queueing a run twice is a conflict, never a second
+// job; the task record names the run that owns it, and only that run may
+// finish it.
+func RunID(taskID string, n int) string {
+	if n == 0 {
+		return taskID
+	}
+	return taskID + ".r" + strconv.Itoa(n)
 }
 
 func tierToProto(t catalog.Tier) jobv1.Tier {
@@ -90,12 +107,15 @@ func (j GenerateImage) check() error {
 	return nil
 }
 
-// NewGenerateImageTask builds the Asynq task of a job: its TaskID is the
-// task id (so it is never queued twice), it goes on its tier's queue and must
-// end by deadline.
-func NewGenerateImageTask(j GenerateImage, deadline time.Time) (*asynq.Task, error) {
+// EncodeGenerateImage returns a job's payload: what NewGenerateImageTask
+// queues, and what the task store keeps with a pending task so that a job a
+// gateway could not queue can be queued later (DecodeGenerateImage).
+func EncodeGenerateImage(j GenerateImage) ([]byte, error) {
 	if err := j.check(); err != nil {
 		return nil, err
+	}
+	if j.Deadline.IsZero() {
+		return nil, fmt.Errorf("jobs: task %s: no deadline", j.TaskID)
 	}
 	in := j.Input
 	b, err := proto.Marshal(&jobv1.GenerateImage{
@@ -108,15 +128,30 @@ func NewGenerateImageTask(j GenerateImage, deadline time.Time) (*asynq.Task, err
 		ImageSize:    in.ImageSize,
 		ImageUrls:    in.ImageURLs,
 		CreateTimeMs: j.CreateTime.UnixMilli(),
+		DeadlineMs:   j.Deadline.UnixMilli(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: encode %s: %w", j.TaskID, err)
 	}
+	return b, nil
+}
+
+// NewGenerateImageTask builds the Asynq task of a run of a job (run is
+// RunID(task id, n)): its TaskID is the run, it goes on its tier's queue and
+// must end by the job's deadline.
+func NewGenerateImageTask(j GenerateImage, run string) (*asynq.Task, error) {
+	if run != j.TaskID && !strings.HasPrefix(run, j.TaskID+".r") {
+		return nil, fmt.Errorf("jobs: %q is not a run of task %s", run, j.TaskID)
+	}
+	b, err := EncodeGenerateImage(j)
+	if err != nil {
+		return nil, err
+	}
 	return asynq.NewTask(TypeGenerateImage, b,
-		asynq.TaskID(j.TaskID),
-		asynq.Queue(Queue(in.Model.Tier)),
+		asynq.TaskID(run),
+		asynq.Queue(Queue(j.Input.Model.Tier)),
 		asynq.MaxRetry(MaxRetry),
-		asynq.Deadline(deadline),
+		asynq.Deadline(j.Deadline),
 	), nil
 }
 
@@ -125,8 +160,13 @@ func ParseGenerateImage(t *asynq.Task) (GenerateImage, error) {
 	if t.Type() != TypeGenerateImage {
 		return GenerateImage{}, fmt.Errorf("jobs: task type %q is not %q", t.Type(), TypeGenerateImage)
 	}
+	return DecodeGenerateImage(t.Payload())
+}
+
+// DecodeGenerateImage decodes a job's payload (EncodeGenerateImage).
+func DecodeGenerateImage(payload []byte) (GenerateImage, error) {
 	p := &jobv1.GenerateImage{}
-	if err := proto.Unmarshal(t.Payload(), p); err != nil {
+	if err := proto.Unmarshal(payload, p); err != nil {
 		return GenerateImage{}, fmt.Errorf("jobs: decode payload: %w", err)
 	}
 	tier, _ := tierFromProto(p.GetTier())
@@ -142,31 +182,85 @@ func ParseGenerateImage(t *asynq.Task) (GenerateImage, error) {
 		},
 		CreateTime: time.UnixMilli(p.GetCreateTimeMs()),
 	}
+	// Jobs queued before the deadline travelled in the payload have none
+	// here; their Asynq deadline still applies.
+	if ms := p.GetDeadlineMs(); ms > 0 {
+		j.Deadline = time.UnixMilli(ms)
+	}
 	if err := j.check(); err != nil {
 		return GenerateImage{}, err
 	}
 	return j, nil
 }
 
-// Enqueuer puts jobs on their queues.
+// Enqueuer puts jobs on their queues, and finds runs whose worker is gone.
 type Enqueuer struct {
-	client *asynq.Client
+	client    *asynq.Client
+	inspector *asynq.Inspector
 }
 
 // NewEnqueuer returns an enqueuer on an existing Redis client, which the
 // caller keeps and closes.
 func NewEnqueuer(rdb redis.UniversalClient) *Enqueuer {
-	return &Enqueuer{client: asynq.NewClientFromRedisClient(rdb)}
+	return &Enqueuer{client: asynq.NewClientFromRedisClient(rdb), inspector: asynq.NewInspectorFromRedisClient(rdb)}
 }
 
-// EnqueueGenerateImage queues an image job, to end by deadline.
-func (e *Enqueuer) EnqueueGenerateImage(ctx context.Context, j GenerateImage, deadline time.Time) error {
-	t, err := NewGenerateImageTask(j, deadline)
+// EnqueueGenerateImage queues a run of an image job (RunID). A run that is
+// queued already is not queued again, and is no error.
+func (e *Enqueuer) EnqueueGenerateImage(ctx context.Context, j GenerateImage, run string) error {
+	t, err := NewGenerateImageTask(j, run)
 	if err != nil {
 		return err
 	}
-	if _, err := e.client.EnqueueContext(ctx, t); err != nil {
-		return fmt.Errorf("jobs: enqueue %s: %w", j.TaskID, err)
+	if _, err := e.client.EnqueueContext(ctx, t); err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		return fmt.Errorf("jobs: enqueue %s: %w", run, err)
 	}
 	return nil
+}
+
+// Orphan is a run whose worker stopped extending its lease: it died, or lost
+// Redis for longer than the lease (30 s). Asynq itself puts such runs back
+// only a minute or two later; the workers' recovery hands the task to a new
+// run sooner.
+type Orphan struct {
+	Run string
+	Job GenerateImage
+}
+
+// Orphans lists the image runs, on the given queues, whose lease has run
+// out.
+func (e *Enqueuer) Orphans(ctx context.Context, queues []string) ([]Orphan, error) {
+	var out []Orphan
+	const page = 500
+	for _, q := range queues {
+		for n := 1; ; n++ {
+			if err := ctx.Err(); err != nil {
+				return out, err
+			}
+			infos, err := e.inspector.ListActiveTasks(q, asynq.PageSize(page), asynq.Page(n))
+			if errors.Is(err, asynq.ErrQueueNotFound) {
+				break
+			}
+			if err != nil {
+				return out, fmt.Errorf("jobs: active runs of %s: %w", q, err)
+			}
+			for _, ti := range infos {
+				if !ti.IsOrphaned || ti.Type != TypeGenerateImage {
+					continue
+				}
+				j, err := DecodeGenerateImage(ti.Payload)
+				if err != nil {
+					continue // not ours to recover; Asynq will archive it
+				}
+				if j.Deadline.IsZero() {
+					j.Deadline = ti.Deadline
+				}
+				out = append(out, Orphan{Run: ti.ID, Job: j})
+			}
+			if len(infos) < page {
+				break
+			}
+		}
+	}
+	return out, nil
 }

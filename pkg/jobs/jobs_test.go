@@ -17,16 +17,16 @@ var pro = catalog.Model{ID: "lumen-3-pro-image-preview", Tier: catalog.Pro}
 
 func TestRoundTrip(t *testing.T) {
 	tests := map[string]GenerateImage{
-		"edit with a ratio": {TaskID: "task_lumen_1", AccountID: "acct_x", CreateTime: time.UnixMilli(42),
+		"edit with a ratio": {TaskID: "task_lumen_1", AccountID: "acct_x", CreateTime: time.UnixMilli(42), Deadline: time.UnixMilli(600_042),
 			Input: task.Input{Model: pro, Prompt: "p", AspectRatio: "16:9", ImageSize: "2K", ImageURLs: []string{"https://e.com/a.png"}}},
-		"edit, ratio from the source": {TaskID: "task_lumen_2", AccountID: "acct_x", CreateTime: time.UnixMilli(43),
+		"edit, ratio from the source": {TaskID: "task_lumen_2", AccountID: "acct_x", CreateTime: time.UnixMilli(43), Deadline: time.UnixMilli(600_043),
 			Input: task.Input{Model: pro, Prompt: "p", ImageSize: "1K", ImageURLs: []string{"https://e.com/a.png", "https://e.com/b.png"}}},
-		"text-to-image": {TaskID: "task_lumen_3", AccountID: "acct_y", CreateTime: time.UnixMilli(44),
+		"text-to-image": {TaskID: "task_lumen_3", AccountID: "acct_y", CreateTime: time.UnixMilli(44), Deadline: time.UnixMilli(600_044),
 			Input: task.Input{Model: catalog.Model{ID: "lumen-2.5-flash-image", Tier: catalog.Standard}, Prompt: "q", AspectRatio: "1:1", ImageSize: "1K"}},
 	}
 	for name, j := range tests {
 		t.Run(name, func(t *testing.T) {
-			at, err := NewGenerateImageTask(j, time.Now().Add(time.Minute))
+			at, err := NewGenerateImageTask(j, j.TaskID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -46,7 +46,7 @@ func TestRoundTrip(t *testing.T) {
 
 func TestRejects(t *testing.T) {
 	enc := func(p *jobv1.GenerateImage) []byte { b, _ := proto.Marshal(p); return b }
-	good := &jobv1.GenerateImage{TaskId: "t", AccountId: "a", Model: "m", Tier: jobv1.Tier_TIER_STANDARD, AspectRatio: "1:1", ImageSize: "1K"}
+	good := &jobv1.GenerateImage{TaskId: "t", AccountId: "a", Model: "m", Tier: jobv1.Tier_TIER_STANDARD, AspectRatio: "1:1", ImageSize: "1K", DeadlineMs: 1}
 	with := func(f func(p *jobv1.GenerateImage)) []byte {
 		p := proto.Clone(good).(*jobv1.GenerateImage)
 		f(p)
@@ -72,8 +72,16 @@ func TestRejects(t *testing.T) {
 			t.Errorf("%s: parsed", name)
 		}
 	}
-	if _, err := NewGenerateImageTask(GenerateImage{TaskID: "t", AccountID: "a", Input: task.Input{Model: catalog.Model{ID: "m"}, ImageSize: "1K", AspectRatio: "1:1"}}, time.Now()); err == nil {
+	if _, err := NewGenerateImageTask(GenerateImage{TaskID: "t", AccountID: "a", Deadline: time.Now(), Input: task.Input{Model: catalog.Model{ID: "m"}, ImageSize: "1K", AspectRatio: "1:1"}}, "t"); err == nil {
 		t.Error("built a task without a tier")
+	}
+	if _, err := NewGenerateImageTask(GenerateImage{TaskID: "t", AccountID: "a", Input: task.Input{Model: pro, ImageSize: "1K", AspectRatio: "1:1"}}, "t"); err == nil {
+		t.Error("built a task without a deadline")
+	}
+	// A payload from before the deadline field parses, without one.
+	old, err := ParseGenerateImage(asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.DeadlineMs = 0 })))
+	if err != nil || !old.Deadline.IsZero() {
+		t.Errorf("a payload without a deadline: %+v, %v", old, err)
 	}
 }
 
@@ -89,5 +97,35 @@ func TestQueuesPerTier(t *testing.T) {
 	}
 	if got := Queues(); len(got) != 2 || got[0] != "standard" || got[1] != "pro" {
 		t.Errorf("Queues() = %v", got)
+	}
+}
+
+func TestRuns(t *testing.T) {
+	j := GenerateImage{TaskID: "task_lumen_7", AccountID: "a", CreateTime: time.UnixMilli(1), Deadline: time.UnixMilli(2),
+		Input: task.Input{Model: pro, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}}
+	for n, want := range map[int]string{0: "task_lumen_7", 1: "task_lumen_7.r1", 2: "task_lumen_7.r2"} {
+		if got := RunID(j.TaskID, n); got != want {
+			t.Errorf("RunID(%d) = %q; want %q", n, got, want)
+		}
+		at, err := NewGenerateImageTask(j, RunID(j.TaskID, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := ParseGenerateImage(at)
+		if err != nil || back.TaskID != j.TaskID {
+			t.Errorf("run %d parses as task %q, %v", n, back.TaskID, err)
+		}
+	}
+	if _, err := NewGenerateImageTask(j, "task_lumen_8"); err == nil {
+		t.Error("queued a run of another task")
+	}
+	// The stored payload is the queued one.
+	b, err := EncodeGenerateImage(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodeGenerateImage(b)
+	if err != nil || !reflect.DeepEqual(back, j) {
+		t.Errorf("Decode(Encode(j)) = %+v, %v", back, err)
 	}
 }

@@ -28,7 +28,7 @@ func TestConcurrentCreatesNeverOverdraw(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := s.CreateTask(context.Background(), pending("poor", fmt.Sprintf("task_lumen_%d", i)), std)
+			_, err := s.CreateTask(context.Background(), pending("poor", fmt.Sprintf("task_lumen_%d", i)), std, nil)
 			mu.Lock()
 			defer mu.Unlock()
 			switch apperr.CodeOf(err) {
@@ -68,7 +68,7 @@ func TestPaymentRequiredWritesNothing(t *testing.T) {
 	s, srv := newStore(t)
 	rdb := srv.Client(t)
 	seedAccount(t, rdb, "poor", 17, "")
-	_, err := s.CreateTask(ctx, pending("poor", "t1"), Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)})
+	_, err := s.CreateTask(ctx, pending("poor", "t1"), Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)}, nil)
 	var e *apperr.InsufficientCreditsError
 	if !errors.As(err, &e) || e.Price != 18 || e.Balance != 17 {
 		t.Fatalf("Create = %v; want insufficient credits with price 18 and balance 17", err)
@@ -103,7 +103,7 @@ func TestCreateRefusals(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := s.CreateTask(ctx, pending(tt.acct, "t"+strconv.Itoa(i)), tt.c)
+			_, err := s.CreateTask(ctx, pending(tt.acct, "t"+strconv.Itoa(i)), tt.c, nil)
 			if !sameError(err, tt.want) {
 				t.Errorf("Create = %v; want %v", err, tt.want)
 			}
@@ -113,19 +113,19 @@ func TestCreateRefusals(t *testing.T) {
 	t.Run("in-flight limit", func(t *testing.T) {
 		create(t, s, "small", "f1")
 		create(t, s, "small", "f2")
-		_, err := s.CreateTask(ctx, pending("small", "f3"), std)
+		_, err := s.CreateTask(ctx, pending("small", "f3"), std, nil)
 		var le *apperr.InflightLimitError
 		if !errors.As(err, &le) || le.Limit != 2 {
 			t.Fatalf("third create = %v; want the in-flight limit, naming 2", err)
 		}
 		// Finishing a task frees its slot, whichever way it ends.
-		mustOutcome(t, Applied)(s.StartTask(ctx, "small", "f1"))
-		o, _, err := s.CompleteTask(ctx, "small", "f1", nil)
+		mustOutcome(t, Applied)(s.StartTask(ctx, "small", "f1", "f1"))
+		o, _, err := s.CompleteTask(ctx, "small", "f1", "f1", nil)
 		mustOutcome(t, Applied)(o, err)
 		create(t, s, "small", "f3")
-		mustOutcome(t, Applied)(s.FailTask(ctx, "small", "f2", task.Failure{Code: "x", Message: "y"}))
+		mustOutcome(t, Applied)(s.FailTask(ctx, "small", "f2", "f2", task.Failure{Code: "x", Message: "y"}))
 		create(t, s, "small", "f4")
-		if _, err := s.CreateTask(ctx, pending("small", "f5"), std); apperr.CodeOf(err) != apperr.LimitExceeded {
+		if _, err := s.CreateTask(ctx, pending("small", "f5"), std, nil); apperr.CodeOf(err) != apperr.LimitExceeded {
 			t.Errorf("over the limit again: %v", err)
 		}
 	})
@@ -135,14 +135,14 @@ func TestCreateRefusals(t *testing.T) {
 		c := std
 		c.MaxInflight = 1
 		c.CountUntil = time.Now().Add(-time.Second) // a task no worker will ever finish
-		if _, err := s.CreateTask(ctx, pending("dflt", "g1"), c); err != nil {
+		if _, err := s.CreateTask(ctx, pending("dflt", "g1"), c, nil); err != nil {
 			t.Fatal(err)
 		}
 		// g1 no longer counts: its time is past.
-		if _, err := s.CreateTask(ctx, pending("dflt", "g2"), Charge{Price: 4, Tier: "standard", MaxInflight: 1, CountUntil: time.Now().Add(time.Hour)}); err != nil {
+		if _, err := s.CreateTask(ctx, pending("dflt", "g2"), Charge{Price: 4, Tier: "standard", MaxInflight: 1, CountUntil: time.Now().Add(time.Hour)}, nil); err != nil {
 			t.Fatalf("stale entry still counted: %v", err)
 		}
-		if _, err := s.CreateTask(ctx, pending("dflt", "g3"), Charge{Price: 4, Tier: "standard", MaxInflight: 1, CountUntil: time.Now().Add(time.Hour)}); apperr.CodeOf(err) != apperr.LimitExceeded {
+		if _, err := s.CreateTask(ctx, pending("dflt", "g3"), Charge{Price: 4, Tier: "standard", MaxInflight: 1, CountUntil: time.Now().Add(time.Hour)}, nil); apperr.CodeOf(err) != apperr.LimitExceeded {
 			t.Errorf("default limit of 1 not applied: %v", err)
 		}
 	})
@@ -156,24 +156,24 @@ func TestRefundExactlyOnce(t *testing.T) {
 		refunds    int
 	}{
 		{"completed: never", func(s *Store) {
-			s.StartTask(ctx, "r", "t")
-			s.CompleteTask(ctx, "r", "t", nil)
-			s.FailTask(ctx, "r", "t", task.Failure{Code: "x", Message: "late"})
+			s.StartTask(ctx, "r", "t", "t")
+			s.CompleteTask(ctx, "r", "t", "t", nil)
+			s.FailTask(ctx, "r", "t", "t", task.Failure{Code: "x", Message: "late"})
 		}, 82, 0},
 		{"failed: once, even failed again", func(s *Store) {
-			s.StartTask(ctx, "r", "t")
-			s.FailTask(ctx, "r", "t", task.Failure{Code: "upstream_unavailable", Message: "x"})
-			s.FailTask(ctx, "r", "t", task.Failure{Code: "timeout", Message: "x"})
-			s.StartTask(ctx, "r", "t") // a redelivered job
-			s.CompleteTask(ctx, "r", "t", nil)
+			s.StartTask(ctx, "r", "t", "t")
+			s.FailTask(ctx, "r", "t", "t", task.Failure{Code: "upstream_unavailable", Message: "x"})
+			s.FailTask(ctx, "r", "t", "t", task.Failure{Code: "timeout", Message: "x"})
+			s.StartTask(ctx, "r", "t", "t") // a redelivered job
+			s.CompleteTask(ctx, "r", "t", "t", nil)
 		}, 100, 1},
 		{"failed while pending", func(s *Store) {
-			s.FailTask(ctx, "r", "t", task.Failure{Code: "timeout", Message: "x"})
+			s.FailTask(ctx, "r", "t", "t", task.Failure{Code: "timeout", Message: "x"})
 		}, 100, 1},
 		{"aborted after an enqueue failure", func(s *Store) {
 			s.AbortTask(ctx, "r", "t")
 			s.AbortTask(ctx, "r", "t")
-			s.FailTask(ctx, "r", "t", task.Failure{Code: "timeout", Message: "x"})
+			s.FailTask(ctx, "r", "t", "t", task.Failure{Code: "timeout", Message: "x"})
 		}, 100, 1},
 		{"concurrent failures", func(s *Store) {
 			var wg sync.WaitGroup
@@ -181,7 +181,7 @@ func TestRefundExactlyOnce(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					s.FailTask(ctx, "r", "t", task.Failure{Code: "x", Message: "y"})
+					s.FailTask(ctx, "r", "t", "t", task.Failure{Code: "x", Message: "y"})
 				}()
 			}
 			wg.Wait()
@@ -192,7 +192,7 @@ func TestRefundExactlyOnce(t *testing.T) {
 			s, srv := newStore(t)
 			rdb := srv.Client(t)
 			seedAccount(t, rdb, "r", 100, "")
-			if _, err := s.CreateTask(ctx, pending("r", "t"), Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)}); err != nil {
+			if _, err := s.CreateTask(ctx, pending("r", "t"), Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)}, nil); err != nil {
 				t.Fatal(err)
 			}
 			tt.run(s)
@@ -230,11 +230,11 @@ func TestSweepOverdue(t *testing.T) {
 		acct, id string
 		c        Charge
 	}{{"late", "stuck-processing", past}, {"late", "stuck-pending", past}, {"late", "gone", past}, {"ontime", "running", future}} {
-		if _, err := s.CreateTask(ctx, pending(c.acct, c.id), c.c); err != nil {
+		if _, err := s.CreateTask(ctx, pending(c.acct, c.id), c.c, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	mustOutcome(t, Applied)(s.StartTask(ctx, "late", "stuck-processing"))
+	mustOutcome(t, Applied)(s.StartTask(ctx, "late", "stuck-processing", "stuck-processing"))
 	rdb.Del(ctx, taskKey("late", "gone")) // the record expired
 
 	overdue, err := s.Overdue(ctx, 100)

@@ -12,6 +12,7 @@
 //	easel:{a:<account>}:acct           hash    the account record (status, credits, limits)
 //	easel:{a:<account>}:t:<task id>    hash    a task record (24-hour TTL)
 //	easel:{a:<account>}:inflight       zset    the account's unfinished tasks, scored by when they stop counting
+//	easel:{a:<account>}:unqueued       zset    tasks charged but not yet known to have a job, by creation time
 //	easel:{a:<account>}:ledger         stream  credit movements (debit, refund, credit)
 //	easel:{a:<account>}:keys           set     hashes of the account's API keys
 //	easel:key:<sha256 of the API key>  hash    an API key record: account, prefix, revoked
@@ -34,6 +35,12 @@
 //   - a task that fails is refunded exactly once (the refund is part of the
 //     one transition to failed); a completed task never is;
 //   - progress never goes back and reaches 100 only on completion;
+//   - one run owns a task at a time: the record names it (run), and only
+//     that run may change the task's progress or finish it, so a worker that
+//     lost a task (its lease ran out, another run took over) cannot;
+//   - a run that starts again without having let go (its worker died) counts
+//     as a crash; a task that crashed its workers twice fails, refunded,
+//     instead of running a third time;
 //   - a record that has expired or been removed is never brought back by a
 //     late worker.
 //

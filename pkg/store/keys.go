@@ -10,6 +10,10 @@ func accountKey(accountID string) string { return tag(accountID) + "acct" }
 // taskKey is the key of a task record.
 func taskKey(accountID, taskID string) string { return tag(accountID) + "t:" + taskID }
 
+// unqueuedKey is the key of an account's tasks that were charged but are not
+// yet known to have a job (task id → creation time, Unix ms).
+func unqueuedKey(accountID string) string { return tag(accountID) + "unqueued" }
+
 // inflightKey is the key of an account's unfinished tasks.
 func inflightKey(accountID string) string { return tag(accountID) + "inflight" }
 

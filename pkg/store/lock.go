@@ -17,3 +17,11 @@ func (s *Store) TryLock(ctx context.Context, name string, ttl time.Duration) (bo
 	}
 	return ok, nil
 }
+
+// Unlock gives up the lease name before it runs out.
+func (s *Store) Unlock(ctx context.Context, name string) error {
+	if err := s.rdb.Del(ctx, lockKey(name)).Err(); err != nil {
+		return fmt.Errorf("store: unlock %s: %w", name, err)
+	}
+	return nil
+}

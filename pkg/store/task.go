@@ -28,7 +28,16 @@ const (
 	fTaskErrMsg   = "emsg"
 	fTaskPrice    = "price"
 	fTaskRefunded = "refunded"
+	fTaskJob      = "job"     // the job's payload, while the task is pending
+	fTaskRun      = "run"     // the run (jobs.RunID) that owns the task
+	fTaskLive     = "live"    // 1 while the owning run has not let go
+	fTaskCrashes  = "crashes" // runs whose worker died holding the task
 )
+
+// MaxCrashes is how many times a task may take its worker down with it: a
+// run that finds it has crashed its workers more often than this fails the
+// task (task.WorkerCrashed, refunded) instead of running it again.
+const MaxCrashes = 1
 
 // Outcome of a state change.
 type Outcome int
@@ -41,6 +50,11 @@ const (
 	AlreadyFinal
 	// Missing: no such record (never created, expired or removed).
 	Missing
+	// Superseded: another run owns the task now; this one must stop.
+	Superseded
+	// Poisoned: the task has crashed its workers too often; it was failed
+	// (task.WorkerCrashed) and refunded instead.
+	Poisoned
 )
 
 func (o Outcome) String() string {
@@ -51,13 +65,17 @@ func (o Outcome) String() string {
 		return "already_final"
 	case Missing:
 		return "missing"
+	case Superseded:
+		return "superseded"
+	case Poisoned:
+		return "poisoned"
 	}
 	return "outcome(" + strconv.Itoa(int(o)) + ")"
 }
 
 // taskKeys are the keys of a task's scripts, all in the account's slot.
 func taskKeys(accountID, taskID string) []string {
-	return []string{taskKey(accountID, taskID), accountKey(accountID), inflightKey(accountID), ledgerKey(accountID)}
+	return []string{taskKey(accountID, taskID), accountKey(accountID), inflightKey(accountID), ledgerKey(accountID), unqueuedKey(accountID)}
 }
 
 // Charge is what creating a task costs and the limits it must fit.
@@ -74,7 +92,7 @@ type Charge struct {
 	CountUntil time.Time
 }
 
-// KEYS: task, account, inflight, ledger.
+// KEYS: task, account, inflight, ledger, unqueued.
 // ARGV: now, ttl, price, default max in flight, count-until, tier, task id,
 // then the record's fields and values.
 // Returns {code, n}: 1 created (n = balance), -4 task exists, or admit's
@@ -92,18 +110,25 @@ end
 redis.call('HSET', KEYS[1], unpack(ARGV, 8))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[7])
+redis.call('ZADD', KEYS[5], ARGV[1], ARGV[7])
 return {1, bal}
 `)
 
 // CreateTask writes a new pending task record (24-hour TTL), debiting its
-// price from the account, in one step. It returns the balance left.
+// price from the account, in one step. It returns the balance left. job is
+// the task's job payload (jobs.EncodeGenerateImage), kept with the record
+// until a run starts, and the task is listed as unqueued until MarkQueued
+// or its start: if the caller dies before queueing the job, Unqueued finds
+// the task and its payload.
+//
 // Refusals: apperr.ErrAccountDisabled, *apperr.ModelNotAllowedError,
 // *apperr.InflightLimitError, *apperr.InsufficientCreditsError, and
 // apperr.ErrUnknownKey when the account is gone.
-func (s *Store) CreateTask(ctx context.Context, t *task.Task, c Charge) (int64, error) {
+func (s *Store) CreateTask(ctx context.Context, t *task.Task, c Charge, job []byte) (int64, error) {
 	now := s.now()
 	res, err := createScript.Run(ctx, s.rdb, taskKeys(t.AccountID, t.ID),
 		now.UnixMilli(), s.ttl.Milliseconds(), c.Price, c.MaxInflight, c.CountUntil.UnixMilli(), c.Tier, t.ID,
+		fTaskJob, job,
 		fTaskType, t.Type,
 		fTaskModel, t.Model,
 		fTaskStatus, string(task.Pending),
@@ -193,74 +218,9 @@ func decodeTask(accountID, taskID string, m map[string]string) (*task.Task, erro
 	return t, nil
 }
 
-// ARGV: now. Returns 0 applied, 1 already final, 2 missing.
-var startScript = redis.NewScript(`
-local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return 2 end
-if st == 'completed' or st == 'failed' then return 1 end
-if st == 'pending' then
-  redis.call('HSET', KEYS[1], 'status', 'processing', 'stime', ARGV[1])
-end
-return 0
-`)
-
-// StartTask moves a task to processing and records when (the first time). A
-// task already processing (a retry after a crash) stays processing and its
-// progress is kept.
-func (s *Store) StartTask(ctx context.Context, accountID, taskID string) (Outcome, error) {
-	return s.runTask(ctx, startScript, accountID, taskID, s.now().UnixMilli())
-}
-
-var progressScript = redis.NewScript(`
-local v = redis.call('HMGET', KEYS[1], 'status', 'progress')
-if v[1] ~= 'processing' then return 0 end
-if tonumber(ARGV[1]) <= tonumber(v[2]) then return 0 end
-redis.call('HSET', KEYS[1], 'progress', ARGV[1])
-return 1
-`)
-
-// MaxProgress is the highest progress a task reports before completion.
-const MaxProgress = 99
-
-// SetProgress raises a processing task's progress to pct, clamped to 1..99.
-// It never lowers progress and ignores tasks that are not processing.
-func (s *Store) SetProgress(ctx context.Context, accountID, taskID string, pct int) error {
-	pct = min(max(pct, 1), MaxProgress)
-	if err := progressScript.Run(ctx, s.rdb, []string{taskKey(accountID, taskID)}, pct).Err(); err != nil {
-		return fmt.Errorf("store: progress %s: %w", taskID, err)
-	}
-	return nil
-}
-
-// ARGV: ttl, now, results, task id.
-var completeScript = redis.NewScript(`
-local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return 2 end
-if st == 'completed' or st == 'failed' then return 1 end
-redis.call('HSET', KEYS[1], 'status', 'completed', 'progress', 100, 'etime', ARGV[2], 'results', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[4])
-return 0
-`)
-
-// CompleteTask marks a task completed with its results, sets complete_time
-// and restarts the record's 24-hour TTL. It returns when the task completed.
-func (s *Store) CompleteTask(ctx context.Context, accountID, taskID string, results []task.Result) (Outcome, time.Time, error) {
-	if results == nil {
-		results = []task.Result{}
-	}
-	enc, err := json.Marshal(results)
-	if err != nil {
-		return 0, time.Time{}, err
-	}
-	now := s.now()
-	o, err := s.runTask(ctx, completeScript, accountID, taskID, s.ttl.Milliseconds(), now.UnixMilli(), enc, taskID)
-	return o, now, err
-}
-
-// luaRefund returns a task's price to its account once, writing the
-// ledger. KEYS: task, account, inflight, ledger.
-const luaRefund = luaLedger + `
+// luaFail marks the task of KEYS[1] failed and refunds it (once). KEYS:
+// task, account, inflight, ledger, unqueued.
+const luaFail = luaLedger + `
 local function refund(task_id, note)
   local v = redis.call('HMGET', KEYS[1], 'price', 'refunded')
   local price = tonumber(v[1] or '0') or 0
@@ -269,33 +229,163 @@ local function refund(task_id, note)
   redis.call('HSET', KEYS[1], 'refunded', 1)
   ledger(KEYS[4], 'refund', price, bal, task_id, note)
 end
+local function fail(now, ttl, code, msg, task_id)
+  redis.call('HSET', KEYS[1], 'status', 'failed', 'etime', now, 'ecode', code, 'emsg', msg, 'live', 0)
+  redis.call('HDEL', KEYS[1], 'job')
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('ZREM', KEYS[3], task_id)
+  redis.call('ZREM', KEYS[5], task_id)
+  refund(task_id, code)
+end
 `
 
-// ARGV: ttl, now, code, message, task id, note.
-var failScript = redis.NewScript(luaRefund + `
-local st = redis.call('HGET', KEYS[1], 'status')
+// luaCrashed counts a crash of the task's run and fails the task if it has
+// now crashed its workers more than ARGV max times. Returns true when it
+// failed the task.
+const luaCrashed = `
+local function crashed(crashes, max, now, ttl, msg, task_id)
+  crashes = crashes + 1
+  redis.call('HSET', KEYS[1], 'crashes', crashes)
+  if crashes > tonumber(max) then
+    fail(now, ttl, 'worker_crashed', msg, task_id)
+    return true
+  end
+  return false
+end
+`
+
+// crashMessage is what the owner of a poisoned task reads.
+const crashMessage = "the task stopped its worker twice and was not tried again; if it has source images, try smaller or fewer ones"
+
+// ARGV: now, run, max crashes, ttl, crash message, task id.
+// Returns 0 applied, 1 already final, 2 missing, 3 superseded, 4 poisoned.
+var startScript = redis.NewScript(luaFail + luaCrashed + `
+local v = redis.call('HMGET', KEYS[1], 'status', 'run', 'live', 'crashes')
+local st = v[1]
 if not st then return 2 end
 if st == 'completed' or st == 'failed' then return 1 end
-redis.call('HSET', KEYS[1], 'status', 'failed', 'etime', ARGV[2], 'ecode', ARGV[3], 'emsg', ARGV[4])
+if v[2] and v[2] ~= '' and v[2] ~= ARGV[2] then return 3 end
+if st == 'processing' and v[3] == '1' then
+  -- This run started before and never let go: its worker died.
+  if crashed(tonumber(v[4] or '0') or 0, ARGV[3], ARGV[1], ARGV[4], ARGV[5], ARGV[6]) then return 4 end
+end
+if st == 'pending' then
+  redis.call('HSET', KEYS[1], 'status', 'processing', 'stime', ARGV[1])
+  redis.call('HDEL', KEYS[1], 'job')
+  redis.call('ZREM', KEYS[5], ARGV[6])
+end
+redis.call('HSET', KEYS[1], 'run', ARGV[2], 'live', 1)
+return 0
+`)
+
+// StartTask gives a task to a run (jobs.RunID) and moves it to processing,
+// recording when (the first time). A task already processing for the same
+// run (a retry) stays processing and keeps its progress; if that run never
+// let go (ReleaseTask), its worker died holding it: a crash, and past
+// MaxCrashes the task fails (Poisoned). A task another run owns is
+// Superseded.
+func (s *Store) StartTask(ctx context.Context, accountID, taskID, run string) (Outcome, error) {
+	return s.runTask(ctx, startScript, accountID, taskID, s.now().UnixMilli(), run, MaxCrashes, s.ttl.Milliseconds(), crashMessage, taskID)
+}
+
+// ARGV: run.
+var releaseScript = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 'status', 'run')
+if v[1] == 'processing' and v[2] == ARGV[1] then redis.call('HSET', KEYS[1], 'live', 0) end
+return 0
+`)
+
+// ReleaseTask records that a run let go of its task alive (it will be
+// retried, or put back on its queue by a worker shutting down), so its next
+// start is no crash.
+func (s *Store) ReleaseTask(ctx context.Context, accountID, taskID, run string) error {
+	if err := releaseScript.Run(ctx, s.rdb, []string{taskKey(accountID, taskID)}, run).Err(); err != nil {
+		return fmt.Errorf("store: release %s: %w", taskID, err)
+	}
+	return nil
+}
+
+// ARGV: pct, run.
+var progressScript = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 'status', 'progress', 'run')
+if v[1] ~= 'processing' or v[3] ~= ARGV[2] then return 0 end
+if tonumber(ARGV[1]) <= tonumber(v[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'progress', ARGV[1])
+return 1
+`)
+
+// MaxProgress is the highest progress a task reports before completion.
+const MaxProgress = 99
+
+// SetProgress raises the progress of a task run owns to pct, clamped to
+// 1..99. It never lowers progress and ignores tasks that are not processing
+// or that another run owns.
+func (s *Store) SetProgress(ctx context.Context, accountID, taskID, run string, pct int) error {
+	pct = min(max(pct, 1), MaxProgress)
+	if err := progressScript.Run(ctx, s.rdb, []string{taskKey(accountID, taskID)}, pct, run).Err(); err != nil {
+		return fmt.Errorf("store: progress %s: %w", taskID, err)
+	}
+	return nil
+}
+
+// ARGV: ttl, now, results, task id, run.
+var completeScript = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 'status', 'run')
+local st = v[1]
+if not st then return 2 end
+if st == 'completed' or st == 'failed' then return 1 end
+if v[2] and v[2] ~= '' and v[2] ~= ARGV[5] then return 3 end
+redis.call('HSET', KEYS[1], 'status', 'completed', 'progress', 100, 'etime', ARGV[2], 'results', ARGV[3], 'live', 0)
+redis.call('HDEL', KEYS[1], 'job')
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[5])
-refund(ARGV[5], ARGV[6])
+redis.call('ZREM', KEYS[3], ARGV[4])
+redis.call('ZREM', KEYS[5], ARGV[4])
+return 0
+`)
+
+// CompleteTask marks the task run owns completed with its results, sets
+// complete_time and restarts the record's 24-hour TTL. It returns when the
+// task completed. A task another run owns is Superseded and stays as it is.
+func (s *Store) CompleteTask(ctx context.Context, accountID, taskID, run string, results []task.Result) (Outcome, time.Time, error) {
+	if results == nil {
+		results = []task.Result{}
+	}
+	enc, err := json.Marshal(results)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	now := s.now()
+	o, err := s.runTask(ctx, completeScript, accountID, taskID, s.ttl.Milliseconds(), now.UnixMilli(), enc, taskID, run)
+	return o, now, err
+}
+
+// ARGV: ttl, now, code, message, task id, run ("" for any).
+var failScript = redis.NewScript(luaFail + `
+local v = redis.call('HMGET', KEYS[1], 'status', 'run')
+local st = v[1]
+if not st then return 2 end
+if st == 'completed' or st == 'failed' then return 1 end
+if ARGV[6] ~= '' and v[2] and v[2] ~= '' and v[2] ~= ARGV[6] then return 3 end
+fail(ARGV[2], ARGV[1], ARGV[3], ARGV[4], ARGV[5])
 return 0
 `)
 
 // FailTask marks a task failed with a code and a message for its owner,
 // refunds its price (once: only the transition to failed refunds) and
-// restarts the record's 24-hour TTL.
-func (s *Store) FailTask(ctx context.Context, accountID, taskID string, f task.Failure) (Outcome, error) {
-	return s.runTask(ctx, failScript, accountID, taskID, s.ttl.Milliseconds(), s.now().UnixMilli(), f.Code, f.Message, taskID, f.Code)
+// restarts the record's 24-hour TTL. run is the run that fails it; a task
+// another run owns is Superseded. "" fails the task whoever owns it (the
+// deadline sweeper).
+func (s *Store) FailTask(ctx context.Context, accountID, taskID, run string, f task.Failure) (Outcome, error) {
+	return s.runTask(ctx, failScript, accountID, taskID, s.ttl.Milliseconds(), s.now().UnixMilli(), f.Code, f.Message, taskID, run)
 }
 
 // ARGV: task id, note.
-var abortScript = redis.NewScript(luaRefund + `
+var abortScript = redis.NewScript(luaFail + `
 if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return 1 end
 refund(ARGV[1], ARGV[2])
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[5], ARGV[1])
 return 0
 `)
 
@@ -307,6 +397,112 @@ func (s *Store) AbortTask(ctx context.Context, accountID, taskID string) (bool, 
 	o, err := s.runTask(ctx, abortScript, accountID, taskID, taskID, "enqueue_failed")
 	return o == Applied, err
 }
+
+// MarkQueued takes a task off its account's unqueued list once its job is
+// queued. Losing this call costs only a later check (Unqueued).
+func (s *Store) MarkQueued(ctx context.Context, accountID, taskID string) error {
+	if err := s.rdb.ZRem(ctx, unqueuedKey(accountID), taskID).Err(); err != nil {
+		return fmt.Errorf("store: queued %s: %w", taskID, err)
+	}
+	return nil
+}
+
+// Unqueued is a task charged and recorded whose job may never have been
+// queued: its creator stopped between the two.
+type Unqueued struct {
+	AccountID, TaskID string
+	// Pending is whether the task is still pending; Job its job payload
+	// (nil once a run has started it).
+	Pending bool
+	Job     []byte
+}
+
+// Unqueued lists up to limit tasks, across all accounts, listed as unqueued
+// since before olderThan.
+func (s *Store) Unqueued(ctx context.Context, olderThan time.Time, limit int64) ([]Unqueued, error) {
+	ids, err := s.accountIDs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store: unqueued: %w", err)
+	}
+	max := "(" + strconv.FormatInt(olderThan.UnixMilli(), 10)
+	cmds := make([]*redis.StringSliceCmd, len(ids))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.ZRangeByScore(ctx, unqueuedKey(id), &redis.ZRangeBy{Min: "-inf", Max: max, Count: limit})
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("store: unqueued: %w", err)
+	}
+	var out []Unqueued
+	for i, id := range ids {
+		for _, t := range cmds[i].Val() {
+			if int64(len(out)) >= limit {
+				break
+			}
+			out = append(out, Unqueued{AccountID: id, TaskID: t})
+		}
+	}
+	recs := make([]*redis.SliceCmd, len(out))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, u := range out {
+			recs[i] = p.HMGet(ctx, taskKey(u.AccountID, u.TaskID), fTaskStatus, fTaskJob)
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("store: unqueued: %w", err)
+	}
+	for i := range out {
+		v := recs[i].Val()
+		st, _ := v[0].(string)
+		job, _ := v[1].(string)
+		out[i].Pending = st == string(task.Pending)
+		if job != "" {
+			out[i].Job = []byte(job)
+		}
+	}
+	return out, nil
+}
+
+// Takeover gives a task whose run died (orphan: its worker stopped
+// extending its lease) to the next run, and reports which run owns the task
+// now. Applied: the new run (jobs.RunID with the next number) owns it, and
+// is to be queued. Superseded: a later run owns it already (returned), and
+// may need queueing again. AlreadyFinal and Missing: nothing to run.
+// Poisoned: the task had crashed its workers too often and was failed.
+func (s *Store) Takeover(ctx context.Context, accountID, taskID, orphan string, next func(crashes int) string) (Outcome, string, error) {
+	v, err := s.rdb.HMGet(ctx, taskKey(accountID, taskID), fTaskCrashes).Result()
+	if err != nil {
+		return 0, "", fmt.Errorf("store: takeover %s: %w", taskID, err)
+	}
+	c, _ := v[0].(string)
+	crashes, _ := strconv.Atoi(c)
+	newRun := next(crashes + 1)
+	res, err := takeoverScript.Run(ctx, s.rdb, taskKeys(accountID, taskID),
+		orphan, newRun, MaxCrashes, s.now().UnixMilli(), s.ttl.Milliseconds(), crashMessage, taskID, crashes).Slice()
+	if err != nil {
+		return 0, "", fmt.Errorf("store: takeover %s: %w", taskID, err)
+	}
+	code, _ := res[0].(int64)
+	run, _ := res[1].(string)
+	return Outcome(code), run, nil
+}
+
+// ARGV: orphan run, new run, max crashes, now, ttl, crash message, task id,
+// crashes seen by the caller. Returns {outcome, owning run}.
+var takeoverScript = redis.NewScript(luaFail + luaCrashed + `
+local v = redis.call('HMGET', KEYS[1], 'status', 'run', 'crashes')
+local st = v[1]
+if not st then return {2, ''} end
+if st == 'completed' or st == 'failed' then return {1, ''} end
+local run = v[2] or ''
+if run ~= '' and run ~= ARGV[1] then return {3, run} end
+local crashes = tonumber(v[3] or '0') or 0
+if crashes ~= tonumber(ARGV[8]) then return {3, run} end
+if crashed(crashes, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]) then return {4, ''} end
+redis.call('HSET', KEYS[1], 'run', ARGV[2], 'live', 0)
+return {0, ARGV[2]}
+`)
 
 // Overdue is an unfinished task past its deadline.
 type Overdue struct{ AccountID, TaskID string }
@@ -345,7 +541,7 @@ func (s *Store) Overdue(ctx context.Context, limit int64) ([]Overdue, error) {
 // Expire fails an overdue task with code timeout (refunding it) and takes it
 // off its account's in-flight set, whatever state its record is in.
 func (s *Store) Expire(ctx context.Context, o Overdue) (Outcome, error) {
-	out, err := s.FailTask(ctx, o.AccountID, o.TaskID, task.Failure{Code: string(task.Timeout), Message: "the task did not finish within its deadline"})
+	out, err := s.FailTask(ctx, o.AccountID, o.TaskID, "", task.Failure{Code: string(task.Timeout), Message: "the task did not finish within its deadline"})
 	if err != nil {
 		return out, err
 	}

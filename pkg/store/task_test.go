@@ -32,6 +32,9 @@ func seedAccount(t *testing.T, rdb *redis.Client, id string, credits int64, mode
 	if err := rdb.HSet(context.Background(), accountKey(id), "name", id, "status", "active", "credits", credits, "models", models).Err(); err != nil {
 		t.Fatal(err)
 	}
+	if err := rdb.ZAdd(context.Background(), accountsKey(), redis.Z{Score: 1, Member: id}).Err(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 var std = Charge{Price: 4, Tier: "standard", MaxInflight: 1000, CountUntil: time.Now().Add(time.Hour)}
@@ -42,7 +45,7 @@ func pending(acct, id string) *task.Task {
 
 func create(t *testing.T, s *Store, acct, id string) {
 	t.Helper()
-	if _, err := s.CreateTask(context.Background(), pending(acct, id), std); err != nil {
+	if _, err := s.CreateTask(context.Background(), pending(acct, id), std, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -50,7 +53,7 @@ func create(t *testing.T, s *Store, acct, id string) {
 func TestCreateAndGet(t *testing.T) {
 	s, srv := newStore(t)
 	ctx := context.Background()
-	bal, err := s.CreateTask(ctx, pending("acct_a", "task_lumen_1"), std)
+	bal, err := s.CreateTask(ctx, pending("acct_a", "task_lumen_1"), std, nil)
 	if err != nil || bal != 1_000_000-4 {
 		t.Fatalf("Create = %d, %v", bal, err)
 	}
@@ -67,7 +70,7 @@ func TestCreateAndGet(t *testing.T) {
 	if ttl <= 23*time.Hour || ttl > 24*time.Hour {
 		t.Errorf("TTL %v; want 24h", ttl)
 	}
-	if _, err := s.CreateTask(ctx, pending("acct_a", "task_lumen_1"), std); err == nil {
+	if _, err := s.CreateTask(ctx, pending("acct_a", "task_lumen_1"), std, nil); err == nil {
 		t.Error("second Create of one id succeeded")
 	}
 }
@@ -91,40 +94,40 @@ func TestLifecycle(t *testing.T) {
 		want task.Status
 	}{
 		{"complete", func(t *testing.T, s *Store) {
-			mustOutcome(t, Applied)(s.StartTask(ctx, "a", "t"))
-			must(t, s.SetProgress(ctx, "a", "t", 40))
-			o, at, err := s.CompleteTask(ctx, "a", "t", []task.Result{{Key: "k/t-0-0123456789abcdef.png", ContentType: "image/png", Size: 10, Width: 2, Height: 3}})
+			mustOutcome(t, Applied)(s.StartTask(ctx, "a", "t", "t"))
+			must(t, s.SetProgress(ctx, "a", "t", "t", 40))
+			o, at, err := s.CompleteTask(ctx, "a", "t", "t", []task.Result{{Key: "k/t-0-0123456789abcdef.png", ContentType: "image/png", Size: 10, Width: 2, Height: 3}})
 			mustOutcome(t, Applied)(o, err)
 			if at.IsZero() {
 				t.Error("Complete returned no time")
 			}
 		}, task.Completed},
 		{"fail", func(t *testing.T, s *Store) {
-			mustOutcome(t, Applied)(s.StartTask(ctx, "a", "t"))
-			mustOutcome(t, Applied)(s.FailTask(ctx, "a", "t", task.Failure{Code: "content_blocked", Message: "no"}))
+			mustOutcome(t, Applied)(s.StartTask(ctx, "a", "t", "t"))
+			mustOutcome(t, Applied)(s.FailTask(ctx, "a", "t", "t", task.Failure{Code: "content_blocked", Message: "no"}))
 		}, task.Failed},
 		{"fail while pending", func(t *testing.T, s *Store) {
-			mustOutcome(t, Applied)(s.FailTask(ctx, "a", "t", task.Failure{Code: "timeout", Message: "late"}))
+			mustOutcome(t, Applied)(s.FailTask(ctx, "a", "t", "t", task.Failure{Code: "timeout", Message: "late"}))
 		}, task.Failed},
 		{"completed is final", func(t *testing.T, s *Store) {
-			mustOutcome(t, Applied)(s.StartTask(ctx, "a", "t"))
-			o, _, err := s.CompleteTask(ctx, "a", "t", nil)
+			mustOutcome(t, Applied)(s.StartTask(ctx, "a", "t", "t"))
+			o, _, err := s.CompleteTask(ctx, "a", "t", "t", nil)
 			mustOutcome(t, Applied)(o, err)
-			mustOutcome(t, AlreadyFinal)(s.StartTask(ctx, "a", "t"))
-			mustOutcome(t, AlreadyFinal)(s.FailTask(ctx, "a", "t", task.Failure{Code: "x", Message: "y"}))
-			o, _, err = s.CompleteTask(ctx, "a", "t", nil)
+			mustOutcome(t, AlreadyFinal)(s.StartTask(ctx, "a", "t", "t"))
+			mustOutcome(t, AlreadyFinal)(s.FailTask(ctx, "a", "t", "t", task.Failure{Code: "x", Message: "y"}))
+			o, _, err = s.CompleteTask(ctx, "a", "t", "t", nil)
 			mustOutcome(t, AlreadyFinal)(o, err)
 		}, task.Completed},
 		{"failed is final", func(t *testing.T, s *Store) {
-			mustOutcome(t, Applied)(s.FailTask(ctx, "a", "t", task.Failure{Code: "x", Message: "y"}))
-			o, _, err := s.CompleteTask(ctx, "a", "t", nil)
+			mustOutcome(t, Applied)(s.FailTask(ctx, "a", "t", "t", task.Failure{Code: "x", Message: "y"}))
+			o, _, err := s.CompleteTask(ctx, "a", "t", "t", nil)
 			mustOutcome(t, AlreadyFinal)(o, err)
-			mustOutcome(t, AlreadyFinal)(s.StartTask(ctx, "a", "t"))
+			mustOutcome(t, AlreadyFinal)(s.StartTask(ctx, "a", "t", "t"))
 		}, task.Failed},
 		{"restart keeps processing", func(t *testing.T, s *Store) {
-			mustOutcome(t, Applied)(s.StartTask(ctx, "a", "t"))
-			must(t, s.SetProgress(ctx, "a", "t", 50))
-			mustOutcome(t, Applied)(s.StartTask(ctx, "a", "t")) // a retry after a crash
+			mustOutcome(t, Applied)(s.StartTask(ctx, "a", "t", "t"))
+			must(t, s.SetProgress(ctx, "a", "t", "t", 50))
+			mustOutcome(t, Applied)(s.StartTask(ctx, "a", "t", "t")) // a retry after a crash
 		}, task.Processing},
 	}
 	for _, tt := range tests {
@@ -194,12 +197,12 @@ func mustOutcome(t *testing.T, want Outcome) func(Outcome, error) {
 func TestResultsRoundTrip(t *testing.T) {
 	s, _ := newStore(t)
 	create(t, s, "a", "t")
-	mustOutcome(t, Applied)(s.StartTask(ctx, "a", "t"))
+	mustOutcome(t, Applied)(s.StartTask(ctx, "a", "t", "t"))
 	want := []task.Result{
 		{Key: "2026112214/t-0-0123456789abcdef.png", ContentType: "image/png", Size: 1234, Width: 1024, Height: 768},
 		{Key: "2026112214/t-1-fedcba9876543210.jpg", ContentType: "image/jpeg", Size: 99, Width: 10, Height: 20},
 	}
-	o, _, err := s.CompleteTask(ctx, "a", "t", want)
+	o, _, err := s.CompleteTask(ctx, "a", "t", "t", want)
 	mustOutcome(t, Applied)(o, err)
 	got, err := s.Task(ctx, "a", "t")
 	must(t, err)
@@ -212,14 +215,14 @@ func TestProgressNeverGoesBack(t *testing.T) {
 	s, _ := newStore(t)
 	create(t, s, "a", "t")
 	// Not processing yet: progress is ignored.
-	must(t, s.SetProgress(ctx, "a", "t", 30))
+	must(t, s.SetProgress(ctx, "a", "t", "t", 30))
 	if got, _ := s.Task(ctx, "a", "t"); got.Progress != 0 {
 		t.Fatalf("pending task progress %d; want 0", got.Progress)
 	}
-	mustOutcome(t, Applied)(s.StartTask(ctx, "a", "t"))
+	mustOutcome(t, Applied)(s.StartTask(ctx, "a", "t", "t"))
 	steps := []struct{ set, want int }{{10, 10}, {5, 10}, {40, 40}, {40, 40}, {100, 99}, {150, 99}, {-3, 99}}
 	for _, st := range steps {
-		must(t, s.SetProgress(ctx, "a", "t", st.set))
+		must(t, s.SetProgress(ctx, "a", "t", "t", st.set))
 		got, err := s.Task(ctx, "a", "t")
 		must(t, err)
 		if got.Progress != st.want {
@@ -231,14 +234,14 @@ func TestProgressNeverGoesBack(t *testing.T) {
 func TestConcurrentProgressIsMonotonic(t *testing.T) {
 	s, _ := newStore(t)
 	create(t, s, "a", "t")
-	mustOutcome(t, Applied)(s.StartTask(ctx, "a", "t"))
+	mustOutcome(t, Applied)(s.StartTask(ctx, "a", "t", "t"))
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for p := 1; p <= 90; p++ {
-				_ = s.SetProgress(ctx, "a", "t", p)
+				_ = s.SetProgress(ctx, "a", "t", "t", p)
 			}
 		}()
 	}
@@ -259,11 +262,11 @@ func TestConcurrentProgressIsMonotonic(t *testing.T) {
 
 func TestMissingRecordIsNeverRecreated(t *testing.T) {
 	s, srv := newStore(t)
-	mustOutcome(t, Missing)(s.StartTask(ctx, "a", "gone"))
-	must(t, s.SetProgress(ctx, "a", "gone", 50))
-	o, _, err := s.CompleteTask(ctx, "a", "gone", nil)
+	mustOutcome(t, Missing)(s.StartTask(ctx, "a", "gone", "gone"))
+	must(t, s.SetProgress(ctx, "a", "gone", "gone", 50))
+	o, _, err := s.CompleteTask(ctx, "a", "gone", "gone", nil)
 	mustOutcome(t, Missing)(o, err)
-	mustOutcome(t, Missing)(s.FailTask(ctx, "a", "gone", task.Failure{Code: "x", Message: "y"}))
+	mustOutcome(t, Missing)(s.FailTask(ctx, "a", "gone", "gone", task.Failure{Code: "x", Message: "y"}))
 	if n := srv.Client(t).Exists(ctx, taskKey("a", "gone")).Val(); n != 0 {
 		t.Errorf("a late worker recreated the record")
 	}
@@ -273,7 +276,7 @@ func TestAbort(t *testing.T) {
 	s, _ := newStore(t)
 	create(t, s, "a", "p")
 	create(t, s, "a", "q")
-	mustOutcome(t, Applied)(s.StartTask(ctx, "a", "q"))
+	mustOutcome(t, Applied)(s.StartTask(ctx, "a", "q", "q"))
 
 	if ok, err := s.AbortTask(ctx, "a", "p"); err != nil || !ok {
 		t.Errorf("Abort(pending) = %v, %v; want true", ok, err)

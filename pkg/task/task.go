@@ -46,6 +46,9 @@ const (
 	UpstreamUnavailable apperr.Code = "upstream_unavailable"
 	Timeout             apperr.Code = "timeout"
 	GenerationFailed    apperr.Code = "generation_failed"
+	// WorkerCrashed: the task took down the worker running it twice, and
+	// was not tried a third time.
+	WorkerCrashed apperr.Code = "worker_crashed"
 	// Internal (apperr.Internal) ends a task that failed for a reason of
 	// ours; its message never says more than that.
 )

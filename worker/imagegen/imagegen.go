@@ -55,6 +55,9 @@ type Source struct {
 	MIME   string // image/png, image/jpeg, image/webp or image/gif
 	Width  int
 	Height int
+	// DecodedBytes is the memory the decoded pixels take, from the header:
+	// width × height × the bytes a pixel of its format takes.
+	DecodedBytes int64
 }
 
 // Decode decodes the source's pixels; a corrupt image is

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -20,7 +19,7 @@ import (
 func TestAccessLogStatus(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
 	queueDown := false
-	e := newEnvLogged(t, queueFunc(func(ctx context.Context, j jobs.GenerateImage, d time.Time) error {
+	e := newEnvLogged(t, queueFunc(func(ctx context.Context, j jobs.GenerateImage, run string) error {
 		if queueDown {
 			return errors.New("connection refused")
 		}

@@ -57,10 +57,10 @@ type env struct {
 	now      time.Time
 }
 
-type queueFunc func(ctx context.Context, j jobs.GenerateImage, deadline time.Time) error
+type queueFunc func(ctx context.Context, j jobs.GenerateImage, run string) error
 
-func (f queueFunc) EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImage, deadline time.Time) error {
-	return f(ctx, j, deadline)
+func (f queueFunc) EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImage, run string) error {
+	return f(ctx, j, run)
 }
 
 func newEnv(t *testing.T, queue tasks.Queue) *env {
@@ -325,17 +325,17 @@ func TestQueryStates(t *testing.T) {
 	}
 
 	processing := newTask()
-	if _, err := e.store.StartTask(ctx, e.acctA, processing); err != nil {
+	if _, err := e.store.StartTask(ctx, e.acctA, processing, processing); err != nil {
 		t.Fatal(err)
 	}
-	_ = e.store.SetProgress(ctx, e.acctA, processing, 42)
+	_ = e.store.SetProgress(ctx, e.acctA, processing, processing, 42)
 	got := e.query(e.keyA, processing).json(t)
 	if got["status"] != "processing" || got["progress"] != 42.0 || got["complete_time"] != 0.0 || len(got["results"].([]any)) != 0 {
 		t.Errorf("processing: %v", got)
 	}
 
 	failed := newTask()
-	if _, err := e.store.FailTask(ctx, e.acctA, failed, task.Failure{Code: "content_blocked", Message: "the prompt was blocked"}); err != nil {
+	if _, err := e.store.FailTask(ctx, e.acctA, failed, failed, task.Failure{Code: "content_blocked", Message: "the prompt was blocked"}); err != nil {
 		t.Fatal(err)
 	}
 	got = e.query(e.keyA, failed).json(t)
@@ -345,11 +345,11 @@ func TestQueryStates(t *testing.T) {
 	}
 
 	done := newTask()
-	if _, err := e.store.StartTask(ctx, e.acctA, done); err != nil {
+	if _, err := e.store.StartTask(ctx, e.acctA, done, done); err != nil {
 		t.Fatal(err)
 	}
 	res := []task.Result{{Key: "2026112214/0123456789abcdef0123456789abcdef.png", ContentType: "image/png", Size: 3, Width: 1, Height: 1}}
-	_, at, err := e.store.CompleteTask(ctx, e.acctA, done, res)
+	_, at, err := e.store.CompleteTask(ctx, e.acctA, done, done, res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +373,7 @@ func TestQueryStates(t *testing.T) {
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
 
 func TestEnqueueFailureLeavesNoOrphan(t *testing.T) {
-	e := newEnv(t, queueFunc(func(context.Context, jobs.GenerateImage, time.Time) error {
+	e := newEnv(t, queueFunc(func(context.Context, jobs.GenerateImage, string) error {
 		return errors.New("redis: connection refused to 10.0.0.7:6379")
 	}))
 	r := e.create(e.keyA, okBody)

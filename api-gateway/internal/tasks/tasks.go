@@ -19,7 +19,8 @@ import (
 
 // Store keeps task records and charges for them.
 type Store interface {
-	CreateTask(ctx context.Context, t *task.Task, c store.Charge) (int64, error)
+	CreateTask(ctx context.Context, t *task.Task, c store.Charge, job []byte) (int64, error)
+	MarkQueued(ctx context.Context, accountID, taskID string) error
 	Task(ctx context.Context, accountID, taskID string) (*task.Task, error)
 	AbortTask(ctx context.Context, accountID, taskID string) (bool, error)
 }
@@ -31,7 +32,7 @@ type Prices interface {
 
 // Queue takes jobs.
 type Queue interface {
-	EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImage, deadline time.Time) error
+	EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImage, run string) error
 }
 
 // IDs makes task ids.
@@ -69,6 +70,10 @@ func NewService(store Store, queue Queue, ids IDs, prices Prices, cfg Config) *S
 // they are. If the job cannot be queued, the task is aborted (record
 // removed, price refunded) and the error is apperr.Unavailable: no task is
 // left pending with nothing to run it.
+//
+// If this process dies between the two steps, the record holds the job's
+// payload and is listed as unqueued: the workers' reconciler queues it
+// (store.Unqueued), so a charged task always runs or is refunded.
 func (s *Service) Create(ctx context.Context, accountID string, in task.Input) (string, error) {
 	id, err := s.ids.New()
 	if err != nil {
@@ -76,6 +81,11 @@ func (s *Service) Create(ctx context.Context, accountID string, in task.Input) (
 	}
 	logging.AddFields(ctx, zap.String("task_id", id))
 	now := s.now()
+	job := jobs.GenerateImage{TaskID: id, AccountID: accountID, Input: in, CreateTime: now, Deadline: now.Add(s.cfg.Deadline)}
+	payload, err := jobs.EncodeGenerateImage(job)
+	if err != nil {
+		return "", apperr.Wrap(err, apperr.Internal, "")
+	}
 	t := &task.Task{
 		ID:         id,
 		AccountID:  accountID,
@@ -92,14 +102,13 @@ func (s *Service) Create(ctx context.Context, accountID string, in task.Input) (
 		// deadline.
 		CountUntil: now.Add(s.cfg.Deadline + time.Minute),
 	}
-	if _, err := s.store.CreateTask(ctx, t, charge); err != nil {
+	if _, err := s.store.CreateTask(ctx, t, charge, payload); err != nil {
 		if apperr.CodeOf(err) != apperr.Internal {
 			return "", err // a refusal
 		}
 		return "", apperr.Transient(err, apperr.Unavailable, "the task store is unavailable; the task was not created, try again")
 	}
-	job := jobs.GenerateImage{TaskID: id, AccountID: accountID, Input: in, CreateTime: now}
-	if err := s.queue.EnqueueGenerateImage(ctx, job, now.Add(s.cfg.Deadline)); err != nil {
+	if err := s.queue.EnqueueGenerateImage(ctx, job, jobs.RunID(id, 0)); err != nil {
 		// Undo with a context of our own: the request's may be what failed.
 		undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
@@ -108,6 +117,13 @@ func (s *Service) Create(ctx context.Context, accountID string, in task.Input) (
 		}
 		return "", apperr.Transient(err, apperr.Unavailable, "the task queue is unavailable; the task was not created, try again")
 	}
+	// Off the request's path: if this is lost, the reconciler finds the job
+	// queued and does it.
+	go func() {
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = s.store.MarkQueued(mctx, accountID, id)
+	}()
 	logging.AddFields(ctx, zap.String("model", in.Model.ID), zap.Int64("price", charge.Price))
 	return id, nil
 }

@@ -23,16 +23,27 @@ type queue struct {
 	jobs      []jobs.GenerateImage
 	deadlines []time.Time
 	err       error
+	// block, when set, makes an enqueue wait for it to close, after
+	// signalling entered.
+	block, entered chan struct{}
 }
 
-func (q *queue) EnqueueGenerateImage(_ context.Context, j jobs.GenerateImage, deadline time.Time) error {
+func (q *queue) EnqueueGenerateImage(_ context.Context, j jobs.GenerateImage, run string) error {
+	if q.block != nil {
+		close(q.entered)
+		<-q.block
+		return errors.New("the gateway is gone")
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.err != nil {
 		return q.err
 	}
+	if run != j.TaskID {
+		return errors.New("the gateway queues run 0")
+	}
 	q.jobs = append(q.jobs, j)
-	q.deadlines = append(q.deadlines, deadline)
+	q.deadlines = append(q.deadlines, j.Deadline)
 	return nil
 }
 
@@ -70,7 +81,7 @@ func newFixture(t *testing.T, credits int64) *fixture {
 		t.Fatal(err)
 	}
 	prices, _ := pricing.Parse(pricing.Default)
-	f := &fixture{st: st, q: &queue{}, ids: &ids{}, acct: a.ID}
+	f := &fixture{st: st, q: &queue{entered: make(chan struct{})}, ids: &ids{}, acct: a.ID}
 	// The service gets its own client, so a test can break it alone.
 	svcRDB := srv.Client(t)
 	f.svc = NewService(store.New(svcRDB), f.q, f.ids, prices, Config{Deadline: 10 * time.Minute, MaxInflight: 5})
@@ -121,6 +132,49 @@ func TestCreate(t *testing.T) {
 	if n, _ := f.st.Inflight(ctx, f.acct); n != 1 {
 		t.Errorf("%d in flight; want 1", n)
 	}
+	// Queued: it leaves the unqueued list (off the request path, soon).
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		u, err := f.st.Unqueued(ctx, time.Now().Add(time.Second), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(u) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a queued task is still listed as unqueued: %+v", u)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A gateway that dies after charging and before queueing leaves the task
+// with its job for the reconciler: here the queue never answers.
+func TestCreateLeavesTheJobForTheReconciler(t *testing.T) {
+	f := newFixture(t, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	f.q.block = make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := f.svc.Create(ctx, f.acct, task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"})
+		errc <- err
+	}()
+	<-f.q.entered // charged and recorded; the enqueue hangs: the process "dies" here
+	u, err := f.st.Unqueued(context.Background(), time.Now().Add(time.Second), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(u) != 1 || !u[0].Pending || len(u[0].Job) == 0 {
+		t.Fatalf("Unqueued = %+v; want the task with its job", u)
+	}
+	j, err := jobs.DecodeGenerateImage(u[0].Job)
+	if err != nil || j.TaskID != u[0].TaskID || j.Input.Prompt != "p" || j.Deadline.IsZero() {
+		t.Errorf("stored job %+v, %v", j, err)
+	}
+	cancel()
+	close(f.q.block)
+	<-errc
 }
 
 func TestCreateFailures(t *testing.T) {

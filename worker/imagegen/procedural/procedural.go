@@ -134,7 +134,15 @@ func (g *Generator) Generate(ctx context.Context, req imagegen.Request, progress
 }
 
 // paint decodes the sources, renders and encodes, at most NumCPU at once.
+// Decoding happens inside the render slot, so decoded sources (bounded per
+// task by the fetcher) are held by at most NumCPU tasks at a time.
 func (g *Generator) paint(ctx context.Context, req imagegen.Request) (picture, error) {
+	select {
+	case g.renders <- struct{}{}:
+	case <-ctx.Done():
+		return picture{}, ctx.Err()
+	}
+	defer func() { <-g.renders }()
 	var sources []image.Image
 	for _, s := range req.Sources {
 		img, err := s.Decode()
@@ -143,12 +151,6 @@ func (g *Generator) paint(ctx context.Context, req imagegen.Request) (picture, e
 		}
 		sources = append(sources, img)
 	}
-	select {
-	case g.renders <- struct{}{}:
-	case <-ctx.Done():
-		return picture{}, ctx.Err()
-	}
-	defer func() { <-g.renders }()
 	var buf bytes.Buffer
 	if err := g.encoder.Encode(&buf, g.Render(req, sources)); err != nil {
 		return picture{}, fmt.Errorf("procedural: encode: %w", err)

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"image/color"
 	"io"
 	"net"
 	"net/http"
@@ -32,6 +33,7 @@ type Options struct {
 	MaxBytes       int64         // per image; default 20 MB
 	MaxTotalBytes  int64         // all images of a task; default 100 MB
 	MaxPixels      int64         // width×height per image; default 50 megapixels
+	MaxDecoded     int64         // decoded bytes of all images of a task; default 400 MB
 	ConnectTimeout time.Duration // default 5s
 	Timeout        time.Duration // per image, whole exchange; default 30s
 	MaxRedirects   int           // default 3
@@ -43,6 +45,7 @@ const (
 	DefaultMaxBytes      = 20 << 20
 	DefaultMaxTotalBytes = 100 << 20
 	DefaultMaxPixels     = 50_000_000
+	DefaultMaxDecoded    = 400 << 20
 )
 
 // Fetcher fetches source images.
@@ -61,6 +64,9 @@ func New(o Options) *Fetcher {
 	}
 	if o.MaxPixels <= 0 {
 		o.MaxPixels = DefaultMaxPixels
+	}
+	if o.MaxDecoded <= 0 {
+		o.MaxDecoded = DefaultMaxDecoded
 	}
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = 5 * time.Second
@@ -111,11 +117,11 @@ var (
 // task.InvalidSourceImage, with a message naming the URL's position.
 func (f *Fetcher) Fetch(ctx context.Context, urls []string) ([]imagegen.Source, error) {
 	out := make([]imagegen.Source, len(urls))
-	var total atomic.Int64
+	var total, decoded atomic.Int64
 	g, ctx := errgroup.WithContext(ctx)
 	for i, u := range urls {
 		g.Go(func() error {
-			s, err := f.fetchOne(ctx, i, u, &total)
+			s, err := f.fetchOne(ctx, i, u, &total, &decoded)
 			if err != nil {
 				return err
 			}
@@ -129,7 +135,7 @@ func (f *Fetcher) Fetch(ctx context.Context, urls []string) ([]imagegen.Source, 
 	return out, nil
 }
 
-func (f *Fetcher) fetchOne(ctx context.Context, i int, rawURL string, total *atomic.Int64) (imagegen.Source, error) {
+func (f *Fetcher) fetchOne(ctx context.Context, i int, rawURL string, total, decoded *atomic.Int64) (imagegen.Source, error) {
 	fail := func(code apperr.Code, err error, format string, args ...any) (imagegen.Source, error) {
 		return imagegen.Source{}, apperr.Wrap(err, code, fmt.Sprintf("image_urls[%d] ", i)+fmt.Sprintf(format, args...))
 	}
@@ -183,10 +189,38 @@ func (f *Fetcher) fetchOne(ctx context.Context, i int, rawURL string, total *ato
 	if int64(cfg.Width)*int64(cfg.Height) > f.opts.MaxPixels {
 		return fail(task.InvalidSourceImage, nil, "is %dx%d pixels; the limit is %d megapixels", cfg.Width, cfg.Height, f.opts.MaxPixels/1_000_000)
 	}
-	return imagegen.Source{Index: i, Data: data, MIME: mime, Width: cfg.Width, Height: cfg.Height}, nil
+	// What the pixels will take once decoded, from the header: ten small
+	// files can hold gigabytes of 16-bit pixels. The task's images together
+	// must fit, before any is decoded.
+	size := int64(cfg.Width) * int64(cfg.Height) * bytesPerPixel(cfg.ColorModel)
+	if decoded.Add(size) > f.opts.MaxDecoded {
+		return fail(task.InvalidSourceImage, nil, "brings the source images over the %d MB they may take once decoded (this one is %dx%d pixels at %d bytes each)",
+			f.opts.MaxDecoded>>20, cfg.Width, cfg.Height, bytesPerPixel(cfg.ColorModel))
+	}
+	return imagegen.Source{Index: i, Data: data, MIME: mime, Width: cfg.Width, Height: cfg.Height, DecodedBytes: size}, nil
 }
 
 var errOverTotal = errors.New("over the task's total of source bytes")
+
+// bytesPerPixel is what a decoded pixel of an image with this color model
+// takes in memory (Go's image types: 16-bit channels take 8 bytes a pixel,
+// paletted and gray images 1, JPEG's YCbCr at most 3).
+func bytesPerPixel(m color.Model) int64 {
+	switch m {
+	case color.RGBA64Model, color.NRGBA64Model:
+		return 8
+	case color.Gray16Model, color.Alpha16Model:
+		return 2
+	case color.GrayModel, color.AlphaModel:
+		return 1
+	case color.YCbCrModel:
+		return 3
+	}
+	if _, ok := m.(color.Palette); ok {
+		return 1
+	}
+	return 4
+}
 
 // budgetReader adds what it reads to a task's running total of source
 // bytes, shared by the task's fetches, and fails as soon as the total passes

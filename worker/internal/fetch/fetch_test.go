@@ -303,3 +303,69 @@ func TestTotalStopsDownloadsEarly(t *testing.T) {
 		t.Errorf("%d of 3 images were served to the end; the fetch should have stopped reading at the total", finished)
 	}
 }
+
+// bomb16 is a tiny 16-bit RGBA PNG whose header claims width x height: 8
+// bytes a pixel once decoded.
+func bomb16(t *testing.T, width, height uint32) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, image.NewNRGBA64(image.Rect(0, 0, 1, 1))); err != nil {
+		t.Fatal(err)
+	}
+	b := buf.Bytes()
+	if b[24] != 16 || b[25] != 6 {
+		t.Fatalf("not a 16-bit RGBA PNG: depth %d, color type %d", b[24], b[25])
+	}
+	binary.BigEndian.PutUint32(b[16:20], width)
+	binary.BigEndian.PutUint32(b[20:24], height)
+	binary.BigEndian.PutUint32(b[29:33], crc32.ChecksumIEEE(b[12:29]))
+	return b
+}
+
+// What a task's source images take once decoded is bounded, from their
+// headers, before any is decoded: ten 393 KB 16-bit PNGs of 7071x7071 once
+// took a worker to 4 GB. Each image here is under the megapixel cap.
+func TestDecodedSizeBound(t *testing.T) {
+	srv := server(t, map[string][]byte{
+		"/16bit.png": bomb16(t, 3000, 3000), // 72 MB decoded
+		"/small.png": encoded(t, "png", 100, 100),
+	})
+	urls := func(n int, path string) []string {
+		var out []string
+		for i := 0; i < n; i++ {
+			out = append(out, srv.URL+path)
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		urls []string
+		max  int64
+		ok   bool
+	}{
+		{"ten 16-bit 9 MP images: 720 MB", urls(10, "/16bit.png"), 0, false},
+		{"five of them: 360 MB", urls(5, "/16bit.png"), 0, true},
+		{"a tighter bound", urls(2, "/16bit.png"), 100 << 20, false},
+		{"small images", urls(10, "/small.png"), 1 << 20, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := open()
+			o.MaxDecoded = tt.max
+			got, err := New(o).Fetch(context.Background(), tt.urls)
+			if tt.ok {
+				if err != nil {
+					t.Fatalf("Fetch: %v", err)
+				}
+				if got[0].DecodedBytes <= 0 {
+					t.Errorf("decoded size not reported: %+v", got[0].DecodedBytes)
+				}
+				return
+			}
+			e, ok := apperr.As(err)
+			if !ok || e.Code != task.InvalidSourceImage || !strings.Contains(e.Message, "once decoded") {
+				t.Fatalf("Fetch = %v; want invalid_source_image over the decoded bound", err)
+			}
+		})
+	}
+}

@@ -30,10 +30,11 @@ import (
 
 // Store changes task state.
 type Store interface {
-	StartTask(ctx context.Context, accountID, taskID string) (store.Outcome, error)
-	SetProgress(ctx context.Context, accountID, taskID string, pct int) error
-	CompleteTask(ctx context.Context, accountID, taskID string, results []task.Result) (store.Outcome, time.Time, error)
-	FailTask(ctx context.Context, accountID, taskID string, f task.Failure) (store.Outcome, error)
+	StartTask(ctx context.Context, accountID, taskID, run string) (store.Outcome, error)
+	ReleaseTask(ctx context.Context, accountID, taskID, run string) error
+	SetProgress(ctx context.Context, accountID, taskID, run string, pct int) error
+	CompleteTask(ctx context.Context, accountID, taskID, run string, results []task.Result) (store.Outcome, time.Time, error)
+	FailTask(ctx context.Context, accountID, taskID, run string, f task.Failure) (store.Outcome, error)
 }
 
 // Blobs stores result images.
@@ -71,10 +72,13 @@ func New(store Store, blobs Blobs, gen imagegen.Generator, fetch Fetcher, cat *c
 	return &Processor{store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, retry: retry, now: time.Now, touched: touched}
 }
 
-// Attempt says which run of a job this is: Retry counts earlier failed runs,
-// MaxRetry is how many retries the job has in all.
+// Attempt says which run of a job this is: Run is its Asynq TaskID
+// (jobs.RunID: the task id, or a later run's after a worker died), Retry
+// counts its earlier failed attempts, MaxRetry is how many retries it has in
+// all.
 type Attempt struct {
 	Retry, MaxRetry int
+	Run             string
 }
 
 // Last reports whether no retry follows this attempt.
@@ -97,11 +101,14 @@ const (
 // retries left, or a worker shutting down. Every line it logs, and every line
 // logged through its context, carries the task id, account and attempt.
 func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Attempt) error {
-	acct, id := job.AccountID, job.TaskID
-	ctx = logging.WithLogger(ctx, p.log, zap.String("task_id", id), zap.String("account_id", acct), zap.Int("attempt", at.Retry+1))
+	acct, id, run := job.AccountID, job.TaskID, at.Run
+	if run == "" {
+		run = jobs.RunID(id, 0)
+	}
+	ctx = logging.WithLogger(ctx, p.log, zap.String("task_id", id), zap.String("account_id", acct), zap.String("run", run), zap.Int("attempt", at.Retry+1))
 	log := logging.From(ctx)
 
-	outcome, err := p.store.StartTask(ctx, acct, id)
+	outcome, err := p.store.StartTask(ctx, acct, id, run)
 	if err != nil {
 		log.Warn("could not mark the task processing", zap.Error(err))
 		return err
@@ -113,6 +120,21 @@ func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Atte
 	case store.AlreadyFinal:
 		log.Info("task already finished; dropping the duplicate job")
 		return nil
+	case store.Superseded:
+		log.Info("another run owns this task (this one's worker was taken for dead); dropping the job")
+		return nil
+	case store.Poisoned:
+		log.Warn("task failed: it stopped its worker twice, and was refunded instead of run again", zap.String("code", string(task.WorkerCrashed)))
+		return nil
+	}
+	// Handing the task back to the queue alive (a retry, a shutdown) is no
+	// crash: say so, so that its next start is not counted as one.
+	release := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if err := p.store.ReleaseTask(rctx, acct, id, run); err != nil {
+			log.Warn("could not release the task", zap.Error(err))
+		}
 	}
 	log.Debug("task processing", zap.String("model", job.Input.Model.ID))
 	started := p.now()
@@ -130,16 +152,17 @@ func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Atte
 		}
 		lastWrite = now
 		mu.Unlock()
-		if err := p.store.SetProgress(ctx, acct, id, pct); err != nil && ctx.Err() == nil {
+		if err := p.store.SetProgress(ctx, acct, id, run, pct); err != nil && ctx.Err() == nil {
 			log.Warn("could not record progress", zap.Int("progress", pct), zap.Error(err))
 		}
 	}
 
 	results, err := p.run(ctx, job, progress)
 	if err == nil {
-		o, _, err := p.store.CompleteTask(context.WithoutCancel(ctx), acct, id, results)
+		o, _, err := p.store.CompleteTask(context.WithoutCancel(ctx), acct, id, run, results)
 		if err != nil {
 			log.Error("could not mark the task completed", zap.Error(err))
+			release()
 			return err
 		}
 		log.Info("task completed", zap.Int("results", len(results)), zap.Duration("took", p.now().Sub(started)), zap.Stringer("outcome", o))
@@ -149,16 +172,19 @@ func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Atte
 	// Shutting down: Asynq puts the job back; leave the task processing.
 	if errors.Is(ctx.Err(), context.Canceled) {
 		log.Info("task interrupted by shutdown; it will run again")
+		release()
 		return err
 	}
 	f, retryable := classify(ctx, err)
 	if retryable && !at.Last() {
 		log.Warn("task attempt failed; retrying", zap.String("code", f.Code), zap.Error(err))
+		release()
 		return err
 	}
-	o, ferr := p.store.FailTask(context.WithoutCancel(ctx), acct, id, f)
+	o, ferr := p.store.FailTask(context.WithoutCancel(ctx), acct, id, run, f)
 	if ferr != nil {
 		log.Error("could not mark the task failed", zap.Error(ferr), zap.NamedError("cause", err))
+		release()
 		return ferr
 	}
 	log.Warn("task failed", zap.String("code", f.Code), zap.String("message", f.Message), zap.Error(err), zap.Stringer("outcome", o))

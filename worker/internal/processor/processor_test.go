@@ -53,11 +53,11 @@ type recorder struct {
 	progress []int
 }
 
-func (r *recorder) SetProgress(ctx context.Context, a, id string, pct int) error {
+func (r *recorder) SetProgress(ctx context.Context, a, id, run string, pct int) error {
 	r.mu.Lock()
 	r.progress = append(r.progress, pct)
 	r.mu.Unlock()
-	return r.Store.SetProgress(ctx, a, id, pct)
+	return r.Store.SetProgress(ctx, a, id, run, pct)
 }
 
 type genFunc func(ctx context.Context, req imagegen.Request, progress func(int)) ([]imagegen.Image, error)
@@ -130,7 +130,7 @@ func (f *fixture) job(t *testing.T, id, model string, mod func(*task.Input)) job
 		tier = catalog.Pro
 	}
 	_, err := f.store.CreateTask(context.Background(), &task.Task{ID: id, AccountID: f.acct, Type: task.Type, Model: model, CreateTime: time.Now()},
-		store.Charge{Price: price, Tier: string(tier), MaxInflight: 100, CountUntil: time.Now().Add(time.Hour)})
+		store.Charge{Price: price, Tier: string(tier), MaxInflight: 100, CountUntil: time.Now().Add(time.Hour)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestTextToImage(t *testing.T) {
 	}
 	f := newFixture(t, g)
 	j := f.job(t, "task_lumen_1", pro, func(in *task.Input) { in.AspectRatio = "9:16"; in.ImageSize = "2K" })
-	if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
+	if err := f.proc.Process(context.Background(), j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	got := f.get(t, "task_lumen_1")
@@ -219,7 +219,7 @@ func TestIdenticalResultsAreStoredOnce(t *testing.T) {
 	g, _ := procedural.New(0)
 	f := newFixture(t, g)
 	for _, id := range []string{"task_lumen_21", "task_lumen_22"} {
-		if err := f.proc.Process(context.Background(), f.job(t, id, std, nil), Attempt{0, 3}); err != nil {
+		if err := f.proc.Process(context.Background(), f.job(t, id, std, nil), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -234,7 +234,7 @@ func TestIdenticalResultsAreStoredOnce(t *testing.T) {
 	}
 	// As another worker, or this one ten minutes later, would.
 	f.proc.touched.Purge()
-	if err := f.proc.Process(context.Background(), f.job(t, "task_lumen_23", std, nil), Attempt{0, 3}); err != nil {
+	if err := f.proc.Process(context.Background(), f.job(t, "task_lumen_23", std, nil), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := os.Stat(path); err != nil || time.Since(st.ModTime()) > time.Hour {
@@ -286,7 +286,7 @@ func TestEditPicksNearestRatio(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			id := "task_lumen_" + string(rune('1'+i))
 			j := f.job(t, id, tt.model, func(in *task.Input) { in.ImageURLs = tt.urls; in.AspectRatio = tt.ratio })
-			if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
+			if err := f.proc.Process(context.Background(), j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 				t.Fatal(err)
 			}
 			got := f.get(t, id)
@@ -304,7 +304,7 @@ func TestEditFetchFailure(t *testing.T) {
 	f := newFixture(t, nil)
 	srv := jpegServer(t, 64, 64)
 	j := f.job(t, "task_lumen_9", std, func(in *task.Input) { in.ImageURLs = []string{srv.URL + "/ok.jpg", srv.URL + "/missing.jpg"} })
-	if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
+	if err := f.proc.Process(context.Background(), j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatalf("a final failure must not ask for a retry: %v", err)
 	}
 	got := f.get(t, "task_lumen_9")
@@ -329,33 +329,33 @@ func TestFailures(t *testing.T) {
 			gen: func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
 				return nil, apperr.New(task.ContentBlocked, "the prompt was blocked by the safety filter")
 			},
-			attempt: Attempt{0, 3}, status: task.Failed, code: "content_blocked", msgPart: "safety filter",
+			attempt: Attempt{Retry: 0, MaxRetry: 3}, status: task.Failed, code: "content_blocked", msgPart: "safety filter",
 		},
 		{
 			name: "retryable error until the retries run out",
 			gen: func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
 				return nil, apperr.Transient(errors.New("503"), task.UpstreamUnavailable, "the model is unavailable")
 			},
-			attempt: Attempt{0, 3}, status: task.Failed, code: "upstream_unavailable", msgPart: "gave up after 3 attempts",
+			attempt: Attempt{Retry: 0, MaxRetry: 3}, status: task.Failed, code: "upstream_unavailable", msgPart: "gave up after 3 attempts",
 		},
 		{
 			name: "unknown error with job retries left",
 			gen: func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
 				return nil, errors.New("dial tcp 10.1.2.3:443: secret-host")
 			},
-			attempt: Attempt{1, 3}, wantErr: true, status: task.Processing,
+			attempt: Attempt{Retry: 1, MaxRetry: 3}, wantErr: true, status: task.Processing,
 		},
 		{
 			name: "unknown error on the last job attempt is internal and hides its detail",
 			gen: func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
 				return nil, errors.New("dial tcp 10.1.2.3:443: secret-host")
 			},
-			attempt: Attempt{3, 3}, status: task.Failed, code: "internal", msgPart: "internal error",
+			attempt: Attempt{Retry: 3, MaxRetry: 3}, status: task.Failed, code: "internal", msgPart: "internal error",
 		},
 		{
 			name:    "no image",
 			gen:     func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) { return nil, nil },
-			attempt: Attempt{0, 3}, status: task.Failed, code: "generation_failed", msgPart: "no image",
+			attempt: Attempt{Retry: 0, MaxRetry: 3}, status: task.Failed, code: "generation_failed", msgPart: "no image",
 		},
 		{
 			name: "deadline",
@@ -366,7 +366,7 @@ func TestFailures(t *testing.T) {
 			ctx: func() (context.Context, context.CancelFunc) {
 				return context.WithTimeout(context.Background(), 30*time.Millisecond)
 			},
-			attempt: Attempt{0, 3}, status: task.Failed, code: "timeout", msgPart: "deadline",
+			attempt: Attempt{Retry: 0, MaxRetry: 3}, status: task.Failed, code: "timeout", msgPart: "deadline",
 		},
 		{
 			name: "shutdown leaves the task to run again",
@@ -379,7 +379,7 @@ func TestFailures(t *testing.T) {
 				time.AfterFunc(30*time.Millisecond, cancel)
 				return ctx, cancel
 			},
-			attempt: Attempt{0, 3}, wantErr: true, status: task.Processing,
+			attempt: Attempt{Retry: 0, MaxRetry: 3}, wantErr: true, status: task.Processing,
 		},
 	}
 	for _, tt := range tests {
@@ -432,7 +432,7 @@ func TestRetryThenSucceed(t *testing.T) {
 		return []imagegen.Image{{Data: []byte("\x89PNG"), MIME: "image/png", Width: 1, Height: 1}}, nil
 	}))
 	j := f.job(t, "task_lumen_3", std, nil)
-	if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
+	if err := f.proc.Process(context.Background(), j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.get(t, "task_lumen_3"); got.Status != task.Completed || calls != 3 {
@@ -452,7 +452,7 @@ func TestRetriesStopAtMaxElapsed(t *testing.T) {
 	f.proc.retry = Retry{MaxAttempts: 100, MaxElapsed: 50 * time.Millisecond, Initial: 20 * time.Millisecond, MaxInterval: 20 * time.Millisecond}
 	j := f.job(t, "task_lumen_4", std, nil)
 	start := time.Now()
-	if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
+	if err := f.proc.Process(context.Background(), j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.get(t, "task_lumen_4"); got.Status != task.Failed || calls >= 100 || time.Since(start) > 5*time.Second {
@@ -468,12 +468,12 @@ func TestDuplicateAndOrphanJobs(t *testing.T) {
 	})
 	f := newFixture(t, gen)
 	j := f.job(t, "task_lumen_7", std, nil)
-	if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
+	if err := f.proc.Process(context.Background(), j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	first := f.get(t, "task_lumen_7")
 	// Asynq delivers at least once: a second run must change nothing.
-	if err := f.proc.Process(context.Background(), j, Attempt{1, 3}); err != nil {
+	if err := f.proc.Process(context.Background(), j, Attempt{Retry: 1, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if calls != 1 {
@@ -485,7 +485,7 @@ func TestDuplicateAndOrphanJobs(t *testing.T) {
 	// A job whose record is gone (expired, or removed after an enqueue
 	// failure) is dropped without recreating it.
 	orphan := jobs.GenerateImage{TaskID: "task_lumen_8", AccountID: f.acct, Input: task.Input{Model: catalog.Model{ID: std, Tier: catalog.Standard}, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}}
-	if err := f.proc.Process(context.Background(), orphan, Attempt{0, 3}); err != nil {
+	if err := f.proc.Process(context.Background(), orphan, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.store.Task(context.Background(), f.acct, "task_lumen_8"); apperr.CodeOf(err) != apperr.NotFound {
@@ -499,7 +499,7 @@ func TestDuplicateAndOrphanJobs(t *testing.T) {
 func TestWrongModelFailsCleanly(t *testing.T) {
 	f := newFixture(t, nil)
 	j := f.job(t, "task_other_1", "other-2.5-flash-image", nil)
-	if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
+	if err := f.proc.Process(context.Background(), j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.get(t, "task_other_1"); got.Status != task.Failed || got.Failure.Code != "generation_failed" {
@@ -548,7 +548,7 @@ func TestRefundAcrossRetries(t *testing.T) {
 			for _, r := range tt.runs {
 				if r.crash {
 					// All a crashed run leaves behind: the task marked processing.
-					if _, err := f.store.StartTask(context.Background(), f.acct, "task_lumen_42"); err != nil {
+					if _, err := f.store.StartTask(context.Background(), f.acct, "task_lumen_42", "task_lumen_42"); err != nil {
 						t.Fatal(err)
 					}
 					continue
@@ -560,6 +560,9 @@ func TestRefundAcrossRetries(t *testing.T) {
 			bal, refunds := f.credits(t)
 			if got.Status != tt.status || refunds != tt.refunds {
 				t.Fatalf("status %s with %d refunds; want %s with %d", got.Status, refunds, tt.status, tt.refunds)
+			}
+			if got.Failure != nil && got.Failure.Code == string(task.WorkerCrashed) {
+				t.Errorf("a task handed back alive was counted as crashing its worker: %+v", got.Failure)
 			}
 			want := int64(startCredits - price)
 			if tt.refunds == 1 {
@@ -579,7 +582,7 @@ func TestTaskLogLines(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	f.proc = New(f.store, f.blobs, f.proc.gen, f.proc.fetch, f.proc.catalog, zap.New(core, zap.AddCaller()), f.proc.retry)
 	j := f.job(t, "task_lumen_7", std, nil)
-	if err := f.proc.Process(context.Background(), j, Attempt{0, 3}); err != nil {
+	if err := f.proc.Process(context.Background(), j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	entries := logs.All()
@@ -620,11 +623,58 @@ func TestSlowSourceIsAFetchFailure(t *testing.T) {
 	j := f.job(t, "task_lumen_31", std, func(in *task.Input) { in.ImageURLs = []string{slow.URL + "/drip.png"} })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // the task's deadline
 	defer cancel()
-	if err := f.proc.Process(ctx, j, Attempt{0, 3}); err != nil {
+	if err := f.proc.Process(ctx, j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatalf("a final failure must not ask for a retry: %v", err)
 	}
 	got := f.get(t, "task_lumen_31")
 	if got.Status != task.Failed || got.Failure.Code != string(task.SourceFetchFailed) || !strings.Contains(got.Failure.Message, "image_urls[0]") {
 		t.Errorf("task %+v %+v; want source_fetch_failed naming image_urls[0]", got, got.Failure)
+	}
+}
+
+// A run whose worker died is counted; the second such crash fails the task
+// with worker_crashed, refunded, without running the generator again. A run
+// that lost its task to another does nothing.
+func TestCrashedRunsAndSupersededRuns(t *testing.T) {
+	calls := 0
+	f := newFixture(t, genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
+		calls++
+		return []imagegen.Image{{Data: []byte("\x89PNG"), MIME: "image/png", Width: 1, Height: 1}}, nil
+	}))
+	ctx := context.Background()
+
+	j := f.job(t, "task_lumen_50", std, nil)
+	for i := 0; i < 2; i++ { // two runs that die after starting
+		if o, err := f.store.StartTask(ctx, f.acct, j.TaskID, j.TaskID); err != nil || o != store.Applied {
+			t.Fatalf("start %d: %v %v", i, o, err)
+		}
+	}
+	if err := f.proc.Process(ctx, j, Attempt{Retry: 2, MaxRetry: 3, Run: j.TaskID}); err != nil {
+		t.Fatal(err)
+	}
+	got := f.get(t, j.TaskID)
+	if got.Status != task.Failed || got.Failure.Code != string(task.WorkerCrashed) || !got.Refunded || calls != 0 {
+		t.Errorf("task %+v %+v, generator ran %d times; want failed with worker_crashed, refunded, not run", got, got.Failure, calls)
+	}
+
+	// Run 1 took the task over: run 0, coming back late, is dropped.
+	j2 := f.job(t, "task_lumen_51", std, nil)
+	if _, err := f.store.StartTask(ctx, f.acct, j2.TaskID, j2.TaskID); err != nil {
+		t.Fatal(err)
+	}
+	if o, run, err := f.store.Takeover(ctx, f.acct, j2.TaskID, j2.TaskID, func(n int) string { return jobs.RunID(j2.TaskID, n) }); err != nil || o != store.Applied {
+		t.Fatalf("takeover: %v %s %v", o, run, err)
+	}
+	if err := f.proc.Process(ctx, j2, Attempt{Retry: 1, MaxRetry: 3, Run: j2.TaskID}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.get(t, j2.TaskID); got.Status != task.Processing || calls != 0 {
+		t.Errorf("the superseded run changed the task (%s) or ran (%d)", got.Status, calls)
+	}
+	if err := f.proc.Process(ctx, j2, Attempt{Retry: 0, MaxRetry: 3, Run: jobs.RunID(j2.TaskID, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.get(t, j2.TaskID); got.Status != task.Completed || calls != 1 {
+		t.Errorf("the new run: %s after %d generations; want completed after 1", got.Status, calls)
 	}
 }
