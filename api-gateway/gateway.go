@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -24,6 +25,7 @@ import (
 	"github.com/easelhq/easel/api-gateway/internal/tasks"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/redisconn"
 	"github.com/easelhq/easel/pkg/service"
 	"github.com/easelhq/easel/pkg/store"
 )
@@ -43,7 +45,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		_, _ = rand.Read(secret)
 		log.Warn("EASEL_SIGNING_SECRET is unset: using a random one; result URLs will not survive a restart and only this gateway can serve them")
 	}
-	deps, err := service.Open(ctx, cfg.Common, 0, log)
+	// No retries: a request that fails is answered 503 at once, and a create
+	// script is never sent twice.
+	deps, err := service.Open(ctx, cfg.Common, redisconn.Options{NoRetries: true}, log)
 	if err != nil {
 		return err
 	}
@@ -54,24 +58,21 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	if err != nil {
 		return err
 	}
-	// The request path's commands go through go-redis's autopipeliner: the
-	// commands of concurrent requests share round trips and syscalls.
-	ap, err := rdb.AutoPipeline()
-	if err != nil {
-		return fmt.Errorf("redis autopipeline: %w", err)
-	}
-	st := store.New(ap)
-	if cfg.DevAPIKey != "" {
-		// Generous limits, so local load tests are not throttled.
-		a, err := st.EnsureKey(ctx, cfg.DevAPIKey, store.NewAccount{Name: "dev", Credits: cfg.DevCredits,
-			RateLimit: 1000, QueryRateLimit: 5000, MaxInflight: 5000})
-		if err != nil {
-			return fmt.Errorf("EASEL_DEV_API_KEY: %w", err)
+	// The request path uses the plain client: go-redis's autopipeliner ignores
+	// a request's deadline (a hung Redis held requests up to 1.6 s past it),
+	// and it no longer bought throughput (BENCHMARKS.md).
+	st := store.New(rdb)
+	// Ready once Redis answered at start, then while it takes writes.
+	var started atomic.Bool
+	instance := service.InstanceID("gateway")
+	ready := func(ctx context.Context) error {
+		if !started.Load() {
+			return errors.New("starting: waiting for Redis")
 		}
-		log.Warn("EASEL_DEV_API_KEY is set: its account can use the API (development only)", zap.String("account_id", a.ID))
+		return st.Probe(ctx, instance)
 	}
 
-	svc := tasks.NewService(st, jobs.NewEnqueuer(ap), taskid.New(cfg.ModelFamily), prices,
+	svc := tasks.NewService(st, jobs.NewEnqueuer(rdb), taskid.New(cfg.ModelFamily), prices,
 		tasks.Config{Deadline: cfg.TaskDeadline, MaxInflight: cfg.MaxInflight})
 	var admin *api.AdminDeps
 	if cfg.AdminToken != "" {
@@ -81,13 +82,17 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		Log:     log,
 		Tasks:   svc,
 		Auth:    auth.New(st, 100_000, cfg.AuthCacheTTL),
-		Limiter: ratelimit.New(ap),
+		Limiter: ratelimit.New(rdb),
 		Limits:  api.Limits{Create: cfg.RateLimit, Query: cfg.QueryRateLimit},
 		Admin:   admin,
 		Decoder: &createreq.Decoder{Catalog: cat, Egress: cfg.EgressPolicy()},
 		Signer:  signedurl.New(secret, cfg.PublicURL),
 		Blobs:   blobs,
-		Ready:   func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+		Ready:   ready,
+		// An API request's Redis calls share this budget (each is bounded by
+		// EASEL_REDIS_TIMEOUT too): a Redis that is down or hung costs a
+		// client a 503 within it.
+		RequestTimeout: 2 * cfg.RedisTimeout,
 	})
 
 	if ln == nil {
@@ -107,6 +112,15 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		zap.String("prices", prices.String()),
 		zap.Bool("admin_api", admin != nil))
 
+	// Serving already (/healthz answers, /readyz says not ready), wait for
+	// Redis, then do what needs it.
+	if err := start(ctx, cfg, deps, st, log); err != nil {
+		_ = srv.Close()
+		return err
+	}
+	started.Store(true)
+	log.Info("gateway ready")
+
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("gateway: %w", err)
@@ -122,6 +136,24 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		_ = srv.Close()
 	}
 	log.Info("gateway stopped")
+	return nil
+}
+
+// start waits for Redis and makes the dev key work, if one is set.
+func start(ctx context.Context, cfg Config, deps *service.Deps, st *store.Store, log *zap.Logger) error {
+	if err := deps.WaitRedis(ctx, cfg.Common, log); err != nil {
+		return err
+	}
+	if cfg.DevAPIKey == "" {
+		return nil
+	}
+	// Generous limits, so local load tests are not throttled.
+	a, err := st.EnsureKey(ctx, cfg.DevAPIKey, store.NewAccount{Name: "dev", Credits: cfg.DevCredits,
+		RateLimit: 1000, QueryRateLimit: 5000, MaxInflight: 5000})
+	if err != nil {
+		return fmt.Errorf("EASEL_DEV_API_KEY: %w", err)
+	}
+	log.Warn("EASEL_DEV_API_KEY is set: its account can use the API (development only)", zap.String("account_id", a.ID))
 	return nil
 }
 

@@ -11,15 +11,16 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/redisconn"
 	"github.com/easelhq/easel/pkg/service"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/worker/imagegen"
@@ -63,7 +64,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	}
 	// A Redis connection for each job Asynq may run at once, and some for
 	// its own loops (dequeue, heartbeat, recovery) and the sweeper.
-	deps, err := service.Open(ctx, cfg.Common, cfg.Concurrency+16, log)
+	deps, err := service.Open(ctx, cfg.Common, redisconn.Options{PoolSize: cfg.Concurrency + 16}, log)
 	if err != nil {
 		return err
 	}
@@ -124,14 +125,29 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 			return fmt.Errorf("worker health listener: %w", err)
 		}
 	}
-	health := service.NewHTTPServer(healthHandler(rdb), 10*time.Second, cfg.HTTPIdleTimeout, log)
+	// Ready once started, then while Redis takes writes.
+	var started atomic.Bool
+	instance := service.InstanceID("worker")
+	ready := func(ctx context.Context) error {
+		if !started.Load() {
+			return errors.New("starting")
+		}
+		return st.Probe(ctx, instance)
+	}
+	health := service.NewHTTPServer(healthHandler(ready), 10*time.Second, cfg.HTTPIdleTimeout, log)
 	healthErr := make(chan error, 1)
 	go func() { healthErr <- health.Serve(hl) }()
 
+	// Live already (/healthz), wait for Redis before taking jobs.
+	if err := deps.WaitRedis(ctx, cfg.Common, log); err != nil {
+		_ = health.Close()
+		return err
+	}
 	if err := srv.Start(mux); err != nil {
 		_ = health.Close()
 		return fmt.Errorf("start asynq server: %w", err)
 	}
+	started.Store(true)
 	log.Info("worker started",
 		zap.Any("queues", queues),
 		zap.Int("concurrency", cfg.Concurrency),
@@ -184,7 +200,9 @@ func newGenerator(ctx context.Context, cfg Config) (imagegen.Generator, error) {
 	return nil, fmt.Errorf("unknown generator %q", cfg.Generator)
 }
 
-func healthHandler(rdb *redis.Client) http.Handler {
+// healthHandler serves /healthz (the process lives) and /readyz (it has
+// started and Redis takes its writes).
+func healthHandler(ready func(ctx context.Context) error) http.Handler {
 	mux := http.NewServeMux()
 	write := func(w http.ResponseWriter, status int, v any) {
 		w.Header().Set("Content-Type", "application/json")
@@ -197,8 +215,10 @@ func healthHandler(rdb *redis.Client) http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			write(w, http.StatusServiceUnavailable, map[string]any{"code": http.StatusServiceUnavailable, "msg": "not ready: Redis is unreachable", "data": nil})
+		if err := ready(ctx); err != nil {
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Cache-Control", "no-store")
+			write(w, http.StatusServiceUnavailable, map[string]any{"code": http.StatusServiceUnavailable, "msg": "not ready: Redis is unreachable or refuses writes, or the worker is starting", "data": nil})
 			return
 		}
 		write(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -30,6 +30,13 @@ type Common struct {
 	// rediss://user:pass@host:6380/0. Required: `make run` sets it to its
 	// embedded Redis.
 	RedisURL string `env:"EASEL_REDIS_URL"`
+	// RedisTimeout bounds each Redis call (dial, write, read, the wait for a
+	// pooled connection) and an API request's Redis work: with Redis hung or
+	// gone, a request is 503 with Retry-After within about two of these.
+	RedisTimeout time.Duration `env:"EASEL_REDIS_TIMEOUT" envDefault:"400ms"`
+	// RedisStartTimeout is how long a service waits for Redis at start,
+	// not ready meanwhile, before giving up.
+	RedisStartTimeout time.Duration `env:"EASEL_REDIS_START_TIMEOUT" envDefault:"60s"`
 	// ModelFamily is the family word in model ids and task ids.
 	ModelFamily string `env:"EASEL_MODEL_FAMILY" envDefault:"lumen"`
 	// BlobDir is the directory holding result images, shared by the gateway
@@ -143,6 +150,12 @@ func (c *Common) Validate() error {
 		errs = append(errs, errors.New("EASEL_REDIS_URL is required (e.g. redis://localhost:6379/0); `make run` starts a whole stack on an embedded Redis without it"))
 	} else if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
 		errs = append(errs, fmt.Errorf("EASEL_REDIS_URL %q: want redis://[user:password@]host:port[/db] or rediss://host:port", Redact(c.RedisURL)))
+	}
+	if c.RedisTimeout < 10*time.Millisecond || c.RedisTimeout > time.Minute {
+		errs = append(errs, fmt.Errorf("EASEL_REDIS_TIMEOUT %s: want 10ms to 1m", c.RedisTimeout))
+	}
+	if c.RedisStartTimeout < 0 {
+		errs = append(errs, fmt.Errorf("EASEL_REDIS_START_TIMEOUT %s: want 0 or more", c.RedisStartTimeout))
 	}
 	if !catalog.ValidFamily(c.ModelFamily) {
 		errs = append(errs, fmt.Errorf("EASEL_MODEL_FAMILY %q: want lowercase letters and digits, starting with a letter, at most 32 characters", c.ModelFamily))

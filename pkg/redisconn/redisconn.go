@@ -1,5 +1,6 @@
 // Package redisconn opens the Redis client every Easel process shares between
-// its own stores and Asynq.
+// its own stores and Asynq, with the timeouts that let a request fail fast
+// when Redis is down or hung, and waits for Redis at start.
 package redisconn
 
 import (
@@ -11,35 +12,99 @@ import (
 	"go.uber.org/zap"
 )
 
-// Open parses a redis:// or rediss:// URL, connects and pings. The caller
-// closes the client.
-func Open(ctx context.Context, rawURL string) (*redis.Client, error) {
-	return OpenPool(ctx, rawURL, 0)
+// Options tune a client.
+type Options struct {
+	// PoolSize is the connection pool's size (0: go-redis's default, 10
+	// per CPU). A worker needs one per job it runs at once, and a few more
+	// for Asynq's own loops.
+	PoolSize int
+	// Timeout bounds dialling, each read and write, and the wait for a
+	// pooled connection (0: 400 ms). A context deadline sooner than it
+	// applies too: a request's budget bounds all its Redis calls.
+	Timeout time.Duration
+	// NoRetries turns off go-redis's retries of a command after a network
+	// error: a retried script may run twice if the server ran it before the
+	// connection broke, and a caller that answers 503 at once has nothing to
+	// gain from waiting.
+	NoRetries bool
 }
 
-// OpenPool is Open with a connection pool of poolSize (0: go-redis's
-// default, 10 per CPU). A worker needs one per job it runs at once, and a
-// few more for Asynq's own loops.
-func OpenPool(ctx context.Context, rawURL string, poolSize int) (*redis.Client, error) {
+// DefaultTimeout is Options.Timeout's default.
+const DefaultTimeout = 400 * time.Millisecond
+
+// New parses a redis:// or rediss:// URL and returns a client. It does not
+// connect: see Wait. The caller closes it.
+func New(rawURL string, o Options) (*redis.Client, error) {
 	opts, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("redis url: %w", err)
 	}
-	if poolSize > 0 {
-		opts.PoolSize = poolSize
+	if o.PoolSize > 0 {
+		opts.PoolSize = o.PoolSize
 	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.NoRetries {
+		opts.MaxRetries = -1
+	}
+	opts.DialTimeout = o.Timeout
+	opts.ReadTimeout = o.Timeout
+	opts.WriteTimeout = o.Timeout
+	opts.PoolTimeout = o.Timeout
+	// Without this go-redis ignores a context's deadline on reads: a hung
+	// Redis held requests for 30 s and more.
+	opts.ContextTimeoutEnabled = true
 	// Easel's stores only use RESP2-compatible replies; pinning the protocol
 	// keeps replies identical across Redis versions and miniredis.
 	opts.Protocol = 2
 	opts.DisableIdentity = true
-	rdb := redis.NewClient(opts)
-	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := rdb.Ping(pingCtx).Err(); err != nil {
+	return redis.NewClient(opts), nil
+}
+
+// Open is New, then a ping: for tools and tests, which want Redis now.
+func Open(ctx context.Context, rawURL string) (*redis.Client, error) {
+	rdb, err := New(rawURL, Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("redis at %s: %w", opts.Addr, err)
+		return nil, fmt.Errorf("redis at %s: %w", rdb.Options().Addr, err)
 	}
 	return rdb, nil
+}
+
+// Wait pings Redis until it answers, backing off from 100 ms to 2 s, for at
+// most timeout: a service started before its Redis waits for it instead of
+// exiting.
+func Wait(ctx context.Context, rdb redis.UniversalClient, timeout time.Duration, log *zap.Logger) error {
+	deadline := time.Now().Add(timeout)
+	wait := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := rdb.Ping(ctx).Err()
+		if err == nil {
+			if attempt > 1 {
+				log.Info("Redis answers", zap.Int("attempts", attempt))
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("redis: no answer within %s (EASEL_REDIS_START_TIMEOUT): %w", timeout, err)
+		}
+		if attempt == 1 {
+			log.Warn("waiting for Redis", zap.Error(err), zap.Duration("for_at_most", timeout))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 2*time.Second)
+	}
 }
 
 // LogTo sends go-redis's own messages (pool dial failures and the like),

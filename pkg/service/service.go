@@ -66,10 +66,11 @@ type Deps struct {
 	close []func() error
 }
 
-// Open opens the profiler (when EASEL_PPROF_ADDR is set), Redis with a pool of
-// redisPool connections (0: go-redis's default) and the blob store. Close
-// releases them.
-func Open(ctx context.Context, c config.Common, redisPool int, log *zap.Logger) (d *Deps, err error) {
+// Open opens the profiler (when EASEL_PPROF_ADDR is set), a Redis client
+// (its options beyond the common configuration's timeout in redis) and the
+// blob store. It does not wait for Redis (WaitRedis does). Close releases
+// them.
+func Open(ctx context.Context, c config.Common, redis redisconn.Options, log *zap.Logger) (d *Deps, err error) {
 	d = &Deps{}
 	defer func() {
 		if err != nil {
@@ -81,7 +82,8 @@ func Open(ctx context.Context, c config.Common, redisPool int, log *zap.Logger) 
 		return nil, fmt.Errorf("EASEL_PPROF_ADDR: %w", err)
 	}
 	d.close = append(d.close, func() error { stopPprof(); return nil })
-	if d.Redis, err = redisconn.OpenPool(ctx, c.RedisURL, redisPool); err != nil {
+	redis.Timeout = c.RedisTimeout
+	if d.Redis, err = redisconn.New(c.RedisURL, redis); err != nil {
 		return nil, err
 	}
 	d.close = append(d.close, d.Redis.Close)
@@ -90,6 +92,18 @@ func Open(ctx context.Context, c config.Common, redisPool int, log *zap.Logger) 
 	}
 	d.close = append(d.close, d.Blobs.Close)
 	return d, nil
+}
+
+// WaitRedis waits for Redis to answer, for at most EASEL_REDIS_START_TIMEOUT.
+func (d *Deps) WaitRedis(ctx context.Context, c config.Common, log *zap.Logger) error {
+	return redisconn.Wait(ctx, d.Redis, c.RedisStartTimeout, log)
+}
+
+// InstanceID names this process for the readiness probe and logs: host name
+// and process id.
+func InstanceID(service string) string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s:%s:%d", service, host, os.Getpid())
 }
 
 // Close releases what Open opened, last first.

@@ -19,6 +19,7 @@
 //	easel:keyprefix:<visible prefix>   set     hashes of the keys with that prefix
 //	easel:accounts                     zset    every account id, by creation time
 //	easel:lock:<name>                  string  a lease one process holds (the sweeper's)
+//	easel:probe:<instance>             string  a process's readiness write (30 s TTL)
 //	rate:easel:<class>:<key hash>      string  a rate-limit bucket (go-redis/redis_rate adds "rate:")
 //
 // Asynq keeps its own keys under "asynq:{<queue>}:...".

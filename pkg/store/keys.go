@@ -32,6 +32,9 @@ func keyPrefixKey(visible string) string { return prefix + "keyprefix:" + visibl
 // accountsKey is the key of the index of every account.
 func accountsKey() string { return prefix + "accounts" }
 
+// probeKey is the key a process writes to check Redis takes writes.
+func probeKey(instance string) string { return prefix + "probe:" + instance }
+
 // lockKey is the key of a named lease.
 func lockKey(name string) string { return prefix + "lock:" + name }
 

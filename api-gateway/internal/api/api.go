@@ -64,9 +64,12 @@ type Deps struct {
 	Decoder *createreq.Decoder
 	Signer  Signer
 	Blobs   Blobs
-	// Ready reports whether the gateway can serve (Redis reachable).
+	// Ready reports whether the gateway can serve (Redis takes writes).
 	Ready func(ctx context.Context) error
-	Now   func() time.Time
+	// RequestTimeout bounds the work of an API request (0: none): past it,
+	// a request waiting on Redis is 503 with Retry-After.
+	RequestTimeout time.Duration
+	Now            func() time.Time
 	// Admin, when not nil, adds the admin API under /admin/v1.
 	Admin *AdminDeps
 }
@@ -86,8 +89,9 @@ const (
 
 // limit applies the key's rate limit for a class of request and reports it
 // in X-RateLimit-* headers; over the limit, 429 with Retry-After. If the
-// limiter itself fails the request goes through (and is logged): rate
-// limiting must not take the API down with it.
+// limiter cannot answer, Redis cannot either (they are the same Redis): the
+// request is 503 with Retry-After, rather than waved through to fail later
+// or, on a Redis that answers only some keys, to escape its limit.
 func (h *handlers) limit(class string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -104,8 +108,7 @@ func (h *handlers) limit(class string) echo.MiddlewareFunc {
 			ctx := c.Request().Context()
 			res, err := h.Limiter.Allow(ctx, store.RateBucket(class, c.Get(ctxKeyHash).(string)), perSecond)
 			if err != nil {
-				logging.From(ctx).Warn("rate limiter unavailable; letting the request through", zap.Error(err))
-				return next(c)
+				return apperr.Transient(err, apperr.Unavailable, "the service is unavailable, try again")
 			}
 			hdr := c.Response().Header()
 			hdr.Set("X-RateLimit-Limit", strconv.Itoa(res.Limit))
@@ -164,12 +167,12 @@ func New(d Deps) *echo.Echo {
 	e.GET("/readyz", h.readyz)
 
 	v1 := e.Group("/v1")
-	v1.POST("/task/create", h.create, h.authenticate, h.limit(store.RateCreate))
-	v1.GET("/task/query", h.query, h.authenticate, h.limit(store.RateQuery))
+	v1.POST("/task/create", h.create, h.deadline, h.authenticate, h.limit(store.RateCreate))
+	v1.GET("/task/query", h.query, h.deadline, h.authenticate, h.limit(store.RateQuery))
 	v1.GET("/files/*", h.download)
 	v1.HEAD("/files/*", h.download)
 	if d.Admin != nil {
-		registerAdmin(e.Group("/admin/v1"), d.Admin)
+		registerAdmin(e.Group("/admin/v1", h.deadline), d.Admin)
 	}
 	return e
 }
@@ -267,6 +270,20 @@ func (h *handlers) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// deadline gives the request its budget (RequestTimeout).
+func (h *handlers) deadline(next echo.HandlerFunc) echo.HandlerFunc {
+	if h.RequestTimeout <= 0 {
+		return next
+	}
+	return func(c echo.Context) error {
+		r := c.Request()
+		ctx, cancel := context.WithTimeout(r.Context(), h.RequestTimeout)
+		defer cancel()
+		c.SetRequest(r.WithContext(ctx))
+		return next(c)
+	}
+}
+
 func accountOf(c echo.Context) *store.Account {
 	return c.Get(ctxAccount).(*store.Account)
 }
@@ -279,7 +296,7 @@ func (h *handlers) readyz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
 	if err := h.Ready(ctx); err != nil {
-		return apperr.Wrap(err, apperr.Unavailable, "not ready: Redis is unreachable")
+		return apperr.Wrap(err, apperr.Unavailable, "not ready: Redis is unreachable or refuses writes")
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }

@@ -130,7 +130,7 @@ type drainResult struct {
 // have been done, then prints a drainResult.
 func runBaselineWorker(ctx context.Context, redisURL string, want int64, concurrency int, interval time.Duration) error {
 	// The same client set-up as the real worker's.
-	rdb, err := redisconn.OpenPool(ctx, redisURL, concurrency+16)
+	rdb, err := redisconn.New(redisURL, redisconn.Options{PoolSize: concurrency + 16})
 	if err != nil {
 		return err
 	}

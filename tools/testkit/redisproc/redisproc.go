@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,6 +26,10 @@ type Proc struct {
 	cmd    *exec.Cmd
 	exited chan error
 	out    *safeBuffer
+	// What it was started with, for Restart.
+	bin, dir string
+	port     int
+	extra    []string
 }
 
 // ErrNotInstalled is returned when redis-server is not on PATH.
@@ -53,12 +58,16 @@ func start(bin, dir string, extra []string) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
+	return startOn(bin, dir, port, extra)
+}
+
+func startOn(bin, dir string, port int, extra []string) (*Proc, error) {
 	out := &safeBuffer{}
 	args := append([]string{
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
-		"--appendonly", "no",
+		"--appendonly", "no", // extra may say yes: later arguments win
 		"--dir", dir,
 		"--daemonize", "no",
 		"--protected-mode", "no",
@@ -70,7 +79,7 @@ func start(bin, dir string, extra []string) (*Proc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &Proc{cmd: cmd, exited: make(chan error, 1), out: out}
+	p := &Proc{cmd: cmd, exited: make(chan error, 1), out: out, bin: bin, dir: dir, port: port, extra: extra}
 	go func() { p.exited <- cmd.Wait() }()
 
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
@@ -108,11 +117,48 @@ func start(bin, dir string, extra []string) (*Proc, error) {
 // Pid is the server's process id.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
-// Stop kills the server and waits for it.
+// Stop kills the server (SIGKILL) and waits for it. Stopping a stopped
+// server does nothing.
 func (p *Proc) Stop() {
+	select {
+	case <-p.exited:
+		p.exited <- nil // keep it closed for the next Stop
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGCONT) // a paused server must be able to die
 	_ = p.cmd.Process.Kill()
-	<-p.exited
+	err := <-p.exited
+	p.exited <- err
 }
+
+// Pause stops the server's process (SIGSTOP): it keeps its connections and
+// answers nothing, as a hung server does. Resume continues it.
+func (p *Proc) Pause() error { return p.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (p *Proc) Resume() error { return p.cmd.Process.Signal(syscall.SIGCONT) }
+
+// Restart stops the server if it runs and starts it again on the same port,
+// in the same directory, with the same arguments: with appendonly yes, it
+// comes back with what its AOF holds.
+func (p *Proc) Restart() error {
+	p.Stop()
+	var lastErr error
+	for attempt := 0; attempt < 50; attempt++ { // the port may linger a moment
+		np, err := startOn(p.bin, p.dir, p.port, p.extra)
+		if err == nil {
+			*p = *np
+			return nil
+		}
+		lastErr = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	return lastErr
+}
+
+// Output is what the server printed.
+func (p *Proc) Output() string { return p.out.String() }
 
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -15,6 +15,8 @@ import (
 type Server struct {
 	Addr string // host:port
 	URL  string // redis://host:port/0
+	// Proc is the process: Pause, Resume, Stop, Restart it to test faults.
+	Proc *redisproc.Proc
 }
 
 // Client returns a new client of the server, closed at test cleanup.
@@ -25,14 +27,14 @@ func (s *Server) Client(tb testing.TB) *redis.Client {
 	return rdb
 }
 
-// Start starts a redis-server for tb. It fails the test, with an install
-// hint, when redis-server is not on PATH.
-func Start(tb testing.TB) *Server {
+// Start starts a redis-server for tb, with extra redis-server arguments. It
+// fails the test, with an install hint, when redis-server is not on PATH.
+func Start(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
-	p, err := redisproc.Start(tb.TempDir())
+	p, err := redisproc.Start(tb.TempDir(), extra...)
 	if err != nil {
 		tb.Fatalf("start redis-server: %v", err)
 	}
 	tb.Cleanup(p.Stop)
-	return &Server{Addr: p.Addr, URL: p.URL}
+	return &Server{Addr: p.Addr, URL: p.URL, Proc: p}
 }

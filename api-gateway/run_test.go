@@ -1,0 +1,192 @@
+package gateway
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/tools/testkit/redistest"
+)
+
+const devKey = "esk_run_test_dev_key_0123456789abcdefghij"
+
+// startGateway runs the gateway on redisURL with env added, and returns its
+// base URL once it listens (not necessarily ready).
+func startGateway(t *testing.T, redisURL string, env map[string]string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]string{
+		"EASEL_REDIS_URL":      redisURL,
+		"EASEL_BLOB_DIR":       t.TempDir(),
+		"EASEL_HTTP_ADDR":      ln.Addr().String(),
+		"EASEL_SIGNING_SECRET": strings.Repeat("s", 32),
+		"EASEL_DEV_MODE":       "true",
+		"EASEL_DEV_API_KEY":    devKey,
+		"EASEL_LOG_LEVEL":      "error",
+	}
+	for k, v := range env {
+		base[k] = v
+	}
+	cfg, err := LoadConfig(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)), ln) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Error("the gateway did not stop")
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+var client = &http.Client{Timeout: 10 * time.Second}
+
+func status(t *testing.T, method, url, body string) (int, http.Header, time.Duration) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+devKey)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header, time.Since(start)
+}
+
+func waitStatus(t *testing.T, url string, want int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == want {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not %d within %s (last: %v %v)", url, want, within, resp, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Readiness reflects a failed write: a Redis that answers PING but refuses
+// writes (a replica after a failover) takes the gateway out of rotation.
+func TestReadinessNeedsWrites(t *testing.T) {
+	srv := redistest.Start(t)
+	base := startGateway(t, srv.URL, nil)
+	waitStatus(t, base+"/readyz", 200, 15*time.Second)
+	rdb := srv.Client(t)
+	dead, _ := net.Listen("tcp", "127.0.0.1:0")
+	_, port, _ := net.SplitHostPort(dead.Addr().String())
+	dead.Close()
+	if err := rdb.Do(context.Background(), "REPLICAOF", "127.0.0.1", port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("the replica does not answer PING: %v", err)
+	}
+	waitStatus(t, base+"/readyz", 503, 5*time.Second)
+	if code, hdr, _ := status(t, "GET", base+"/readyz", ""); code != 503 || hdr.Get("Retry-After") == "" {
+		t.Errorf("readyz %d, Retry-After %q", code, hdr.Get("Retry-After"))
+	}
+	if code, _, _ := status(t, "GET", base+"/healthz", ""); code != 200 {
+		t.Errorf("healthz %d: liveness does not depend on Redis", code)
+	}
+	if err := rdb.Do(context.Background(), "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, base+"/readyz", 200, 5*time.Second)
+}
+
+// A hung Redis (SIGSTOP) costs a request a 503 with Retry-After within the
+// request's budget, not the 30 s and more it took before; so does a Redis
+// that is gone.
+func TestRedisFaultsFailFast(t *testing.T) {
+	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+	base := startGateway(t, srv.URL, map[string]string{"EASEL_AUTH_CACHE_TTL": "0s"}) // the default Redis timeout
+	waitStatus(t, base+"/readyz", 200, 15*time.Second)
+	body := `{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"p"}}`
+	if code, _, _ := status(t, "POST", base+"/v1/task/create", body); code != 200 {
+		t.Fatalf("create with Redis up: %d", code)
+	}
+	for _, fault := range []struct {
+		name         string
+		break_, heal func() error
+	}{
+		{"hung", srv.Proc.Pause, srv.Proc.Resume},
+		{"gone", func() error { srv.Proc.Stop(); return nil }, srv.Proc.Restart},
+	} {
+		t.Run(fault.name, func(t *testing.T) {
+			if err := fault.break_(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := fault.heal(); err != nil {
+					t.Fatal(err)
+				}
+			}()
+			for _, r := range []struct{ method, path, body string }{
+				{"POST", "/v1/task/create", body},
+				{"GET", "/v1/task/query?task_id=task_lumen_1", ""},
+			} {
+				code, hdr, took := status(t, r.method, base+r.path, r.body)
+				if code != 503 || hdr.Get("Retry-After") == "" {
+					t.Errorf("%s %s with Redis %s: %d (Retry-After %q) after %s; want 503 with Retry-After", r.method, r.path, fault.name, code, hdr.Get("Retry-After"), took)
+				}
+				t.Logf("%s %s with Redis %s: %d after %s", r.method, r.path, fault.name, code, took)
+			}
+			if code, _, _ := status(t, "GET", base+"/readyz", ""); code != 503 {
+				t.Errorf("readyz %d with Redis %s", code, fault.name)
+			}
+		})
+	}
+	// Healed: the gateway serves again, without a restart.
+	waitStatus(t, base+"/readyz", 200, 10*time.Second)
+	if code, _, _ := status(t, "POST", base+"/v1/task/create", body); code != 200 {
+		t.Errorf("create after Redis came back: %d", code)
+	}
+}
+
+// Started before its Redis, the gateway waits for it (live, not ready)
+// instead of exiting, and serves once it comes.
+func TestStartsBeforeRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Proc.Stop()
+	base := startGateway(t, srv.URL, map[string]string{"EASEL_REDIS_START_TIMEOUT": "60s"})
+	waitStatus(t, base+"/healthz", 200, 10*time.Second)
+	time.Sleep(2500 * time.Millisecond) // past the 1.9 s after which it used to exit
+	if code, _, _ := status(t, "GET", base+"/readyz", ""); code != 503 {
+		t.Errorf("readyz %d while Redis is down", code)
+	}
+	if err := srv.Proc.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, base+"/readyz", 200, 15*time.Second)
+	// The dev key, set up once Redis came, works.
+	st := store.New(srv.Client(t))
+	if _, err := st.Authenticate(context.Background(), devKey); err != nil {
+		t.Errorf("dev key after a late Redis: %v", err)
+	}
+}
