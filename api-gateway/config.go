@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
 
 	"github.com/easelhq/easel/api-gateway/internal/pricing"
 	"github.com/easelhq/easel/pkg/config"
+	"github.com/easelhq/easel/pkg/egress"
 )
 
 // Config is the gateway's configuration: the common settings and its own.
@@ -43,6 +45,40 @@ type Config struct {
 	// and its account: a revoked key or disabled account stops working
 	// within it. At most 5s.
 	AuthCacheTTL time.Duration `env:"EASEL_AUTH_CACHE_TTL" envDefault:"2s"`
+	// AuthFailRate is how many requests a second whose key fails
+	// authentication a client address may make (bursts of four times that);
+	// past it the gateway refuses them, 429, before any Redis call. 0 turns
+	// the limit off.
+	AuthFailRate float64 `env:"EASEL_AUTH_FAIL_RATE" envDefault:"5"`
+	// TrustedProxies are the proxies (CIDR ranges) whose X-Forwarded-For
+	// gives the client's address; from anyone else it is ignored.
+	TrustedProxies string `env:"EASEL_TRUSTED_PROXIES"`
+	// MaxConns caps the API's open connections; 0 derives the cap from the
+	// process's file limit (nine tenths of it, at most 100,000).
+	MaxConns int `env:"EASEL_MAX_CONNS" envDefault:"0"`
+	// MaxConnsPerClient caps one client address's open connections (0: no
+	// cap). Behind a load balancer every connection comes from it: raise
+	// this, or set 0 and cap at the balancer.
+	MaxConnsPerClient int `env:"EASEL_MAX_CONNS_PER_CLIENT" envDefault:"512"`
+}
+
+// connCaps returns the total and per-client connection caps for a process
+// that may open files more files.
+func (c *Config) connCaps(files uint64) (total, perClient int) {
+	total = c.MaxConns
+	if total == 0 {
+		total = 100_000
+		if files > 0 {
+			total = int(min(files*9/10, 100_000))
+		}
+	}
+	return total, c.MaxConnsPerClient
+}
+
+// trustedProxies are the parsed EASEL_TRUSTED_PROXIES.
+func (c *Config) trustedProxies() []netip.Prefix {
+	p, _ := egress.ParsePrefixes(c.TrustedProxies) // checked by Validate
+	return p
 }
 
 // LoadConfig reads the gateway's configuration from environ (nil means the
@@ -91,6 +127,15 @@ func (c *Config) Validate() error {
 	}
 	if c.AuthCacheTTL < 0 || c.AuthCacheTTL > 5*time.Second {
 		errs = append(errs, fmt.Errorf("EASEL_AUTH_CACHE_TTL %s: want 0 to 5s (revocations must take effect within 5s)", c.AuthCacheTTL))
+	}
+	if c.AuthFailRate < 0 || c.AuthFailRate > 1e6 {
+		errs = append(errs, fmt.Errorf("EASEL_AUTH_FAIL_RATE %g: want 0 (off) to 1000000", c.AuthFailRate))
+	}
+	if c.MaxConns < 0 || c.MaxConnsPerClient < 0 {
+		errs = append(errs, errors.New("EASEL_MAX_CONNS and EASEL_MAX_CONNS_PER_CLIENT: want 0 or more"))
+	}
+	if _, err := egress.ParsePrefixes(c.TrustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("EASEL_TRUSTED_PROXIES: %w", err))
 	}
 	if c.DevAPIKey != "" && !c.DevMode {
 		errs = append(errs, errors.New("EASEL_DEV_API_KEY works only with EASEL_DEV_MODE=true: a key everyone can read in the README must never open a production gateway; create keys with easelctl or the admin API"))

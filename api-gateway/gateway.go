@@ -17,6 +17,7 @@ import (
 
 	"github.com/easelhq/easel/api-gateway/internal/api"
 	"github.com/easelhq/easel/api-gateway/internal/auth"
+	"github.com/easelhq/easel/api-gateway/internal/connlimit"
 	"github.com/easelhq/easel/api-gateway/internal/createreq"
 	"github.com/easelhq/easel/api-gateway/internal/pricing"
 	"github.com/easelhq/easel/api-gateway/internal/ratelimit"
@@ -89,6 +90,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		Signer:  signedurl.New(secret, cfg.PublicURL),
 		Blobs:   blobs,
 		Ready:   ready,
+		// Failed authentications per client address, before Redis.
+		AuthGuard:      auth.NewGuard(cfg.AuthFailRate, int(4*cfg.AuthFailRate)),
+		TrustedProxies: cfg.trustedProxies(),
 		// An API request's Redis calls share this budget (each is bounded by
 		// EASEL_REDIS_TIMEOUT too): a Redis that is down or hung costs a
 		// client a 503 within it.
@@ -102,15 +106,20 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	}
 	// Large results go to slow clients: ten minutes to write a response.
 	srv := service.NewHTTPServer(handler, 10*time.Minute, cfg.HTTPIdleTimeout, log)
+	files := service.FileLimit()
+	total, perClient := cfg.connCaps(files)
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { serveErr <- srv.Serve(connlimit.Wrap(ln, total, perClient)) }()
 	log.Info("gateway listening",
 		zap.String("addr", ln.Addr().String()),
 		zap.String("public_url", cfg.PublicURL),
 		zap.Strings("models", modelIDs(cat)),
 		zap.String("blob_dir", cfg.BlobDir),
 		zap.String("prices", prices.String()),
-		zap.Bool("admin_api", admin != nil))
+		zap.Bool("admin_api", admin != nil),
+		zap.Uint64("file_limit", files),
+		zap.Int("max_conns", total),
+		zap.Int("max_conns_per_client", perClient))
 
 	// Serving already (/healthz answers, /readyz says not ready), wait for
 	// Redis, then do what needs it.

@@ -190,3 +190,53 @@ func TestStartsBeforeRedis(t *testing.T) {
 		t.Errorf("dev key after a late Redis: %v", err)
 	}
 }
+
+// The API listener holds one client to EASEL_MAX_CONNS_PER_CLIENT open
+// connections; its next is closed at once.
+func TestGatewayCapsConnectionsPerClient(t *testing.T) {
+	srv := redistest.Start(t)
+	base := startGateway(t, srv.URL, map[string]string{"EASEL_MAX_CONNS_PER_CLIENT": "5"})
+	waitStatus(t, base+"/readyz", 200, 15*time.Second)
+	addr := strings.TrimPrefix(base, "http://")
+	for i := 0; i < 5; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, _ = c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n")) // never finished
+	}
+	time.Sleep(100 * time.Millisecond) // let the server accept them
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := c.Read(make([]byte, 64))
+	if n > 0 || err == nil {
+		t.Errorf("the sixth connection was served (%d bytes, %v)", n, err)
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Error("the sixth connection was left open instead of closed")
+	}
+}
+
+func TestConnCaps(t *testing.T) {
+	for _, tt := range []struct {
+		max, perClient int
+		files          uint64
+		total          int
+	}{
+		{0, 512, 1 << 20, 100_000},
+		{0, 512, 1024, 921},
+		{0, 0, 0, 100_000},
+		{2000, 10, 1024, 2000},
+	} {
+		c := Config{MaxConns: tt.max, MaxConnsPerClient: tt.perClient}
+		total, per := c.connCaps(tt.files)
+		if total != tt.total || per != tt.perClient {
+			t.Errorf("caps(%+v, files %d) = %d, %d; want %d, %d", tt, tt.files, total, per, tt.total, tt.perClient)
+		}
+	}
+}

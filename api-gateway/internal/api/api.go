@@ -7,7 +7,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -69,6 +71,12 @@ type Deps struct {
 	// RequestTimeout bounds the work of an API request (0: none): past it,
 	// a request waiting on Redis is 503 with Retry-After.
 	RequestTimeout time.Duration
+	// AuthGuard limits failed authentications per client address (nil:
+	// none).
+	AuthGuard *auth.Guard
+	// TrustedProxies are the proxies whose X-Forwarded-For names the
+	// client's address (none: the client is the TCP peer).
+	TrustedProxies []netip.Prefix
 	Now            func() time.Time
 	// Admin, when not nil, adds the admin API under /admin/v1.
 	Admin *AdminDeps
@@ -142,6 +150,10 @@ func New(d Deps) *echo.Echo {
 	e.HidePort = true
 	e.HTTPErrorHandler = handleError
 	e.JSONSerializer = jsonSerializer{}
+	// The client's address is the TCP peer's, unless the gateway was told
+	// which proxies to believe: X-Forwarded-For from anyone else is a
+	// client's word, and would let it choose whose limits it uses.
+	e.IPExtractor = ipExtractor(d.TrustedProxies)
 	e.Use(
 		h.requestID,
 		middleware.RequestLoggerWithConfig(middleware.RequestLoggerConfig{
@@ -248,19 +260,20 @@ func (h *handlers) logRequest(c echo.Context, v middleware.RequestLoggerValues) 
 }
 
 // authenticate checks the Bearer key and puts the account on the context.
+// A client address whose requests failed authentication too often lately is
+// refused (429) before any lookup.
 func (h *handlers) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		hdr := c.Request().Header.Get(echo.HeaderAuthorization)
-		if hdr == "" {
-			return apperr.New(apperr.Unauthenticated, "missing Authorization header: send Authorization: Bearer <API key>")
+		addr := c.RealIP()
+		if wait, blocked := h.AuthGuard.Blocked(addr); blocked {
+			c.Response().Header().Set("Retry-After", strconv.Itoa(max(ceilSeconds(wait), 1)))
+			return apperr.Errorf(apperr.LimitExceeded, "too many requests with a missing or invalid API key from this address; retry after %s", wait.Round(time.Millisecond))
 		}
-		scheme, key, ok := strings.Cut(hdr, " ")
-		key = strings.TrimSpace(key)
-		if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
-			return apperr.New(apperr.Unauthenticated, "malformed Authorization header: want Authorization: Bearer <API key>")
-		}
-		acct, err := h.Auth.Authenticate(c.Request().Context(), key)
+		acct, key, err := h.authenticateKey(c)
 		if err != nil {
+			if apperr.CodeOf(err) == apperr.Unauthenticated {
+				h.AuthGuard.Failed(addr)
+			}
 			return err
 		}
 		c.Set(ctxKeyHash, store.HashKey(key))
@@ -268,6 +281,19 @@ func (h *handlers) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		c.Set(ctxAccount, acct)
 		return next(c)
 	}
+}
+
+// ipExtractor finds a request's client address: the TCP peer, or the
+// address a trusted proxy forwarded.
+func ipExtractor(trusted []netip.Prefix) echo.IPExtractor {
+	if len(trusted) == 0 {
+		return echo.ExtractIPDirect()
+	}
+	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
+	for _, p := range trusted {
+		opts = append(opts, echo.TrustIPRange(&net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}))
+	}
+	return echo.ExtractIPFromXFFHeader(opts...)
 }
 
 // deadline gives the request its budget (RequestTimeout).
@@ -282,6 +308,21 @@ func (h *handlers) deadline(next echo.HandlerFunc) echo.HandlerFunc {
 		c.SetRequest(r.WithContext(ctx))
 		return next(c)
 	}
+}
+
+// authenticateKey reads the Bearer key and resolves it.
+func (h *handlers) authenticateKey(c echo.Context) (*store.Account, string, error) {
+	hdr := c.Request().Header.Get(echo.HeaderAuthorization)
+	if hdr == "" {
+		return nil, "", apperr.New(apperr.Unauthenticated, "missing Authorization header: send Authorization: Bearer <API key>")
+	}
+	scheme, key, ok := strings.Cut(hdr, " ")
+	key = strings.TrimSpace(key)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
+		return nil, "", apperr.New(apperr.Unauthenticated, "malformed Authorization header: want Authorization: Bearer <API key>")
+	}
+	acct, err := h.Auth.Authenticate(c.Request().Context(), key)
+	return acct, key, err
 }
 
 func accountOf(c echo.Context) *store.Account {

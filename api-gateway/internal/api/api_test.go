@@ -71,6 +71,13 @@ func newEnv(t *testing.T, queue tasks.Queue) *env {
 // newEnvLogged is newEnv with the handler logging to log.
 func newEnvLogged(t *testing.T, queue tasks.Queue, log *zap.Logger) *env {
 	t.Helper()
+	return newEnvWith(t, queue, log, nil)
+}
+
+// newEnvWith is newEnvLogged with the handler's dependencies changed by
+// edit before it is built.
+func newEnvWith(t *testing.T, queue tasks.Queue, log *zap.Logger, edit func(*api.Deps)) *env {
+	t.Helper()
 	r := redistest.Start(t)
 	rdb := r.Client(t)
 	e := &env{t: t, rdb: rdb, store: store.New(rdb), accounts: store.New(rdb), now: time.Now()}
@@ -109,7 +116,7 @@ func newEnvLogged(t *testing.T, queue tasks.Queue, log *zap.Logger) *env {
 	t.Cleanup(e.srv.Close)
 	e.signer = signedurl.New([]byte("0123456789abcdef0123456789abcdef"), e.srv.URL)
 	prices, _ := pricing.Parse(pricing.Default)
-	e.srv.Config.Handler = api.New(api.Deps{
+	deps := api.Deps{
 		Log:     log,
 		Tasks:   tasks.NewService(e.store, queue, taskid.New("lumen"), prices, tasks.Config{Deadline: 10 * time.Minute, MaxInflight: 100}),
 		Auth:    auth.New(e.accounts, 100, 0),
@@ -121,7 +128,11 @@ func newEnvLogged(t *testing.T, queue tasks.Queue, log *zap.Logger) *env {
 		Blobs:   e.blobs,
 		Ready:   func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
 		Now:     func() time.Time { return e.now },
-	})
+	}
+	if edit != nil {
+		edit(&deps)
+	}
+	e.srv.Config.Handler = api.New(deps)
 	return e
 }
 

@@ -66,15 +66,10 @@ func New(rdb redis.UniversalClient) *Limiter {
 }
 
 // Allow counts one request in bucket against perSecond (a burst of
-// perSecond, refilled at perSecond a second).
+// perSecond, refilled at perSecond a second). At any limit, a refusal is
+// remembered until its Retry-After: a client hammering past its limit costs
+// Redis nothing more until then.
 func (l *Limiter) Allow(ctx context.Context, bucket string, perSecond int) (Result, error) {
-	if perSecond < LeaseFrom {
-		r, err := l.l.Allow(ctx, bucket, redis_rate.PerSecond(perSecond))
-		if err != nil {
-			return Result{}, err
-		}
-		return result(r, perSecond, 0), nil
-	}
 	ls, ok := l.leases.Get(bucket)
 	if !ok {
 		ls = &lease{}
@@ -85,6 +80,20 @@ func (l *Limiter) Allow(ctx context.Context, bucket string, perSecond int) (Resu
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	now := l.now()
+	if perSecond < LeaseFrom {
+		if ls.limit == perSecond && now.Before(ls.refusedUntil) {
+			return Result{Limit: perSecond, RetryAfter: ls.refusedUntil.Sub(now), ResetAfter: max(ls.res.ResetAfter-now.Sub(ls.leasedAt), 0)}, nil
+		}
+		r, err := l.l.Allow(ctx, bucket, redis_rate.PerSecond(perSecond))
+		if err != nil {
+			return Result{}, err
+		}
+		ls.limit, ls.res, ls.leasedAt, ls.refusedUntil = perSecond, *r, now, time.Time{}
+		if r.Allowed == 0 && r.RetryAfter > 0 {
+			ls.refusedUntil = now.Add(r.RetryAfter)
+		}
+		return result(r, perSecond, 0), nil
+	}
 	if ls.limit == perSecond {
 		switch {
 		case ls.tokens > 0 && now.Before(ls.expires):

@@ -137,3 +137,35 @@ func TestLeaseRefusalAndRecovery(t *testing.T) {
 		t.Errorf("limit %d after a change", r.Limit)
 	}
 }
+
+// Below the lease threshold too, a refusal is remembered until its
+// Retry-After: a client hammering past a limit of 2/s costs Redis one script,
+// not one a request.
+func TestRefusalsRememberedBelowLeaseThreshold(t *testing.T) {
+	srv := redistest.Start(t)
+	l := New(srv.Client(t))
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		if r, err := l.Allow(ctx, "low", 2); err != nil || !r.Allowed {
+			t.Fatalf("request %d: %+v %v", i, r, err)
+		}
+	}
+	before := evalCalls(t, srv)
+	refused := 0
+	for i := 0; i < 200; i++ {
+		r, err := l.Allow(ctx, "low", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Allowed {
+			refused++
+			if r.RetryAfter <= 0 || r.RetryAfter > time.Second {
+				t.Fatalf("refusal %d: Retry-After %v", i, r.RetryAfter)
+			}
+		}
+	}
+	calls := evalCalls(t, srv) - before
+	if refused < 150 || calls > 5 {
+		t.Errorf("%d of 200 refused with %d scripts run; want (nearly) all refused for a handful of scripts", refused, calls)
+	}
+}

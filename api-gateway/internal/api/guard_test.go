@@ -1,0 +1,90 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/easelhq/easel/api-gateway/internal/api"
+	"github.com/easelhq/easel/api-gateway/internal/auth"
+	"github.com/easelhq/easel/pkg/store"
+)
+
+// countingAuth counts the lookups that reach the store.
+type countingAuth struct {
+	next  auth.Authenticator
+	calls atomic.Int64
+}
+
+func (c *countingAuth) Authenticate(ctx context.Context, key string) (*store.Account, error) {
+	c.calls.Add(1)
+	return c.next.Authenticate(ctx, key)
+}
+
+// Requests with keys that fail authentication are limited per client
+// address before any Redis lookup: 1,000 random keys once cost 1,000 HMGETs.
+// Another client, and valid keys, are not held back.
+func TestFailedAuthenticationsLimitedPerAddress(t *testing.T) {
+	var lookups *countingAuth
+	e := newEnvWith(t, nil, zap.NewNop(), func(d *api.Deps) {
+		lookups = &countingAuth{next: d.Auth}
+		d.Auth = lookups
+		d.AuthGuard = auth.NewGuard(5, 20)
+		// The test's requests come through a "proxy" on loopback.
+		d.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	})
+	from := func(addr, key string) reply {
+		return e.do("GET", "/v1/task/query?task_id=task_lumen_1", map[string]string{"Authorization": "Bearer " + key, "X-Forwarded-For": addr}, "")
+	}
+	codes := map[int]int{}
+	for i := 0; i < 1000; i++ {
+		r := from("203.0.113.7", fmt.Sprintf("esk_guess%035d", i))
+		codes[r.status]++
+		if r.status == 429 {
+			if ra, _ := strconv.Atoi(r.header.Get("Retry-After")); ra < 1 {
+				t.Fatalf("429 without Retry-After: %v", r.header)
+			}
+		}
+	}
+	if n := lookups.calls.Load(); n > 40 || codes[401] > 40 || codes[429] < 950 {
+		t.Errorf("1,000 random keys from one address: %d lookups, statuses %v; want at most a burst's worth of lookups and the rest 429", n, codes)
+	}
+	// Another address still gets its answers; a valid key from the blocked
+	// address too is refused only until the address earns a try back, and
+	// never counts against it.
+	before := lookups.calls.Load()
+	if r := from("198.51.100.9", "esk_someoneelse00000000000000000000000000"); r.status != 401 {
+		t.Errorf("another address: %d; want 401", r.status)
+	}
+	if lookups.calls.Load() != before+1 {
+		t.Error("another address's key was not looked up")
+	}
+	for i := 0; i < 50; i++ {
+		if r := from("198.51.100.10", e.keyA); r.status != 404 {
+			t.Fatalf("valid key, request %d: %d; want 404 (the task does not exist)", i, r.status)
+		}
+	}
+	// Without a trusted proxy, X-Forwarded-For is not believed: here every
+	// request is the TCP peer's.
+}
+
+// X-Forwarded-For from a peer that is not a trusted proxy does not choose
+// the client's address: a blocked client cannot escape by naming another.
+func TestForwardedForNeedsATrustedProxy(t *testing.T) {
+	e := newEnvWith(t, nil, zap.NewNop(), func(d *api.Deps) { d.AuthGuard = auth.NewGuard(1, 2) })
+	blocked := false
+	for i := 0; i < 20; i++ {
+		r := e.do("GET", "/v1/task/query?task_id=task_lumen_1", map[string]string{"Authorization": "Bearer esk_nope0000000000000000000000000000000000", "X-Forwarded-For": fmt.Sprintf("192.0.2.%d", i)}, "")
+		if r.status == 429 {
+			blocked = true
+		}
+	}
+	if !blocked {
+		t.Error("changing X-Forwarded-For escaped the per-address limit without a trusted proxy")
+	}
+}
