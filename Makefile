@@ -5,7 +5,7 @@ BIN     := bin
 # Race detection for every test run.
 TESTFLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: all build run test test-short proto lint fmt tidy clean help bench bench-go
+.PHONY: all build run test test-short proto lint fmt tidy clean help bench bench-go chaos
 
 all: build
 
@@ -37,6 +37,12 @@ test:
 		echo "==> go test $$m"; \
 		(cd $$m && $(GO) test $(TESTFLAGS) ./...); \
 	done
+
+# Faults under load on the real binaries (about 2½ minutes): kill -9 of a
+# worker, SIGTERM of a worker, SIGKILL and AOF restart of Redis, kill -9 of
+# the gateway; checks nothing is lost, stuck or charged wrong.
+chaos:
+	cd e2e && $(GO) test -tags chaos -run TestChaos -count=1 -v -timeout 10m .
 
 # Real services against baselines, side by side, on a private redis-server.
 BENCHFLAGS ?=

@@ -116,7 +116,7 @@ func (s *sweeper) queueUnqueued(ctx context.Context) int {
 				continue
 			} else {
 				n++
-				log.Info("recovery: made sure the job of a task whose gateway stopped before queueing it is queued")
+				log.Warn("recovery: queued the job of a task whose gateway stopped before saying it had")
 			}
 		}
 		if err := s.st.MarkQueued(ctx, u.AccountID, u.TaskID); err != nil {
