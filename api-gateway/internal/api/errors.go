@@ -121,6 +121,9 @@ func handleError(err error, c echo.Context) {
 	status, msg := classify(err)
 	log := logging.From(c.Request().Context())
 	switch {
+	case status == http.StatusServiceUnavailable:
+		// A dependency is down: the operator's attention, not a bug.
+		log.Warn("request failed: unavailable", zap.Int("status", status), zap.Error(err))
 	case status >= 500:
 		log.Error("request failed", zap.Int("status", status), zap.Error(err))
 	default:
