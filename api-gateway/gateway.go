@@ -62,7 +62,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	// The request path uses the plain client: go-redis's autopipeliner ignores
 	// a request's deadline (a hung Redis held requests up to 1.6 s past it),
 	// and it no longer bought throughput (BENCHMARKS.md).
-	st := store.New(rdb)
+	st := store.New(rdb).WithMinReplicas(cfg.RedisMinReplicas, cfg.ReplicaWait())
 	// Ready once Redis answered at start, then while it takes writes.
 	var started atomic.Bool
 	instance := service.InstanceID("gateway")

@@ -84,7 +84,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	// connection there is little to batch, and go-redis's autopipeliner
 	// (used by the gateway) cost the worker more in hand-offs than it saved
 	// (drain throughput 4,120 → 4,512 /s without it, see BENCHMARKS.md).
-	st := store.New(rdb)
+	st := store.New(rdb).WithMinReplicas(cfg.RedisMinReplicas, cfg.ReplicaWait())
 	retry := processor.Retry{
 		MaxAttempts: cfg.RetryMaxAttempts,
 		MaxElapsed:  cfg.RetryMaxElapsed,

@@ -22,6 +22,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/egress"
+	"github.com/easelhq/easel/pkg/redisconn"
 )
 
 // Common is what every Easel service reads.
@@ -37,6 +38,10 @@ type Common struct {
 	// RedisStartTimeout is how long a service waits for Redis at start,
 	// not ready meanwhile, before giving up.
 	RedisStartTimeout time.Duration `env:"EASEL_REDIS_START_TIMEOUT" envDefault:"60s"`
+	// RedisMinReplicas, when above 0, makes every change that moves credits
+	// or ends a task wait until that many replicas have it (Redis WAIT), so
+	// that a create answered 200 survives a failover.
+	RedisMinReplicas int `env:"EASEL_REDIS_MIN_REPLICAS" envDefault:"0"`
 	// ModelFamily is the family word in model ids and task ids.
 	ModelFamily string `env:"EASEL_MODEL_FAMILY" envDefault:"lumen"`
 	// BlobDir is the directory holding result images, shared by the gateway
@@ -63,6 +68,11 @@ type Common struct {
 	LogLevel  string `env:"EASEL_LOG_LEVEL" envDefault:"info"`
 	LogFormat string `env:"EASEL_LOG_FORMAT" envDefault:"json"`
 }
+
+// ReplicaWait is how long a change waits for EASEL_REDIS_MIN_REPLICAS
+// replicas: three quarters of the Redis timeout, so that the WAIT answers
+// before the read does.
+func (c *Common) ReplicaWait() time.Duration { return c.RedisTimeout * 3 / 4 }
 
 // CommonSettings returns the common part of a service's configuration.
 func (c Common) CommonSettings() Common { return c }
@@ -148,11 +158,14 @@ func (c *Common) Validate() error {
 	var errs []error
 	if c.RedisURL == "" {
 		errs = append(errs, errors.New("EASEL_REDIS_URL is required (e.g. redis://localhost:6379/0); `make run` starts a whole stack on an embedded Redis without it"))
-	} else if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("EASEL_REDIS_URL %q: want redis://[user:password@]host:port[/db] or rediss://host:port", Redact(c.RedisURL)))
+	} else if _, err := redisconn.KindOf(c.RedisURL); err != nil {
+		errs = append(errs, fmt.Errorf("EASEL_REDIS_URL %q: %w", Redact(c.RedisURL), err))
 	}
 	if c.RedisTimeout < 10*time.Millisecond || c.RedisTimeout > time.Minute {
 		errs = append(errs, fmt.Errorf("EASEL_REDIS_TIMEOUT %s: want 10ms to 1m", c.RedisTimeout))
+	}
+	if c.RedisMinReplicas < 0 || c.RedisMinReplicas > 16 {
+		errs = append(errs, fmt.Errorf("EASEL_REDIS_MIN_REPLICAS %d: want 0 to 16", c.RedisMinReplicas))
 	}
 	if c.RedisStartTimeout < 0 {
 		errs = append(errs, fmt.Errorf("EASEL_REDIS_START_TIMEOUT %s: want 0 or more", c.RedisStartTimeout))

@@ -1,22 +1,28 @@
 // Package redisconn opens the Redis client every Easel process shares between
-// its own stores and Asynq, with the timeouts that let a request fail fast
-// when Redis is down or hung, and waits for Redis at start.
+// its own stores and Asynq: the one constructor for one server, a Redis
+// Cluster or a Sentinel-managed primary, all as a redis.UniversalClient, with
+// the timeouts that let a request fail fast when Redis is down or hung; and
+// it waits for Redis at start.
 package redisconn
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"go.uber.org/zap"
 )
 
 // Options tune a client.
 type Options struct {
 	// PoolSize is the connection pool's size (0: go-redis's default, 10
-	// per CPU). A worker needs one per job it runs at once, and a few more
-	// for Asynq's own loops.
+	// per CPU), per node on a cluster. A worker needs one per job it runs
+	// at once, and a few more for Asynq's own loops.
 	PoolSize int
 	// Timeout bounds dialling, each read and write, and the wait for a
 	// pooled connection (0: 400 ms). A context deadline sooner than it
@@ -32,26 +38,85 @@ type Options struct {
 // DefaultTimeout is Options.Timeout's default.
 const DefaultTimeout = 400 * time.Millisecond
 
-// New parses a redis:// or rediss:// URL and returns a client. It does not
-// connect: see Wait. The caller closes it.
-func New(rawURL string, o Options) (*redis.Client, error) {
-	opts, err := redis.ParseURL(rawURL)
+// Kind is the Redis deployment a URL names.
+type Kind string
+
+// Kinds.
+const (
+	Single   Kind = "single"   // redis://host:port/db
+	Cluster  Kind = "cluster"  // redis://host:port?addr=host:port&addr=...: cluster seeds
+	Sentinel Kind = "sentinel" // redis://host:port?master_name=NAME&addr=...: sentinels
+)
+
+// URLForms says which URLs EASEL_REDIS_URL takes.
+const URLForms = "redis://[user:password@]host:port[/db] (one server; rediss:// for TLS), " +
+	"redis://[user:password@]host1:port?addr=host2:port&addr=host3:port (a cluster, by its seed nodes), or " +
+	"redis://[sentinel-user:password@]sentinel1:port?master_name=NAME&addr=sentinel2:port[&password=...] (Sentinel)"
+
+// KindOf tells which deployment a URL names, following go-redis's own URL
+// conventions: master_name= makes it Sentinel (the host and the addr= are
+// sentinels), addr= without it a cluster (the host and the addr= are seed
+// nodes), neither one server.
+func KindOf(rawURL string) (Kind, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" || strings.Contains(u.Host, ",") {
+		return "", fmt.Errorf("want %s", URLForms)
+	}
+	q := u.Query()
+	switch {
+	case q.Has("master_name"):
+		if q.Get("master_name") == "" {
+			return "", errors.New("master_name is empty: name the master the sentinels watch")
+		}
+		return Sentinel, nil
+	case q.Has("addr"):
+		return Cluster, nil
+	}
+	return Single, nil
+}
+
+// New parses a Redis URL (KindOf) and returns a client of the deployment
+// it names: one server, a cluster or a Sentinel-managed primary. It does
+// not connect: see Wait. The caller closes it.
+func New(rawURL string, o Options) (redis.UniversalClient, error) {
+	kind, err := KindOf(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("redis url: %w", err)
-	}
-	if o.PoolSize > 0 {
-		opts.PoolSize = o.PoolSize
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
+	retries := 0 // go-redis's default
 	if o.NoRetries {
-		opts.MaxRetries = -1
+		retries = -1
 	}
-	opts.DialTimeout = o.Timeout
-	opts.ReadTimeout = o.Timeout
-	opts.WriteTimeout = o.Timeout
-	opts.PoolTimeout = o.Timeout
+	switch kind {
+	case Cluster:
+		opts, err := redis.ParseClusterURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("redis url: %w", err)
+		}
+		opts.PoolSize, opts.MaxRetries = o.PoolSize, retries
+		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = o.Timeout, o.Timeout, o.Timeout, o.Timeout
+		opts.ContextTimeoutEnabled, opts.Protocol, opts.DisableIdentity = true, 2, true
+		opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		return redis.NewClusterClient(opts), nil
+	case Sentinel:
+		opts, err := redis.ParseFailoverURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("redis url: %w", err)
+		}
+		opts.PoolSize, opts.MaxRetries = o.PoolSize, retries
+		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = o.Timeout, o.Timeout, o.Timeout, o.Timeout
+		opts.ContextTimeoutEnabled, opts.Protocol, opts.DisableIdentity = true, 2, true
+		return redis.NewFailoverClient(opts), nil
+	}
+	opts, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("redis url: %w", err)
+	}
+	opts.PoolSize, opts.MaxRetries = o.PoolSize, retries
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = o.Timeout, o.Timeout, o.Timeout, o.Timeout
 	// Without this go-redis ignores a context's deadline on reads: a hung
 	// Redis held requests for 30 s and more.
 	opts.ContextTimeoutEnabled = true
@@ -63,14 +128,14 @@ func New(rawURL string, o Options) (*redis.Client, error) {
 }
 
 // Open is New, then a ping: for tools and tests, which want Redis now.
-func Open(ctx context.Context, rawURL string) (*redis.Client, error) {
+func Open(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
 	rdb, err := New(rawURL, Options{Timeout: 5 * time.Second})
 	if err != nil {
 		return nil, err
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("redis at %s: %w", rdb.Options().Addr, err)
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	return rdb, nil
 }

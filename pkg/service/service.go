@@ -61,7 +61,7 @@ func Start[C Configured](ctx context.Context, name string, load func(environ map
 
 // Deps are what every service opens from the common configuration.
 type Deps struct {
-	Redis *redis.Client
+	Redis redis.UniversalClient
 	Blobs *blob.FS
 	close []func() error
 }

@@ -143,6 +143,15 @@ func (s *Store) CreateAccount(ctx context.Context, n NewAccount) (*Account, erro
 		RateLimit: n.RateLimit, QueryRateLimit: n.QueryRateLimit, MaxInflight: n.MaxInflight,
 		CreatedAt: s.now().Truncate(time.Millisecond),
 	}
+	// The index of every account and the account live in two hash slots
+	// (two nodes of a cluster): the index first. A crash between the two
+	// leaves an id in the index with no account, which every reader of the
+	// index skips (Accounts, Overdue, Unqueued); the account, written last
+	// in one transaction with its first ledger entry, exists only once it is
+	// listed.
+	if err := s.rdb.ZAdd(ctx, accountsKey(), redis.Z{Score: float64(a.CreatedAt.UnixMilli()), Member: a.ID}).Err(); err != nil {
+		return nil, fmt.Errorf("store: index account: %w", err)
+	}
 	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, accountKey(a.ID),
 			fAcctName, a.Name, fAcctStatus, string(a.Status), fAcctCreated, a.CreatedAt.UnixMilli(),
@@ -154,9 +163,6 @@ func (s *Store) CreateAccount(ctx context.Context, n NewAccount) (*Account, erro
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("store: create account: %w", err)
-	}
-	if err := s.rdb.ZAdd(ctx, accountsKey(), redis.Z{Score: float64(a.CreatedAt.UnixMilli()), Member: a.ID}).Err(); err != nil {
-		return nil, fmt.Errorf("store: index account: %w", err)
 	}
 	return a, nil
 }

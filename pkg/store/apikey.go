@@ -83,6 +83,7 @@ type Key struct {
 	CreatedAt time.Time `json:"created_at"`
 	Revoked   bool      `json:"revoked"`
 	RevokedAt time.Time `json:"revoked_at,omitzero"`
+	hash      string
 }
 
 // CreateKey makes a new key for an account and returns it: the only time it
@@ -129,18 +130,20 @@ func (s *Store) AddKey(ctx context.Context, accountID, key string) (*Key, error)
 	return k, nil
 }
 
+// claim registers key for an account: its record and two indexes (the
+// account's keys, keys by visible prefix). They live in three hash slots,
+// on a cluster three nodes, so they cannot be written in one step. The
+// indexes go first, the record last and only if there is none:
+//
+//   - a crash after the indexes and before the record leaves index entries
+//     that point at no record, or at another account's (if that account
+//     claimed the same key meanwhile); readers skip both (keysByHash with
+//     an account, liveHashes), and a retry writes the same entries again;
+//   - a key works only once its record exists, and by then it is listed:
+//     no working key is ever missing from its account's list or its prefix.
 func (s *Store) claim(ctx context.Context, accountID, key string) (*Key, bool, error) {
 	h := HashKey(key)
 	k := &Key{Prefix: key[:min(len(key), visiblePrefix)], AccountID: accountID, CreatedAt: s.now().Truncate(time.Millisecond)}
-	won, err := claimKey.Run(ctx, s.rdb, []string{apiKeyKey(h)},
-		fKeyAccount, accountID, fKeyHash, h, fKeyPrefix, k.Prefix, fKeyCreated, k.CreatedAt.UnixMilli(), fKeyRevoked, 0).Int()
-	if err != nil {
-		return nil, false, fmt.Errorf("store: add key: %w", err)
-	}
-	if won == 0 {
-		return nil, false, nil
-	}
-	// Indexes: the account's keys, and keys by visible prefix.
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.SAdd(ctx, accountKeysKey(accountID), h)
 		p.SAdd(ctx, keyPrefixKey(k.Prefix), h)
@@ -148,7 +151,12 @@ func (s *Store) claim(ctx context.Context, accountID, key string) (*Key, bool, e
 	}); err != nil {
 		return nil, false, fmt.Errorf("store: index key: %w", err)
 	}
-	return k, true, nil
+	won, err := claimKey.Run(ctx, s.rdb, []string{apiKeyKey(h)},
+		fKeyAccount, accountID, fKeyHash, h, fKeyPrefix, k.Prefix, fKeyCreated, k.CreatedAt.UnixMilli(), fKeyRevoked, 0).Int()
+	if err != nil {
+		return nil, false, fmt.Errorf("store: add key: %w", err)
+	}
+	return k, won == 1, nil
 }
 
 // EnsureKey makes key work: if it already belongs to an account, that account
@@ -186,7 +194,10 @@ func (s *Store) EnsureKey(ctx context.Context, key string, n NewAccount) (*Accou
 	return a, nil
 }
 
-func (s *Store) keysByHash(ctx context.Context, hashes []string) ([]*Key, error) {
+// keysByHash reads the key records of hashes, skipping hashes with no
+// record and, when accountID is not "", records of another account (index
+// entries a crash or a lost race left behind: see claim).
+func (s *Store) keysByHash(ctx context.Context, accountID string, hashes []string) ([]*Key, error) {
 	keys := make([]string, len(hashes))
 	for i, h := range hashes {
 		keys[i] = apiKeyKey(h)
@@ -200,9 +211,12 @@ func (s *Store) keysByHash(ctx context.Context, hashes []string) ([]*Key, error)
 		if len(m) == 0 {
 			continue
 		}
+		if accountID != "" && m[fKeyAccount] != accountID {
+			continue
+		}
 		created, _ := strconv.ParseInt(m[fKeyCreated], 10, 64)
 		revoked, _ := strconv.ParseInt(m[fKeyRevoked], 10, 64)
-		k := &Key{Prefix: m[fKeyPrefix], AccountID: m[fKeyAccount], CreatedAt: time.UnixMilli(created), Revoked: revoked > 0}
+		k := &Key{Prefix: m[fKeyPrefix], AccountID: m[fKeyAccount], CreatedAt: time.UnixMilli(created), Revoked: revoked > 0, hash: m[fKeyHash]}
 		if revoked > 0 {
 			k.RevokedAt = time.UnixMilli(revoked)
 		}
@@ -220,7 +234,7 @@ func (s *Store) Keys(ctx context.Context, accountID string) ([]*Key, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: keys: %w", err)
 	}
-	keys, err := s.keysByHash(ctx, hashes)
+	keys, err := s.keysByHash(ctx, accountID, hashes)
 	if err != nil {
 		return nil, err
 	}
@@ -244,9 +258,17 @@ func (s *Store) RevokeKey(ctx context.Context, keyOrPrefix string) (*Key, error)
 	case len(keyOrPrefix) > visiblePrefix:
 		hash = HashKey(keyOrPrefix)
 	case len(keyOrPrefix) == visiblePrefix:
-		hashes, err := s.rdb.SMembers(ctx, keyPrefixKey(keyOrPrefix)).Result()
+		listed, err := s.rdb.SMembers(ctx, keyPrefixKey(keyOrPrefix)).Result()
 		if err != nil {
 			return nil, fmt.Errorf("store: revoke: %w", err)
+		}
+		found, err := s.keysByHash(ctx, "", listed)
+		if err != nil {
+			return nil, err
+		}
+		var hashes []string
+		for _, k := range found {
+			hashes = append(hashes, k.hash)
 		}
 		switch len(hashes) {
 		case 0:
@@ -266,7 +288,7 @@ func (s *Store) RevokeKey(ctx context.Context, keyOrPrefix string) (*Key, error)
 	if n == 0 {
 		return nil, &apperr.NotFoundError{Kind: "key"}
 	}
-	keys, err := s.keysByHash(ctx, []string{hash})
+	keys, err := s.keysByHash(ctx, "", []string{hash})
 	if err != nil || len(keys) == 0 {
 		return nil, errors.Join(err, errors.New("store: revoked key vanished"))
 	}

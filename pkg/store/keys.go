@@ -32,8 +32,14 @@ func keyPrefixKey(visible string) string { return prefix + "keyprefix:" + visibl
 // accountsKey is the key of the index of every account.
 func accountsKey() string { return prefix + "accounts" }
 
-// probeKey is the key a process writes to check Redis takes writes.
-func probeKey(instance string) string { return prefix + "probe:" + instance }
+// probeKey is a key a process writes to check Redis takes writes; with a
+// tag, in that hash slot.
+func probeKey(tag, instance string) string {
+	if tag == "" {
+		return prefix + "probe:" + instance
+	}
+	return prefix + "probe:{" + tag + "}:" + instance
+}
 
 // lockKey is the key of a named lease.
 func lockKey(name string) string { return prefix + "lock:" + name }

@@ -87,7 +87,7 @@ func (s *Store) AddCredits(ctx context.Context, id string, n int64, note string)
 	if note == "" {
 		note = "operator adjustment"
 	}
-	res, err := addCredits.Run(ctx, s.rdb, []string{accountKey(id), ledgerKey(id)}, n, note).Int64Slice()
+	res, err := s.eval(ctx, addCredits, []string{accountKey(id), ledgerKey(id)}, n, note).Int64Slice()
 	if err != nil {
 		return 0, fmt.Errorf("store: credits %s: %w", id, err)
 	}

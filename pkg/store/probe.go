@@ -2,13 +2,90 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
-// Probe writes a short-lived key of the instance's: it fails when Redis
-// does not take writes (a read-only replica after a failover, a cluster that
-// is down or that sends the key elsewhere, a full memory), not only when it
-// does not answer. For readiness checks.
+// Probe checks that Redis takes writes, not only that it answers: it fails
+// on a read-only replica after a failover, a full memory, a cluster that is
+// down, or one that keeps redirecting. On a cluster it checks every master:
+// each must say the cluster is ok and take a write of a key in its own
+// slots. For readiness checks.
 func (s *Store) Probe(ctx context.Context, instance string) error {
-	return s.rdb.Set(ctx, probeKey(instance), s.now().UnixMilli(), 30*time.Second).Err()
+	cc, ok := s.rdb.(*redis.ClusterClient)
+	if !ok {
+		return s.rdb.Set(ctx, probeKey("", instance), s.now().UnixMilli(), 30*time.Second).Err()
+	}
+	tags, err := s.probeTags(ctx, cc)
+	if err != nil {
+		return err
+	}
+	if err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		info, err := c.ClusterInfo(ctx).Result()
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(info, "cluster_state:ok") {
+			return errors.New("CLUSTERDOWN: a master says the cluster is not ok")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, tag := range tags {
+		if err := cc.Set(ctx, probeKey(tag, instance), s.now().UnixMilli(), 30*time.Second).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// probeTags are hash tags whose slots cover every master of the cluster,
+// one a master, found with CLUSTER KEYSLOT and kept until the slots move.
+type probeTags struct {
+	mu     sync.Mutex
+	layout string
+	tags   []string
+}
+
+func (s *Store) probeTags(ctx context.Context, cc *redis.ClusterClient) ([]string, error) {
+	slots, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	layout := fmt.Sprint(slots)
+	s.probes.mu.Lock()
+	defer s.probes.mu.Unlock()
+	if s.probes.layout == layout {
+		return s.probes.tags, nil
+	}
+	// 256 candidates, their slots computed by the server in one round trip:
+	// a master owning a third of the slots misses all of them with
+	// probability (2/3)^256.
+	const candidates = 256
+	cmds := make([]*redis.IntCmd, candidates)
+	if _, err := cc.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range cmds {
+			cmds[i] = p.ClusterKeySlot(ctx, fmt.Sprintf("p%d", i))
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	var tags []string
+	for _, r := range slots {
+		for i, c := range cmds {
+			if slot := int(c.Val()); slot >= int(r.Start) && slot <= int(r.End) {
+				tags = append(tags, fmt.Sprintf("p%d", i))
+				break
+			}
+		}
+	}
+	s.probes.layout, s.probes.tags = layout, tags
+	return tags, nil
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/easelhq/easel/pkg/task"
 )
 
@@ -14,9 +16,19 @@ import (
 // never the request path.
 func (s *Store) EachTask(ctx context.Context, accountID string, fn func(*task.Task) error) error {
 	prefix := taskKey(accountID, "")
+	// On a cluster, SCAN lists one node's keys: ask the node that holds the
+	// account's slot, where all its tasks are.
+	var scanner redis.Cmdable = s.rdb
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, prefix)
+		if err != nil {
+			return fmt.Errorf("store: tasks of %s: %w", accountID, err)
+		}
+		scanner = node
+	}
 	var cursor uint64
 	for {
-		keys, next, err := s.rdb.Scan(ctx, cursor, prefix+"*", 1000).Result()
+		keys, next, err := scanner.Scan(ctx, cursor, prefix+"*", 1000).Result()
 		if err != nil {
 			return fmt.Errorf("store: tasks of %s: %w", accountID, err)
 		}

@@ -2,10 +2,12 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/task"
 )
 
@@ -14,11 +16,75 @@ type Store struct {
 	rdb redis.UniversalClient
 	ttl time.Duration // of finished task records
 	now func() time.Time
+	// durability: see WithMinReplicas.
+	minReplicas int
+	waitFor     time.Duration
+	probes      probeTags
 }
 
 // New returns a store on rdb.
 func New(rdb redis.UniversalClient) *Store {
 	return &Store{rdb: rdb, ttl: task.ResultTTL, now: time.Now}
+}
+
+// WithMinReplicas makes every change that moves credits or ends a task wait,
+// with Redis WAIT on the same connection, until n replicas have it, for at
+// most waitFor; if they do not confirm in time the change is reported as
+// ErrNotReplicated (the caller undoes what it can and answers 503). A change
+// a client was told about then survives a failover to any of those
+// replicas. 0 turns it off.
+func (s *Store) WithMinReplicas(n int, waitFor time.Duration) *Store {
+	s.minReplicas, s.waitFor = n, waitFor
+	return s
+}
+
+// ErrNotReplicated: a change was made on the primary but not confirmed by
+// enough replicas in time (WithMinReplicas).
+var ErrNotReplicated = apperr.Transient(errors.New("store: not confirmed by enough replicas"), apperr.Unavailable,
+	"Redis could not confirm the change on enough replicas; try again")
+
+// eval runs a script on keys; with durability on, on the node of keys[0]
+// followed by WAIT on the same connection.
+func (s *Store) eval(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if s.minReplicas <= 0 {
+		return script.Run(ctx, s.rdb, keys, args...)
+	}
+	var node redis.Cmdable = s.rdb
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		n, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd
+		}
+		node = n
+	}
+	run := func(useSHA bool) (*redis.Cmd, *redis.Cmd, error) {
+		var res, wait *redis.Cmd
+		_, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if useSHA {
+				res = script.EvalSha(ctx, p, keys, args...)
+			} else {
+				res = script.Eval(ctx, p, keys, args...)
+			}
+			wait = p.Do(ctx, "WAIT", s.minReplicas, s.waitFor.Milliseconds())
+			return nil
+		})
+		return res, wait, err
+	}
+	res, wait, err := run(true)
+	if err != nil && redis.HasErrorPrefix(res.Err(), "NOSCRIPT") {
+		res, wait, err = run(false)
+	}
+	if err != nil && res.Err() != nil {
+		return res
+	}
+	if n, werr := wait.Int(); werr != nil || n < s.minReplicas {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(ErrNotReplicated)
+		return cmd
+	}
+	return res
 }
 
 // hgetAll reads several hashes in one round trip (per slot, on a cluster).

@@ -126,7 +126,7 @@ return {1, bal}
 // apperr.ErrUnknownKey when the account is gone.
 func (s *Store) CreateTask(ctx context.Context, t *task.Task, c Charge, job []byte) (int64, error) {
 	now := s.now()
-	res, err := createScript.Run(ctx, s.rdb, taskKeys(t.AccountID, t.ID),
+	res, err := s.eval(ctx, createScript, taskKeys(t.AccountID, t.ID),
 		now.UnixMilli(), s.ttl.Milliseconds(), c.Price, c.MaxInflight, c.CountUntil.UnixMilli(), c.Tier, t.ID,
 		fTaskJob, job,
 		fTaskType, t.Type,
@@ -478,7 +478,7 @@ func (s *Store) Takeover(ctx context.Context, accountID, taskID, orphan string, 
 	c, _ := v[0].(string)
 	crashes, _ := strconv.Atoi(c)
 	newRun := next(crashes + 1)
-	res, err := takeoverScript.Run(ctx, s.rdb, taskKeys(accountID, taskID),
+	res, err := s.eval(ctx, takeoverScript, taskKeys(accountID, taskID),
 		orphan, newRun, MaxCrashes, s.now().UnixMilli(), s.ttl.Milliseconds(), crashMessage, taskID, crashes).Slice()
 	if err != nil {
 		return 0, "", fmt.Errorf("store: takeover %s: %w", taskID, err)
@@ -555,7 +555,7 @@ func (s *Store) Expire(ctx context.Context, o Overdue) (Outcome, error) {
 }
 
 func (s *Store) runTask(ctx context.Context, script *redis.Script, accountID, taskID string, args ...any) (Outcome, error) {
-	n, err := script.Run(ctx, s.rdb, taskKeys(accountID, taskID), args...).Int()
+	n, err := s.eval(ctx, script, taskKeys(accountID, taskID), args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: %s: %w", taskID, err)
 	}

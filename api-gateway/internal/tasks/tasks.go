@@ -5,6 +5,7 @@ package tasks
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.uber.org/zap"
@@ -103,18 +104,20 @@ func (s *Service) Create(ctx context.Context, accountID string, in task.Input) (
 		CountUntil: now.Add(s.cfg.Deadline + time.Minute),
 	}
 	if _, err := s.store.CreateTask(ctx, t, charge, payload); err != nil {
+		if errors.Is(err, store.ErrNotReplicated) {
+			// Made on the primary, not confirmed by its replicas: undo it,
+			// so that a failover cannot leave a charge the client never
+			// heard of.
+			s.abort(ctx, accountID, id, err)
+			return "", err
+		}
 		if apperr.CodeOf(err) != apperr.Internal {
 			return "", err // a refusal
 		}
 		return "", apperr.Transient(err, apperr.Unavailable, "the task store is unavailable; the task was not created, try again")
 	}
 	if err := s.queue.EnqueueGenerateImage(ctx, job, jobs.RunID(id, 0)); err != nil {
-		// Undo with a context of our own: the request's may be what failed.
-		undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		if _, aerr := s.store.AbortTask(undoCtx, accountID, id); aerr != nil {
-			logging.From(ctx).Error("could not abort a task that was not queued", zap.Error(aerr), zap.NamedError("cause", err))
-		}
+		s.abort(ctx, accountID, id, err)
 		return "", apperr.Transient(err, apperr.Unavailable, "the task queue is unavailable; the task was not created, try again")
 	}
 	// Off the request's path: if this is lost, the reconciler finds the job
@@ -126,6 +129,17 @@ func (s *Service) Create(ctx context.Context, accountID string, in task.Input) (
 	}()
 	logging.AddFields(ctx, zap.String("model", in.Model.ID), zap.Int64("price", charge.Price))
 	return id, nil
+}
+
+// abort undoes a create (record removed, price refunded) with a context of
+// its own: the request's may be what failed. If the undo fails too, the
+// task stays listed as unqueued, and the workers' recovery queues it.
+func (s *Service) abort(ctx context.Context, accountID, id string, cause error) {
+	undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if _, err := s.store.AbortTask(undoCtx, accountID, id); err != nil {
+		logging.From(ctx).Error("could not undo a create", zap.Error(err), zap.NamedError("cause", cause))
+	}
 }
 
 // Get returns a task of the account. Another account's task is
