@@ -30,6 +30,7 @@ type Proc struct {
 	bin, dir string
 	port     int
 	extra    []string
+	conf     string // config file, the first argument (sentinels); "" for none
 }
 
 // ErrNotInstalled is returned when redis-server is not on PATH.
@@ -62,8 +63,18 @@ func start(bin, dir string, extra []string) (*Proc, error) {
 }
 
 func startOn(bin, dir string, port int, extra []string) (*Proc, error) {
+	return startConf(bin, "", dir, port, extra)
+}
+
+// startConf is startOn with a config file, given as the first argument when
+// not "" (a sentinel needs one it can rewrite).
+func startConf(bin, conf, dir string, port int, extra []string) (*Proc, error) {
 	out := &safeBuffer{}
-	args := append([]string{
+	var args []string
+	if conf != "" {
+		args = append(args, conf)
+	}
+	args = append(args, []string{
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -72,14 +83,15 @@ func startOn(bin, dir string, port int, extra []string) (*Proc, error) {
 		"--daemonize", "no",
 		"--protected-mode", "no",
 		"--loglevel", "warning",
-	}, extra...)
+	}...)
+	args = append(args, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = out
 	cmd.Stderr = out
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &Proc{cmd: cmd, exited: make(chan error, 1), out: out, bin: bin, dir: dir, port: port, extra: extra}
+	p := &Proc{cmd: cmd, exited: make(chan error, 1), out: out, bin: bin, dir: dir, port: port, extra: extra, conf: conf}
 	go func() { p.exited <- cmd.Wait() }()
 
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
@@ -146,7 +158,7 @@ func (p *Proc) Restart() error {
 	p.Stop()
 	var lastErr error
 	for attempt := 0; attempt < 50; attempt++ { // the port may linger a moment
-		np, err := startOn(p.bin, p.dir, p.port, p.extra)
+		np, err := startConf(p.bin, p.conf, p.dir, p.port, p.extra)
 		if err == nil {
 			*p = *np
 			return nil

@@ -1,0 +1,403 @@
+package redisproc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Sentinel is a primary, one replica and three sentinels on loopback.
+type Sentinel struct {
+	// URL is the go-redis ParseFailoverURL form:
+	// redis://127.0.0.1:S1?master_name=<name>&addr=127.0.0.1:S2&addr=127.0.0.1:S3
+	URL        string
+	MasterName string
+	// Primary and Replica are the data nodes as started: after a failover
+	// their roles are swapped (PrimaryAddr tells which is the primary).
+	Primary, Replica *Proc
+	// Sentinels each run in dir/sentinel-<port> with their config file,
+	// sentinel.conf, there; they rewrite it, so Restart brings one back with
+	// what it knew.
+	Sentinels []*Proc
+}
+
+// SentinelMasterName is the name the sentinels monitor the primary under.
+const SentinelMasterName = "easel"
+
+// The sentinels' timings: a primary that does not answer for a second is
+// down, and a failover that does not finish within 5 s is tried again.
+const (
+	sentinelDownAfter       = "1000"
+	sentinelFailoverTimeout = "5000"
+)
+
+// StartSentinel starts, on free loopback ports, a primary, its replica (both
+// with persistence off and --repl-diskless-sync-delay 0; extra are further
+// redis-server arguments for both, e.g. "--appendonly", "yes") and three
+// sentinels monitoring the primary with a quorum of 2. The sentinels' config
+// files name each other and the replica, so they need not discover them. It
+// returns once the replica is in sync and every sentinel knows the replica
+// and the two other sentinels.
+func StartSentinel(dir string, extra ...string) (*Sentinel, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, ErrNotInstalled
+	}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		s, err := startSentinelProcs(bin, dir, extra)
+		if err != nil { // a port clash: try other ports
+			lastErr = err
+			continue
+		}
+		if err := s.waitReady(); err != nil {
+			s.Stop()
+			return nil, err
+		}
+		return s, nil
+	}
+	return nil, fmt.Errorf("redis sentinel: %w", lastErr)
+}
+
+// startSentinelProcs starts the primary, its replica, then the three
+// sentinels at the same time. On an error it stops those that started.
+func startSentinelProcs(bin, dir string, extra []string) (*Sentinel, error) {
+	ports, err := freePorts(5)
+	if err != nil {
+		return nil, err
+	}
+	primary, replica, sentinels := ports[0], ports[1], ports[2:]
+	ids := make([]string, len(sentinels))
+	for i := range ids {
+		ids[i] = randomID()
+	}
+	data := append([]string{"--repl-diskless-sync-delay", "0"}, extra...)
+	procs := make([]*Proc, len(ports))
+	errs := make([]error, len(ports))
+	// One after the other: the replica, and a sentinel, that do not reach
+	// a server at once try again only a second later (a sentinel by then
+	// holds it subjectively down: two such sentinels would fail the primary
+	// over).
+	procs[0], errs[0] = startDataNode(bin, filepath.Join(dir, "primary-"+strconv.Itoa(primary)), primary, data)
+	if errs[0] == nil {
+		args := append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(primary)}, data...)
+		procs[1], errs[1] = startDataNode(bin, filepath.Join(dir, "replica-"+strconv.Itoa(replica)), replica, args)
+	}
+	if err := errors.Join(errs...); err != nil {
+		stopAll(procs)
+		return nil, err
+	}
+	var wg sync.WaitGroup
+	for i, port := range sentinels {
+		var conf strings.Builder
+		fmt.Fprintf(&conf, "port %d\nbind 127.0.0.1\n", port)
+		fmt.Fprintf(&conf, "sentinel myid %s\n", ids[i])
+		conf.WriteString("sentinel resolve-hostnames no\nsentinel announce-ip 127.0.0.1\n")
+		name := SentinelMasterName
+		fmt.Fprintf(&conf, "sentinel monitor %s 127.0.0.1 %d 2\n", name, primary)
+		fmt.Fprintf(&conf, "sentinel down-after-milliseconds %s %s\n", name, sentinelDownAfter)
+		fmt.Fprintf(&conf, "sentinel failover-timeout %s %s\n", name, sentinelFailoverTimeout)
+		fmt.Fprintf(&conf, "sentinel parallel-syncs %s 1\n", name)
+		// Pre-seeded: otherwise a sentinel finds the replica in the
+		// primary's INFO (polled every 10 s) and the other sentinels in
+		// their hello messages (every 2 s).
+		fmt.Fprintf(&conf, "sentinel known-replica %s 127.0.0.1 %d\n", name, replica)
+		for j, other := range sentinels {
+			if j != i {
+				fmt.Fprintf(&conf, "sentinel known-sentinel %s 127.0.0.1 %d %s\n", name, other, ids[j])
+			}
+		}
+		wg.Go(func() {
+			procs[2+i], errs[2+i] = startSentinelNode(bin, filepath.Join(dir, "sentinel-"+strconv.Itoa(port)), port, conf.String())
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		stopAll(procs)
+		return nil, err
+	}
+	s := &Sentinel{MasterName: SentinelMasterName, Primary: procs[0], Replica: procs[1], Sentinels: procs[2:]}
+	s.URL = "redis://" + s.Sentinels[0].Addr + "?master_name=" + s.MasterName
+	for _, p := range s.Sentinels[1:] {
+		s.URL += "&addr=" + p.Addr
+	}
+	return s, nil
+}
+
+func startDataNode(bin, dir string, port int, args []string) (*Proc, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	return startOn(bin, dir, port, args)
+}
+
+// startSentinelNode writes the sentinel's config file (it must be on disk and
+// writable: a sentinel saves its state in it) and runs redis-server on it
+// with --sentinel.
+func startSentinelNode(bin, dir string, port int, conf string) (*Proc, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, "sentinel.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	return startConf(bin, path, dir, port, []string{"--sentinel"})
+}
+
+// waitReady waits until the replica is in sync and every sentinel knows the
+// replica (and has had its INFO, which it needs to pick it in a failover)
+// and the two other sentinels.
+func (s *Sentinel) waitReady() error {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	replica := nodeClient(s.Replica.Addr)
+	defer replica.Close()
+	sentinels := s.clients()
+	defer closeAll(sentinels)
+	for {
+		why := s.notReady(ctx, replica, sentinels)
+		if why == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redis sentinel not ready within %v: %s%s", startTimeout, why, outputs(s.procs()))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// notReady says what is not ready yet, or "".
+func (s *Sentinel) notReady(ctx context.Context, replica *redis.Client, sentinels []*redis.SentinelClient) string {
+	info, err := replica.Info(ctx, "replication").Result()
+	if err != nil {
+		return fmt.Sprintf("replica %s: INFO: %v", s.Replica.Addr, err)
+	}
+	if st := infoField(info, "master_link_status"); st != "up" {
+		return fmt.Sprintf("replica %s: master_link_status:%s", s.Replica.Addr, st)
+	}
+	for i, sc := range sentinels {
+		addr := s.Sentinels[i].Addr
+		m, err := sc.Master(ctx, s.MasterName).Result()
+		if err != nil {
+			return fmt.Sprintf("sentinel %s: SENTINEL MASTER: %v", addr, err)
+		}
+		if m["num-other-sentinels"] != "2" || m["num-slaves"] != "1" {
+			return fmt.Sprintf("sentinel %s: num-other-sentinels=%s num-slaves=%s (want 2 and 1)", addr, m["num-other-sentinels"], m["num-slaves"])
+		}
+		replicas, err := sc.Replicas(ctx, s.MasterName).Result()
+		if err != nil {
+			return fmt.Sprintf("sentinel %s: SENTINEL REPLICAS: %v", addr, err)
+		}
+		// A runid comes from the replica's INFO: without one, the
+		// sentinel would answer a failover with NOGOODSLAVE.
+		if len(replicas) != 1 || replicas[0]["runid"] == "" || replicas[0]["flags"] != "slave" {
+			return fmt.Sprintf("sentinel %s: replicas %v (want one with flags slave and a runid)", addr, replicas)
+		}
+	}
+	return ""
+}
+
+// Failover makes the sentinels promote the replica and waits until every
+// running sentinel names it as the primary; it returns the new primary's
+// host:port. SENTINEL FAILOVER does not wait for the replica to catch up:
+// writes the old primary acks in the meantime can be lost (use WAIT first).
+//
+// The old primary stays a primary, taking writes, until the sentinels make
+// it a replica of the new one, about 10 s later. Promoting it before that
+// would throw away what the new primary took in between, so Failover first
+// waits until the node it promotes is a replica in sync of the current
+// primary: a Failover right after another takes about 10 s more (give it a
+// ctx long enough).
+func (s *Sentinel) Failover(ctx context.Context) (newPrimary string, err error) {
+	sentinels := s.clients()
+	defer closeAll(sentinels)
+	old, err := s.primaryAddr(ctx, sentinels)
+	if err != nil {
+		return "", err
+	}
+	target := s.Replica.Addr
+	if old == s.Replica.Addr {
+		target = s.Primary.Addr
+	}
+	if err := waitReplicaOf(ctx, target, old); err != nil {
+		return "", err
+	}
+	if err := s.startFailover(ctx, sentinels); err != nil {
+		return "", err
+	}
+	for {
+		agreed, why := true, ""
+		running := 0
+		for i, sc := range sentinels {
+			if !s.Sentinels[i].running() {
+				continue
+			}
+			running++
+			addr, err := getMasterAddr(ctx, sc, s.MasterName)
+			if err != nil || addr != target {
+				agreed = false
+				why = fmt.Sprintf("sentinel %s says %q (%v)", s.Sentinels[i].Addr, addr, err)
+				break
+			}
+		}
+		if agreed && running > 0 {
+			return target, nil
+		}
+		if running == 0 {
+			why = "no sentinel runs"
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("redis sentinel failover from %s to %s: %w: %s", old, target, ctx.Err(), why)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// waitReplicaOf waits until the server at addr is a replica of primary, in
+// sync with it.
+func waitReplicaOf(ctx context.Context, addr, primary string) error {
+	rdb := nodeClient(addr)
+	defer rdb.Close()
+	_, port, _ := net.SplitHostPort(primary)
+	for {
+		info, err := rdb.Info(ctx, "replication").Result()
+		role, link := infoField(info, "role"), infoField(info, "master_link_status")
+		if err == nil && role == "slave" && infoField(info, "master_port") == port && link == "up" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redis sentinel failover: %s is not a replica of %s in sync (role:%s master_link_status:%s, %v): %w",
+				addr, primary, role, link, err, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// startFailover sends SENTINEL FAILOVER to the first running sentinel that
+// answers. A failover in progress is fine (there is only one node to
+// promote); NOGOODSLAVE (no replica the sentinel could promote yet) is tried
+// again until ctx ends.
+func (s *Sentinel) startFailover(ctx context.Context, sentinels []*redis.SentinelClient) error {
+	for {
+		lastErr := errors.New("no sentinel runs")
+	ask:
+		for i, sc := range sentinels {
+			if !s.Sentinels[i].running() {
+				continue
+			}
+			err := sc.Failover(ctx, s.MasterName).Err()
+			var reply redis.Error
+			switch {
+			case err == nil, redis.HasErrorPrefix(err, "INPROG"):
+				return nil
+			case redis.HasErrorPrefix(err, "NOGOODSLAVE"):
+				lastErr = fmt.Errorf("sentinel %s: %w", s.Sentinels[i].Addr, err)
+				break ask // the others know no better: wait and ask again
+			case errors.As(err, &reply):
+				return fmt.Errorf("redis sentinel: %s: SENTINEL FAILOVER %s: %w", s.Sentinels[i].Addr, s.MasterName, err)
+			default: // it does not answer: ask the next one
+				lastErr = fmt.Errorf("sentinel %s: %w", s.Sentinels[i].Addr, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redis sentinel: SENTINEL FAILOVER %s: %w (last: %v)", s.MasterName, ctx.Err(), lastErr)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// PrimaryAddr is the primary's host:port, as the first sentinel that
+// answers says.
+func (s *Sentinel) PrimaryAddr(ctx context.Context) (string, error) {
+	sentinels := s.clients()
+	defer closeAll(sentinels)
+	return s.primaryAddr(ctx, sentinels)
+}
+
+func (s *Sentinel) primaryAddr(ctx context.Context, sentinels []*redis.SentinelClient) (string, error) {
+	var errs []error
+	for i, sc := range sentinels {
+		addr, err := getMasterAddr(ctx, sc, s.MasterName)
+		if err == nil {
+			return addr, nil
+		}
+		errs = append(errs, fmt.Errorf("sentinel %s: %w", s.Sentinels[i].Addr, err))
+	}
+	return "", fmt.Errorf("redis sentinel: no primary address: %w", errors.Join(errs...))
+}
+
+// Stop kills the sentinels and the data nodes and waits for them. Stopping
+// twice does nothing.
+func (s *Sentinel) Stop() { stopAll(s.procs()) }
+
+func (s *Sentinel) procs() []*Proc {
+	return append([]*Proc{s.Primary, s.Replica}, s.Sentinels...)
+}
+
+func (s *Sentinel) clients() []*redis.SentinelClient {
+	cs := make([]*redis.SentinelClient, len(s.Sentinels))
+	for i, p := range s.Sentinels {
+		cs[i] = redis.NewSentinelClient(&redis.Options{
+			Addr:            p.Addr,
+			Protocol:        2,
+			DisableIdentity: true,
+			MaxRetries:      -1,
+			DialTimeout:     time.Second,
+			ReadTimeout:     time.Second,
+			WriteTimeout:    time.Second,
+		})
+	}
+	return cs
+}
+
+func closeAll(cs []*redis.SentinelClient) {
+	for _, c := range cs {
+		_ = c.Close()
+	}
+}
+
+func getMasterAddr(ctx context.Context, sc *redis.SentinelClient, name string) (string, error) {
+	hp, err := sc.GetMasterAddrByName(ctx, name).Result()
+	if err != nil {
+		return "", err
+	}
+	if len(hp) != 2 {
+		return "", fmt.Errorf("SENTINEL GET-MASTER-ADDR-BY-NAME %s: %q", name, hp)
+	}
+	return net.JoinHostPort(hp[0], hp[1]), nil
+}
+
+// running says whether the process has not exited.
+func (p *Proc) running() bool {
+	select {
+	case err := <-p.exited:
+		p.exited <- err // keep it for Stop
+		return false
+	default:
+		return true
+	}
+}
+
+// randomID is a random 40-hex-digit id, as Redis uses for run and node ids.
+func randomID() string {
+	b := make([]byte, 20)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}

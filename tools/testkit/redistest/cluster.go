@@ -1,0 +1,35 @@
+package redistest
+
+import (
+	"testing"
+
+	"github.com/easelhq/easel/tools/testkit/redisproc"
+)
+
+// StartCluster starts a 3-master Redis Cluster for tb (about 2 s: start it
+// early, or once in TestMain through redisproc.StartCluster), with extra
+// redis-server arguments for every node, and stops it at cleanup. Connect
+// with redis.ParseClusterURL(c.URL) and redis.NewClusterClient.
+func StartCluster(tb testing.TB, extra ...string) *redisproc.Cluster {
+	tb.Helper()
+	c, err := redisproc.StartCluster(tb.TempDir(), 3, extra...)
+	if err != nil {
+		tb.Fatalf("start redis cluster: %v", err)
+	}
+	tb.Cleanup(c.Stop)
+	return c
+}
+
+// StartSentinel starts a primary, its replica and three sentinels for tb,
+// with extra redis-server arguments for both data nodes, and stops them at
+// cleanup. Connect with redis.ParseFailoverURL(s.URL) and
+// redis.NewFailoverClient.
+func StartSentinel(tb testing.TB, extra ...string) *redisproc.Sentinel {
+	tb.Helper()
+	s, err := redisproc.StartSentinel(tb.TempDir(), extra...)
+	if err != nil {
+		tb.Fatalf("start redis sentinel: %v", err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
