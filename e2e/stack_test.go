@@ -28,7 +28,6 @@ import (
 	gateway "github.com/easelhq/easel/api-gateway"
 	"github.com/easelhq/easel/pkg/redisconn"
 	"github.com/easelhq/easel/pkg/store"
-	"github.com/easelhq/easel/tools/testkit/redistest"
 	"github.com/easelhq/easel/worker"
 )
 
@@ -75,7 +74,7 @@ func listen(t testing.TB) net.Listener {
 func startStack(t *testing.T, o stackOptions) *stack {
 	t.Helper()
 	if o.redisURL == "" {
-		o.redisURL = redistest.Start(t).URL
+		o.redisURL = testRedisURL(t)
 	}
 	if o.workers == 0 {
 		o.workers = 1

@@ -1,0 +1,68 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/task"
+)
+
+// A task charged and recorded by a gateway that died before queueing its
+// job is queued by the workers' recovery and runs; a task past its deadline
+// that nothing runs is failed and refunded by it. On any Redis the suite
+// runs on (a cluster too).
+func TestRecoveryQueuesAndExpires(t *testing.T) {
+	s := startStack(t, stackOptions{simDelay: 100 * time.Millisecond})
+	ctx := context.Background()
+	acct, _ := s.newAccount(t, store.NewAccount{Name: "recovery", Credits: 100})
+	st := s.accounts
+	charge := func(id string, countUntil time.Time) {
+		now := time.Now()
+		j := jobs.GenerateImage{TaskID: id, AccountID: acct, CreateTime: now, Deadline: now.Add(time.Minute),
+			Input: task.Input{Model: catalog.Model{ID: std, Tier: catalog.Standard}, Prompt: "recovered", AspectRatio: "1:1", ImageSize: "1K"}}
+		payload, err := jobs.EncodeGenerateImage(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := &task.Task{ID: id, AccountID: acct, Type: task.Type, Model: std, CreateTime: now}
+		if _, err := st.CreateTask(ctx, rec, store.Charge{Price: 4, Tier: "standard", MaxInflight: 10, CountUntil: countUntil}, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	charge("task_lumen_9000000000000000001", time.Now().Add(time.Hour))    // its gateway died: never queued
+	charge("task_lumen_9000000000000000002", time.Now().Add(-time.Second)) // overdue: nothing will run it
+	// The queued one must also not be started by its job: drop it from the
+	// unqueued list, as a gateway that queued it would, without queueing.
+	if err := st.MarkQueued(ctx, acct, "task_lumen_9000000000000000002"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(75 * time.Second) // 10 s unqueued + 5 s rounds; the overdue sweep every 30 s
+	for {
+		a, _ := st.Task(ctx, acct, "task_lumen_9000000000000000001")
+		b, _ := st.Task(ctx, acct, "task_lumen_9000000000000000002")
+		if a != nil && b != nil && a.Status == task.Completed && b.Status == task.Failed {
+			if b.Failure.Code != string(task.Timeout) || !b.Refunded {
+				t.Errorf("the overdue task: %+v", b.Failure)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 75 s: the unqueued task is %v, the overdue one %v", status(a), status(b))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if a, _ := st.Account(ctx, acct); a.Credits != 100-4 {
+		t.Errorf("balance %d; want 96 (one task ran, one was refunded)", a.Credits)
+	}
+}
+
+func status(t *task.Task) task.Status {
+	if t == nil {
+		return "missing"
+	}
+	return t.Status
+}
