@@ -41,6 +41,9 @@ type Config struct {
 	RateLimit      int `env:"EASEL_RATE_LIMIT" envDefault:"10"`
 	QueryRateLimit int `env:"EASEL_QUERY_RATE_LIMIT" envDefault:"50"`
 	MaxInflight    int `env:"EASEL_MAX_INFLIGHT" envDefault:"20"`
+	// RateLimitFailOpen: while the rate limiter cannot reach Redis, let
+	// requests through unlimited (true) or refuse them with 503 (false).
+	RateLimitFailOpen bool `env:"EASEL_RATE_LIMIT_FAIL_OPEN" envDefault:"false"`
 	// AuthCacheTTL bounds how long a gateway trusts what it read of a key
 	// and its account: a revoked key or disabled account stops working
 	// within it. At most 5s.

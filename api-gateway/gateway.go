@@ -85,11 +85,13 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		Auth:    auth.New(st, 100_000, cfg.AuthCacheTTL),
 		Limiter: ratelimit.New(rdb),
 		Limits:  api.Limits{Create: cfg.RateLimit, Query: cfg.QueryRateLimit},
-		Admin:   admin,
-		Decoder: &createreq.Decoder{Catalog: cat, Egress: cfg.EgressPolicy()},
-		Signer:  signedurl.New(secret, cfg.PublicURL),
-		Blobs:   blobs,
-		Ready:   ready,
+		// What requests get while the limiter cannot reach Redis.
+		RateLimitFailOpen: cfg.RateLimitFailOpen,
+		Admin:             admin,
+		Decoder:           &createreq.Decoder{Catalog: cat, Egress: cfg.EgressPolicy()},
+		Signer:            signedurl.New(secret, cfg.PublicURL),
+		Blobs:             blobs,
+		Ready:             ready,
 		// Failed authentications per client address, before Redis.
 		AuthGuard:      auth.NewGuard(cfg.AuthFailRate, int(4*cfg.AuthFailRate)),
 		TrustedProxies: cfg.trustedProxies(),

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // Options tune a client.
@@ -173,10 +174,15 @@ func Wait(ctx context.Context, rdb redis.UniversalClient, timeout time.Duration,
 }
 
 // LogTo sends go-redis's own messages (pool dial failures and the like),
-// which it otherwise prints to stderr, to l at warn level. go-redis keeps
-// one process-wide logger, so a main function calls this once.
+// which it otherwise prints to stderr, to l at warn level, each distinct
+// message at most once every 10 s: while Redis is down, every request's
+// failed dial says the same thing. go-redis keeps one process-wide logger,
+// so a main function calls this once.
 func LogTo(l *zap.Logger) {
-	redis.SetLogger(zapPrintf{l.Sugar().With("component", "go-redis")})
+	sampled := l.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return zapcore.NewSamplerWithOptions(c, 10*time.Second, 1, 0)
+	}))
+	redis.SetLogger(zapPrintf{sampled.Sugar().With("component", "go-redis")})
 }
 
 type zapPrintf struct{ s *zap.SugaredLogger }

@@ -63,9 +63,12 @@ type Deps struct {
 	Auth    auth.Authenticator
 	Limiter Limiter
 	Limits  Limits
-	Decoder *createreq.Decoder
-	Signer  Signer
-	Blobs   Blobs
+	// RateLimitFailOpen lets requests through, unlimited, while the limiter
+	// cannot reach Redis; false (the default) refuses them, 503.
+	RateLimitFailOpen bool
+	Decoder           *createreq.Decoder
+	Signer            Signer
+	Blobs             Blobs
 	// Ready reports whether the gateway can serve (Redis takes writes).
 	Ready func(ctx context.Context) error
 	// RequestTimeout bounds the work of an API request (0: none): past it,
@@ -96,10 +99,14 @@ const (
 )
 
 // limit applies the key's rate limit for a class of request and reports it
-// in X-RateLimit-* headers; over the limit, 429 with Retry-After. If the
-// limiter cannot answer, Redis cannot either (they are the same Redis): the
-// request is 503 with Retry-After, rather than waved through to fail later
-// or, on a Redis that answers only some keys, to escape its limit.
+// in X-RateLimit-* headers; over the limit, 429 with Retry-After.
+//
+// If the limiter cannot reach Redis, by default the request is 503 with
+// Retry-After: the rest of the request needs Redis too, and on a Redis that
+// answers only some keys (a cluster with a master down) waving it through
+// would let it escape its limit. With RateLimitFailOpen it goes on,
+// unlimited and without X-RateLimit headers. Either way the failure is
+// logged once per burst, not once per request.
 func (h *handlers) limit(class string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -116,8 +123,14 @@ func (h *handlers) limit(class string) echo.MiddlewareFunc {
 			ctx := c.Request().Context()
 			res, err := h.Limiter.Allow(ctx, store.RateBucket(class, c.Get(ctxKeyHash).(string)), perSecond)
 			if err != nil {
-				return apperr.Transient(err, apperr.Unavailable, "the service is unavailable, try again")
+				if h.RateLimitFailOpen {
+					h.limiterDown.Fail(logging.From(ctx), err, zap.String("choice", "failing open: requests go on unlimited"))
+					return next(c)
+				}
+				h.limiterDown.Fail(logging.From(ctx), err, zap.String("choice", "failing closed: requests are refused, 503"))
+				return logged{apperr.Transient(err, apperr.Unavailable, "the service is unavailable, try again")}
 			}
+			h.limiterDown.OK(logging.From(ctx))
 			hdr := c.Response().Header()
 			hdr.Set("X-RateLimit-Limit", strconv.Itoa(res.Limit))
 			hdr.Set("X-RateLimit-Remaining", strconv.Itoa(res.Remaining))
@@ -144,7 +157,8 @@ func New(d Deps) *echo.Echo {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	h := &handlers{Deps: d, accessLog: d.Log.WithOptions(zap.WithCaller(false))}
+	h := &handlers{Deps: d, accessLog: d.Log.WithOptions(zap.WithCaller(false)),
+		limiterDown: logging.NewBurst("rate limiter: Redis", 10*time.Second)}
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
@@ -194,6 +208,8 @@ type handlers struct {
 	// accessLog writes the one line per request. Its caller would always be
 	// logRequest, so it is left out: finding it costs a stack walk per line.
 	accessLog *zap.Logger
+	// limiterDown logs the limiter's failures once per burst.
+	limiterDown *logging.Burst
 }
 
 func newRequestID() string {

@@ -112,6 +112,12 @@ func classify(err error) (int, string) {
 	return http.StatusInternalServerError, "internal error"
 }
 
+// logged marks an error already logged where it happened (once per burst,
+// say): the error handler logs it at debug only.
+type logged struct{ error }
+
+func (l logged) Unwrap() error { return l.error }
+
 // handleError is Echo's HTTPErrorHandler: every error becomes the JSON
 // envelope; details go to the log only.
 func handleError(err error, c echo.Context) {
@@ -121,6 +127,8 @@ func handleError(err error, c echo.Context) {
 	status, msg := classify(err)
 	log := logging.From(c.Request().Context())
 	switch {
+	case errors.As(err, new(logged)):
+		log.Debug("request failed", zap.Int("status", status), zap.Error(err))
 	case status == http.StatusServiceUnavailable:
 		// A dependency is down: the operator's attention, not a bug.
 		log.Warn("request failed: unavailable", zap.Int("status", status), zap.Error(err))
