@@ -11,7 +11,10 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
@@ -248,4 +251,69 @@ func TestConnCaps(t *testing.T) {
 			t.Errorf("caps(%+v, files %d) = %d, %d; want %d, %d", tt, tt.files, total, per, tt.total, tt.perClient)
 		}
 	}
+}
+
+// With EASEL_REDIS_MIN_REPLICAS, a create no replica confirms is undone and
+// answered 503 with Retry-After; once a replica follows, creates succeed.
+func TestCreateWaitsForReplicas(t *testing.T) {
+	srv := redistest.Start(t, "--repl-diskless-sync-delay", "0")
+	base := startGateway(t, srv.URL, map[string]string{"EASEL_REDIS_MIN_REPLICAS": "1"})
+	waitStatus(t, base+"/readyz", 200, 15*time.Second)
+	st := store.New(srv.Client(t))
+	ctx := context.Background()
+	acct, err := st.Authenticate(ctx, devKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"p"}}`
+	code, hdr, _ := status(t, "POST", base+"/v1/task/create", body)
+	if code != 503 || hdr.Get("Retry-After") == "" {
+		t.Errorf("create with no replica: %d, Retry-After %q; want 503 with Retry-After", code, hdr.Get("Retry-After"))
+	}
+	if a, _ := st.Account(ctx, acct.ID); a.Credits != acct.Credits {
+		t.Errorf("balance %d after an unconfirmed create; want %d (undone)", a.Credits, acct.Credits)
+	}
+	n := 0
+	if err := st.EachTask(ctx, acct.ID, func(*task.Task) error { n++; return nil }); err != nil || n != 0 {
+		t.Errorf("%d task records after an unconfirmed create (%v); want none", n, err)
+	}
+
+	_, port, _ := net.SplitHostPort(srv.Addr)
+	redistest.Start(t, "--replicaof", "127.0.0.1", port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, _, _ := status(t, "POST", base+"/v1/task/create", body)
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create with a replica: %d", code)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// On a Redis Cluster the gateway serves, and is not ready while the
+// cluster is down (a master gave up a slot) though every node answers PING.
+func TestReadinessOnACluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	base := startGateway(t, c.URL, nil)
+	waitStatus(t, base+"/readyz", 200, 15*time.Second)
+	body := `{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"p"}}`
+	if code, _, _ := status(t, "POST", base+"/v1/task/create", body); code != 200 {
+		t.Fatalf("create on a cluster: %d", code)
+	}
+	n0 := redis.NewClient(&redis.Options{Addr: c.Addrs[0]})
+	defer n0.Close()
+	if err := n0.ClusterDelSlots(context.Background(), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, base+"/readyz", 503, 5*time.Second)
+	if code, _, _ := status(t, "GET", base+"/healthz", ""); code != 200 {
+		t.Errorf("healthz %d: liveness does not depend on Redis", code)
+	}
+	if err := n0.ClusterAddSlots(context.Background(), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, base+"/readyz", 200, 10*time.Second)
 }

@@ -27,7 +27,7 @@ func newStore(t *testing.T) (*Store, *redistest.Server) {
 }
 
 // seedAccount writes an account record as the account package does.
-func seedAccount(t *testing.T, rdb *redis.Client, id string, credits int64, models string) {
+func seedAccount(t testing.TB, rdb *redis.Client, id string, credits int64, models string) {
 	t.Helper()
 	if err := rdb.HSet(context.Background(), accountKey(id), "name", id, "status", "active", "credits", credits, "models", models).Err(); err != nil {
 		t.Fatal(err)

@@ -137,7 +137,12 @@ func (s *Service) Create(ctx context.Context, accountID string, in task.Input) (
 func (s *Service) abort(ctx context.Context, accountID, id string, cause error) {
 	undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if _, err := s.store.AbortTask(undoCtx, accountID, id); err != nil {
+	_, err := s.store.AbortTask(undoCtx, accountID, id)
+	switch {
+	case errors.Is(err, store.ErrNotReplicated):
+		// Undone on the primary; if the replicas lack the undo they lack
+		// the create too.
+	case err != nil:
 		logging.From(ctx).Error("could not undo a create", zap.Error(err), zap.NamedError("cause", cause))
 	}
 }

@@ -1,0 +1,142 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/tools/testkit/redistest"
+)
+
+// startReplicated starts a primary and one replica that acknowledges its
+// writes (a replica just synced may not for a few hundred milliseconds).
+func startReplicated(tb testing.TB) (primary, replica *redistest.Server) {
+	tb.Helper()
+	primary = redistest.Start(tb, "--repl-diskless-sync-delay", "0")
+	_, port, _ := net.SplitHostPort(primary.Addr)
+	replica = redistest.Start(tb, "--replicaof", "127.0.0.1", port)
+	pc := primary.Client(tb)
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pc.Set(ctx, "easel:test:synced", 1, 0)
+		if n, _ := pc.Do(ctx, "WAIT", 1, 100).Int(); n == 1 {
+			return primary, replica
+		}
+		if time.Now().After(deadline) {
+			info, _ := pc.Info(ctx, "replication").Result()
+			tb.Fatalf("the replica does not acknowledge writes: %s", info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// With WithMinReplicas, a change is reported done only once the replicas
+// have it: read from the replica right after, it is there. Without a
+// replica that confirms, it is ErrNotReplicated (503), and the caller's undo
+// works.
+func TestMinReplicas(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name       string
+		replicated bool
+		pause      bool // the replica is hung
+	}{
+		{"a replica confirms", true, false},
+		{"no replica", false, false},
+		{"the replica hangs", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var primary, replica *redistest.Server
+			if tc.replicated {
+				primary, replica = startReplicated(t)
+			} else {
+				primary = redistest.Start(t)
+			}
+			rdb := primary.Client(t)
+			seedAccount(t, rdb, "a", 100, "")
+			s := New(rdb).WithMinReplicas(1, 100*time.Millisecond)
+			if tc.pause {
+				if err := replica.Proc.Pause(); err != nil {
+					t.Fatal(err)
+				}
+				defer func() { _ = replica.Proc.Resume() }()
+			}
+			bal, err := s.CreateTask(ctx, pending("a", "t1"), std, []byte("job"))
+			if tc.replicated && !tc.pause {
+				if err != nil || bal != 96 {
+					t.Fatalf("CreateTask = %d, %v", bal, err)
+				}
+				rc := replica.Client(t)
+				if st := rc.HGet(ctx, taskKey("a", "t1"), fTaskStatus).Val(); st != string(task.Pending) {
+					t.Errorf("the replica has the task as %q right after the create", st)
+				}
+				if c, _ := rc.HGet(ctx, accountKey("a"), fAcctCredits).Int64(); c != 96 {
+					t.Errorf("the replica has the balance at %d", c)
+				}
+				// The state changes that move money wait too.
+				mustOutcome(t, Applied)(s.FailTask(ctx, "a", "t1", "", task.Failure{Code: "x", Message: "y"}))
+				if c, _ := rc.HGet(ctx, accountKey("a"), fAcctCredits).Int64(); c != 100 {
+					t.Errorf("the replica has the balance at %d after the refund", c)
+				}
+				return
+			}
+			if !errors.Is(err, ErrNotReplicated) || apperr.CodeOf(err) != apperr.Unavailable {
+				t.Fatalf("CreateTask = %d, %v; want ErrNotReplicated, unavailable", bal, err)
+			}
+			// Made on the primary: the caller undoes it.
+			if ok, err := s.AbortTask(ctx, "a", "t1"); !ok && !errors.Is(err, ErrNotReplicated) {
+				t.Fatalf("AbortTask = %v, %v", ok, err)
+			}
+			if c, _ := rdb.HGet(ctx, accountKey("a"), fAcctCredits).Int64(); c != 100 {
+				t.Errorf("balance %d after the undo; want 100", c)
+			}
+			if n := rdb.Exists(ctx, taskKey("a", "t1")).Val(); n != 0 {
+				t.Error("the task record survived the undo")
+			}
+		})
+	}
+}
+
+// BenchmarkCreateTaskDurability is what EASEL_REDIS_MIN_REPLICAS=1 costs a
+// create: the script alone, then the script followed by WAIT for one replica
+// on loopback; one at a time (latency), then 16 goroutines at once
+// (throughput, each WAIT holding its connection).
+func BenchmarkCreateTaskDurability(b *testing.B) {
+	primary, _ := startReplicated(b)
+	rdb := redis.NewClient(&redis.Options{Addr: primary.Addr})
+	defer rdb.Close()
+	seedAccount(b, rdb, "a", 1<<60, "")
+	var seq atomic.Int64 // task ids unique across every run of the sub-benchmarks
+	c := Charge{Price: 1, Tier: "standard", CountUntil: time.Now().Add(time.Hour)}
+	create := func(b *testing.B, s *Store) {
+		if _, err := s.CreateTask(context.Background(), pending("a", fmt.Sprint("b", seq.Add(1))), c, []byte("job")); err != nil {
+			b.Error(err)
+		}
+	}
+	for _, n := range []int{0, 1} {
+		s := New(rdb).WithMinReplicas(n, time.Second)
+		b.Run("serial/min_replicas="+strconv.Itoa(n), func(b *testing.B) {
+			for b.Loop() {
+				create(b, s)
+			}
+		})
+		b.Run("parallel16/min_replicas="+strconv.Itoa(n), func(b *testing.B) {
+			b.SetParallelism(8) // 8 × GOMAXPROCS 2
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					create(b, s)
+				}
+			})
+		})
+	}
+}
