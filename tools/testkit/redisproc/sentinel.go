@@ -18,15 +18,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Sentinel is a primary, one replica and three sentinels on loopback.
+// Sentinel is a primary, its replicas and three sentinels on loopback.
 type Sentinel struct {
 	// URL is the go-redis ParseFailoverURL form:
 	// redis://127.0.0.1:S1?master_name=<name>&addr=127.0.0.1:S2&addr=127.0.0.1:S3
 	URL        string
 	MasterName string
-	// Primary and Replica are the data nodes as started: after a failover
-	// their roles are swapped (PrimaryAddr tells which is the primary).
-	Primary, Replica *Proc
+	// Primary and Replicas are the data nodes as started: after a failover
+	// one replica is the primary (PrimaryAddr tells which).
+	Primary  *Proc
+	Replicas []*Proc
 	// Sentinels each run in dir/sentinel-<port> with their config file,
 	// sentinel.conf, there; they rewrite it, so Restart brings one back with
 	// what it knew.
@@ -43,21 +44,24 @@ const (
 	sentinelFailoverTimeout = "5000"
 )
 
-// StartSentinel starts, on free loopback ports, a primary, its replica (both
-// with persistence off and --repl-diskless-sync-delay 0; extra are further
-// redis-server arguments for both, e.g. "--appendonly", "yes") and three
-// sentinels monitoring the primary with a quorum of 2. The sentinels' config
-// files name each other and the replica, so they need not discover them. It
-// returns once the replica is in sync and every sentinel knows the replica
-// and the two other sentinels.
-func StartSentinel(dir string, extra ...string) (*Sentinel, error) {
+// StartSentinel starts, on free loopback ports, a primary, its replicas (1
+// to 4; all with persistence off and --repl-diskless-sync-delay 0; extra are
+// further redis-server arguments for every data node, e.g. "--appendonly",
+// "yes") and three sentinels monitoring the primary with a quorum of 2. The
+// sentinels' config files name each other and the replicas, so they need
+// not discover them. It returns once the replicas are in sync and every
+// sentinel knows them and the two other sentinels.
+func StartSentinel(dir string, replicas int, extra ...string) (*Sentinel, error) {
+	if replicas < 1 || replicas > 4 {
+		return nil, fmt.Errorf("redis sentinel: %d replicas: want 1 to 4", replicas)
+	}
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, ErrNotInstalled
 	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		s, err := startSentinelProcs(bin, dir, extra)
+		s, err := startSentinelProcs(bin, dir, replicas, extra)
 		if err != nil { // a port clash: try other ports
 			lastErr = err
 			continue
@@ -71,14 +75,14 @@ func StartSentinel(dir string, extra ...string) (*Sentinel, error) {
 	return nil, fmt.Errorf("redis sentinel: %w", lastErr)
 }
 
-// startSentinelProcs starts the primary, its replica, then the three
+// startSentinelProcs starts the primary, its replicas, then the three
 // sentinels at the same time. On an error it stops those that started.
-func startSentinelProcs(bin, dir string, extra []string) (*Sentinel, error) {
-	ports, err := freePorts(5)
+func startSentinelProcs(bin, dir string, replicas int, extra []string) (*Sentinel, error) {
+	ports, err := freePorts(1 + replicas + 3)
 	if err != nil {
 		return nil, err
 	}
-	primary, replica, sentinels := ports[0], ports[1], ports[2:]
+	primary, replicaPorts, sentinels := ports[0], ports[1:1+replicas], ports[1+replicas:]
 	ids := make([]string, len(sentinels))
 	for i := range ids {
 		ids[i] = randomID()
@@ -86,14 +90,17 @@ func startSentinelProcs(bin, dir string, extra []string) (*Sentinel, error) {
 	data := append([]string{"--repl-diskless-sync-delay", "0"}, extra...)
 	procs := make([]*Proc, len(ports))
 	errs := make([]error, len(ports))
-	// One after the other: the replica, and a sentinel, that do not reach
-	// a server at once try again only a second later (a sentinel by then
+	// One after the other: a replica, and a sentinel, that do not reach a
+	// server at once try again only a second later (a sentinel by then
 	// holds it subjectively down: two such sentinels would fail the primary
 	// over).
 	procs[0], errs[0] = startDataNode(bin, filepath.Join(dir, "primary-"+strconv.Itoa(primary)), primary, data)
-	if errs[0] == nil {
+	for i, port := range replicaPorts {
+		if errs[0] != nil {
+			break
+		}
 		args := append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(primary)}, data...)
-		procs[1], errs[1] = startDataNode(bin, filepath.Join(dir, "replica-"+strconv.Itoa(replica)), replica, args)
+		procs[1+i], errs[1+i] = startDataNode(bin, filepath.Join(dir, "replica-"+strconv.Itoa(port)), port, args)
 	}
 	if err := errors.Join(errs...); err != nil {
 		stopAll(procs)
@@ -113,14 +120,16 @@ func startSentinelProcs(bin, dir string, extra []string) (*Sentinel, error) {
 		// Pre-seeded: otherwise a sentinel finds the replica in the
 		// primary's INFO (polled every 10 s) and the other sentinels in
 		// their hello messages (every 2 s).
-		fmt.Fprintf(&conf, "sentinel known-replica %s 127.0.0.1 %d\n", name, replica)
+		for _, port := range replicaPorts {
+			fmt.Fprintf(&conf, "sentinel known-replica %s 127.0.0.1 %d\n", name, port)
+		}
 		for j, other := range sentinels {
 			if j != i {
 				fmt.Fprintf(&conf, "sentinel known-sentinel %s 127.0.0.1 %d %s\n", name, other, ids[j])
 			}
 		}
 		wg.Go(func() {
-			procs[2+i], errs[2+i] = startSentinelNode(bin, filepath.Join(dir, "sentinel-"+strconv.Itoa(port)), port, conf.String())
+			procs[1+replicas+i], errs[1+replicas+i] = startSentinelNode(bin, filepath.Join(dir, "sentinel-"+strconv.Itoa(port)), port, conf.String())
 		})
 	}
 	wg.Wait()
@@ -128,7 +137,7 @@ func startSentinelProcs(bin, dir string, extra []string) (*Sentinel, error) {
 		stopAll(procs)
 		return nil, err
 	}
-	s := &Sentinel{MasterName: SentinelMasterName, Primary: procs[0], Replica: procs[1], Sentinels: procs[2:]}
+	s := &Sentinel{MasterName: SentinelMasterName, Primary: procs[0], Replicas: procs[1 : 1+replicas : 1+replicas], Sentinels: procs[1+replicas:]}
 	s.URL = "redis://" + s.Sentinels[0].Addr + "?master_name=" + s.MasterName
 	for _, p := range s.Sentinels[1:] {
 		s.URL += "&addr=" + p.Addr
@@ -157,18 +166,22 @@ func startSentinelNode(bin, dir string, port int, conf string) (*Proc, error) {
 	return startConf(bin, path, dir, port, []string{"--sentinel"})
 }
 
-// waitReady waits until the replica is in sync and every sentinel knows the
-// replica (and has had its INFO, which it needs to pick it in a failover)
+// waitReady waits until the replicas are in sync and every sentinel knows
+// them (and has had their INFO, which it needs to pick one in a failover)
 // and the two other sentinels.
 func (s *Sentinel) waitReady() error {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	replica := nodeClient(s.Replica.Addr)
-	defer replica.Close()
+	var replicas []*redis.Client
+	for _, r := range s.Replicas {
+		c := nodeClient(r.Addr)
+		defer c.Close()
+		replicas = append(replicas, c)
+	}
 	sentinels := s.clients()
 	defer closeAll(sentinels)
 	for {
-		why := s.notReady(ctx, replica, sentinels)
+		why := s.notReady(ctx, replicas, sentinels)
 		if why == "" {
 			return nil
 		}
@@ -181,45 +194,54 @@ func (s *Sentinel) waitReady() error {
 }
 
 // notReady says what is not ready yet, or "".
-func (s *Sentinel) notReady(ctx context.Context, replica *redis.Client, sentinels []*redis.SentinelClient) string {
-	info, err := replica.Info(ctx, "replication").Result()
-	if err != nil {
-		return fmt.Sprintf("replica %s: INFO: %v", s.Replica.Addr, err)
+func (s *Sentinel) notReady(ctx context.Context, replicas []*redis.Client, sentinels []*redis.SentinelClient) string {
+	for i, replica := range replicas {
+		info, err := replica.Info(ctx, "replication").Result()
+		if err != nil {
+			return fmt.Sprintf("replica %s: INFO: %v", s.Replicas[i].Addr, err)
+		}
+		if st := infoField(info, "master_link_status"); st != "up" {
+			return fmt.Sprintf("replica %s: master_link_status:%s", s.Replicas[i].Addr, st)
+		}
 	}
-	if st := infoField(info, "master_link_status"); st != "up" {
-		return fmt.Sprintf("replica %s: master_link_status:%s", s.Replica.Addr, st)
-	}
+	want := strconv.Itoa(len(s.Replicas))
 	for i, sc := range sentinels {
 		addr := s.Sentinels[i].Addr
 		m, err := sc.Master(ctx, s.MasterName).Result()
 		if err != nil {
 			return fmt.Sprintf("sentinel %s: SENTINEL MASTER: %v", addr, err)
 		}
-		if m["num-other-sentinels"] != "2" || m["num-slaves"] != "1" {
-			return fmt.Sprintf("sentinel %s: num-other-sentinels=%s num-slaves=%s (want 2 and 1)", addr, m["num-other-sentinels"], m["num-slaves"])
-		}
-		replicas, err := sc.Replicas(ctx, s.MasterName).Result()
-		if err != nil {
-			return fmt.Sprintf("sentinel %s: SENTINEL REPLICAS: %v", addr, err)
+		if m["num-other-sentinels"] != "2" || m["num-slaves"] != want {
+			return fmt.Sprintf("sentinel %s: num-other-sentinels=%s num-slaves=%s (want 2 and %s)", addr, m["num-other-sentinels"], m["num-slaves"], want)
 		}
 		// A runid comes from the replica's INFO: without one, the
 		// sentinel would answer a failover with NOGOODSLAVE.
-		if len(replicas) != 1 || replicas[0]["runid"] == "" || replicas[0]["flags"] != "slave" {
-			return fmt.Sprintf("sentinel %s: replicas %v (want one with flags slave and a runid)", addr, replicas)
+		known, err := sc.Replicas(ctx, s.MasterName).Result()
+		if err != nil {
+			return fmt.Sprintf("sentinel %s: SENTINEL REPLICAS: %v", addr, err)
+		}
+		if len(known) != len(s.Replicas) {
+			return fmt.Sprintf("sentinel %s: knows %d replicas (want %s)", addr, len(known), want)
+		}
+		for _, r := range known {
+			if r["runid"] == "" || r["flags"] != "slave" {
+				return fmt.Sprintf("sentinel %s: replicas %v (want each with flags slave and a runid)", addr, known)
+			}
 		}
 	}
 	return ""
 }
 
-// Failover makes the sentinels promote the replica and waits until every
-// running sentinel names it as the primary; it returns the new primary's
-// host:port. SENTINEL FAILOVER does not wait for the replica to catch up:
-// writes the old primary acks in the meantime can be lost (use WAIT first).
+// Failover makes the sentinels promote a replica (of their choice) and
+// waits until every running sentinel names the same new primary; it returns
+// its host:port. SENTINEL FAILOVER does not wait for the replica to catch
+// up: writes the old primary acks in the meantime can be lost (use WAIT
+// first).
 //
 // The old primary stays a primary, taking writes, until the sentinels make
 // it a replica of the new one, about 10 s later. Promoting it before that
 // would throw away what the new primary took in between, so Failover first
-// waits until the node it promotes is a replica in sync of the current
+// waits until every other data node is a replica in sync of the current
 // primary: a Failover right after another takes about 10 s more (give it a
 // ctx long enough).
 func (s *Sentinel) Failover(ctx context.Context) (newPrimary string, err error) {
@@ -229,26 +251,30 @@ func (s *Sentinel) Failover(ctx context.Context) (newPrimary string, err error) 
 	if err != nil {
 		return "", err
 	}
-	target := s.Replica.Addr
-	if old == s.Replica.Addr {
-		target = s.Primary.Addr
-	}
-	if err := waitReplicaOf(ctx, target, old); err != nil {
-		return "", err
+	for _, p := range s.data() {
+		if p.Addr == old {
+			continue
+		}
+		if err := waitReplicaOf(ctx, p.Addr, old); err != nil {
+			return "", err
+		}
 	}
 	if err := s.startFailover(ctx, sentinels); err != nil {
 		return "", err
 	}
 	for {
 		agreed, why := true, ""
-		running := 0
+		running, target := 0, ""
 		for i, sc := range sentinels {
 			if !s.Sentinels[i].running() {
 				continue
 			}
 			running++
 			addr, err := getMasterAddr(ctx, sc, s.MasterName)
-			if err != nil || addr != target {
+			if target == "" && err == nil {
+				target = addr
+			}
+			if err != nil || addr == old || addr != target {
 				agreed = false
 				why = fmt.Sprintf("sentinel %s says %q (%v)", s.Sentinels[i].Addr, addr, err)
 				break
@@ -262,7 +288,7 @@ func (s *Sentinel) Failover(ctx context.Context) (newPrimary string, err error) 
 		}
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("redis sentinel failover from %s to %s: %w: %s", old, target, ctx.Err(), why)
+			return "", fmt.Errorf("redis sentinel failover from %s: %w: %s", old, ctx.Err(), why)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -290,9 +316,9 @@ func waitReplicaOf(ctx context.Context, addr, primary string) error {
 }
 
 // startFailover sends SENTINEL FAILOVER to the first running sentinel that
-// answers. A failover in progress is fine (there is only one node to
-// promote); NOGOODSLAVE (no replica the sentinel could promote yet) is tried
-// again until ctx ends.
+// answers. A failover in progress is fine (it is the one asked for);
+// NOGOODSLAVE (no replica the sentinel could promote yet) is tried again
+// until ctx ends.
 func (s *Sentinel) startFailover(ctx context.Context, sentinels []*redis.SentinelClient) error {
 	for {
 		lastErr := errors.New("no sentinel runs")
@@ -348,7 +374,12 @@ func (s *Sentinel) primaryAddr(ctx context.Context, sentinels []*redis.SentinelC
 func (s *Sentinel) Stop() { stopAll(s.procs()) }
 
 func (s *Sentinel) procs() []*Proc {
-	return append([]*Proc{s.Primary, s.Replica}, s.Sentinels...)
+	return append(s.data(), s.Sentinels...)
+}
+
+// data returns the data nodes: the primary as started and the replicas.
+func (s *Sentinel) data() []*Proc {
+	return append([]*Proc{s.Primary}, s.Replicas...)
 }
 
 func (s *Sentinel) clients() []*redis.SentinelClient {

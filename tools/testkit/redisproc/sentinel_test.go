@@ -9,23 +9,26 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/easelhq/easel/tools/testkit/redisproc"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
 func TestSentinelFailover(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name  string
-		extra []string
+		name     string
+		replicas int
+		extra    []string
 	}{
-		{"no persistence", nil},
-		{"appendonly", []string{"--appendonly", "yes"}},
+		{"no persistence", 1, nil},
+		{"appendonly", 1, []string{"--appendonly", "yes"}},
+		{"two replicas", 2, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			start := time.Now()
-			s := redistest.StartSentinel(t, tt.extra...)
+			s := redistest.StartSentinel(t, tt.replicas, tt.extra...)
 			t.Logf("sentinel set-up ready in %v: %s", time.Since(start).Round(time.Millisecond), s.URL)
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
@@ -34,7 +37,15 @@ func TestSentinelFailover(t *testing.T) {
 			if slices.Contains(tt.extra, "--appendonly") {
 				wantAOF = "yes"
 			}
-			for _, addr := range []string{s.Primary.Addr, s.Replica.Addr} {
+			replicas := map[string]bool{}
+			for _, r := range s.Replicas {
+				replicas[r.Addr] = true
+			}
+			if len(replicas) != tt.replicas {
+				t.Fatalf("%d replicas; want %d", len(replicas), tt.replicas)
+			}
+			for _, p := range append([]*redisproc.Proc{s.Primary}, s.Replicas...) {
+				addr := p.Addr
 				if got := nodeClient(t, addr).ConfigGet(ctx, "appendonly").Val()["appendonly"]; got != wantAOF {
 					t.Errorf("%s: appendonly %q, want %q", addr, got, wantAOF)
 				}
@@ -57,10 +68,10 @@ func TestSentinelFailover(t *testing.T) {
 			if err := rdb.Set(ctx, "before", "kept", 0).Err(); err != nil {
 				t.Fatalf("SET before the failover: %v", err)
 			}
-			// SENTINEL FAILOVER does not wait for the replica: make sure it
-			// has the write.
-			if n, err := rdb.Do(ctx, "WAIT", 1, 5000).Int(); err != nil || n != 1 {
-				t.Fatalf("WAIT 1 = %d, %v; want 1 replica", n, err)
+			// SENTINEL FAILOVER does not wait for the replicas: make sure
+			// they have the write.
+			if n, err := rdb.Do(ctx, "WAIT", tt.replicas, 5000).Int(); err != nil || n != tt.replicas {
+				t.Fatalf("WAIT %d = %d, %v", tt.replicas, n, err)
 			}
 
 			triggered := time.Now()
@@ -69,8 +80,8 @@ func TestSentinelFailover(t *testing.T) {
 				t.Fatalf("Failover: %v", err)
 			}
 			t.Logf("sentinels agree on the new primary after %v", time.Since(triggered).Round(time.Millisecond))
-			if newPrimary != s.Replica.Addr {
-				t.Fatalf("Failover moved the primary to %s, want the replica %s", newPrimary, s.Replica.Addr)
+			if !replicas[newPrimary] {
+				t.Fatalf("Failover moved the primary to %s, want one of the replicas %v", newPrimary, replicas)
 			}
 			if got, err := s.PrimaryAddr(ctx); err != nil || got != newPrimary {
 				t.Fatalf("PrimaryAddr after the failover = %q, %v; want %q", got, err, newPrimary)

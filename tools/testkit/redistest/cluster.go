@@ -20,13 +20,13 @@ func StartCluster(tb testing.TB, extra ...string) *redisproc.Cluster {
 	return c
 }
 
-// StartSentinel starts a primary, its replica and three sentinels for tb,
-// with extra redis-server arguments for both data nodes, and stops them at
-// cleanup. Connect with redis.ParseFailoverURL(s.URL) and
+// StartSentinel starts a primary, its replicas (1 to 4) and three sentinels
+// for tb, with extra redis-server arguments for every data node, and stops
+// them at cleanup. Connect with redis.ParseFailoverURL(s.URL) and
 // redis.NewFailoverClient.
-func StartSentinel(tb testing.TB, extra ...string) *redisproc.Sentinel {
+func StartSentinel(tb testing.TB, replicas int, extra ...string) *redisproc.Sentinel {
 	tb.Helper()
-	s, err := redisproc.StartSentinel(tb.TempDir(), extra...)
+	s, err := redisproc.StartSentinel(tb.TempDir(), replicas, extra...)
 	if err != nil {
 		tb.Fatalf("start redis sentinel: %v", err)
 	}
