@@ -31,12 +31,16 @@ EASEL_DEV_API_KEY ?= esk_local_development_key_do_not_deploy_01
 run: build
 	EASEL_DEV_API_KEY=$(EASEL_DEV_API_KEY) ./$(BIN)/devstack
 
-# go test ./... at the root would miss modules: loop over every one.
+# go test ./... at the root would miss modules: loop over every one. Then
+# the end-to-end flows again, on a 3-master Redis Cluster.
+CLUSTER_E2E := TestEndToEnd|TestFailedTaskIsRefunded|TestEaselctl|TestConcurrentCreatesNeverOverdraw|TestRecoveryQueuesAndExpires
 test:
 	@set -e; for m in $(MODULES); do \
 		echo "==> go test $$m"; \
 		(cd $$m && $(GO) test $(TESTFLAGS) ./...); \
 	done
+	@echo "==> go test e2e on a Redis Cluster"
+	cd e2e && EASEL_E2E_REDIS=cluster $(GO) test $(TESTFLAGS) -run '$(CLUSTER_E2E)' .
 
 # Faults under load on the real binaries (about 2½ minutes): kill -9 of a
 # worker, SIGTERM of a worker, SIGKILL and AOF restart of Redis, kill -9 of

@@ -162,7 +162,7 @@ func TestChaos(t *testing.T) {
 	event("load stopped")
 
 	// Recovery: a dead worker's tasks go to a new run within ~35 s, a dead
-	// gateway's unqueued tasks are queued within ~15 s; allow 90 s.
+	// gateway's tasks it had not queued are queued within ~15 s; allow 90 s.
 	const bound = 90 * time.Second
 	var tasks map[string]*task.Task
 	settled := false

@@ -35,12 +35,12 @@ func TestRecoveryQueuesAndExpires(t *testing.T) {
 	}
 	charge("task_lumen_9000000000000000001", time.Now().Add(time.Hour))    // its gateway died: never queued
 	charge("task_lumen_9000000000000000002", time.Now().Add(-time.Second)) // overdue: nothing will run it
-	// The queued one must also not be started by its job: drop it from the
-	// unqueued list, as a gateway that queued it would, without queueing.
-	if err := st.MarkQueued(ctx, acct, "task_lumen_9000000000000000002"); err != nil {
+	// The overdue one must not be started by its job either: no queue check
+	// for it, and no job.
+	if err := st.DropQueueCheck(ctx, acct, "task_lumen_9000000000000000002"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(75 * time.Second) // 10 s unqueued + 5 s rounds; the overdue sweep every 30 s
+	deadline := time.Now().Add(75 * time.Second) // the first queue check after 10 s, rounds every 5 s; the overdue sweep every 30 s
 	for {
 		a, _ := st.Task(ctx, acct, "task_lumen_9000000000000000001")
 		b, _ := st.Task(ctx, acct, "task_lumen_9000000000000000002")
@@ -51,7 +51,7 @@ func TestRecoveryQueuesAndExpires(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 75 s: the unqueued task is %v, the overdue one %v", status(a), status(b))
+			t.Fatalf("after 75 s: the task never queued is %v, the overdue one %v", status(a), status(b))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -12,18 +12,20 @@ import (
 
 // The recovery's timing. Each bound is the sum of its parts:
 //
-//   - a task charged by a gateway that died before queueing its job is
-//     queued within unqueuedAfter + recoverEvery (15 s);
+//   - a task charged by a gateway that died before queueing its job, or
+//     whose job a Redis failover lost, is queued within
+//     store.FirstQueueCheck + recoverEvery (15 s) of its creation, or of
+//     the loss if later, within its age again (at most maxRecheck more);
 //   - a task whose worker died is given to a new run within Asynq's lease
 //     (30 s, then its run is an orphan) + recoverEvery (35 s), rather than
 //     the 60 to 120 s Asynq's own recoverer takes;
 //   - a task past its deadline that no run will finish is failed and
 //     refunded within a minute of it (overdueEvery).
 const (
-	recoverEvery  = 5 * time.Second
-	unqueuedAfter = 10 * time.Second
-	overdueEvery  = 30 * time.Second
-	recoverBatch  = 1000
+	recoverEvery = 5 * time.Second
+	maxRecheck   = 10 * time.Minute
+	overdueEvery = 30 * time.Second
+	recoverBatch = 1000
 )
 
 // sweepStore is what the recovery needs of the store.
@@ -31,14 +33,16 @@ type sweepStore interface {
 	TryLock(ctx context.Context, name string, ttl time.Duration) (bool, error)
 	Overdue(ctx context.Context, limit int64) ([]store.Overdue, error)
 	Expire(ctx context.Context, o store.Overdue) (store.Outcome, error)
-	Unqueued(ctx context.Context, olderThan time.Time, limit int64) ([]store.Unqueued, error)
-	MarkQueued(ctx context.Context, accountID, taskID string) error
+	QueueChecks(ctx context.Context, now time.Time, limit int64) ([]store.QueueCheck, error)
+	ScheduleQueueCheck(ctx context.Context, accountID, taskID string, at time.Time) error
+	DropQueueCheck(ctx context.Context, accountID, taskID string) error
 	Takeover(ctx context.Context, accountID, taskID, orphan string, next func(crashes int) string) (store.Outcome, string, error)
 }
 
 // sweepQueue is what the recovery needs of the queues.
 type sweepQueue interface {
 	EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImage, run string) error
+	EnsureGenerateImage(ctx context.Context, j jobs.GenerateImage, run string) (added bool, _ error)
 	Orphans(ctx context.Context, queues []string) ([]jobs.Orphan, error)
 }
 
@@ -86,7 +90,7 @@ func (s *sweeper) round(ctx context.Context) sweepReport {
 	if err != nil || !got {
 		return r
 	}
-	r.queued = s.queueUnqueued(ctx)
+	r.queued = s.checkQueued(ctx)
 	r.takenOver, r.poisoned = s.takeOverOrphans(ctx)
 	if s.now().Sub(s.lastOverdue) >= overdueEvery {
 		s.lastOverdue = s.now()
@@ -95,35 +99,58 @@ func (s *sweeper) round(ctx context.Context) sweepReport {
 	return r
 }
 
-// queueUnqueued queues the jobs of tasks whose gateway charged them and
-// died before queueing (or before saying it had). Queueing a job that is
-// queued already is a no-op, so a task is never queued twice.
-func (s *sweeper) queueUnqueued(ctx context.Context) int {
-	list, err := s.st.Unqueued(ctx, s.now().Add(-unqueuedAfter), recoverBatch)
+// checkQueued makes sure the job of every task still pending a while after
+// its creation is queued, queueing it if it is not: its gateway may have
+// died before queueing it, or a Redis failover may have lost the queue's
+// write but not the task's. Queueing a job that is queued already is a
+// no-op, so a task is never queued twice. A task still pending is checked
+// again after as long as it has waited (at most maxRecheck): a long queue
+// costs a few checks per task, not one every round.
+func (s *sweeper) checkQueued(ctx context.Context) int {
+	now := s.now()
+	list, err := s.st.QueueChecks(ctx, now, recoverBatch)
 	if err != nil {
-		s.log.Warn("recovery: unqueued tasks", zap.Error(err))
+		s.log.Warn("recovery: queue checks", zap.Error(err))
 		return 0
 	}
 	n := 0
-	for _, u := range list {
-		log := s.log.With(zap.String("task_id", u.TaskID), zap.String("account_id", u.AccountID))
-		if u.Pending && len(u.Job) > 0 {
-			j, err := jobs.DecodeGenerateImage(u.Job)
-			if err != nil {
-				log.Error("recovery: a stored job does not decode; the deadline sweep will fail the task", zap.Error(err))
-			} else if err := s.q.EnqueueGenerateImage(ctx, j, jobs.RunID(j.TaskID, 0)); err != nil {
-				log.Warn("recovery: could not queue a task's job; will try again", zap.Error(err))
-				continue
-			} else {
-				n++
-				log.Warn("recovery: queued the job of a task whose gateway stopped before saying it had")
-			}
+	for _, c := range list {
+		log := s.log.With(zap.String("task_id", c.TaskID), zap.String("account_id", c.AccountID))
+		if !c.Pending || len(c.Job) == 0 {
+			s.dropQueueCheck(ctx, log, c)
+			continue
 		}
-		if err := s.st.MarkQueued(ctx, u.AccountID, u.TaskID); err != nil {
-			log.Warn("recovery: mark queued", zap.Error(err))
+		j, err := jobs.DecodeGenerateImage(c.Job)
+		if err != nil {
+			log.Error("recovery: a stored job does not decode; the deadline sweep will fail the task", zap.Error(err))
+			s.dropQueueCheck(ctx, log, c)
+			continue
+		}
+		run := c.Run
+		if run == "" {
+			run = jobs.RunID(j.TaskID, 0)
+		}
+		added, err := s.q.EnsureGenerateImage(ctx, j, run)
+		if err != nil {
+			log.Warn("recovery: could not queue a task's job; will try again", zap.Error(err))
+			continue
+		}
+		if added {
+			n++
+			log.Warn("recovery: queued the job of a pending task that had none (its gateway stopped before queueing it, or a failover lost it)")
+		}
+		wait := min(max(now.Sub(c.Created), store.FirstQueueCheck), maxRecheck)
+		if err := s.st.ScheduleQueueCheck(ctx, c.AccountID, c.TaskID, now.Add(wait)); err != nil {
+			log.Warn("recovery: queue check", zap.Error(err))
 		}
 	}
 	return n
+}
+
+func (s *sweeper) dropQueueCheck(ctx context.Context, log *zap.Logger, c store.QueueCheck) {
+	if err := s.st.DropQueueCheck(ctx, c.AccountID, c.TaskID); err != nil {
+		log.Warn("recovery: queue check", zap.Error(err))
+	}
 }
 
 // takeOverOrphans gives the tasks of runs whose worker died to new runs.

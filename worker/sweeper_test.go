@@ -156,23 +156,35 @@ func TestRunSweeperLoop(t *testing.T) {
 
 // A gateway that died after charging a task and before queueing its job:
 // the recovery queues the job (from the record), once, however many rounds
-// run; a task whose job is queued already is left as it is.
-func TestSweepQueuesWhatAGatewayLeftUnqueued(t *testing.T) {
+// run; a task whose job is queued already is left as it is; a job the queue
+// lost later (a failover) is queued again at the next check.
+func TestSweepQueuesMissingJobs(t *testing.T) {
 	e := newSweepEnv(t)
 	ctx := context.Background()
 	lost := e.charge(t, "task_lumen_1", time.Now().Add(time.Hour))
 	queued := e.charge(t, "task_lumen_2", time.Now().Add(time.Hour))
+	e.charge(t, "task_lumen_3", time.Now().Add(time.Hour))
 	if err := e.q.EnqueueGenerateImage(ctx, queued, queued.TaskID); err != nil { // its gateway queued it, then died
 		t.Fatal(err)
 	}
+	if o, err := e.st.StartTask(ctx, e.acct, "task_lumen_3", "task_lumen_3"); err != nil || o != store.Applied {
+		t.Fatalf("StartTask = %v, %v", o, err)
+	}
 	s := e.sweeper(nil)
 	if r := s.round(ctx); r.queued != 0 {
-		t.Fatalf("round %+v: queued tasks younger than %s", r, unqueuedAfter)
+		t.Fatalf("round %+v: queued tasks younger than %s", r, store.FirstQueueCheck)
 	}
-	s.now = func() time.Time { return time.Now().Add(unqueuedAfter + time.Second) }
-	for i := 0; i < 3; i++ {
-		_ = e.st.Unlock(ctx, "sweeper") // let each round run
-		s.round(ctx)
+	clock := time.Now().Add(store.FirstQueueCheck + time.Second)
+	s.now = func() time.Time { return clock }
+	rounds := func() (queued int) {
+		for i := 0; i < 3; i++ {
+			_ = e.st.Unlock(ctx, "sweeper") // let each round run
+			queued += s.round(ctx).queued
+		}
+		return queued
+	}
+	if n := rounds(); n != 1 {
+		t.Errorf("rounds queued %d jobs; want 1 (the lost one)", n)
 	}
 	ins := asynq.NewInspectorFromRedisClient(e.rdb)
 	for _, j := range []jobs.GenerateImage{lost, queued} {
@@ -188,8 +200,25 @@ func TestSweepQueuesWhatAGatewayLeftUnqueued(t *testing.T) {
 	if infos, _ := ins.ListPendingTasks(jobs.Queue(catalog.Standard)); len(infos) != 2 {
 		t.Errorf("%d jobs pending; want 2 (each task once)", len(infos))
 	}
-	if u, _ := e.st.Unqueued(ctx, time.Now().Add(time.Minute), 10); len(u) != 0 {
-		t.Errorf("still unqueued: %+v", u)
+	// Checked: not again until later; the started task not at all.
+	if c, _ := e.st.QueueChecks(ctx, clock, 10); len(c) != 0 {
+		t.Errorf("checks still due: %+v", c)
+	}
+	later, _ := e.st.QueueChecks(ctx, clock.Add(time.Hour), 10)
+	if len(later) != 2 {
+		t.Errorf("checks scheduled: %+v; want the two pending tasks", later)
+	}
+
+	// The queue loses a job (a failover); the next check queues it again.
+	if err := ins.DeleteTask(jobs.Queue(catalog.Standard), queued.TaskID); err != nil {
+		t.Fatal(err)
+	}
+	clock = clock.Add(maxRecheck)
+	if n := rounds(); n != 1 {
+		t.Errorf("rounds queued %d jobs; want 1 (the one lost)", n)
+	}
+	if _, err := ins.GetTaskInfo(jobs.Queue(catalog.Standard), queued.TaskID); err != nil {
+		t.Errorf("the lost job was not queued again: %v", err)
 	}
 }
 
@@ -199,6 +228,10 @@ type orphanQueue struct {
 	mu      sync.Mutex
 	queued  []string
 	err     error
+}
+
+func (q *orphanQueue) EnsureGenerateImage(ctx context.Context, j jobs.GenerateImage, run string) (bool, error) {
+	return false, q.EnqueueGenerateImage(ctx, j, run)
 }
 
 func (q *orphanQueue) EnqueueGenerateImage(_ context.Context, j jobs.GenerateImage, run string) error {

@@ -208,14 +208,24 @@ func NewEnqueuer(rdb redis.UniversalClient) *Enqueuer {
 // EnqueueGenerateImage queues a run of an image job (RunID). A run that is
 // queued already is not queued again, and is no error.
 func (e *Enqueuer) EnqueueGenerateImage(ctx context.Context, j GenerateImage, run string) error {
+	_, err := e.EnsureGenerateImage(ctx, j, run)
+	return err
+}
+
+// EnsureGenerateImage is EnqueueGenerateImage reporting whether the run was
+// missing from the queue (and is on it now).
+func (e *Enqueuer) EnsureGenerateImage(ctx context.Context, j GenerateImage, run string) (added bool, _ error) {
 	t, err := NewGenerateImageTask(j, run)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if _, err := e.client.EnqueueContext(ctx, t); err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
-		return fmt.Errorf("jobs: enqueue %s: %w", run, err)
+	switch _, err := e.client.EnqueueContext(ctx, t); {
+	case errors.Is(err, asynq.ErrTaskIDConflict):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("jobs: enqueue %s: %w", run, err)
 	}
-	return nil
+	return true, nil
 }
 
 // Orphan is a run whose worker stopped extending its lease: it died, or lost

@@ -146,7 +146,7 @@ func (s *Store) CreateAccount(ctx context.Context, n NewAccount) (*Account, erro
 	// The index of every account and the account live in two hash slots
 	// (two nodes of a cluster): the index first. A crash between the two
 	// leaves an id in the index with no account, which every reader of the
-	// index skips (Accounts, Overdue, Unqueued); the account, written last
+	// index skips (Accounts, Overdue, QueueChecks); the account, written last
 	// in one transaction with its first ledger entry, exists only once it is
 	// listed.
 	if err := s.rdb.ZAdd(ctx, accountsKey(), redis.Z{Score: float64(a.CreatedAt.UnixMilli()), Member: a.ID}).Err(); err != nil {

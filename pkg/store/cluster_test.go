@@ -88,26 +88,24 @@ func TestOnACluster(t *testing.T) {
 
 	t.Run("tasks, recovery and the sweeper", func(t *testing.T) {
 		past := Charge{Price: 4, Tier: "standard", MaxInflight: 10, CountUntil: time.Now().Add(-time.Second)}
-		var wantUnqueued, wantOverdue []string
+		var wantChecks, wantOverdue []string
 		for i, a := range accts[2:] {
 			for _, id := range []string{"done", "failed", "waiting"} {
 				if _, err := s.CreateTask(ctx, pending(a.id, id), std, []byte("job")); err != nil {
 					t.Fatal(err)
 				}
 			}
-			must(t, s.MarkQueued(ctx, a.id, "done"))
-			must(t, s.MarkQueued(ctx, a.id, "failed"))
 			mustOutcome(t, Applied)(s.StartTask(ctx, a.id, "done", "done"))
 			must(t, s.SetProgress(ctx, a.id, "done", "done", 50))
 			o, _, err := s.CompleteTask(ctx, a.id, "done", "done", []task.Result{{Key: "k", ContentType: "image/png", Size: 1}})
 			mustOutcome(t, Applied)(o, err)
 			mustOutcome(t, Applied)(s.FailTask(ctx, a.id, "failed", "", task.Failure{Code: "x", Message: "y"}))
-			wantUnqueued = append(wantUnqueued, a.id+"/waiting")
+			wantChecks = append(wantChecks, a.id+"/waiting")
 			if i%2 == 0 {
 				if _, err := s.CreateTask(ctx, pending(a.id, "late"), past, []byte("job")); err != nil {
 					t.Fatal(err)
 				}
-				must(t, s.MarkQueued(ctx, a.id, "late"))
+				must(t, s.DropQueueCheck(ctx, a.id, "late"))
 				wantOverdue = append(wantOverdue, a.id+"/late")
 			}
 		}
@@ -120,19 +118,19 @@ func TestOnACluster(t *testing.T) {
 			}
 		}
 
-		un, err := s.Unqueued(ctx, time.Now().Add(time.Second), 1000)
+		checks, err := s.QueueChecks(ctx, time.Now().Add(FirstQueueCheck+time.Second), 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var gotUnqueued []string
-		for _, u := range un {
-			if !u.Pending || string(u.Job) != "job" {
-				t.Errorf("unqueued %+v", u)
+		var gotChecks []string
+		for _, c := range checks {
+			if !c.Pending || string(c.Job) != "job" {
+				t.Errorf("queue check %+v", c)
 			}
-			gotUnqueued = append(gotUnqueued, u.AccountID+"/"+u.TaskID)
+			gotChecks = append(gotChecks, c.AccountID+"/"+c.TaskID)
 		}
-		if !sameSet(gotUnqueued, wantUnqueued) {
-			t.Errorf("Unqueued = %v; want %v", gotUnqueued, wantUnqueued)
+		if !sameSet(gotChecks, wantChecks) {
+			t.Errorf("QueueChecks = %v; want %v", gotChecks, wantChecks)
 		}
 
 		od, err := s.Overdue(ctx, 1000)

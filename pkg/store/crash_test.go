@@ -76,8 +76,8 @@ func TestCrashBetweenSteps(t *testing.T) {
 		if _, err := s.Overdue(ctx, 10); err != nil {
 			t.Errorf("Overdue: %v", err)
 		}
-		if _, err := s.Unqueued(ctx, time.Now(), 10); err != nil {
-			t.Errorf("Unqueued: %v", err)
+		if _, err := s.QueueChecks(ctx, time.Now(), 10); err != nil {
+			t.Errorf("QueueChecks: %v", err)
 		}
 	})
 }

@@ -12,7 +12,7 @@
 //	easel:{a:<account>}:acct           hash    the account record (status, credits, limits)
 //	easel:{a:<account>}:t:<task id>    hash    a task record (24-hour TTL)
 //	easel:{a:<account>}:inflight       zset    the account's unfinished tasks, scored by when they stop counting
-//	easel:{a:<account>}:unqueued       zset    tasks charged but not yet known to have a job, by creation time
+//	easel:{a:<account>}:unqueued       zset    pending tasks whose job is to be checked for, by when (QueueChecks)
 //	easel:{a:<account>}:ledger         stream  credit movements (debit, refund, credit)
 //	easel:{a:<account>}:keys           set     hashes of the account's API keys
 //	easel:key:<sha256 of the API key>  hash    an API key record: account, prefix, revoked

@@ -171,32 +171,42 @@ func TestTakeover(t *testing.T) {
 
 // A task charged but never queued is found with its job; queued or started
 // tasks are not.
-func TestUnqueued(t *testing.T) {
+// Every task is listed for a queue check FirstQueueCheck after its
+// creation, with its job, until a run starts it or it ends; the checker
+// moves a check on or drops it.
+func TestQueueChecks(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
-	for _, id := range []string{"lost", "queued", "started"} {
+	created := time.Now()
+	for _, id := range []string{"waiting", "started", "failed", "moved", "dropped"} {
 		if _, err := s.CreateTask(ctx, pending("a", id), std, []byte("job of "+id)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	must(t, s.MarkQueued(ctx, "a", "queued"))
 	mustOutcome(t, Applied)(s.StartTask(ctx, "a", "started", "started"))
-	if got, _ := s.Unqueued(ctx, time.Now().Add(-time.Hour), 100); len(got) != 0 {
-		t.Errorf("tasks an hour old: %+v; want none", got)
+	mustOutcome(t, Applied)(s.FailTask(ctx, "a", "failed", "", task.Failure{Code: "x", Message: "y"}))
+	must(t, s.ScheduleQueueCheck(ctx, "a", "moved", created.Add(time.Hour)))
+	must(t, s.DropQueueCheck(ctx, "a", "dropped"))
+	// Moving the check of a task no longer listed does not list it again.
+	must(t, s.ScheduleQueueCheck(ctx, "a", "started", created))
+
+	if got, _ := s.QueueChecks(ctx, created.Add(FirstQueueCheck-time.Second), 100); len(got) != 0 {
+		t.Errorf("checks due before FirstQueueCheck: %+v; want none", got)
 	}
-	got, err := s.Unqueued(ctx, time.Now().Add(time.Second), 100)
+	got, err := s.QueueChecks(ctx, created.Add(FirstQueueCheck+time.Second), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || got[0].TaskID != "lost" || got[0].AccountID != "a" || !got[0].Pending || string(got[0].Job) != "job of lost" {
-		t.Fatalf("Unqueued = %+v; want the lost task with its job", got)
+	if len(got) != 1 || got[0].TaskID != "waiting" || got[0].AccountID != "a" || !got[0].Pending || string(got[0].Job) != "job of waiting" ||
+		got[0].Run != "" || !got[0].Created.Equal(pending("a", "waiting").CreateTime) {
+		t.Fatalf("QueueChecks = %+v; want the waiting task with its job", got)
 	}
 	// A started task no longer carries its job.
 	if v := s.rdb.HGet(ctx, taskKey("a", "started"), fTaskJob).Val(); v != "" {
 		t.Errorf("a started task still holds its job payload: %q", v)
 	}
-	must(t, s.MarkQueued(ctx, "a", "lost"))
-	if got, _ := s.Unqueued(ctx, time.Now().Add(time.Second), 100); len(got) != 0 {
-		t.Errorf("after MarkQueued: %+v", got)
+	later, _ := s.QueueChecks(ctx, created.Add(2*time.Hour), 100)
+	if len(later) != 2 {
+		t.Errorf("checks due in two hours: %+v; want waiting and moved", later)
 	}
 }

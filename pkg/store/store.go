@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,7 +20,10 @@ type Store struct {
 	// durability: see WithMinReplicas.
 	minReplicas int
 	waitFor     time.Duration
-	probes      probeTags
+	// loaded: scripts known loaded on a node (node address + SHA), with
+	// durability on.
+	loaded sync.Map
+	probes probeTags
 }
 
 // New returns a store on rdb.
@@ -49,32 +53,46 @@ func (s *Store) eval(ctx context.Context, script *redis.Script, keys []string, a
 	if s.minReplicas <= 0 {
 		return script.Run(ctx, s.rdb, keys, args...)
 	}
+	fail := func(err error) *redis.Cmd {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
 	var node redis.Cmdable = s.rdb
+	nodeAddr := ""
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
 		n, err := cc.MasterForKey(ctx, keys[0])
 		if err != nil {
-			cmd := redis.NewCmd(ctx)
-			cmd.SetErr(err)
-			return cmd
+			return fail(err)
 		}
-		node = n
+		node, nodeAddr = n, n.Options().Addr
 	}
-	run := func(useSHA bool) (*redis.Cmd, *redis.Cmd, error) {
+	// A script is loaded before its first run, not run in full on a
+	// NOSCRIPT reply: that reply would come after a WAIT that, with the
+	// replicas missing, waits its whole timeout for nothing.
+	loadedKey := nodeAddr + "/" + script.Hash()
+	if _, ok := s.loaded.Load(loadedKey); !ok {
+		if err := script.Load(ctx, node).Err(); err != nil {
+			return fail(err)
+		}
+		s.loaded.Store(loadedKey, true)
+	}
+	run := func() (*redis.Cmd, *redis.Cmd, error) {
 		var res, wait *redis.Cmd
 		_, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
-			if useSHA {
-				res = script.EvalSha(ctx, p, keys, args...)
-			} else {
-				res = script.Eval(ctx, p, keys, args...)
-			}
+			res = script.EvalSha(ctx, p, keys, args...)
 			wait = p.Do(ctx, "WAIT", s.minReplicas, s.waitFor.Milliseconds())
 			return nil
 		})
 		return res, wait, err
 	}
-	res, wait, err := run(true)
+	res, wait, err := run()
 	if err != nil && redis.HasErrorPrefix(res.Err(), "NOSCRIPT") {
-		res, wait, err = run(false)
+		// A failover, a restart or SCRIPT FLUSH emptied the cache.
+		if err := script.Load(ctx, node).Err(); err != nil {
+			return fail(err)
+		}
+		res, wait, err = run()
 	}
 	if err != nil && res.Err() != nil {
 		return res

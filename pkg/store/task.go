@@ -94,7 +94,7 @@ type Charge struct {
 
 // KEYS: task, account, inflight, ledger, unqueued.
 // ARGV: now, ttl, price, default max in flight, count-until, tier, task id,
-// then the record's fields and values.
+// first queue check, then the record's fields and values.
 // Returns {code, n}: 1 created (n = balance), -4 task exists, or admit's
 // refusal.
 var createScript = redis.NewScript(luaAdmit + luaLedger + `
@@ -107,19 +107,20 @@ if price > 0 then
   bal = redis.call('HINCRBY', KEYS[2], 'credits', -price)
   ledger(KEYS[4], 'debit', -price, bal, ARGV[7], '')
 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 8))
+redis.call('HSET', KEYS[1], unpack(ARGV, 9))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[7])
-redis.call('ZADD', KEYS[5], ARGV[1], ARGV[7])
+redis.call('ZADD', KEYS[5], ARGV[8], ARGV[7])
 return {1, bal}
 `)
 
 // CreateTask writes a new pending task record (24-hour TTL), debiting its
 // price from the account, in one step. It returns the balance left. job is
 // the task's job payload (jobs.EncodeGenerateImage), kept with the record
-// until a run starts, and the task is listed as unqueued until MarkQueued
-// or its start: if the caller dies before queueing the job, Unqueued finds
-// the task and its payload.
+// until a run starts; until then the task is also listed for a queue check
+// FirstQueueCheck after its creation (QueueChecks): if the caller died
+// before queueing the job, or the queue lost it, the check finds the task
+// and its payload.
 //
 // Refusals: apperr.ErrAccountDisabled, *apperr.ModelNotAllowedError,
 // *apperr.InflightLimitError, *apperr.InsufficientCreditsError, and
@@ -128,6 +129,7 @@ func (s *Store) CreateTask(ctx context.Context, t *task.Task, c Charge, job []by
 	now := s.now()
 	res, err := s.eval(ctx, createScript, taskKeys(t.AccountID, t.ID),
 		now.UnixMilli(), s.ttl.Milliseconds(), c.Price, c.MaxInflight, c.CountUntil.UnixMilli(), c.Tier, t.ID,
+		now.Add(FirstQueueCheck).UnixMilli(),
 		fTaskJob, job,
 		fTaskType, t.Type,
 		fTaskModel, t.Model,
@@ -398,33 +400,37 @@ func (s *Store) AbortTask(ctx context.Context, accountID, taskID string) (bool, 
 	return o == Applied, err
 }
 
-// MarkQueued takes a task off its account's unqueued list once its job is
-// queued. Losing this call costs only a later check (Unqueued).
-func (s *Store) MarkQueued(ctx context.Context, accountID, taskID string) error {
-	if err := s.rdb.ZRem(ctx, unqueuedKey(accountID), taskID).Err(); err != nil {
-		return fmt.Errorf("store: queued %s: %w", taskID, err)
-	}
-	return nil
-}
+// FirstQueueCheck is how long after its creation a task still pending is
+// first checked for its job (QueueChecks): time enough for its gateway to
+// have queued it.
+const FirstQueueCheck = 10 * time.Second
 
-// Unqueued is a task charged and recorded whose job may never have been
-// queued: its creator stopped between the two.
-type Unqueued struct {
+// QueueCheck is a task still pending whose job is due to be checked for:
+// its gateway may have stopped before queueing it, or a failover may have
+// lost the queue's write while keeping the task's (the two are separate
+// writes, to keys on separate slots).
+type QueueCheck struct {
 	AccountID, TaskID string
-	// Pending is whether the task is still pending; Job its job payload
-	// (nil once a run has started it).
+	// Pending is whether the task is still pending (a check listed for a
+	// task that has moved on is only to be dropped); Job its job payload,
+	// Run the run that owns it ("" before any takeover), Created its
+	// creation time.
 	Pending bool
 	Job     []byte
+	Run     string
+	Created time.Time
 }
 
-// Unqueued lists up to limit tasks, across all accounts, listed as unqueued
-// since before olderThan.
-func (s *Store) Unqueued(ctx context.Context, olderThan time.Time, limit int64) ([]Unqueued, error) {
+// QueueChecks lists up to limit queue checks, across all accounts, due by
+// now. Every task is listed, from its creation until a run starts it or it
+// ends; the checker moves each check on (ScheduleQueueCheck) or drops it
+// (DropQueueCheck).
+func (s *Store) QueueChecks(ctx context.Context, now time.Time, limit int64) ([]QueueCheck, error) {
 	ids, err := s.accountIDs(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("store: unqueued: %w", err)
+		return nil, fmt.Errorf("store: queue checks: %w", err)
 	}
-	max := "(" + strconv.FormatInt(olderThan.UnixMilli(), 10)
+	max := strconv.FormatInt(now.UnixMilli(), 10)
 	cmds := make([]*redis.StringSliceCmd, len(ids))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
@@ -432,36 +438,57 @@ func (s *Store) Unqueued(ctx context.Context, olderThan time.Time, limit int64) 
 		}
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("store: unqueued: %w", err)
+		return nil, fmt.Errorf("store: queue checks: %w", err)
 	}
-	var out []Unqueued
+	var out []QueueCheck
 	for i, id := range ids {
 		for _, t := range cmds[i].Val() {
 			if int64(len(out)) >= limit {
 				break
 			}
-			out = append(out, Unqueued{AccountID: id, TaskID: t})
+			out = append(out, QueueCheck{AccountID: id, TaskID: t})
 		}
 	}
 	recs := make([]*redis.SliceCmd, len(out))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, u := range out {
-			recs[i] = p.HMGet(ctx, taskKey(u.AccountID, u.TaskID), fTaskStatus, fTaskJob)
+			recs[i] = p.HMGet(ctx, taskKey(u.AccountID, u.TaskID), fTaskStatus, fTaskJob, fTaskRun, fTaskCreated)
 		}
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("store: unqueued: %w", err)
+		return nil, fmt.Errorf("store: queue checks: %w", err)
 	}
 	for i := range out {
 		v := recs[i].Val()
-		st, _ := v[0].(string)
-		job, _ := v[1].(string)
-		out[i].Pending = st == string(task.Pending)
-		if job != "" {
+		str := func(j int) string { s, _ := v[j].(string); return s }
+		out[i].Pending = str(0) == string(task.Pending)
+		if job := str(1); job != "" {
 			out[i].Job = []byte(job)
+		}
+		out[i].Run = str(2)
+		if ms, err := strconv.ParseInt(str(3), 10, 64); err == nil {
+			out[i].Created = time.UnixMilli(ms)
 		}
 	}
 	return out, nil
+}
+
+// ScheduleQueueCheck moves a task's queue check to at, if it is still
+// listed (a run that started the task since has dropped it).
+func (s *Store) ScheduleQueueCheck(ctx context.Context, accountID, taskID string, at time.Time) error {
+	if err := s.rdb.ZAddXX(ctx, unqueuedKey(accountID), redis.Z{Score: float64(at.UnixMilli()), Member: taskID}).Err(); err != nil {
+		return fmt.Errorf("store: queue check %s: %w", taskID, err)
+	}
+	return nil
+}
+
+// DropQueueCheck stops checking a task for its job: it is no longer
+// pending, or its job cannot be queued at all.
+func (s *Store) DropQueueCheck(ctx context.Context, accountID, taskID string) error {
+	if err := s.rdb.ZRem(ctx, unqueuedKey(accountID), taskID).Err(); err != nil {
+		return fmt.Errorf("store: queue check %s: %w", taskID, err)
+	}
+	return nil
 }
 
 // Takeover gives a task whose run died (orphan: its worker stopped

@@ -21,7 +21,6 @@ import (
 // Store keeps task records and charges for them.
 type Store interface {
 	CreateTask(ctx context.Context, t *task.Task, c store.Charge, job []byte) (int64, error)
-	MarkQueued(ctx context.Context, accountID, taskID string) error
 	Task(ctx context.Context, accountID, taskID string) (*task.Task, error)
 	AbortTask(ctx context.Context, accountID, taskID string) (bool, error)
 }
@@ -72,9 +71,10 @@ func NewService(store Store, queue Queue, ids IDs, prices Prices, cfg Config) *S
 // removed, price refunded) and the error is apperr.Unavailable: no task is
 // left pending with nothing to run it.
 //
-// If this process dies between the two steps, the record holds the job's
-// payload and is listed as unqueued: the workers' reconciler queues it
-// (store.Unqueued), so a charged task always runs or is refunded.
+// If this process dies between the two steps, or a Redis failover loses the
+// queue's write but not the task's, the record holds the job's payload and
+// the workers' recovery queues it (store.QueueChecks), so a charged task
+// always runs or is refunded.
 func (s *Service) Create(ctx context.Context, accountID string, in task.Input) (string, error) {
 	id, err := s.ids.New()
 	if err != nil {
@@ -114,26 +114,23 @@ func (s *Service) Create(ctx context.Context, accountID string, in task.Input) (
 		if apperr.CodeOf(err) != apperr.Internal {
 			return "", err // a refusal
 		}
+		// A timeout or a lost connection may come after the script ran:
+		// undo whatever it did (nothing, if it did not run), so that a
+		// client told "not created" is not charged for a task that runs.
+		s.abort(ctx, accountID, id, err)
 		return "", apperr.Transient(err, apperr.Unavailable, "the task store is unavailable; the task was not created, try again")
 	}
 	if err := s.queue.EnqueueGenerateImage(ctx, job, jobs.RunID(id, 0)); err != nil {
 		s.abort(ctx, accountID, id, err)
 		return "", apperr.Transient(err, apperr.Unavailable, "the task queue is unavailable; the task was not created, try again")
 	}
-	// Off the request's path: if this is lost, the reconciler finds the job
-	// queued and does it.
-	go func() {
-		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = s.store.MarkQueued(mctx, accountID, id)
-	}()
 	logging.AddFields(ctx, zap.String("model", in.Model.ID), zap.Int64("price", charge.Price))
 	return id, nil
 }
 
 // abort undoes a create (record removed, price refunded) with a context of
 // its own: the request's may be what failed. If the undo fails too, the
-// task stays listed as unqueued, and the workers' recovery queues it.
+// task stays pending with its job payload, and the workers' recovery queues it.
 func (s *Service) abort(ctx context.Context, accountID, id string, cause error) {
 	undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()

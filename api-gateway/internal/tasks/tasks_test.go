@@ -3,6 +3,7 @@ package tasks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -132,20 +133,12 @@ func TestCreate(t *testing.T) {
 	if n, _ := f.st.Inflight(ctx, f.acct); n != 1 {
 		t.Errorf("%d in flight; want 1", n)
 	}
-	// Queued: it leaves the unqueued list (off the request path, soon).
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		u, err := f.st.Unqueued(ctx, time.Now().Add(time.Second), 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(u) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a queued task is still listed as unqueued: %+v", u)
-		}
-		time.Sleep(10 * time.Millisecond)
+	// Its queue check is due after store.FirstQueueCheck, not before.
+	if c, _ := f.st.QueueChecks(ctx, time.Now(), 10); len(c) != 0 {
+		t.Errorf("queue checks due at once: %+v", c)
+	}
+	if c, _ := f.st.QueueChecks(ctx, time.Now().Add(store.FirstQueueCheck), 10); len(c) != 1 || c[0].TaskID != id {
+		t.Errorf("queue checks due after %v: %+v; want the task", store.FirstQueueCheck, c)
 	}
 }
 
@@ -161,12 +154,12 @@ func TestCreateLeavesTheJobForTheReconciler(t *testing.T) {
 		errc <- err
 	}()
 	<-f.q.entered // charged and recorded; the enqueue hangs: the process "dies" here
-	u, err := f.st.Unqueued(context.Background(), time.Now().Add(time.Second), 10)
+	u, err := f.st.QueueChecks(context.Background(), time.Now().Add(store.FirstQueueCheck), 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(u) != 1 || !u[0].Pending || len(u[0].Job) == 0 {
-		t.Fatalf("Unqueued = %+v; want the task with its job", u)
+		t.Fatalf("QueueChecks = %+v; want the task with its job", u)
 	}
 	j, err := jobs.DecodeGenerateImage(u[0].Job)
 	if err != nil || j.TaskID != u[0].TaskID || j.Input.Prompt != "p" || j.Deadline.IsZero() {
@@ -175,6 +168,17 @@ func TestCreateLeavesTheJobForTheReconciler(t *testing.T) {
 	cancel()
 	close(f.q.block)
 	<-errc
+}
+
+// lostReply is a store whose creates run but whose replies are lost, as a
+// read timeout after Redis ran the script.
+type lostReply struct{ Store }
+
+func (l lostReply) CreateTask(ctx context.Context, t *task.Task, c store.Charge, job []byte) (int64, error) {
+	if _, err := l.Store.CreateTask(ctx, t, c, job); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("store: create %s: read tcp: i/o timeout", t.ID)
 }
 
 func TestCreateFailures(t *testing.T) {
@@ -207,6 +211,13 @@ func TestCreateFailures(t *testing.T) {
 		{"the queue down: unavailable, aborted and refunded", 100, func(f *fixture) { f.q.err = errors.New("connection refused") }, func(t *testing.T, err error) {
 			if apperr.CodeOf(err) != apperr.Unavailable || !strings.Contains(apperr.MessageOf(err), "queue") {
 				t.Errorf("err %v; want Unavailable naming the queue", err)
+			}
+		}, 100},
+		{"the store's reply lost after its script ran: unavailable, undone", 100, func(f *fixture) {
+			f.svc.store = lostReply{f.svc.store}
+		}, func(t *testing.T, err error) {
+			if apperr.CodeOf(err) != apperr.Unavailable || !apperr.IsRetryable(err) {
+				t.Errorf("err %v; want a retryable Unavailable", err)
 			}
 		}, 100},
 		{"no task id", 100, func(f *fixture) { f.ids.err = errors.New("entropy") }, func(t *testing.T, err error) {
