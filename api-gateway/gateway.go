@@ -48,7 +48,8 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	}
 	// No retries: a request that fails is answered 503 at once, and a create
 	// script is never sent twice.
-	deps, err := service.Open(ctx, cfg.Common, redisconn.Options{NoRetries: true}, log)
+	instance := service.InstanceID("gateway")
+	deps, err := service.Open(ctx, cfg.Common, redisconn.Options{NoRetries: true, ClientName: instance}, log)
 	if err != nil {
 		return err
 	}
@@ -65,7 +66,6 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	st := store.New(rdb).WithMinReplicas(cfg.RedisMinReplicas, cfg.ReplicaWait())
 	// Ready once Redis answered at start, then while it takes writes.
 	var started atomic.Bool
-	instance := service.InstanceID("gateway")
 	ready := func(ctx context.Context) error {
 		if !started.Load() {
 			return errors.New("starting: waiting for Redis")

@@ -64,7 +64,8 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	}
 	// A Redis connection for each job Asynq may run at once, and some for
 	// its own loops (dequeue, heartbeat, recovery) and the sweeper.
-	deps, err := service.Open(ctx, cfg.Common, redisconn.Options{PoolSize: cfg.Concurrency + 16}, log)
+	instance := service.InstanceID("worker")
+	deps, err := service.Open(ctx, cfg.Common, redisconn.Options{PoolSize: cfg.Concurrency + 16, ClientName: instance}, log)
 	if err != nil {
 		return err
 	}
@@ -127,7 +128,6 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	}
 	// Ready once started, then while Redis takes writes.
 	var started atomic.Bool
-	instance := service.InstanceID("worker")
 	ready := func(ctx context.Context) error {
 		if !started.Load() {
 			return errors.New("starting")

@@ -34,6 +34,9 @@ type Options struct {
 	// connection broke, and a caller that answers 503 at once has nothing to
 	// gain from waiting.
 	NoRetries bool
+	// ClientName names the client's connections (CLIENT SETNAME), so
+	// CLIENT LIST on a server shows which process holds each.
+	ClientName string
 }
 
 // DefaultTimeout is Options.Timeout's default.
@@ -87,45 +90,46 @@ func New(rawURL string, o Options) (redis.UniversalClient, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
-	retries := 0 // go-redis's default
-	if o.NoRetries {
-		retries = -1
+	// The same settings for the three kinds: go-redis's Options of each
+	// name them alike.
+	common := func(poolSize, maxRetries, protocol *int, clientName *string, dial, read, write, pool *time.Duration, ctxTimeout, noIdentity *bool) {
+		*poolSize, *clientName = o.PoolSize, o.ClientName
+		*maxRetries = 0 // go-redis's default
+		if o.NoRetries {
+			*maxRetries = -1
+		}
+		*dial, *read, *write, *pool = o.Timeout, o.Timeout, o.Timeout, o.Timeout
+		// Without this go-redis ignores a context's deadline on reads: a
+		// hung Redis held requests for 30 s and more.
+		*ctxTimeout = true
+		// Easel's stores only use RESP2-compatible replies; pinning the
+		// protocol keeps replies identical across Redis versions and
+		// miniredis. CLIENT SETINFO is Redis 7.2+: not sent.
+		*protocol, *noIdentity = 2, true
 	}
 	switch kind {
 	case Cluster:
-		opts, err := redis.ParseClusterURL(rawURL)
+		p, err := redis.ParseClusterURL(rawURL)
 		if err != nil {
 			return nil, fmt.Errorf("redis url: %w", err)
 		}
-		opts.PoolSize, opts.MaxRetries = o.PoolSize, retries
-		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = o.Timeout, o.Timeout, o.Timeout, o.Timeout
-		opts.ContextTimeoutEnabled, opts.Protocol, opts.DisableIdentity = true, 2, true
-		opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-		return redis.NewClusterClient(opts), nil
+		common(&p.PoolSize, &p.MaxRetries, &p.Protocol, &p.ClientName, &p.DialTimeout, &p.ReadTimeout, &p.WriteTimeout, &p.PoolTimeout, &p.ContextTimeoutEnabled, &p.DisableIdentity)
+		p.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		return redis.NewClusterClient(p), nil
 	case Sentinel:
-		opts, err := redis.ParseFailoverURL(rawURL)
+		p, err := redis.ParseFailoverURL(rawURL)
 		if err != nil {
 			return nil, fmt.Errorf("redis url: %w", err)
 		}
-		opts.PoolSize, opts.MaxRetries = o.PoolSize, retries
-		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = o.Timeout, o.Timeout, o.Timeout, o.Timeout
-		opts.ContextTimeoutEnabled, opts.Protocol, opts.DisableIdentity = true, 2, true
-		return redis.NewFailoverClient(opts), nil
+		common(&p.PoolSize, &p.MaxRetries, &p.Protocol, &p.ClientName, &p.DialTimeout, &p.ReadTimeout, &p.WriteTimeout, &p.PoolTimeout, &p.ContextTimeoutEnabled, &p.DisableIdentity)
+		return redis.NewFailoverClient(p), nil
 	}
-	opts, err := redis.ParseURL(rawURL)
+	p, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("redis url: %w", err)
 	}
-	opts.PoolSize, opts.MaxRetries = o.PoolSize, retries
-	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = o.Timeout, o.Timeout, o.Timeout, o.Timeout
-	// Without this go-redis ignores a context's deadline on reads: a hung
-	// Redis held requests for 30 s and more.
-	opts.ContextTimeoutEnabled = true
-	// Easel's stores only use RESP2-compatible replies; pinning the protocol
-	// keeps replies identical across Redis versions and miniredis.
-	opts.Protocol = 2
-	opts.DisableIdentity = true
-	return redis.NewClient(opts), nil
+	common(&p.PoolSize, &p.MaxRetries, &p.Protocol, &p.ClientName, &p.DialTimeout, &p.ReadTimeout, &p.WriteTimeout, &p.PoolTimeout, &p.ContextTimeoutEnabled, &p.DisableIdentity)
+	return redis.NewClient(p), nil
 }
 
 // Open is New, then a ping: for tools and tests, which want Redis now.

@@ -1,9 +1,12 @@
 package redisconn
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/easelhq/easel/tools/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -64,5 +67,24 @@ func TestKinds(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A client names its connections, so CLIENT LIST shows which process holds
+// each (the Sentinel end-to-end test relies on it too).
+func TestClientName(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb, err := New(srv.URL, Options{ClientName: "gateway:host:42"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	ctx := context.Background()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	list, err := srv.Client(t).ClientList(ctx).Result()
+	if err != nil || !strings.Contains(list, " name=gateway:host:42 ") {
+		t.Errorf("CLIENT LIST has no connection named gateway:host:42: %q, %v", list, err)
 	}
 }
