@@ -9,15 +9,20 @@ import (
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
-// TestBaselines runs both baselines briefly: they must answer in the shapes
-// the load generator reads, or `make bench` would measure errors.
+// TestBaselines runs both baselines briefly, on one server and on a Redis
+// Cluster (--redis cluster): they must answer in the shapes the load
+// generator reads, or `make bench` would measure errors.
 func TestBaselines(t *testing.T) {
-	srv := redistest.Start(t)
+	t.Run(redisSingle, func(t *testing.T) { testBaselines(t, redistest.Start(t).URL) })
+	t.Run(redisCluster, func(t *testing.T) { testBaselines(t, redistest.StartCluster(t).URL) })
+}
+
+func testBaselines(t *testing.T, redisURL string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	addr := freeAddr()
 	done := make(chan error, 1)
-	go func() { done <- runBaselineGateway(ctx, addr, srv.URL) }()
+	go func() { done <- runBaselineGateway(ctx, addr, redisURL) }()
 	if err := waitHTTP(ctx, "http://"+addr+"/v1/task/query?task_id=x"); err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +45,7 @@ func TestBaselines(t *testing.T) {
 	// The worker baseline drains what the create baseline queued.
 	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer wcancel()
-	if err := runBaselineWorker(wctx, srv.URL, 60, 4, 10*time.Millisecond); err != nil {
+	if err := runBaselineWorker(wctx, redisURL, 60, 4, 10*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if wctx.Err() != nil {

@@ -27,7 +27,6 @@ import (
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/tools/loadgen"
-	"github.com/easelhq/easel/tools/testkit/redisproc"
 )
 
 // results are the benchmark's figures.
@@ -36,6 +35,10 @@ type results struct {
 	Machine string `json:"machine"`
 	Command string `json:"command"`
 	Rounds  int    `json:"rounds"`
+	// Redis is the deployment it ran on (--redis): single, one
+	// redis-server, or cluster, a Redis Cluster of RedisNodes masters.
+	Redis      string `json:"redis"`
+	RedisNodes int    `json:"redis_nodes"`
 
 	CreateBaseline []float64 `json:"create_baseline_per_s"`
 	CreateReal     []float64 `json:"create_real_per_s"`
@@ -45,10 +48,12 @@ type results struct {
 	DrainReal      []float64 `json:"drain_real_per_s"`
 
 	// CPU microseconds per create request, by process (gateway, redis,
-	// self: the load generator), one map per round.
+	// self: the load generator), one map per round. On a cluster "redis" is
+	// the sum over the masters, and "redis@host:port" each master's part.
 	CreateCPUReal     []map[string]float64 `json:"create_real_cpu_us_per_request"`
 	CreateCPUBaseline []map[string]float64 `json:"create_baseline_cpu_us_per_request"`
-	// CPU microseconds per task drained, by process (worker, redis).
+	// CPU microseconds per task drained, by process (worker, redis; on a
+	// cluster also redis@host:port).
 	DrainCPUReal     []map[string]float64 `json:"drain_real_cpu_us_per_task"`
 	DrainCPUBaseline []map[string]float64 `json:"drain_baseline_cpu_us_per_task"`
 
@@ -65,7 +70,9 @@ type results struct {
 	WorkerRSSMB  float64 `json:"worker_peak_rss_mb"`
 
 	TaskRecordBytes float64 `json:"task_record_bytes"`
-	PerTaskBytes    float64 `json:"redis_bytes_per_task"`
+	// PerTaskBytes is the growth of used_memory (summed over the masters of
+	// a cluster) per task created.
+	PerTaskBytes float64 `json:"redis_bytes_per_task"`
 }
 
 func median(v []float64) float64 {
@@ -81,7 +88,7 @@ func median(v []float64) float64 {
 }
 
 func (r *results) print(w io.Writer) {
-	fmt.Fprintf(w, "\nEasel benchmark, %s, %s\n%s\n\n", r.Date, r.Machine, r.Command)
+	fmt.Fprintf(w, "\nEasel benchmark, %s, %s\n%s\nRedis: %s, %d node(s)\n\n", r.Date, r.Machine, r.Command, r.Redis, r.RedisNodes)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "figure\treal (median)\tbaseline (median)\tratio\ttarget\tmet\t")
 	row := func(name string, real, base []float64, unit string, target float64) {
@@ -249,10 +256,22 @@ func machine() string {
 
 type env struct {
 	o     options
-	redis *redisproc.Proc
-	rdb   *redis.Client
+	redis *benchRedis
+	rdb   redis.UniversalClient // a *redis.ClusterClient on a cluster
 	keys  []string
 	acct  string // the account fresh made
+}
+
+// commandLine is the command a run of o was, for the results.
+func commandLine(o options) string {
+	s := fmt.Sprintf("make bench (easelbench --rounds %d --duration %s --concurrency %d --drain %d", o.rounds, o.duration, o.concurrency, o.drain)
+	if o.only != defaultOnly {
+		s += " --only " + o.only
+	}
+	if o.redis != redisSingle {
+		s += " --redis " + o.redis
+	}
+	return s + ")"
 }
 
 func benchmark(ctx context.Context, o options) (*results, error) {
@@ -261,18 +280,20 @@ func benchmark(ctx context.Context, o options) (*results, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	rp, err := redisproc.Start(dir)
+	rp, err := startRedis(dir, o.redis)
 	if err != nil {
 		return nil, err
 	}
-	defer rp.Stop()
-	opts, _ := redis.ParseURL(rp.URL)
-	opts.Protocol, opts.DisableIdentity = 2, true
-	rdb := redis.NewClient(opts)
+	defer rp.stop()
+	rdb, err := rp.client(ctx)
+	if err != nil {
+		return nil, err
+	}
 	defer rdb.Close()
 	e := &env{o: o, redis: rp, rdb: rdb}
 	res := &results{Date: time.Now().UTC().Format("2006-01-02"), Machine: machine(), Rounds: o.rounds,
-		Command: fmt.Sprintf("make bench (easelbench --rounds %d --duration %s --concurrency %d --drain %d)", o.rounds, o.duration, o.concurrency, o.drain)}
+		Command: commandLine(o), Redis: rp.kind, RedisNodes: len(rp.pids)}
+	e.logf("redis %s: %s", rp.kind, rp.url)
 
 	parts := map[string]bool{}
 	for _, p := range strings.Split(o.only, ",") {
@@ -305,22 +326,22 @@ func (e *env) logf(format string, args ...any) {
 	fmt.Fprintf(e.o.log, "easelbench: "+format+"\n", args...)
 }
 
-// fresh empties the private Redis and makes an account with keys that
-// nothing limits.
+// fresh empties the private Redis (every master of a cluster) and makes an
+// account with keys that nothing limits.
 func (e *env) fresh(ctx context.Context) error {
-	if err := e.rdb.FlushAll(ctx).Err(); err != nil { // our own server, started above
+	if err := flushAll(ctx, e.rdb); err != nil { // our own servers, started by startRedis
 		return err
 	}
 	st := store.New(e.rdb)
 	a, err := st.CreateAccount(ctx, store.NewAccount{Name: "bench", Credits: 1e12, RateLimit: 1_000_000, QueryRateLimit: 1_000_000, MaxInflight: 1_000_000})
 	if err != nil {
-		return err
+		return fmt.Errorf("bench account: %w", err)
 	}
 	e.keys, e.acct = nil, a.ID
 	for i := 0; i < 4; i++ {
 		k, _, err := st.CreateKey(ctx, a.ID)
 		if err != nil {
-			return err
+			return fmt.Errorf("bench key: %w", err)
 		}
 		e.keys = append(e.keys, k)
 	}
@@ -330,7 +351,7 @@ func (e *env) fresh(ctx context.Context) error {
 func (e *env) serviceEnv(extra ...string) []string {
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
-		"EASEL_REDIS_URL=" + e.redis.URL,
+		"EASEL_REDIS_URL=" + e.redis.url,
 		"EASEL_SIGNING_SECRET=bench-signing-secret-0123456789abcdef",
 		"EASEL_BLOB_DIR=" + filepath.Join(os.TempDir(), "easelbench-blobs"),
 		"EASEL_LOG_LEVEL=info",
@@ -356,7 +377,7 @@ func (e *env) startGateway(ctx context.Context) (*proc, string, error) {
 
 func (e *env) startBaselineGateway(ctx context.Context) (*proc, string, error) {
 	addr := freeAddr()
-	p, err := startProc("baseline-gateway", e.o.self, []string{"baseline-gateway", addr, e.redis.URL}, os.Environ(), io.Discard)
+	p, err := startProc("baseline-gateway", e.o.self, []string{"baseline-gateway", addr, e.redis.url}, os.Environ(), io.Discard)
 	if err != nil {
 		return nil, "", err
 	}
@@ -376,7 +397,7 @@ func (e *env) load(ctx context.Context, base, mode string, requests int64) (*loa
 
 // loadMetered is load that also returns the CPU microseconds per request
 // each of pids (and "self", the load generator) used in the measured part.
-func (e *env) loadMetered(ctx context.Context, base, mode string, requests int64, pids map[string]int) (*loadgen.Report, map[string]float64, error) {
+func (e *env) loadMetered(ctx context.Context, base, mode string, requests int64, pids map[string][]int) (*loadgen.Report, map[string]float64, error) {
 	mix := []loadgen.MixEntry{{Model: "lumen-2.5-flash-image", AspectRatio: "1:1", Weight: 3}, {Model: "lumen-3-pro-image-preview", ImageSize: "2K", AspectRatio: "16:9", Weight: 1}}
 	cfg := loadgen.Config{BaseURL: base, Keys: e.keys, Mode: mode, Concurrency: e.o.concurrency, Mix: mix, QueryTasks: 1000, Timeout: 10 * time.Second}
 	if requests > 0 {
@@ -435,9 +456,14 @@ func (e *env) httpRound(ctx context.Context, round int, res *results) error {
 		if err != nil {
 			return err
 		}
-		before := e.usedMemory(ctx)
-		create, cpu, err := e.loadMetered(ctx, base, loadgen.ModeCreate, 0,
-			map[string]int{"gateway": p.cmd.Process.Pid, "redis": e.redis.Pid(), "self": 0})
+		before, err := usedMemory(ctx, e.rdb)
+		if err != nil {
+			p.stop()
+			return err
+		}
+		pids := e.redis.cpuPids()
+		pids["gateway"], pids["self"] = []int{p.cmd.Process.Pid}, nil
+		create, cpu, err := e.loadMetered(ctx, base, loadgen.ModeCreate, 0, pids)
 		if err != nil {
 			p.stop()
 			return err
@@ -448,7 +474,10 @@ func (e *env) httpRound(ctx context.Context, round int, res *results) error {
 			return fmt.Errorf("%s create: %w", s.name, err)
 		}
 		if s.name == "real" && round == 1 {
-			e.memory(ctx, before, res)
+			if err := e.memory(ctx, before, res); err != nil {
+				p.stop()
+				return err
+			}
 		}
 		query, err := e.load(ctx, base, loadgen.ModeQuery, 0)
 		if err != nil {
@@ -478,22 +507,15 @@ func (e *env) httpRound(ctx context.Context, round int, res *results) error {
 	return nil
 }
 
-func (e *env) usedMemory(ctx context.Context) int64 {
-	info, _ := e.rdb.Info(ctx, "memory").Result()
-	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
 // memory measures Redis memory per task after a create run: one task
 // record (MEMORY USAGE of a sample), and everything a task adds (record, job,
-// ledger entry, in-flight entry) from used_memory.
-func (e *env) memory(ctx context.Context, before int64, res *results) {
-	after := e.usedMemory(ctx)
+// ledger entry, in-flight entry) from used_memory, summed over the masters
+// of a cluster.
+func (e *env) memory(ctx context.Context, before int64, res *results) error {
+	after, err := usedMemory(ctx, e.rdb)
+	if err != nil {
+		return err
+	}
 	var sampled, total int64
 	var n int64
 	st := store.New(e.rdb)
@@ -513,6 +535,7 @@ func (e *env) memory(ctx context.Context, before int64, res *results) {
 	if n > 0 {
 		res.PerTaskBytes = float64(after-before) / float64(n)
 	}
+	return nil
 }
 
 // drainRound compares how fast a worker gets through a backlog: raw Asynq
@@ -534,7 +557,7 @@ func (e *env) drainRound(ctx context.Context, round int, res *results) error {
 }
 
 func (e *env) drainBaseline(ctx context.Context, res *results) (float64, error) {
-	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
+	if err := flushAll(ctx, e.rdb); err != nil {
 		return 0, err
 	}
 	client := asynq.NewClientFromRedisClient(e.rdb)
@@ -545,8 +568,8 @@ func (e *env) drainBaseline(ctx context.Context, res *results) (float64, error) 
 		}
 	}
 	out := &strings.Builder{}
-	redisBefore, _ := cpuTime(e.redis.Pid())
-	p, err := startProc("baseline-worker", e.o.self, []string{"baseline-worker", e.redis.URL, strconv.Itoa(e.o.drain), strconv.Itoa(e.o.workerConcurrency), "50ms"}, os.Environ(), out)
+	redisCPU := newCPUMeter(e.redis.cpuPids())
+	p, err := startProc("baseline-worker", e.o.self, []string{"baseline-worker", e.redis.url, strconv.Itoa(e.o.drain), strconv.Itoa(e.o.workerConcurrency), "50ms"}, os.Environ(), out)
 	if err != nil {
 		return 0, err
 	}
@@ -559,16 +582,14 @@ func (e *env) drainBaseline(ctx context.Context, res *results) (float64, error) 
 		p.stop()
 		return 0, fmt.Errorf("baseline worker did not finish")
 	}
-	redisAfter, _ := cpuTime(e.redis.Pid())
 	var r drainResult
 	if err := json.Unmarshal([]byte(out.String()), &r); err != nil || r.Processed != int64(e.o.drain) {
 		return 0, fmt.Errorf("baseline worker result %q: %v", out.String(), err)
 	}
+	cpu := redisCPU.perOp(r.Processed)
 	ps := p.cmd.ProcessState
-	res.DrainCPUBaseline = append(res.DrainCPUBaseline, map[string]float64{
-		"worker": float64(ps.UserTime()+ps.SystemTime()) / float64(time.Microsecond) / float64(r.Processed),
-		"redis":  float64(redisAfter-redisBefore) / float64(time.Microsecond) / float64(r.Processed),
-	})
+	cpu["worker"] = float64(ps.UserTime()+ps.SystemTime()) / float64(time.Microsecond) / float64(r.Processed)
+	res.DrainCPUBaseline = append(res.DrainCPUBaseline, cpu)
 	return float64(r.Processed) / (float64(r.LastMs-r.FirstMs) / 1000), nil
 }
 
@@ -608,7 +629,9 @@ func (e *env) drainReal(ctx context.Context, res *results) (float64, error) {
 	if err := e.createTasks(ctx, base, e.o.drain); err != nil {
 		return 0, fmt.Errorf("backlog: %w", err)
 	}
-	cpu := newCPUMeter(map[string]int{"worker": wk.cmd.Process.Pid, "redis": e.redis.Pid()})
+	pids := e.redis.cpuPids()
+	pids["worker"] = []int{wk.cmd.Process.Pid}
+	cpu := newCPUMeter(pids)
 	resumed := time.Now().UnixMilli()
 	for _, q := range queues {
 		if err := insp.UnpauseQueue(q); err != nil {

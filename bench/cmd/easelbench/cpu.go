@@ -37,6 +37,19 @@ func cpuTime(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * time.Second / userHZ, nil
 }
 
+// cpuTimes is the CPU time several running processes have used, summed.
+func cpuTimes(pids []int) (time.Duration, error) {
+	var total time.Duration
+	for _, pid := range pids {
+		d, err := cpuTime(pid)
+		if err != nil {
+			return 0, err
+		}
+		total += d
+	}
+	return total, nil
+}
+
 // selfCPU is the CPU time this process (the load generator) has used.
 func selfCPU() time.Duration {
 	var ru syscall.Rusage
@@ -47,13 +60,14 @@ func selfCPU() time.Duration {
 }
 
 // cpuMeter reads the CPU time of several processes at the start and end of
-// a measured run.
+// a measured run. A name may stand for several processes (Redis on a
+// cluster: one per node), whose CPU times are summed.
 type cpuMeter struct {
-	pids  map[string]int // name → pid; "self" is this process
+	pids  map[string][]int // name → pids; "self" is this process
 	start map[string]time.Duration
 }
 
-func newCPUMeter(pids map[string]int) *cpuMeter {
+func newCPUMeter(pids map[string][]int) *cpuMeter {
 	m := &cpuMeter{pids: pids, start: map[string]time.Duration{}}
 	for name := range pids {
 		m.start[name] = m.read(name)
@@ -65,7 +79,7 @@ func (m *cpuMeter) read(name string) time.Duration {
 	if name == "self" {
 		return selfCPU()
 	}
-	d, err := cpuTime(m.pids[name])
+	d, err := cpuTimes(m.pids[name])
 	if err != nil {
 		return 0
 	}

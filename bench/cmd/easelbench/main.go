@@ -1,10 +1,11 @@
 // Command easelbench is `make bench`: on one machine, in one run, against a
-// private redis-server, it measures the real gateway and worker next to
+// private redis-server (or, with --redis cluster, a private 3-master Redis
+// Cluster), it measures the real gateway and worker next to
 // baselines doing only the floor work with the same libraries, and prints
 // every figure with its ratio to its baseline. Rounds alternate baseline and
 // real so drift on a shared machine hits both; figures are medians.
 //
-//	easelbench [--rounds 3] [--duration 8s] [--concurrency 64] [--json out.json]
+//	easelbench [--rounds 3] [--duration 8s] [--concurrency 64] [--redis single|cluster] [--json out.json]
 //
 // It runs bin/gateway and bin/worker (make build) as separate processes, and
 // itself as the baseline processes.
@@ -70,9 +71,13 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.pickupFor, "pickup-duration", 10*time.Second, "how long to measure pick-up latency")
 	fs.StringVar(&o.binDir, "bin", "bin", "directory of the gateway and worker binaries")
 	fs.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
-	fs.StringVar(&o.only, "only", "http,drain,pickup", "which parts to run: http (create and query), drain, pickup")
+	fs.StringVar(&o.only, "only", defaultOnly, "which parts to run: http (create and query), drain, pickup")
+	fs.StringVar(&o.redis, "redis", redisSingle, "the private Redis to run on: "+redisSingle+" (one redis-server) or "+redisCluster+" (a 3-master Redis Cluster)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if o.redis != redisSingle && o.redis != redisCluster {
+		return fmt.Errorf("--redis %q: want %s or %s", o.redis, redisSingle, redisCluster)
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -91,9 +96,12 @@ func run(ctx context.Context, args []string) error {
 	}
 	res.print(os.Stdout)
 	if o.jsonOut != "" {
-		b, _ := json.MarshalIndent(res, "", "  ")
+		b, err := json.MarshalIndent(res, "", "  ")
+		if err != nil {
+			return fmt.Errorf("results: %w", err)
+		}
 		if err := os.WriteFile(o.jsonOut, append(b, '\n'), 0o644); err != nil {
-			return err
+			return fmt.Errorf("write results: %w", err)
 		}
 	}
 	return nil
@@ -110,5 +118,9 @@ type options struct {
 	binDir, self      string
 	jsonOut           string
 	only              string
+	redis             string // redisSingle or redisCluster
 	log               io.Writer
 }
+
+// defaultOnly is --only's default: every part.
+const defaultOnly = "http,drain,pickup"
