@@ -66,7 +66,7 @@ func TestSentinelFailover(t *testing.T) {
 				t.Errorf("%d tasks answered 200 are gone after the failover", r.lost)
 			}
 			if r.unfinished > 0 {
-				t.Errorf("%d tasks answered 200 did not complete", r.unfinished)
+				t.Errorf("%d tasks answered 200 did not complete: by status %v, first failure %v", r.unfinished, r.unfinishedBy, r.firstFailure)
 			}
 			if r.gatewayBack < 0 || r.gatewayBack > 5*time.Second {
 				t.Errorf("the gateway used the new primary %v after the failover; want within 5 s", r.gatewayBack)
@@ -85,6 +85,8 @@ type failoverReport struct {
 	ok, unavailable, other int
 	maxLatency             time.Duration
 	lost, unfinished       int
+	unfinishedBy           map[task.Status]int // the unfinished, by status
+	firstFailure           *task.Failure       // of a failed one
 	doubleMoves            int
 	ledgerDrift            int64
 	// gatewayBack and workerBack: from the failover's start until the
@@ -191,13 +193,17 @@ func runFailover(t *testing.T, replicas, minReplicas int) failoverReport {
 		if err := s.accounts.EachTask(context.Background(), acct, func(tk *task.Task) error { tasks[tk.ID] = tk; return nil }); err != nil {
 			t.Fatal(err)
 		}
-		r.lost, r.unfinished = 0, 0
+		r.lost, r.unfinished, r.unfinishedBy, r.firstFailure = 0, 0, map[task.Status]int{}, nil
 		for _, c := range acked {
 			switch tk := tasks[c.taskID]; {
 			case tk == nil:
 				r.lost++
 			case tk.Status != task.Completed:
 				r.unfinished++
+				r.unfinishedBy[tk.Status]++
+				if r.firstFailure == nil {
+					r.firstFailure = tk.Failure
+				}
 			}
 		}
 		if r.unfinished == 0 || time.Now().After(deadline) {

@@ -180,8 +180,16 @@ func (s *Sentinel) waitReady() error {
 	}
 	sentinels := s.clients()
 	defer closeAll(sentinels)
+	primary := nodeClient(s.Primary.Addr)
+	defer primary.Close()
 	for {
 		why := s.notReady(ctx, replicas, sentinels)
+		if why == "" {
+			// A replica just in sync may not acknowledge writes for a
+			// moment: a service waiting for replicas (WAIT) would be
+			// refused its first writes.
+			why = acknowledged(ctx, primary, len(s.Replicas))
+		}
 		if why == "" {
 			return nil
 		}
@@ -228,6 +236,24 @@ func (s *Sentinel) notReady(ctx context.Context, replicas []*redis.Client, senti
 				return fmt.Sprintf("sentinel %s: replicas %v (want each with flags slave and a runid)", addr, known)
 			}
 		}
+	}
+	return ""
+}
+
+// acknowledged says why a write on primary is not acknowledged by n
+// replicas within 100 ms, or "" when it is.
+func acknowledged(ctx context.Context, primary *redis.Client, n int) string {
+	var acked *redis.IntCmd
+	_, err := primary.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, "testkit:sentinel:ready", time.Now().UnixNano(), 0)
+		acked = redis.NewIntCmd(ctx, "WAIT", n, 100)
+		return p.Process(ctx, acked)
+	})
+	if err != nil {
+		return fmt.Sprintf("primary: SET and WAIT: %v", err)
+	}
+	if got := acked.Val(); got < int64(n) {
+		return fmt.Sprintf("primary: a write acknowledged by %d of %d replicas", got, n)
 	}
 	return ""
 }
