@@ -116,7 +116,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		zap.String("addr", ln.Addr().String()),
 		zap.String("public_url", cfg.PublicURL),
 		zap.Strings("models", modelIDs(cat)),
-		zap.String("blob_dir", cfg.BlobDir),
+		zap.String("blob_url", blobs.String()),
 		zap.String("prices", prices.String()),
 		zap.Bool("admin_api", admin != nil),
 		zap.Uint64("file_limit", files),

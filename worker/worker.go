@@ -17,7 +17,6 @@ import (
 	"github.com/hibiken/asynq"
 	"go.uber.org/zap"
 
-	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/redisconn"
@@ -153,7 +152,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		zap.Int("concurrency", cfg.Concurrency),
 		zap.String("generator", cfg.Generator),
 		zap.String("health_addr", hl.Addr().String()),
-		zap.String("blob_dir", cfg.BlobDir))
+		zap.String("blob_url", blobs.String()))
 
 	background, stopBackground := context.WithCancel(ctx)
 	var backgroundDone sync.WaitGroup
@@ -224,27 +223,6 @@ func healthHandler(ready func(ctx context.Context) error) http.Handler {
 		write(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	return mux
-}
-
-// runJanitor removes blobs past their retention, now and then every ten
-// minutes. Every worker runs one; they tolerate each other.
-func runJanitor(ctx context.Context, blobs *blob.FS, retention time.Duration, log *zap.Logger) {
-	t := time.NewTicker(10 * time.Minute)
-	defer t.Stop()
-	for {
-		n, err := blobs.Sweep(ctx, time.Now().Add(-retention))
-		switch {
-		case err != nil && !errors.Is(err, context.Canceled):
-			log.Warn("blob janitor", zap.Error(err))
-		case n > 0:
-			log.Info("blob janitor removed expired results", zap.Int("files", n))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // asynqLogger adapts zap to Asynq's logger.

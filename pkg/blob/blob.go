@@ -3,8 +3,10 @@
 // a result (ResultKey) and what a key says about its content (ContentType,
 // ContentHash).
 //
-// FS keeps blobs in a directory shared by the gateway and the workers; its
-// janitor removes blobs past their retention. Keys are relative
+// Two stores hold them (Store, opened from EASEL_BLOB_URL by Open): FS keeps
+// blobs in a directory shared by the gateway and the workers, S3 in an
+// S3-compatible bucket; the workers' janitor removes blobs past their
+// retention (on S3, a bucket lifecycle rule may do it instead). Keys are relative
 // slash-separated paths of letters, digits, '.', '-' and '_'; all file access
 // goes through an os.Root, so no key can reach outside the directory, and Open
 // serves regular files only, never through a symlink.
@@ -19,6 +21,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -114,6 +117,9 @@ func (s *FS) Close() error { return s.root.Close() }
 
 // Dir returns the directory.
 func (s *FS) Dir() string { return s.dir }
+
+// String names the store for logs: file:///dir.
+func (s *FS) String() string { return "file://" + filepath.ToSlash(s.dir) }
 
 // ValidKey reports whether key is a well-formed blob key.
 func ValidKey(key string) bool {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/egress"
 	"github.com/easelhq/easel/pkg/redisconn"
@@ -44,9 +45,28 @@ type Common struct {
 	RedisMinReplicas int `env:"EASEL_REDIS_MIN_REPLICAS" envDefault:"0"`
 	// ModelFamily is the family word in model ids and task ids.
 	ModelFamily string `env:"EASEL_MODEL_FAMILY" envDefault:"lumen"`
-	// BlobDir is the directory holding result images, shared by the gateway
-	// and the workers.
+	// BlobURL is where result images are kept, for the gateway and the
+	// workers alike: file:///path (a directory they all share) or
+	// s3://bucket/prefix (an S3-compatible bucket, reached with the S3
+	// settings below). Default: the directory BlobDir.
+	BlobURL string `env:"EASEL_BLOB_URL"`
+	// BlobDir is the older way to name a directory of results
+	// (EASEL_BLOB_DIR=/path is EASEL_BLOB_URL=file:///path); after Validate
+	// it is the directory of a file:// BlobURL, "" for a bucket.
 	BlobDir string `env:"EASEL_BLOB_DIR"`
+	// S3Endpoint is the S3-compatible service's URL (http://minio:9000);
+	// empty for AWS S3.
+	S3Endpoint string `env:"EASEL_S3_ENDPOINT"`
+	// S3Region is the bucket's region; empty: AWS_REGION, else us-east-1.
+	S3Region string `env:"EASEL_S3_REGION"`
+	// S3PathStyle addresses the bucket as endpoint/bucket (MinIO and most
+	// self-hosted services) instead of bucket.endpoint.
+	S3PathStyle bool `env:"EASEL_S3_PATH_STYLE" envDefault:"false"`
+	// S3AccessKeyID and S3SecretAccessKey are the bucket's credentials;
+	// unset, the AWS SDK's chain finds them (AWS_ACCESS_KEY_ID and
+	// AWS_SECRET_ACCESS_KEY, AWS_PROFILE, web identity, instance roles).
+	S3AccessKeyID     string `env:"EASEL_S3_ACCESS_KEY_ID"`
+	S3SecretAccessKey string `env:"EASEL_S3_SECRET_ACCESS_KEY"`
 	// FetchAllowPrivate lets editing tasks fetch source images from loopback
 	// and private addresses and non-standard ports (local development only).
 	FetchAllowPrivate bool `env:"EASEL_FETCH_ALLOW_PRIVATE" envDefault:"false"`
@@ -77,7 +97,16 @@ func (c *Common) ReplicaWait() time.Duration { return c.RedisTimeout * 3 / 4 }
 // CommonSettings returns the common part of a service's configuration.
 func (c Common) CommonSettings() Common { return c }
 
-// DefaultBlobDir is the blob directory when EASEL_BLOB_DIR is unset.
+// BlobConfig is the result store's configuration (after Validate).
+func (c *Common) BlobConfig() blob.Config {
+	return blob.Config{URL: c.BlobURL, S3: blob.S3Options{
+		Endpoint: c.S3Endpoint, Region: c.S3Region, PathStyle: c.S3PathStyle,
+		AccessKeyID: c.S3AccessKeyID, SecretAccessKey: c.S3SecretAccessKey,
+	}}
+}
+
+// DefaultBlobDir is the blob directory when neither EASEL_BLOB_URL nor
+// EASEL_BLOB_DIR is set.
 func DefaultBlobDir() string { return filepath.Join(os.TempDir(), "easel-blobs") }
 
 // Parse reads a configuration struct from environ (nil means the process
@@ -173,9 +202,7 @@ func (c *Common) Validate() error {
 	if !catalog.ValidFamily(c.ModelFamily) {
 		errs = append(errs, fmt.Errorf("EASEL_MODEL_FAMILY %q: want lowercase letters and digits, starting with a letter, at most 32 characters", c.ModelFamily))
 	}
-	if c.BlobDir == "" {
-		c.BlobDir = DefaultBlobDir()
-	}
+	errs = append(errs, c.validateBlobs()...)
 	if _, err := egress.ParsePrefixes(c.FetchAllowCIDRs); err != nil {
 		errs = append(errs, fmt.Errorf("EASEL_FETCH_ALLOW_CIDRS: %w", err))
 	}
@@ -242,4 +269,35 @@ func Names(configs ...any) []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// validateBlobs settles BlobURL (and BlobDir) and checks the S3 settings.
+func (c *Common) validateBlobs() []error {
+	var errs []error
+	switch {
+	case c.BlobURL != "" && c.BlobDir != "":
+		return []error{errors.New("EASEL_BLOB_URL and EASEL_BLOB_DIR are both set: set EASEL_BLOB_URL only (EASEL_BLOB_DIR=/path is EASEL_BLOB_URL=file:///path)")}
+	case c.BlobURL == "" && c.BlobDir == "":
+		c.BlobDir = DefaultBlobDir()
+		fallthrough
+	case c.BlobURL == "":
+		if !filepath.IsAbs(c.BlobDir) {
+			return []error{fmt.Errorf("EASEL_BLOB_DIR %q: want an absolute path", c.BlobDir)}
+		}
+		c.BlobURL = (&url.URL{Scheme: "file", Path: filepath.ToSlash(c.BlobDir)}).String()
+	}
+	loc, err := blob.ParseURL(c.BlobURL)
+	if err != nil {
+		return []error{fmt.Errorf("EASEL_BLOB_URL %q: %w", Redact(c.BlobURL), err)}
+	}
+	c.BlobDir = loc.Dir
+	if c.S3Endpoint != "" {
+		if u, err := url.Parse(c.S3Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("EASEL_S3_ENDPOINT %q: want http(s)://host[:port], without credentials", Redact(c.S3Endpoint)))
+		}
+	}
+	if (c.S3AccessKeyID == "") != (c.S3SecretAccessKey == "") {
+		errs = append(errs, errors.New("EASEL_S3_ACCESS_KEY_ID and EASEL_S3_SECRET_ACCESS_KEY: set both or neither (neither: the AWS SDK's own chain)"))
+	}
+	return errs
 }

@@ -62,7 +62,7 @@ func Start[C Configured](ctx context.Context, name string, load func(environ map
 // Deps are what every service opens from the common configuration.
 type Deps struct {
 	Redis redis.UniversalClient
-	Blobs *blob.FS
+	Blobs blob.Store
 	close []func() error
 }
 
@@ -87,10 +87,20 @@ func Open(ctx context.Context, c config.Common, redis redisconn.Options, log *za
 		return nil, err
 	}
 	d.close = append(d.close, d.Redis.Close)
-	if d.Blobs, err = blob.OpenFS(c.BlobDir); err != nil {
+	if d.Blobs, err = blob.Open(ctx, c.BlobConfig()); err != nil {
 		return nil, err
 	}
 	d.close = append(d.close, d.Blobs.Close)
+	if b, ok := d.Blobs.(interface{ Check(context.Context) error }); ok {
+		// A missing bucket or refused credentials, said at start; not fatal:
+		// the service may start before its store, and stays useful
+		// meanwhile for all but results.
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := b.Check(cctx); err != nil {
+			log.Error("the result store does not answer: results cannot be stored or served until it does", zap.String("blob_url", d.Blobs.String()), zap.Error(err))
+		}
+		cancel()
+	}
 	return d, nil
 }
 
