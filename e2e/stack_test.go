@@ -83,7 +83,6 @@ func startStack(t *testing.T, o stackOptions) *stack {
 	base := "http://" + ln.Addr().String()
 	env := map[string]string{
 		"EASEL_REDIS_URL":           o.redisURL,
-		"EASEL_BLOB_DIR":            t.TempDir(),
 		"EASEL_FETCH_ALLOW_PRIVATE": "true",
 		"EASEL_TASK_DEADLINE":       "1m",
 		"EASEL_LOG_LEVEL":           "warn",
@@ -96,9 +95,8 @@ func startStack(t *testing.T, o stackOptions) *stack {
 		"EASEL_WORKER_CONCURRENCY":  "4",
 		"EASEL_TASK_CHECK_INTERVAL": "20ms",
 	}
-	for k, v := range o.env {
-		env[k] = v
-	}
+	maps.Copy(env, blobEnv(t))
+	maps.Copy(env, o.env)
 	gcfg, err := gateway.LoadConfig(env)
 	if err != nil {
 		t.Fatal(err)
@@ -300,6 +298,29 @@ func TestEndToEnd(t *testing.T) {
 		}
 		if st, h, b := anon.do("GET", u.RequestURI(), "", map[string]string{"Range": "bytes=0-7"}); st != 206 || string(b) != "\x89PNG\r\n\x1a\n" || h.Get("Content-Range") == "" {
 			t.Errorf("range: %d %q", st, b)
+		}
+		// The same bytes whole, in pieces, by HEAD and conditionally, on
+		// either store.
+		st, h, whole := anon.do("GET", u.RequestURI(), "", nil)
+		size := len(whole)
+		if st != 200 || size < 100 || h.Get("ETag") == "" || h.Get("Content-Type") != "image/png" || h.Get("Content-Length") != strconv.Itoa(size) {
+			t.Fatalf("download: %d, %d bytes, headers %v", st, size, h)
+		}
+		if st, hh, b := anon.do("HEAD", u.RequestURI(), "", nil); st != 200 || len(b) != 0 || hh.Get("Content-Length") != strconv.Itoa(size) || hh.Get("ETag") != h.Get("ETag") {
+			t.Errorf("HEAD: %d, %d bytes, headers %v", st, len(b), hh)
+		}
+		if st, _, b := anon.do("GET", u.RequestURI(), "", map[string]string{"If-None-Match": h.Get("ETag")}); st != 304 || len(b) != 0 {
+			t.Errorf("If-None-Match: %d, %d bytes; want 304", st, len(b))
+		}
+		if st, hh, b := anon.do("GET", u.RequestURI(), "", map[string]string{"Range": "bytes=-10"}); st != 206 || !bytes.Equal(b, whole[size-10:]) || hh.Get("Content-Range") != fmt.Sprintf("bytes %d-%d/%d", size-10, size-1, size) {
+			t.Errorf("suffix range: %d %q %v", st, b, hh)
+		}
+		if st, hh, b := anon.do("GET", u.RequestURI(), "", map[string]string{"Range": "bytes=1-2,50-52"}); st != 206 || !strings.HasPrefix(hh.Get("Content-Type"), "multipart/byteranges") ||
+			!bytes.Contains(b, whole[1:3]) || !bytes.Contains(b, whole[50:53]) {
+			t.Errorf("two ranges: %d %v", st, hh)
+		}
+		if st, hh, _ := anon.do("GET", u.RequestURI(), "", map[string]string{"Range": fmt.Sprintf("bytes=%d-", size)}); st != 416 || hh.Get("Content-Range") != fmt.Sprintf("bytes */%d", size) {
+			t.Errorf("range past the end: %d %v; want 416", st, hh)
 		}
 	})
 
