@@ -30,7 +30,7 @@ func TestReadmeDocumentsConfiguration(t *testing.T) {
 		section = section[:end+3]
 	}
 	documented := map[string]bool{}
-	for _, m := range regexp.MustCompile("(?m)^\\| `(EASEL_[A-Z_]+)` \\|").FindAllStringSubmatch(section, -1) {
+	for _, m := range regexp.MustCompile("(?m)^\\| `(EASEL_[A-Z0-9_]+)` \\|").FindAllStringSubmatch(section, -1) {
 		documented[m[1]] = true
 	}
 	names := config.Names(&gateway.Config{}, &worker.Config{})

@@ -46,7 +46,45 @@ func TestCommonErrors(t *testing.T) {
 		{Name: "bad log format", Env: environ("EASEL_LOG_FORMAT", "xml"), Want: "EASEL_LOG_FORMAT"},
 		{Name: "bad log level", Env: environ("EASEL_LOG_LEVEL", "loud"), Want: "EASEL_LOG_LEVEL"},
 		{Name: "bad pprof addr", Env: environ("EASEL_PPROF_ADDR", "6060"), Want: "EASEL_PPROF_ADDR"},
+		{Name: "a bucket", Env: environ("EASEL_BLOB_URL", "s3://easel-results/prod", "EASEL_S3_ENDPOINT", "https://s3.example.com"), Want: ""},
+		{Name: "blob url and dir", Env: environ("EASEL_BLOB_URL", "file:///a", "EASEL_BLOB_DIR", "/b"), Want: "both set"},
+		{Name: "relative blob dir", Env: environ("EASEL_BLOB_DIR", "blobs"), Want: "EASEL_BLOB_DIR"},
+		{Name: "bad blob scheme", Env: environ("EASEL_BLOB_URL", "gs://bucket"), Want: "EASEL_BLOB_URL"},
+		{Name: "blob url with a secret", Env: environ("EASEL_BLOB_URL", "s3://AKIA:hunter2@bucket"), Want: "EASEL_BLOB_URL"},
+		{Name: "bad s3 endpoint", Env: environ("EASEL_BLOB_URL", "s3://bucket", "EASEL_S3_ENDPOINT", "minio:9000"), Want: "EASEL_S3_ENDPOINT"},
+		{Name: "s3 endpoint with a secret", Env: environ("EASEL_BLOB_URL", "s3://bucket", "EASEL_S3_ENDPOINT", "http://u:hunter2@minio:9000"), Want: "EASEL_S3_ENDPOINT"},
+		{Name: "half the s3 credentials", Env: environ("EASEL_BLOB_URL", "s3://bucket", "EASEL_S3_SECRET_ACCESS_KEY", "hunter2"), Want: "EASEL_S3_ACCESS_KEY_ID and EASEL_S3_SECRET_ACCESS_KEY"},
 	}, "hunter2")
+}
+
+// TestBlobConfig: the three ways to name the result store end in one URL,
+// and the S3 settings reach the store's options.
+func TestBlobConfig(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		env      map[string]string
+		url, dir string
+	}{
+		{"default", environ(), "file://" + DefaultBlobDir(), DefaultBlobDir()},
+		{"EASEL_BLOB_DIR", environ("EASEL_BLOB_DIR", "/var/lib/easel"), "file:///var/lib/easel", "/var/lib/easel"},
+		{"file url", environ("EASEL_BLOB_URL", "file:///srv/results/"), "file:///srv/results/", "/srv/results"},
+		{"bucket", environ("EASEL_BLOB_URL", "s3://easel-results/prod", "EASEL_S3_ENDPOINT", "http://minio:9000", "EASEL_S3_PATH_STYLE", "true",
+			"EASEL_S3_REGION", "eu-west-1", "EASEL_S3_ACCESS_KEY_ID", "id", "EASEL_S3_SECRET_ACCESS_KEY", "secret"), "s3://easel-results/prod", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := load(tt.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := c.BlobConfig()
+			if b.URL != tt.url || c.BlobDir != tt.dir {
+				t.Errorf("BlobConfig().URL %q, BlobDir %q; want %q, %q", b.URL, c.BlobDir, tt.url, tt.dir)
+			}
+			if tt.name == "bucket" && (b.S3.Endpoint != "http://minio:9000" || !b.S3.PathStyle || b.S3.Region != "eu-west-1" || b.S3.AccessKeyID != "id" || b.S3.SecretAccessKey != "secret") {
+				t.Errorf("S3 options %+v", b.S3)
+			}
+		})
+	}
 }
 
 func TestNames(t *testing.T) {

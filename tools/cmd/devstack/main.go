@@ -164,12 +164,13 @@ func stackEnv() (map[string]string, func(), error) {
 		}
 		env["EASEL_DEV_API_KEY"] = key
 	}
-	if env["EASEL_BLOB_DIR"] == "" {
+	// Results in a directory of their own, unless a store is named.
+	if env["EASEL_BLOB_URL"] == "" && env["EASEL_BLOB_DIR"] == "" {
 		dir, err := os.MkdirTemp("", "easel-dev-blobs-")
 		if err != nil {
 			return nil, cleanup, err
 		}
-		env["EASEL_BLOB_DIR"] = dir
+		env["EASEL_BLOB_URL"] = "file://" + filepath.ToSlash(dir)
 		cleanup = func() { _ = os.RemoveAll(dir) }
 	}
 	return env, cleanup, nil
