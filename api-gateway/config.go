@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -63,7 +64,19 @@ type Config struct {
 	// cap). Behind a load balancer every connection comes from it: raise
 	// this, or set 0 and cap at the balancer.
 	MaxConnsPerClient int `env:"EASEL_MAX_CONNS_PER_CLIENT" envDefault:"512"`
+	// MetricsAddr is the operations listener: /metrics, /healthz and
+	// /readyz, for Prometheus and probes, apart from the public API. Empty
+	// (or off) turns it off.
+	MetricsAddr string `env:"EASEL_METRICS_ADDR" envDefault:":9090"`
+	// MetricsOnAPI serves /metrics on the API's port too, for deployments
+	// that scrape only that one (the metrics are then public unless
+	// something in front hides them).
+	MetricsOnAPI bool `env:"EASEL_METRICS_ON_API" envDefault:"false"`
 }
+
+// metricsOff is the EASEL_METRICS_ADDR that turns the operations listener
+// off, besides the empty string.
+const metricsOff = "off"
 
 // connCaps returns the total and per-client connection caps for a process
 // that may open files more files.
@@ -87,7 +100,29 @@ func (c *Config) trustedProxies() []netip.Prefix {
 // LoadConfig reads the gateway's configuration from environ (nil means the
 // process environment) and validates it.
 func LoadConfig(environ map[string]string) (Config, error) {
-	return config.Load[Config](environ)
+	return config.Load[Config](emptyMeansOff(environ))
+}
+
+// emptyMeansOff keeps an EASEL_METRICS_ADDR set to the empty string, which
+// the configuration library would replace with the default, as "off".
+func emptyMeansOff(environ map[string]string) map[string]string {
+	if environ == nil {
+		environ = map[string]string{}
+		for _, kv := range os.Environ() {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				environ[k] = v
+			}
+		}
+	}
+	if v, set := environ["EASEL_METRICS_ADDR"]; !set || v != "" {
+		return environ
+	}
+	out := make(map[string]string, len(environ))
+	for k, v := range environ {
+		out[k] = v
+	}
+	out["EASEL_METRICS_ADDR"] = metricsOff
+	return out
 }
 
 // MinSecretLen is the shortest accepted EASEL_SIGNING_SECRET.
@@ -98,6 +133,16 @@ func (c *Config) Validate() error {
 	errs := []error{c.Common.Validate()}
 	if err := config.ValidAddr("EASEL_HTTP_ADDR", c.HTTPAddr); err != nil {
 		errs = append(errs, err)
+	}
+	if c.MetricsAddr == metricsOff {
+		c.MetricsAddr = ""
+	}
+	if c.MetricsAddr != "" {
+		if err := config.ValidAddr("EASEL_METRICS_ADDR", c.MetricsAddr); err != nil {
+			errs = append(errs, err)
+		} else if samePort(c.MetricsAddr, c.HTTPAddr) {
+			errs = append(errs, fmt.Errorf("EASEL_METRICS_ADDR %q and EASEL_HTTP_ADDR %q share a port: give the operations listener its own, or set EASEL_METRICS_ADDR= (off) and EASEL_METRICS_ON_API=true to serve /metrics on the API's port", c.MetricsAddr, c.HTTPAddr))
+		}
 	}
 	if c.PublicURL == "" {
 		c.PublicURL = DefaultPublicURL(c.HTTPAddr)
@@ -147,6 +192,21 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("EASEL_DEV_CREDITS: want 0 or more"))
 	}
 	return errors.Join(errs...)
+}
+
+// samePort reports whether two listen addresses would claim the same
+// port: the same fixed port on the same host, or on every address.
+func samePort(a, b string) bool {
+	ha, pa, err1 := net.SplitHostPort(a)
+	hb, pb, err2 := net.SplitHostPort(b)
+	if err1 != nil || err2 != nil || pa != pb || pa == "0" {
+		return false
+	}
+	wildcard := func(h string) bool {
+		ip := net.ParseIP(h)
+		return h == "" || ip != nil && ip.IsUnspecified()
+	}
+	return ha == hb || wildcard(ha) || wildcard(hb)
 }
 
 // DefaultPublicURL turns a listen address into a URL a local client can use.

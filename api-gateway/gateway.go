@@ -19,6 +19,7 @@ import (
 	"github.com/easelhq/easel/api-gateway/internal/auth"
 	"github.com/easelhq/easel/api-gateway/internal/connlimit"
 	"github.com/easelhq/easel/api-gateway/internal/createreq"
+	"github.com/easelhq/easel/api-gateway/internal/metrics"
 	"github.com/easelhq/easel/api-gateway/internal/pricing"
 	"github.com/easelhq/easel/api-gateway/internal/ratelimit"
 	"github.com/easelhq/easel/api-gateway/internal/signedurl"
@@ -33,7 +34,8 @@ import (
 
 // Run serves the API until ctx is done, then drains in-flight requests for up
 // to EASEL_SHUTDOWN_TIMEOUT. ln, when not nil, replaces a listener on
-// EASEL_HTTP_ADDR.
+// EASEL_HTTP_ADDR. The operations listener (EASEL_METRICS_ADDR), when on,
+// serves /metrics, /healthz and /readyz until the API has drained.
 func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) error {
 	cat, err := catalog.New(cfg.ModelFamily)
 	if err != nil {
@@ -73,8 +75,18 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		return st.Probe(ctx, instance)
 	}
 
+	// The process's own registry: nothing registers globally.
+	reg := metrics.NewRegistry()
+	meter := metrics.New(reg)
+	meter.InitModels(modelIDs(cat))
+	metricsHandler := metrics.Handler(reg)
+	var metricsOnAPI http.Handler
+	if cfg.MetricsOnAPI {
+		metricsOnAPI = metricsHandler
+	}
+
 	svc := tasks.NewService(st, jobs.NewEnqueuer(rdb), taskid.New(cfg.ModelFamily), prices,
-		tasks.Config{Deadline: cfg.TaskDeadline, MaxInflight: cfg.MaxInflight})
+		tasks.Config{Deadline: cfg.TaskDeadline, MaxInflight: cfg.MaxInflight}).WithMeter(meter)
 	var admin *api.AdminDeps
 	if cfg.AdminToken != "" {
 		admin = &api.AdminDeps{Token: cfg.AdminToken, Accounts: st, Catalog: cat}
@@ -99,6 +111,8 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		// EASEL_REDIS_TIMEOUT too): a Redis that is down or hung costs a
 		// client a 503 within it.
 		RequestTimeout: 2 * cfg.RedisTimeout,
+		Metrics:        meter,
+		MetricsHandler: metricsOnAPI,
 	})
 
 	if ln == nil {
@@ -106,6 +120,12 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 			return fmt.Errorf("gateway listener: %w", err)
 		}
 	}
+	ops, err := serveOps(cfg, api.NewOps(api.OpsDeps{Ready: ready, Metrics: metricsHandler}), log)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer ops.stop()
 	// Large results go to slow clients: ten minutes to write a response.
 	srv := service.NewHTTPServer(handler, 10*time.Minute, cfg.HTTPIdleTimeout, log)
 	files := service.FileLimit()
@@ -121,7 +141,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		zap.Bool("admin_api", admin != nil),
 		zap.Uint64("file_limit", files),
 		zap.Int("max_conns", total),
-		zap.Int("max_conns_per_client", perClient))
+		zap.Int("max_conns_per_client", perClient),
+		zap.String("metrics_addr", ops.addr()),
+		zap.Bool("metrics_on_api", cfg.MetricsOnAPI))
 
 	// Serving already (/healthz answers, /readyz says not ready), wait for
 	// Redis, then do what needs it.
@@ -135,6 +157,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("gateway: %w", err)
+	case err := <-ops.err:
+		_ = srv.Close()
+		return fmt.Errorf("gateway operations listener: %w", err)
 	case <-ctx.Done():
 	}
 	log.Info("gateway shutting down")
@@ -148,6 +173,47 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	}
 	log.Info("gateway stopped")
 	return nil
+}
+
+// opsServer is the operations listener, or nothing when it is off.
+type opsServer struct {
+	srv *http.Server
+	ln  net.Listener
+	err chan error // never receives when off
+}
+
+// serveOps starts the operations listener on EASEL_METRICS_ADDR, if set.
+func serveOps(cfg Config, h http.Handler, log *zap.Logger) (*opsServer, error) {
+	o := &opsServer{err: make(chan error, 1)}
+	if cfg.MetricsAddr == "" {
+		return o, nil
+	}
+	ln, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("gateway operations listener (EASEL_METRICS_ADDR): %w", err)
+	}
+	o.ln = ln
+	o.srv = service.NewHTTPServer(h, 30*time.Second, cfg.HTTPIdleTimeout, log)
+	go func() { o.err <- o.srv.Serve(ln) }()
+	return o, nil
+}
+
+func (o *opsServer) addr() string {
+	if o.ln == nil {
+		return ""
+	}
+	return o.ln.Addr().String()
+}
+
+func (o *opsServer) stop() {
+	if o.srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := o.srv.Shutdown(ctx); err != nil {
+		_ = o.srv.Close()
+	}
 }
 
 // start waits for Redis and makes the dev key work, if one is set.

@@ -36,6 +36,8 @@ func startGateway(t *testing.T, redisURL string, env map[string]string) string {
 		"EASEL_DEV_MODE":       "true",
 		"EASEL_DEV_API_KEY":    devKey,
 		"EASEL_LOG_LEVEL":      "error",
+		// Off: gateways of tests running at once would all claim :9090.
+		"EASEL_METRICS_ADDR": "",
 	}
 	for k, v := range env {
 		base[k] = v

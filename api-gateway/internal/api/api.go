@@ -20,6 +20,7 @@ import (
 
 	"github.com/easelhq/easel/api-gateway/internal/auth"
 	"github.com/easelhq/easel/api-gateway/internal/createreq"
+	"github.com/easelhq/easel/api-gateway/internal/metrics"
 	"github.com/easelhq/easel/api-gateway/internal/ratelimit"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/blob"
@@ -83,6 +84,12 @@ type Deps struct {
 	Now            func() time.Time
 	// Admin, when not nil, adds the admin API under /admin/v1.
 	Admin *AdminDeps
+	// Metrics records requests, creates and refusals (nil: recorded
+	// nowhere).
+	Metrics *metrics.Metrics
+	// MetricsHandler, when not nil, serves /metrics on the API's port
+	// (EASEL_METRICS_ON_API).
+	MetricsHandler http.Handler
 }
 
 // Paths.
@@ -136,6 +143,11 @@ func (h *handlers) limit(class string) echo.MiddlewareFunc {
 			hdr.Set("X-RateLimit-Remaining", strconv.Itoa(res.Remaining))
 			hdr.Set("X-RateLimit-Reset", strconv.Itoa(ceilSeconds(res.ResetAfter)))
 			if !res.Allowed {
+				limit := metrics.LimitCreate
+				if class == store.RateQuery {
+					limit = metrics.LimitQuery
+				}
+				h.Metrics.RateLimited(limit)
 				hdr.Set("Retry-After", strconv.Itoa(max(ceilSeconds(res.RetryAfter), 1)))
 				what := "task creations"
 				if class == store.RateQuery {
@@ -157,6 +169,12 @@ func New(d Deps) *echo.Echo {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
+	if d.Metrics == nil {
+		d.Metrics = metrics.New(nil)
+	}
+	if d.Tasks != nil {
+		d.Tasks = probedTasks{d.Tasks}
+	}
 	h := &handlers{Deps: d, accessLog: d.Log.WithOptions(zap.WithCaller(false)),
 		limiterDown: logging.NewBurst("rate limiter: Redis", 10*time.Second)}
 	e := echo.New()
@@ -169,6 +187,7 @@ func New(d Deps) *echo.Echo {
 	// client's word, and would let it choose whose limits it uses.
 	e.IPExtractor = ipExtractor(d.TrustedProxies)
 	e.Use(
+		h.observe,
 		h.requestID,
 		middleware.RequestLoggerWithConfig(middleware.RequestLoggerConfig{
 			LogMethod:  true,
@@ -193,12 +212,19 @@ func New(d Deps) *echo.Echo {
 	e.GET("/readyz", h.readyz)
 
 	v1 := e.Group("/v1")
-	v1.POST("/task/create", h.create, h.deadline, h.authenticate, h.limit(store.RateCreate))
+	v1.POST("/task/create", h.create, h.deadline, h.authenticate, h.countCreate, h.limit(store.RateCreate))
 	v1.GET("/task/query", h.query, h.deadline, h.authenticate, h.limit(store.RateQuery))
 	v1.GET("/files/*", h.download)
 	v1.HEAD("/files/*", h.download)
 	if d.Admin != nil {
 		registerAdmin(e.Group("/admin/v1", h.deadline), d.Admin)
+	}
+	if d.MetricsHandler != nil {
+		e.GET("/metrics", echo.WrapHandler(d.MetricsHandler))
+	}
+	h.routes = map[string]bool{}
+	for _, r := range e.Routes() {
+		h.routes[r.Path] = true
 	}
 	return e
 }
@@ -210,6 +236,9 @@ type handlers struct {
 	accessLog *zap.Logger
 	// limiterDown logs the limiter's failures once per burst.
 	limiterDown *logging.Burst
+	// routes are the route patterns, the values of the request metrics'
+	// route label.
+	routes map[string]bool
 }
 
 func newRequestID() string {
@@ -282,11 +311,15 @@ func (h *handlers) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		addr := c.RealIP()
 		if wait, blocked := h.AuthGuard.Blocked(addr); blocked {
+			h.Metrics.AuthRefused(metrics.AuthLimited)
 			c.Response().Header().Set("Retry-After", strconv.Itoa(max(ceilSeconds(wait), 1)))
 			return apperr.Errorf(apperr.LimitExceeded, "too many requests with a missing or invalid API key from this address; retry after %s", wait.Round(time.Millisecond))
 		}
 		acct, key, err := h.authenticateKey(c)
 		if err != nil {
+			if reason := authRefusal(err); reason != "" {
+				h.Metrics.AuthRefused(reason)
+			}
 			if apperr.CodeOf(err) == apperr.Unauthenticated {
 				h.AuthGuard.Failed(addr)
 			}

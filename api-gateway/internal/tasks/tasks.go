@@ -40,6 +40,16 @@ type IDs interface {
 	New() (string, error)
 }
 
+// Meter records what the service did, for metrics.
+type Meter interface {
+	// Debited records the price of a task created.
+	Debited(model string, credits int64)
+}
+
+type noMeter struct{}
+
+func (noMeter) Debited(string, int64) {}
+
 // Config is the service's settings.
 type Config struct {
 	// Deadline bounds each task from its creation.
@@ -56,12 +66,20 @@ type Service struct {
 	ids    IDs
 	prices Prices
 	cfg    Config
+	meter  Meter
 	now    func() time.Time
 }
 
 // NewService returns a service.
 func NewService(store Store, queue Queue, ids IDs, prices Prices, cfg Config) *Service {
-	return &Service{store: store, queue: queue, ids: ids, prices: prices, cfg: cfg, now: time.Now}
+	return &Service{store: store, queue: queue, ids: ids, prices: prices, cfg: cfg, meter: noMeter{}, now: time.Now}
+}
+
+// WithMeter returns a copy of the service that records what it does on m.
+func (s *Service) WithMeter(m Meter) *Service {
+	c := *s
+	c.meter = m
+	return &c
 }
 
 // Create records a pending task for an account, charging its price, and
@@ -125,6 +143,9 @@ func (s *Service) Create(ctx context.Context, accountID string, in task.Input) (
 		return "", apperr.Transient(err, apperr.Unavailable, "the task queue is unavailable; the task was not created, try again")
 	}
 	logging.AddFields(ctx, zap.String("model", in.Model.ID), zap.Int64("price", charge.Price))
+	// Counted once the create stands: an undone one was debited and
+	// refunded, and moved no credits.
+	s.meter.Debited(in.Model.ID, charge.Price)
 	return id, nil
 }
 

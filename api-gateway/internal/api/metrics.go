@@ -1,0 +1,144 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/easelhq/easel/api-gateway/internal/metrics"
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/task"
+)
+
+// observe counts every request and times it, by route pattern (never the
+// raw path, whose task ids and blob keys would make a series each), method
+// and the status the client received. It runs outside the access logger,
+// which writes error responses, so the status is final when it looks.
+func (h *handlers) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		status := c.Response().Status
+		if err != nil && !c.Response().Committed {
+			status, _ = classify(err)
+		}
+		route := c.Path()
+		if !h.routes[route] {
+			route = metrics.Unmatched
+		}
+		h.Metrics.Request(route, methodLabel(c.Request().Method), status, time.Since(start))
+		return err
+	}
+}
+
+// methodLabel bounds the method label to the standard methods.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "other"
+}
+
+// createProbe carries, from the task service's call back to countCreate,
+// the model of a create that got that far.
+type createProbe struct{ model string }
+
+type createProbeKey struct{}
+
+// probedTasks notes each create's model on its request's probe.
+type probedTasks struct{ Tasks }
+
+func (t probedTasks) Create(ctx context.Context, accountID string, in task.Input) (string, error) {
+	if p, ok := ctx.Value(createProbeKey{}).(*createProbe); ok {
+		p.model = in.Model.ID
+	}
+	return t.Tasks.Create(ctx, accountID, in)
+}
+
+// countCreate counts an authenticated create by model and outcome. A
+// create refused before its model was read (rate limit, malformed body) is
+// counted under metrics.UnknownModel.
+func (h *handlers) countCreate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		p := &createProbe{}
+		r := c.Request()
+		c.SetRequest(r.WithContext(context.WithValue(r.Context(), createProbeKey{}, p)))
+		err := next(c)
+		model := p.model
+		if model == "" {
+			model = metrics.UnknownModel
+		}
+		h.Metrics.Create(model, createOutcome(err))
+		if errors.As(err, new(*apperr.InflightLimitError)) {
+			h.Metrics.RateLimited(metrics.LimitInflight)
+		}
+		return err
+	}
+}
+
+// createOutcome names what became of a create that returned err.
+func createOutcome(err error) string {
+	if err == nil {
+		return metrics.Created
+	}
+	switch apperr.CodeOf(err) {
+	case apperr.InsufficientCredits:
+		return metrics.InsufficientCredits
+	case apperr.LimitExceeded:
+		return metrics.RateLimited
+	case apperr.Invalid, apperr.TooLarge, apperr.UnsupportedMediaType:
+		return metrics.Invalid
+	case apperr.Forbidden:
+		return metrics.Forbidden
+	case apperr.Unavailable:
+		return metrics.Unavailable
+	}
+	return metrics.Error
+}
+
+// authRefusal names why authentication refused a request, or "" when err
+// is no refusal (authentication could not find out: Redis is down).
+func authRefusal(err error) string {
+	switch {
+	case errors.Is(err, apperr.ErrAccountDisabled):
+		return metrics.AuthDisabled
+	case errors.Is(err, apperr.ErrUnknownKey), errors.Is(err, apperr.ErrKeyRevoked):
+		return metrics.AuthInvalid
+	case apperr.CodeOf(err) == apperr.Unauthenticated:
+		return metrics.AuthMissing
+	case apperr.CodeOf(err) == apperr.Forbidden:
+		return metrics.AuthDisabled
+	}
+	return ""
+}
+
+// OpsDeps is what the operations listener needs.
+type OpsDeps struct {
+	// Ready reports whether the gateway can serve (as Deps.Ready).
+	Ready func(ctx context.Context) error
+	// Metrics serves /metrics.
+	Metrics http.Handler
+}
+
+// NewOps returns the handler of the operations listener
+// (EASEL_METRICS_ADDR): /metrics, and /healthz and /readyz as the API
+// port answers them, so probes may use either port. Its requests are not
+// counted in the request metrics: scrapes and probes would drown the
+// API's.
+func NewOps(d OpsDeps) *echo.Echo {
+	h := &handlers{Deps: Deps{Ready: d.Ready}}
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = handleError
+	e.JSONSerializer = jsonSerializer{}
+	e.GET("/healthz", h.healthz)
+	e.GET("/readyz", h.readyz)
+	e.GET("/metrics", echo.WrapHandler(d.Metrics))
+	return e
+}

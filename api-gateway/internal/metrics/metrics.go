@@ -1,0 +1,171 @@
+// Package metrics is the gateway's Prometheus instrumentation: the metrics
+// it exports (docs/metrics.md lists them), registered on a registry the
+// gateway's Run makes, and the handler that serves them. Nothing here is
+// global: each gateway, and each test, has a registry of its own.
+//
+// The HTTP edge records requests, creates and refusals through *Metrics;
+// the task service records debits through its own small interface, which
+// *Metrics satisfies.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Namespace prefixes every Easel metric.
+const Namespace = "easel"
+
+// Outcomes of a create (easel_tasks_created_total's outcome label).
+const (
+	Created             = "created"
+	InsufficientCredits = "insufficient_credits"
+	RateLimited         = "rate_limited"
+	Invalid             = "invalid"
+	Forbidden           = "forbidden"
+	Unavailable         = "unavailable"
+	Error               = "error"
+)
+
+// Outcomes lists every create outcome.
+var Outcomes = []string{Created, InsufficientCredits, RateLimited, Invalid, Forbidden, Unavailable, Error}
+
+// UnknownModel labels a create refused before its model was known (a
+// rate-limited or malformed request).
+const UnknownModel = "unknown"
+
+// Reasons for refusing an API key (easel_auth_refusals_total's reason).
+const (
+	// AuthMissing: no Authorization header, or not a Bearer key.
+	AuthMissing = "missing"
+	// AuthInvalid: a key that is unknown or revoked.
+	AuthInvalid = "invalid"
+	// AuthDisabled: the key's account is disabled.
+	AuthDisabled = "disabled"
+	// AuthLimited: the client address failed authentication too often
+	// lately (EASEL_AUTH_FAIL_RATE), refused before any lookup.
+	AuthLimited = "limited"
+)
+
+// Limits that refuse requests (easel_rate_limit_refusals_total's limit).
+const (
+	LimitCreate   = "create"   // the key's create rate (EASEL_RATE_LIMIT)
+	LimitQuery    = "query"    // the key's query rate (EASEL_QUERY_RATE_LIMIT)
+	LimitInflight = "inflight" // the account's unfinished tasks (EASEL_MAX_INFLIGHT)
+)
+
+// Unmatched labels a request that matched no route.
+const Unmatched = "unmatched"
+
+// Metrics are the gateway's metrics.
+type Metrics struct {
+	requests     *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	creates      *prometheus.CounterVec
+	authRefusals *prometheus.CounterVec
+	rateRefusals *prometheus.CounterVec
+	debited      *prometheus.CounterVec
+}
+
+// New makes the gateway's metrics and registers them on reg (nil: on no
+// registry, for tests that do not look at them).
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "http_requests_total",
+			Help: "HTTP requests answered, by route pattern (unmatched: none), method and status code.",
+		}, []string{"route", "method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "http_request_duration_seconds",
+			Help:    "Time from a request's arrival to its answer's end, by route pattern and method.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"route", "method"}),
+		creates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "tasks_created_total",
+			Help: "Authenticated task creations, by model (unknown: refused before it was read) and outcome: created, insufficient_credits, rate_limited, invalid, forbidden, unavailable, error.",
+		}, []string{"model", "outcome"}),
+		authRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "auth_refusals_total",
+			Help: "API requests refused at authentication, by reason: missing, invalid (unknown or revoked key), disabled (account), limited (too many failed authentications from the address).",
+		}, []string{"reason"}),
+		rateRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "rate_limit_refusals_total",
+			Help: "Requests refused with 429 by a limit: create or query (a key's request rate), inflight (an account's unfinished tasks).",
+		}, []string{"limit"}),
+		debited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "credits_debited_total",
+			Help: "Credits charged for tasks created, by model.",
+		}, []string{"model"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.duration, m.creates, m.authRefusals, m.rateRefusals, m.debited)
+	}
+	for _, r := range []string{AuthMissing, AuthInvalid, AuthDisabled, AuthLimited} {
+		m.authRefusals.WithLabelValues(r)
+	}
+	for _, l := range []string{LimitCreate, LimitQuery, LimitInflight} {
+		m.rateRefusals.WithLabelValues(l)
+	}
+	return m
+}
+
+// InitModels makes the per-model series exist at 0 from the start, so that
+// rates over them are defined before the first task of each model.
+func (m *Metrics) InitModels(models []string) {
+	for _, model := range models {
+		for _, o := range Outcomes {
+			m.creates.WithLabelValues(model, o)
+		}
+		m.debited.WithLabelValues(model)
+	}
+}
+
+// Request records an HTTP request answered with status code after d.
+func (m *Metrics) Request(route, method string, code int, d time.Duration) {
+	m.requests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
+	m.duration.WithLabelValues(route, method).Observe(d.Seconds())
+}
+
+// Create records a create's outcome (one of Outcomes).
+func (m *Metrics) Create(model, outcome string) {
+	m.creates.WithLabelValues(model, outcome).Inc()
+}
+
+// AuthRefused records a request refused at authentication.
+func (m *Metrics) AuthRefused(reason string) {
+	m.authRefusals.WithLabelValues(reason).Inc()
+}
+
+// RateLimited records a request refused by a limit.
+func (m *Metrics) RateLimited(limit string) {
+	m.rateRefusals.WithLabelValues(limit).Inc()
+}
+
+// Debited records the price of a task created.
+func (m *Metrics) Debited(model string, credits int64) {
+	m.debited.WithLabelValues(model).Add(float64(credits))
+}
+
+// NewRegistry returns a registry holding the Go runtime's and the
+// process's standard collectors (go_*, process_*).
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Handler serves reg's metrics in Prometheus's exposition formats. A
+// collector that fails leaves its metrics out; the rest are served.
+func Handler(reg *prometheus.Registry) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		Registry:            reg, // promhttp_metric_handler_errors_total
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 4,
+		Timeout:             10 * time.Second,
+	})
+}
