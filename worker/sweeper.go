@@ -6,8 +6,11 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/worker/internal/processor"
 )
 
 // The recovery's timing. Each bound is the sum of its parts:
@@ -37,7 +40,19 @@ type sweepStore interface {
 	ScheduleQueueCheck(ctx context.Context, accountID, taskID string, at time.Time) error
 	DropQueueCheck(ctx context.Context, accountID, taskID string) error
 	Takeover(ctx context.Context, accountID, taskID, orphan string, next func(crashes int) string) (store.Outcome, string, error)
+	Task(ctx context.Context, accountID, taskID string) (*task.Task, error)
 }
+
+// sweepMetrics records the tasks the recovery fails.
+type sweepMetrics interface {
+	Finished(model, outcome, code string)
+	Refunded(model string, credits int64)
+}
+
+type noSweepMetrics struct{}
+
+func (noSweepMetrics) Finished(string, string, string) {}
+func (noSweepMetrics) Refunded(string, int64)          {}
 
 // sweepQueue is what the recovery needs of the queues.
 type sweepQueue interface {
@@ -54,6 +69,7 @@ type sweeper struct {
 	queues      []string
 	every       time.Duration
 	log         *zap.Logger
+	metrics     sweepMetrics
 	now         func() time.Time
 	lastOverdue time.Time
 }
@@ -64,7 +80,21 @@ type sweepReport struct {
 }
 
 func newSweeper(st sweepStore, q sweepQueue, every time.Duration, log *zap.Logger) *sweeper {
-	return &sweeper{st: st, q: q, queues: jobs.Queues(), every: every, log: log, now: time.Now}
+	return &sweeper{st: st, q: q, queues: jobs.Queues(), every: every, log: log, metrics: noSweepMetrics{}, now: time.Now}
+}
+
+// failed records a task the recovery failed, and its refund, from its
+// record.
+func (s *sweeper) failed(ctx context.Context, log *zap.Logger, accountID, taskID string, code apperr.Code) {
+	t, err := s.st.Task(ctx, accountID, taskID)
+	if err != nil {
+		log.Debug("recovery: could not read a failed task back; it is not counted in the metrics", zap.Error(err))
+		return
+	}
+	s.metrics.Finished(t.Model, processor.Failed, string(code))
+	if t.Refunded && t.Price > 0 {
+		s.metrics.Refunded(t.Model, t.Price)
+	}
 }
 
 // run does a round every period until ctx is done.
@@ -182,6 +212,7 @@ func (s *sweeper) takeOverOrphans(ctx context.Context) (takenOver, poisoned int)
 		case store.Poisoned:
 			poisoned++
 			log.Warn("task failed: it stopped its worker twice, and was refunded instead of run again")
+			s.failed(ctx, log, j.AccountID, j.TaskID, task.WorkerCrashed)
 		}
 	}
 	return takenOver, poisoned
@@ -205,7 +236,9 @@ func (s *sweeper) expireOverdue(ctx context.Context) int {
 		}
 		if out == store.Applied {
 			failed++
-			s.log.Warn("task failed: past its deadline with no worker on it; refunded", zap.String("task_id", o.TaskID), zap.String("account_id", o.AccountID))
+			log := s.log.With(zap.String("task_id", o.TaskID), zap.String("account_id", o.AccountID))
+			log.Warn("task failed: past its deadline with no worker on it; refunded")
+			s.failed(ctx, log, o.AccountID, o.TaskID, task.Timeout)
 		}
 	}
 	return failed

@@ -1,6 +1,6 @@
 // Package worker runs an Easel worker: an Asynq server that takes image jobs
-// off the queues named by EASEL_QUEUES, a small HTTP server for /healthz and
-// /readyz, and the janitor of the blob directory.
+// off the queues named by EASEL_QUEUES, a small HTTP server for /healthz,
+// /readyz and /metrics, and the janitor of the blob directory.
 package worker
 
 import (
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	asynqmetrics "github.com/hibiken/asynq/x/metrics"
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/pkg/catalog"
@@ -26,6 +27,7 @@ import (
 	"github.com/easelhq/easel/worker/imagegen/gemini"
 	"github.com/easelhq/easel/worker/imagegen/procedural"
 	"github.com/easelhq/easel/worker/internal/fetch"
+	"github.com/easelhq/easel/worker/internal/metrics"
 	"github.com/easelhq/easel/worker/internal/processor"
 )
 
@@ -34,8 +36,8 @@ import (
 type Options struct {
 	// Generator replaces the one EASEL_GENERATOR names.
 	Generator imagegen.Generator
-	// HealthListener serves /healthz and /readyz instead of a listener on
-	// EASEL_WORKER_HTTP_ADDR.
+	// HealthListener serves /healthz, /readyz and /metrics instead of a
+	// listener on EASEL_WORKER_HTTP_ADDR.
 	HealthListener net.Listener
 }
 
@@ -55,11 +57,12 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	for tier, w := range weights {
 		queues[jobs.Queue(tier)] = w
 	}
-	gen := opts.Generator
+	gen, provider := opts.Generator, "custom"
 	if gen == nil {
 		if gen, err = newGenerator(ctx, cfg); err != nil {
 			return err
 		}
+		provider = cfg.Generator
 	}
 	// A Redis connection for each job Asynq may run at once, and some for
 	// its own loops (dequeue, heartbeat, recovery) and the sweeper.
@@ -91,7 +94,14 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		Initial:     cfg.RetryInitial,
 		MaxInterval: min(20*time.Second, cfg.RetryMaxElapsed),
 	}
-	proc := processor.New(st, blobs, gen, fetcher, cat, log, retry)
+	// The process's own registry: nothing registers globally. Every worker
+	// exports the queues' metrics (Asynq's collector reads them from Redis
+	// at each scrape), the same on each.
+	reg := metrics.NewRegistry()
+	meter := metrics.New(reg)
+	meter.InitModels(modelIDs(cat))
+	reg.MustRegister(asynqmetrics.NewQueueMetricsCollector(asynq.NewInspectorFromRedisClient(rdb)))
+	proc := processor.New(st, blobs, metrics.Generator(gen, provider, meter), fetcher, cat, log, retry).WithMetrics(meter)
 
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:       cfg.Concurrency,
@@ -133,7 +143,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		}
 		return st.Probe(ctx, instance)
 	}
-	health := service.NewHTTPServer(healthHandler(ready), 10*time.Second, cfg.HTTPIdleTimeout, log)
+	health := service.NewHTTPServer(healthHandler(ready, metrics.Handler(reg)), 10*time.Second, cfg.HTTPIdleTimeout, log)
 	healthErr := make(chan error, 1)
 	go func() { healthErr <- health.Serve(hl) }()
 
@@ -163,7 +173,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	}()
 	go func() {
 		defer backgroundDone.Done()
-		newSweeper(st, jobs.NewEnqueuer(rdb), recoverEvery, log).run(background)
+		sw := newSweeper(st, jobs.NewEnqueuer(rdb), recoverEvery, log)
+		sw.metrics = meter
+		sw.run(background)
 	}()
 
 	var runErr error
@@ -199,10 +211,11 @@ func newGenerator(ctx context.Context, cfg Config) (imagegen.Generator, error) {
 	return nil, fmt.Errorf("unknown generator %q", cfg.Generator)
 }
 
-// healthHandler serves /healthz (the process lives) and /readyz (it has
-// started and Redis takes its writes).
-func healthHandler(ready func(ctx context.Context) error) http.Handler {
+// healthHandler serves /healthz (the process lives), /readyz (it has
+// started and Redis takes its writes) and /metrics.
+func healthHandler(ready func(ctx context.Context) error, metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics)
 	write := func(w http.ResponseWriter, status int, v any) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
@@ -233,3 +246,11 @@ func (l asynqLogger) Info(args ...any)  { l.s.Info(args...) }
 func (l asynqLogger) Warn(args ...any)  { l.s.Warn(args...) }
 func (l asynqLogger) Error(args ...any) { l.s.Error(args...) }
 func (l asynqLogger) Fatal(args ...any) { l.s.Fatal(args...) }
+
+func modelIDs(c *catalog.Catalog) []string {
+	var ids []string
+	for _, m := range c.Models() {
+		ids = append(ids, m.ID)
+	}
+	return ids
+}

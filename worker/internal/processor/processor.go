@@ -35,7 +35,47 @@ type Store interface {
 	SetProgress(ctx context.Context, accountID, taskID, run string, pct int) error
 	CompleteTask(ctx context.Context, accountID, taskID, run string, results []task.Result) (store.Outcome, time.Time, error)
 	FailTask(ctx context.Context, accountID, taskID, run string, f task.Failure) (store.Outcome, error)
+	// Task reads a task back: what a failed task's refund was.
+	Task(ctx context.Context, accountID, taskID string) (*task.Task, error)
 }
+
+// Stages of a task, timed by Metrics.Stage.
+const (
+	StageFetch    = "fetch"
+	StageGenerate = "generate"
+	StageStore    = "store"
+)
+
+// Metrics records what the processor does.
+type Metrics interface {
+	// QueueWait: how long a task waited from its creation to its first run.
+	QueueWait(model string, d time.Duration)
+	// Stage: how long a stage took, when it succeeded.
+	Stage(model, stage string, d time.Duration)
+	// Finished: a task completed (code "") or failed, this run ending it.
+	Finished(model, outcome, code string)
+	// Retried: a generation tried again, or a job handed back to its queue.
+	Retried(model string)
+	// Running counts a task as running until done is called.
+	Running(model string) (done func())
+	// Refunded: the credits a failed task's account got back.
+	Refunded(model string, credits int64)
+}
+
+// Outcomes for Metrics.Finished.
+const (
+	Completed = "completed"
+	Failed    = "failed"
+)
+
+type noMetrics struct{}
+
+func (noMetrics) QueueWait(string, time.Duration)     {}
+func (noMetrics) Stage(string, string, time.Duration) {}
+func (noMetrics) Finished(string, string, string)     {}
+func (noMetrics) Retried(string)                      {}
+func (noMetrics) Running(string) func()               { return func() {} }
+func (noMetrics) Refunded(string, int64)              {}
 
 // Blobs stores result images.
 type Blobs interface {
@@ -57,6 +97,7 @@ type Processor struct {
 	catalog *catalog.Catalog
 	log     *zap.Logger
 	retry   Retry
+	metrics Metrics
 	now     func() time.Time
 	// touched remembers blobs this worker refreshed lately, so a blob
 	// produced again and again is touched once in a while, not each time.
@@ -69,7 +110,13 @@ func New(store Store, blobs Blobs, gen imagegen.Generator, fetch Fetcher, cat *c
 		retry.MaxAttempts = 1
 	}
 	touched, _ := lru.New[string, time.Time](1024)
-	return &Processor{store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, retry: retry, now: time.Now, touched: touched}
+	return &Processor{store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, retry: retry, metrics: noMetrics{}, now: time.Now, touched: touched}
+}
+
+// WithMetrics makes the processor record what it does on m.
+func (p *Processor) WithMetrics(m Metrics) *Processor {
+	p.metrics = m
+	return p
 }
 
 // Attempt says which run of a job this is: Run is its Asynq TaskID
@@ -96,6 +143,16 @@ const (
 	progressStored    = 95
 )
 
+// releaseTask records that run let go of its task alive (ReleaseTask), so
+// that its next start is not counted as a crash.
+func (p *Processor) releaseTask(ctx context.Context, acct, id, run string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := p.store.ReleaseTask(rctx, acct, id, run); err != nil {
+		logging.From(ctx).Warn("could not release the task", zap.Error(err))
+	}
+}
+
 // Process runs a job. It returns nil when the job is finished with, whatever
 // the task's outcome; an error means "run it again": a transient failure with
 // retries left, or a worker shutting down. Every line it logs, and every line
@@ -107,10 +164,15 @@ func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Atte
 	}
 	ctx = logging.WithLogger(ctx, p.log, zap.String("task_id", id), zap.String("account_id", acct), zap.String("run", run), zap.Int("attempt", at.Retry+1))
 	log := logging.From(ctx)
+	model := job.Input.Model.ID
 
 	outcome, err := p.store.StartTask(ctx, acct, id, run)
 	if err != nil {
 		log.Warn("could not mark the task processing", zap.Error(err))
+		// The start may have been applied all the same (its reply lost,
+		// or Redis applied it but its replicas did not confirm it): this
+		// run hands the task back alive, so that its retry is no crash.
+		p.releaseTask(ctx, acct, id, run)
 		return err
 	}
 	switch outcome {
@@ -125,19 +187,26 @@ func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Atte
 		return nil
 	case store.Poisoned:
 		log.Warn("task failed: it stopped its worker twice, and was refunded instead of run again", zap.String("code", string(task.WorkerCrashed)))
+		p.failed(ctx, acct, id, model, string(task.WorkerCrashed))
 		return nil
 	}
 	// Handing the task back to the queue alive (a retry, a shutdown) is no
 	// crash: say so, so that its next start is not counted as one.
-	release := func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		if err := p.store.ReleaseTask(rctx, acct, id, run); err != nil {
-			log.Warn("could not release the task", zap.Error(err))
+	release := func() { p.releaseTask(ctx, acct, id, run) }
+	log.Debug("task processing", zap.String("model", model))
+	started := p.now()
+	// The first start of the first run: what came before was the queue. A
+	// retry's or a later run's wait would count earlier runs too.
+	if at.Retry == 0 && run == jobs.RunID(id, 0) && !job.CreateTime.IsZero() {
+		p.metrics.QueueWait(model, started.Sub(job.CreateTime))
+	}
+	defer p.metrics.Running(model)()
+	// handBack counts a job handed back to its queue to run again.
+	handBack := func() {
+		if !at.Last() {
+			p.metrics.Retried(model)
 		}
 	}
-	log.Debug("task processing", zap.String("model", job.Input.Model.ID))
-	started := p.now()
 
 	// Progress is written at most every progressEvery: a task that takes
 	// a long time shows it rising, a fast one costs no extra writes.
@@ -163,7 +232,11 @@ func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Atte
 		if err != nil {
 			log.Error("could not mark the task completed", zap.Error(err))
 			release()
+			handBack()
 			return err
+		}
+		if o == store.Applied {
+			p.metrics.Finished(model, Completed, "")
 		}
 		log.Info("task completed", zap.Int("results", len(results)), zap.Duration("took", p.now().Sub(started)), zap.Stringer("outcome", o))
 		return nil
@@ -179,16 +252,38 @@ func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Atte
 	if retryable && !at.Last() {
 		log.Warn("task attempt failed; retrying", zap.String("code", f.Code), zap.Error(err))
 		release()
+		handBack()
 		return err
 	}
 	o, ferr := p.store.FailTask(context.WithoutCancel(ctx), acct, id, run, f)
 	if ferr != nil {
 		log.Error("could not mark the task failed", zap.Error(ferr), zap.NamedError("cause", err))
 		release()
+		handBack()
 		return ferr
+	}
+	if o == store.Applied {
+		p.failed(ctx, acct, id, model, f.Code)
 	}
 	log.Warn("task failed", zap.String("code", f.Code), zap.String("message", f.Message), zap.Error(err), zap.Stringer("outcome", o))
 	return nil
+}
+
+// failed records a task this run failed (or found poisoned), and its
+// refund, which the store made with the failure: the task's record says
+// how much it was.
+func (p *Processor) failed(ctx context.Context, acct, id, model, code string) {
+	p.metrics.Finished(model, Failed, code)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	t, err := p.store.Task(rctx, acct, id)
+	if err != nil {
+		logging.From(ctx).Debug("could not read the failed task back; its refund is not counted in the metrics", zap.Error(err))
+		return
+	}
+	if t.Refunded && t.Price > 0 {
+		p.metrics.Refunded(model, t.Price)
+	}
 }
 
 // classify turns an error into the failure a user sees, and whether another
@@ -224,10 +319,12 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 		ImageSize:   in.ImageSize,
 	}
 	if len(in.ImageURLs) > 0 {
+		start := p.now()
 		sources, err := p.fetch.Fetch(ctx, in.ImageURLs)
 		if err != nil {
 			return nil, err
 		}
+		p.metrics.Stage(model.ID, StageFetch, p.now().Sub(start))
 		req.Sources = sources
 		req.AspectRatio = in.OutputAspectRatio(sources[0].Width, sources[0].Height)
 	}
@@ -239,6 +336,7 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 	progress(progressFetched)
 
 	span := progressGenerated - progressFetched
+	start := p.now()
 	images, err := p.generate(ctx, req, func(pct int) {
 		progress(progressFetched + min(max(pct, 0), 99)*span/100)
 	})
@@ -248,8 +346,10 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 	if len(images) == 0 {
 		return nil, apperr.New(task.GenerationFailed, "the model returned no image")
 	}
+	p.metrics.Stage(model.ID, StageGenerate, p.now().Sub(start))
 	progress(progressGenerated)
 
+	start = p.now()
 	results := make([]task.Result, 0, len(images))
 	for _, img := range images {
 		key, err := p.keep(ctx, img)
@@ -258,6 +358,7 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 		}
 		results = append(results, task.Result{Key: key, ContentType: img.MIME, Size: int64(len(img.Data)), Width: img.Width, Height: img.Height})
 	}
+	p.metrics.Stage(model.ID, StageStore, p.now().Sub(start))
 	progress(progressStored)
 	return results, nil
 }
@@ -281,6 +382,7 @@ func (p *Processor) generate(ctx context.Context, req imagegen.Request, progress
 		backoff.WithMaxElapsedTime(p.retry.MaxElapsed),
 		backoff.WithNotify(func(err error, wait time.Duration) {
 			log.Warn("generation failed; retrying", zap.Int("attempt", attempts), zap.Duration("wait", wait), zap.Error(err))
+			p.metrics.Retried(req.Model.ID)
 		}),
 	)
 	if err != nil && apperr.IsRetryable(err) && ctx.Err() == nil {

@@ -1,0 +1,206 @@
+// Package metrics is the worker's Prometheus instrumentation: the metrics
+// it exports (docs/metrics.md lists them), registered on a registry the
+// worker's Run makes, and the handler that serves them on the health
+// listener. Nothing here is global: each worker, and each test, has a
+// registry of its own.
+//
+// The processor and the sweeper record through small interfaces of their
+// own, which *Metrics satisfies; Generator wraps an image generator to
+// count and time its calls.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/worker/imagegen"
+)
+
+// Namespace prefixes every Easel metric.
+const Namespace = "easel"
+
+// Outcomes of a finished task (easel_tasks_finished_total's outcome).
+const (
+	Completed = "completed"
+	Failed    = "failed"
+)
+
+// Outcomes of a call to the generator (easel_upstream_requests_total's
+// outcome): OK, Timeout (the task's deadline passed during the call),
+// Canceled (the worker is shutting down), or the failure code of the error
+// (upstream_unavailable, content_blocked, generation_failed, ...).
+const (
+	OK       = "ok"
+	Timeout  = "timeout"
+	Canceled = "canceled"
+)
+
+// durationBuckets span a fast generation to a slow one's retries.
+var durationBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300}
+
+// Metrics are the worker's metrics.
+type Metrics struct {
+	queueWait        *prometheus.HistogramVec
+	stage            *prometheus.HistogramVec
+	finished         *prometheus.CounterVec
+	retries          *prometheus.CounterVec
+	upstream         *prometheus.CounterVec
+	upstreamDuration *prometheus.HistogramVec
+	inFlight         *prometheus.GaugeVec
+	refunded         *prometheus.CounterVec
+}
+
+// New makes the worker's metrics and registers them on reg (nil: on no
+// registry).
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "task_queue_wait_seconds",
+			Help:    "Time from a task's creation to the start of its first run, by model.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+		}, []string{"model"}),
+		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "task_stage_duration_seconds",
+			Help:    "Time a stage of a task took when it succeeded, by model and stage: fetch (source images), generate (with its retries), store (results).",
+			Buckets: durationBuckets,
+		}, []string{"model", "stage"}),
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "tasks_finished_total",
+			Help: "Tasks that reached their end, by model, outcome (completed, failed) and failure code (empty when completed).",
+		}, []string{"model", "outcome", "code"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "task_retries_total",
+			Help: "Retries, by model: a generation tried again after a retryable error, or a job handed back to its queue to run again.",
+		}, []string{"model"}),
+		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "upstream_requests_total",
+			Help: "Calls to the image generator, by provider and outcome (ok, canceled, or the failure code).",
+		}, []string{"provider", "outcome"}),
+		upstreamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "upstream_request_duration_seconds",
+			Help:    "Time a call to the image generator took, whatever its outcome, by provider.",
+			Buckets: durationBuckets,
+		}, []string{"provider"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "generations_in_flight",
+			Help: "Tasks this worker is running now, by model.",
+		}, []string{"model"}),
+		refunded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "credits_refunded_total",
+			Help: "Credits returned for failed tasks, by model.",
+		}, []string{"model"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.queueWait, m.stage, m.finished, m.retries, m.upstream, m.upstreamDuration, m.inFlight, m.refunded)
+	}
+	return m
+}
+
+// InitModels makes the per-model counters and gauges exist at 0 from the
+// start, so that rates over them are defined before the first task.
+func (m *Metrics) InitModels(models []string) {
+	for _, model := range models {
+		m.finished.WithLabelValues(model, Completed, "")
+		m.retries.WithLabelValues(model)
+		m.inFlight.WithLabelValues(model)
+		m.refunded.WithLabelValues(model)
+	}
+}
+
+// QueueWait records how long a task waited for its first run.
+func (m *Metrics) QueueWait(model string, d time.Duration) {
+	m.queueWait.WithLabelValues(model).Observe(max(d, 0).Seconds())
+}
+
+// Stage records how long a stage of a task took.
+func (m *Metrics) Stage(model, stage string, d time.Duration) {
+	m.stage.WithLabelValues(model, stage).Observe(d.Seconds())
+}
+
+// Finished records a task's end: code is "" for a completed task.
+func (m *Metrics) Finished(model, outcome, code string) {
+	m.finished.WithLabelValues(model, outcome, code).Inc()
+}
+
+// Retried records a retry.
+func (m *Metrics) Retried(model string) {
+	m.retries.WithLabelValues(model).Inc()
+}
+
+// Running counts a task as running until the returned func is called.
+func (m *Metrics) Running(model string) (done func()) {
+	g := m.inFlight.WithLabelValues(model)
+	g.Inc()
+	return g.Dec
+}
+
+// Refunded records the credits a failed task's account got back.
+func (m *Metrics) Refunded(model string, credits int64) {
+	m.refunded.WithLabelValues(model).Add(float64(credits))
+}
+
+// Upstream records a call to the generator.
+func (m *Metrics) Upstream(provider, outcome string, d time.Duration) {
+	m.upstream.WithLabelValues(provider, outcome).Inc()
+	m.upstreamDuration.WithLabelValues(provider).Observe(d.Seconds())
+}
+
+// Generator wraps gen so that each of its calls is counted and timed under
+// provider (EASEL_GENERATOR's value).
+func Generator(gen imagegen.Generator, provider string, m *Metrics) imagegen.Generator {
+	m.upstream.WithLabelValues(provider, OK)
+	return &generator{gen: gen, provider: provider, m: m}
+}
+
+type generator struct {
+	gen      imagegen.Generator
+	provider string
+	m        *Metrics
+}
+
+func (g *generator) Generate(ctx context.Context, req imagegen.Request, progress func(int)) ([]imagegen.Image, error) {
+	start := time.Now()
+	imgs, err := g.gen.Generate(ctx, req, progress)
+	g.m.Upstream(g.provider, upstreamOutcome(ctx, err), time.Since(start))
+	return imgs, err
+}
+
+// upstreamOutcome names a call's outcome: its failure code, a bounded set
+// (package task's codes and apperr's).
+func upstreamOutcome(ctx context.Context, err error) string {
+	switch {
+	case err == nil:
+		return OK
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return Timeout
+	case ctx.Err() != nil || errors.Is(err, context.Canceled):
+		return Canceled
+	}
+	return string(apperr.CodeOf(err))
+}
+
+// NewRegistry returns a registry holding the Go runtime's and the
+// process's standard collectors (go_*, process_*).
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// Handler serves reg's metrics in Prometheus's exposition formats. A
+// collector that fails leaves its metrics out; the rest are served.
+func Handler(reg *prometheus.Registry) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		Registry:            reg, // promhttp_metric_handler_errors_total
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 4,
+		Timeout:             10 * time.Second,
+	})
+}
