@@ -1,0 +1,54 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/worker/imagegen"
+)
+
+// unconfirmedStarts applies the first n StartTask calls but answers them
+// with an error, as a start whose reply was lost, or that Redis applied but
+// its replicas did not confirm (EASEL_REDIS_MIN_REPLICAS), is answered.
+type unconfirmedStarts struct {
+	Store
+	n int
+}
+
+func (u *unconfirmedStarts) StartTask(ctx context.Context, acct, id, run string) (store.Outcome, error) {
+	o, err := u.Store.StartTask(ctx, acct, id, run)
+	if err == nil && u.n > 0 {
+		u.n--
+		return o, apperr.Transient(errors.New("store: not confirmed by enough replicas"), apperr.Unavailable, "try again")
+	}
+	return o, err
+}
+
+// A start that failed in reply only is no crash: the run hands the task
+// back alive, and its retries start it again without counting one, however
+// many times it happens (a failover can do it more than once).
+func TestUnconfirmedStartIsNoCrash(t *testing.T) {
+	calls := 0
+	f := newFixture(t, genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
+		calls++
+		return []imagegen.Image{{Data: []byte("\x89PNG"), MIME: "image/png", Width: 1, Height: 1}}, nil
+	}))
+	f.proc.store = &unconfirmedStarts{Store: f.store, n: 3}
+	ctx := context.Background()
+	j := f.job(t, "task_lumen_60", std, nil)
+	for retry := 0; retry < 3; retry++ {
+		if err := f.proc.Process(ctx, j, Attempt{Retry: retry, MaxRetry: 5, Run: j.TaskID}); err == nil {
+			t.Fatalf("attempt %d: no error from a start that was not confirmed", retry)
+		}
+	}
+	if err := f.proc.Process(ctx, j, Attempt{Retry: 3, MaxRetry: 5, Run: j.TaskID}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.get(t, j.TaskID); got.Status != task.Completed || calls != 1 {
+		t.Errorf("task %s (%+v) after %d generations; want completed after 1, not failed as a crash", got.Status, got.Failure, calls)
+	}
+}
