@@ -16,6 +16,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	asynqmetrics "github.com/hibiken/asynq/x/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/pkg/catalog"
@@ -94,13 +96,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		Initial:     cfg.RetryInitial,
 		MaxInterval: min(20*time.Second, cfg.RetryMaxElapsed),
 	}
-	// The process's own registry: nothing registers globally. Every worker
-	// exports the queues' metrics (Asynq's collector reads them from Redis
-	// at each scrape), the same on each.
-	reg := metrics.NewRegistry()
-	meter := metrics.New(reg)
-	meter.InitModels(modelIDs(cat))
-	reg.MustRegister(asynqmetrics.NewQueueMetricsCollector(asynq.NewInspectorFromRedisClient(rdb)))
+	reg, meter := newMetrics(rdb, cat)
 	proc := processor.New(st, blobs, metrics.Generator(gen, provider, meter), fetcher, cat, log, retry).WithMetrics(meter)
 
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
@@ -209,6 +205,18 @@ func newGenerator(ctx context.Context, cfg Config) (imagegen.Generator, error) {
 		return gemini.New(ctx, gemini.Config{APIKey: cfg.GeminiAPIKey, BaseURL: cfg.GeminiBaseURL, Models: models, Timeout: cfg.GeminiTimeout})
 	}
 	return nil, fmt.Errorf("unknown generator %q", cfg.Generator)
+}
+
+// newMetrics makes the process's own registry (nothing registers
+// globally) with the worker's metrics, and Asynq's collector of the
+// queues' metrics, which reads them from Redis at each scrape: every
+// worker exports the same queue figures.
+func newMetrics(rdb redis.UniversalClient, cat *catalog.Catalog) (*prometheus.Registry, *metrics.Metrics) {
+	reg := metrics.NewRegistry()
+	meter := metrics.New(reg)
+	meter.InitModels(modelIDs(cat))
+	reg.MustRegister(asynqmetrics.NewQueueMetricsCollector(asynq.NewInspectorFromRedisClient(rdb)))
+	return reg, meter
 }
 
 // healthHandler serves /healthz (the process lives), /readyz (it has
