@@ -72,6 +72,10 @@ type Config struct {
 	// that scrape only that one (the metrics are then public unless
 	// something in front hides them).
 	MetricsOnAPI bool `env:"EASEL_METRICS_ON_API" envDefault:"false"`
+	// BlobRedirect answers a verified result download with a redirect to a
+	// presigned URL of the bucket (s3:// EASEL_BLOB_URL only), valid as long
+	// as the result URL, instead of streaming the bytes through the gateway.
+	BlobRedirect bool `env:"EASEL_BLOB_REDIRECT" envDefault:"false"`
 }
 
 // metricsOff is the EASEL_METRICS_ADDR that turns the operations listener
@@ -190,6 +194,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DevCredits < 0 {
 		errs = append(errs, errors.New("EASEL_DEV_CREDITS: want 0 or more"))
+	}
+	if c.BlobRedirect && !strings.HasPrefix(c.BlobURL, "s3://") {
+		errs = append(errs, errors.New("EASEL_BLOB_REDIRECT needs results in a bucket (EASEL_BLOB_URL=s3://...): a directory has no URLs to redirect to"))
 	}
 	return errors.Join(errs...)
 }

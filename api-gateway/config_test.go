@@ -36,6 +36,8 @@ func TestConfigErrors(t *testing.T) {
 		{Name: "valid", Env: environ(), Want: ""},
 		{Name: "no redis url", Env: environ("EASEL_REDIS_URL", configtest.Unset), Want: "EASEL_REDIS_URL is required"},
 		{Name: "no secret", Env: environ("EASEL_SIGNING_SECRET", configtest.Unset), Want: "EASEL_SIGNING_SECRET is required"},
+		{Name: "redirect from a directory", Env: environ("EASEL_BLOB_REDIRECT", "true"), Want: "EASEL_BLOB_REDIRECT needs results in a bucket"},
+		{Name: "redirect from a bucket", Env: environ("EASEL_BLOB_REDIRECT", "true", "EASEL_BLOB_URL", "s3://easel-results"), Want: ""},
 		{Name: "no secret in dev mode", Env: environ("EASEL_SIGNING_SECRET", configtest.Unset, "EASEL_DEV_MODE", "true"), Want: ""},
 		{Name: "short secret", Env: environ("EASEL_SIGNING_SECRET", "short"), Want: "at least 32"},
 		{Name: "bad addr", Env: environ("EASEL_HTTP_ADDR", "8080"), Want: "EASEL_HTTP_ADDR"},

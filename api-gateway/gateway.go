@@ -57,6 +57,14 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	}
 	defer deps.Close()
 	rdb, blobs := deps.Redis, deps.Blobs
+	var redirect api.Presigner
+	if cfg.BlobRedirect {
+		p, ok := blobs.(api.Presigner)
+		if !ok {
+			return fmt.Errorf("EASEL_BLOB_REDIRECT: the result store %s cannot presign URLs", blobs)
+		}
+		redirect = p
+	}
 
 	prices, err := pricing.Parse(cfg.Prices)
 	if err != nil {
@@ -103,6 +111,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		Decoder:           &createreq.Decoder{Catalog: cat, Egress: cfg.EgressPolicy()},
 		Signer:            signedurl.New(secret, cfg.PublicURL),
 		Blobs:             blobs,
+		Redirect:          redirect,
 		Ready:             ready,
 		// Failed authentications per client address, before Redis.
 		AuthGuard:      auth.NewGuard(cfg.AuthFailRate, int(4*cfg.AuthFailRate)),

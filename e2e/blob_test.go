@@ -3,10 +3,15 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -76,5 +81,61 @@ func s3Env(t *testing.T) map[string]string {
 		"EASEL_S3_PATH_STYLE":        "true",
 		"EASEL_S3_ACCESS_KEY_ID":     minio.AccessKey,
 		"EASEL_S3_SECRET_ACCESS_KEY": minio.SecretKey,
+	}
+}
+
+// With EASEL_BLOB_REDIRECT a verified download is a 302 to a presigned URL
+// of the bucket, good until the result URL expires; what fails verification
+// is refused by the gateway as before, and never redirected.
+func TestDownloadRedirect(t *testing.T) {
+	env := s3Env(t)
+	env["EASEL_BLOB_REDIRECT"] = "true"
+	s := startStack(t, stackOptions{env: env})
+	c := newClient(t, s.base, s.key)
+	id := c.create(createBody(std, `{"prompt":"a lighthouse"}`))
+	rec, _, _ := c.poll(id, 30*time.Second)
+	if rec.Status != "completed" || len(rec.Results) != 1 {
+		t.Fatalf("task %+v", rec)
+	}
+	u, err := url.Parse(rec.Results[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	noFollow := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Get(rec.Results[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusFound || !strings.HasPrefix(loc, env["EASEL_S3_ENDPOINT"]+"/") {
+		t.Fatalf("download: %d, Location %q; want 302 to the bucket", resp.StatusCode, loc)
+	}
+	exp, _ := strconv.ParseInt(u.Query().Get("expires"), 10, 64)
+	if left := time.Until(time.Unix(exp, 0)); !strings.Contains(loc, "X-Amz-Expires=") || left < 23*time.Hour {
+		t.Errorf("presigned %s for a result URL with %v left", loc, left)
+	}
+	// The bucket serves the image, ranges too.
+	_, format, whole := newClient(t, "", "").download(loc)
+	if format != "png" || len(whole) < 100 {
+		t.Fatalf("image behind the redirect: %s, %d bytes", format, len(whole))
+	}
+	st, _, part := newClient(t, "", "").do("GET", loc, "", map[string]string{"Range": "bytes=0-7"})
+	if st != 206 || string(part) != string(whole[:8]) {
+		t.Errorf("range behind the redirect: %d %q", st, part)
+	}
+	// Tampered or expired: refused by the gateway, no redirect.
+	for name, path := range map[string]string{
+		"tampered": strings.Replace(u.RequestURI(), ".png", "0.png", 1),
+		"expired":  signURL(u.Path, time.Now().Add(-time.Minute)),
+	} {
+		resp, err := noFollow.Get(s.base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 403 && resp.StatusCode != 410 || resp.Header.Get("Location") != "" {
+			t.Errorf("%s URL: %d, Location %q; want 403 or 410 without a redirect", name, resp.StatusCode, resp.Header.Get("Location"))
+		}
 	}
 }

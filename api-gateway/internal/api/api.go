@@ -46,6 +46,12 @@ type Blobs interface {
 	Open(ctx context.Context, key string) (blob.Object, blob.Info, error)
 }
 
+// Presigner gives out a store's own short-lived URLs of results, for
+// downloads answered with a redirect (EASEL_BLOB_REDIRECT).
+type Presigner interface {
+	Presign(ctx context.Context, key string, ttl time.Duration) (string, error)
+}
+
 // Limiter limits request rates.
 type Limiter interface {
 	Allow(ctx context.Context, bucket string, perSecond int) (ratelimit.Result, error)
@@ -70,6 +76,9 @@ type Deps struct {
 	Decoder           *createreq.Decoder
 	Signer            Signer
 	Blobs             Blobs
+	// Redirect, when set, answers downloads with a 302 to a URL it
+	// presigns instead of streaming them.
+	Redirect Presigner
 	// Ready reports whether the gateway can serve (Redis takes writes).
 	Ready func(ctx context.Context) error
 	// RequestTimeout bounds the work of an API request (0: none): past it,

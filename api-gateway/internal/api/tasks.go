@@ -7,6 +7,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -125,6 +126,9 @@ func (h *handlers) download(c echo.Context) error {
 		return err
 	}
 	key := strings.TrimPrefix(r.URL.Path, FilesPrefix)
+	if h.Redirect != nil {
+		return h.redirect(c, key, q.Get("expires"), now)
+	}
 	obj, info, err := h.Blobs.Open(r.Context(), key)
 	if err != nil {
 		return err
@@ -153,6 +157,26 @@ func (h *handlers) download(c echo.Context) error {
 	// for a range past the end) are turned into the JSON envelope.
 	http.ServeContent(&envelopeErrors{ResponseWriter: c.Response(), head: r.Method == http.MethodHead}, r, path.Base(key), info.ModTime, obj)
 	return nil
+}
+
+// redirect answers a verified download with a 302 to the store's own URL of
+// the blob, valid until the result URL expires: Range, conditional requests
+// and HEAD are then the store's to answer, and so is a blob gone missing.
+func (h *handlers) redirect(c echo.Context, key, expires string, now time.Time) error {
+	exp, err := strconv.ParseInt(expires, 10, 64)
+	if err != nil { // Verify accepted it, so it is a number
+		return apperr.Wrap(err, apperr.Internal, "internal error")
+	}
+	ttl := time.Unix(exp, 0).Sub(now)
+	u, err := h.Redirect.Presign(c.Request().Context(), key, ttl)
+	if err != nil {
+		return err
+	}
+	hdr := c.Response().Header()
+	// The presigned URL is good for ttl: a cache may keep the redirect no
+	// longer than that.
+	hdr.Set("Cache-Control", "private, max-age="+strconv.FormatInt(max(int64(ttl/time.Second), 0), 10))
+	return c.Redirect(http.StatusFound, u)
 }
 
 // maxRanges is the most byte ranges a download serves. A client wants an
