@@ -1,6 +1,6 @@
 # Easel: `make run` starts the whole stack locally; `make test` runs every test.
 GO      ?= go
-MODULES := proto pkg tools/testkit tools api-gateway worker e2e bench
+MODULES := proto pkg tools/testkit tools api-gateway worker e2e bench deploy
 BIN     := bin
 # Race detection for every test run.
 TESTFLAGS ?= -race -count=1 -timeout 15m
