@@ -53,7 +53,46 @@ func TestConfigErrors(t *testing.T) {
 		{Name: "negative dev credits", Env: environ("EASEL_DEV_CREDITS", "-1"), Want: "EASEL_DEV_CREDITS"},
 		{Name: "dev key outside dev mode", Env: environ("EASEL_DEV_API_KEY", "esk_local_development_key_do_not_deploy_01"), Want: "EASEL_DEV_API_KEY works only with EASEL_DEV_MODE=true"},
 		{Name: "dev key in dev mode", Env: environ("EASEL_DEV_API_KEY", "esk_local_development_key_do_not_deploy_01", "EASEL_DEV_MODE", "true"), Want: ""},
+		{Name: "bad metrics addr", Env: environ("EASEL_METRICS_ADDR", "9090"), Want: "EASEL_METRICS_ADDR"},
+		{Name: "metrics on the API's port", Env: environ("EASEL_METRICS_ADDR", ":8080"), Want: "share a port"},
+		{Name: "metrics on the API's port, one host named", Env: environ("EASEL_HTTP_ADDR", "127.0.0.1:8080", "EASEL_METRICS_ADDR", ":8080"), Want: "share a port"},
+		{Name: "metrics on the API's port number, another host", Env: environ("EASEL_HTTP_ADDR", "127.0.0.1:8080", "EASEL_METRICS_ADDR", "10.0.0.1:8080"), Want: ""},
+		{Name: "both on free ports", Env: environ("EASEL_HTTP_ADDR", "127.0.0.1:0", "EASEL_METRICS_ADDR", "127.0.0.1:0"), Want: ""},
+		{Name: "bad metrics on API", Env: environ("EASEL_METRICS_ON_API", "yes please"), Want: "EASEL_METRICS_ON_API"},
 	})
+}
+
+func TestMetricsConfig(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		env   map[string]string
+		addr  string
+		onAPI bool
+	}{
+		{"default", environ(), ":9090", false},
+		{"empty: off", environ("EASEL_METRICS_ADDR", ""), "", false},
+		{"off", environ("EASEL_METRICS_ADDR", "off"), "", false},
+		{"an address", environ("EASEL_METRICS_ADDR", "0.0.0.0:9100"), "0.0.0.0:9100", false},
+		{"on the API too", environ("EASEL_METRICS_ON_API", "true"), ":9090", true},
+		{"on the API only", environ("EASEL_METRICS_ADDR", "", "EASEL_METRICS_ON_API", "true"), "", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := LoadConfig(tt.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.MetricsAddr != tt.addr || c.MetricsOnAPI != tt.onAPI {
+				t.Errorf("EASEL_METRICS_ADDR %q, EASEL_METRICS_ON_API %v; want %q, %v", c.MetricsAddr, c.MetricsOnAPI, tt.addr, tt.onAPI)
+			}
+		})
+	}
+	// The process environment, as the binary reads it.
+	t.Setenv("EASEL_REDIS_URL", "redis://localhost:6379/0")
+	t.Setenv("EASEL_SIGNING_SECRET", strings.Repeat("s", 32))
+	t.Setenv("EASEL_METRICS_ADDR", "")
+	if c, err := LoadConfig(nil); err != nil || c.MetricsAddr != "" {
+		t.Errorf("EASEL_METRICS_ADDR= in the environment: %q %v; want off", c.MetricsAddr, err)
+	}
 }
 
 func TestDefaultPublicURL(t *testing.T) {

@@ -169,3 +169,42 @@ func Handler(reg *prometheus.Registry) http.Handler {
 		Timeout:             10 * time.Second,
 	})
 }
+
+// Series flattens what g gathers into one value per series, keyed as the
+// text format writes them: name{label="value",...} with the labels in
+// name order (none: bare name). A histogram is its _count and _sum. For
+// tests, and anyone reading a gateway's metrics in code.
+func Series(g prometheus.Gatherer) (map[string]float64, error) {
+	mfs, err := g.Gather()
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := func(suffix string) string {
+				k := mf.GetName() + suffix
+				if len(m.GetLabel()) == 0 {
+					return k
+				}
+				k += "{"
+				for i, l := range m.GetLabel() {
+					if i > 0 {
+						k += ","
+					}
+					k += l.GetName() + "=" + strconv.Quote(l.GetValue())
+				}
+				return k + "}"
+			}
+			switch {
+			case m.Counter != nil:
+				out[key("")] = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				out[key("")] = m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				out[key("_count")] = float64(m.GetHistogram().GetSampleCount())
+				out[key("_sum")] = m.GetHistogram().GetSampleSum()
+			case m.Untyped != nil:
+				out[key("")] = m.GetUntyped().GetValue()
+			}
+		}
+	}
+	return out, err
+}
