@@ -1,0 +1,215 @@
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	corev1 "k8s.io/api/core/v1"
+)
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// builtBinaries builds the gateway and the worker once per test run, as the
+// Dockerfiles do (CGO_ENABLED=0).
+func builtBinaries(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "easel-deploy-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		for _, pkg := range []string{"./api-gateway/cmd/gateway", "./worker/cmd/worker"} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, filepath.Base(pkg)), pkg)
+			cmd.Dir = ".."
+			cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+				return
+			}
+		}
+		binDir = dir
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+// TestProbesAnswer runs each Easel container of the dev overlay as its
+// Deployment configures it (its environment, with Redis replaced by an
+// embedded one, results by a directory and listen addresses by free
+// loopback ports standing for the container ports) and asks its probes
+// and its scrape endpoint what the kubelet and Prometheus would: each must
+// answer 200. Then SIGTERM, as at a pod's end: the process must exit 0
+// within the pod's grace period.
+func TestProbesAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	objs := decode(t, buildKrusty(t, devDir))
+	pods := easelPods(t, objs)
+	if t.Failed() {
+		t.FailNow()
+	}
+	bins := builtBinaries(t)
+	redis := miniredis.RunT(t)
+	for _, p := range pods {
+		t.Run(p.dep.Name, func(t *testing.T) {
+			env := maps.Clone(p.env)
+			env["EASEL_REDIS_URL"] = "redis://" + redis.Addr() + "/0"
+			env["EASEL_BLOB_URL"] = "file://" + t.TempDir()
+			for k := range env {
+				if strings.HasPrefix(k, "EASEL_S3_") {
+					delete(env, k)
+				}
+			}
+			// Container port -> the loopback port standing for it.
+			ports := map[int32]int{}
+			for _, l := range p.listeners {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				ports[l.port] = ln.Addr().(*net.TCPAddr).Port
+				_ = ln.Close()
+				env[l.envVar] = "127.0.0.1:" + strconv.Itoa(ports[l.port])
+			}
+			cmd := exec.Command(filepath.Join(bins, p.bin.name))
+			cmd.Env = []string{"HOME=" + t.TempDir()}
+			for k, v := range env {
+				cmd.Env = append(cmd.Env, k+"="+v)
+			}
+			var logs syncBuffer
+			cmd.Stdout, cmd.Stderr = &logs, &logs
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			stopped := false
+			defer func() {
+				if !stopped {
+					_ = cmd.Process.Kill()
+					<-exited
+				}
+				if t.Failed() {
+					t.Logf("%s output:\n%s", p.bin.name, logs.String())
+				}
+			}()
+
+			get := func(what string, port int32, path string) {
+				t.Helper()
+				lp, ok := ports[port]
+				if !ok {
+					t.Errorf("%s: port %d is no listener of the %s", what, port, p.bin.name)
+					return
+				}
+				u := "http://127.0.0.1:" + strconv.Itoa(lp) + path
+				deadline := time.Now().Add(20 * time.Second)
+				for {
+					status, err := httpGet(u)
+					if status == http.StatusOK {
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Errorf("%s: GET %s (container port %d): %d %v", what, path, port, status, err)
+						return
+					}
+					select {
+					case err := <-exited:
+						stopped = true
+						t.Fatalf("the %s exited: %v", p.bin.name, err)
+					case <-time.After(100 * time.Millisecond):
+					}
+				}
+			}
+			for _, pr := range []struct {
+				kind  string
+				probe *corev1.Probe
+			}{{"livenessProbe", p.c.LivenessProbe}, {"readinessProbe", p.c.ReadinessProbe}} {
+				cp, ok := containerPort(p.c, pr.probe.HTTPGet.Port)
+				if !ok {
+					t.Fatalf("%s: undeclared port %s", pr.kind, pr.probe.HTTPGet.Port.String())
+				}
+				get(pr.kind, cp.ContainerPort, pr.probe.HTTPGet.Path)
+			}
+			ann := p.dep.Spec.Template.Annotations
+			port, _ := strconv.Atoi(ann["prometheus.io/port"])
+			get("prometheus.io/port", int32(port), ann["prometheus.io/path"])
+
+			grace := 30 * time.Second
+			if g := p.dep.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil {
+				grace = time.Duration(*g) * time.Second
+			}
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case err := <-exited:
+				stopped = true
+				if err != nil {
+					t.Errorf("after SIGTERM the %s exited with %v", p.bin.name, err)
+				}
+			case <-time.After(grace):
+				t.Errorf("the %s did not exit within the grace period (%s) of SIGTERM", p.bin.name, grace)
+			}
+		})
+	}
+}
+
+func httpGet(u string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
+}
+
+// syncBuffer collects a process's output from two pipes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
