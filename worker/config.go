@@ -38,6 +38,11 @@ type Config struct {
 	FetchMaxTotalMB  int           `env:"EASEL_FETCH_MAX_TOTAL_MB" envDefault:"100"`
 	FetchMaxMegapix  int           `env:"EASEL_FETCH_MAX_MEGAPIXELS" envDefault:"50"`
 	FetchMaxDecoded  int           `env:"EASEL_FETCH_MAX_DECODED_MB" envDefault:"400"`
+	// DecodeBudgetMB bounds the decoded source images the whole process
+	// holds at once; a task waits for its share, taken from the images'
+	// headers before decoding. At least EASEL_FETCH_MAX_DECODED_MB, so that
+	// every task the fetcher lets through can run.
+	DecodeBudgetMB int `env:"EASEL_DECODE_BUDGET_MB" envDefault:"1024"`
 	FetchTimeout     time.Duration `env:"EASEL_FETCH_TIMEOUT" envDefault:"30s"`
 	FetchConnTimeout time.Duration `env:"EASEL_FETCH_CONNECT_TIMEOUT" envDefault:"5s"`
 	// SimDelay is the procedural generator's simulated duration for the
@@ -67,6 +72,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Concurrency < 1 || c.Concurrency > 10000 {
 		errs = append(errs, fmt.Errorf("EASEL_WORKER_CONCURRENCY %d: want 1 to 10000", c.Concurrency))
+	}
+	if c.DecodeBudgetMB < c.FetchMaxDecoded {
+		errs = append(errs, fmt.Errorf("EASEL_DECODE_BUDGET_MB %d: want at least EASEL_FETCH_MAX_DECODED_MB (%d), or a task the fetcher accepts could never run", c.DecodeBudgetMB, c.FetchMaxDecoded))
 	}
 	switch c.Generator {
 	case "procedural":

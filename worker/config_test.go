@@ -27,6 +27,8 @@ func TestConfigErrors(t *testing.T) {
 		{Name: "valid", Env: environ(), Want: ""},
 		{Name: "no signing secret needed", Env: environ("EASEL_SIGNING_SECRET", configtest.Unset), Want: ""},
 		{Name: "queues", Env: environ("EASEL_QUEUES", "standard:2, pro:5"), Want: ""},
+		{Name: "decode budget under a task's", Env: environ("EASEL_DECODE_BUDGET_MB", "300"), Want: "EASEL_DECODE_BUDGET_MB 300"},
+		{Name: "decode budget of one task", Env: environ("EASEL_DECODE_BUDGET_MB", "400"), Want: ""},
 		{Name: "unknown queue", Env: environ("EASEL_QUEUES", "standard,turbo"), Want: `unknown queue "turbo"`},
 		{Name: "empty queues", Env: environ("EASEL_QUEUES", " , "), Want: "name at least one"},
 		{Name: "bad weight", Env: environ("EASEL_QUEUES", "pro:0"), Want: "weight"},

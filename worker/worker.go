@@ -66,10 +66,13 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		}
 		provider = cfg.Generator
 	}
-	// A Redis connection for each job Asynq may run at once, and some for
-	// its own loops (dequeue, heartbeat, recovery) and the sweeper.
+	// A job holds a Redis connection only for its state changes, a few
+	// milliseconds of a generation that waits seconds on its upstream: the
+	// pool does not grow with the jobs in flight (redisPool), so thousands
+	// of them share at most 64 connections, with Asynq's own loops and the
+	// sweeper.
 	instance := service.InstanceID("worker")
-	deps, err := service.Open(ctx, cfg.Common, redisconn.Options{PoolSize: cfg.Concurrency + 16, ClientName: instance}, log)
+	deps, err := service.Open(ctx, cfg.Common, redisconn.Options{PoolSize: redisPool(cfg.Concurrency), ClientName: instance}, log)
 	if err != nil {
 		return err
 	}
@@ -196,7 +199,11 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 func newGenerator(ctx context.Context, cfg Config) (imagegen.Generator, error) {
 	switch cfg.Generator {
 	case "procedural":
-		return procedural.New(cfg.SimDelay)
+		g, err := procedural.New(cfg.SimDelay)
+		if err != nil {
+			return nil, err
+		}
+		return g.WithDecodeBudget(int64(cfg.DecodeBudgetMB) << 20), nil
 	case "gemini":
 		models, err := ParseModelMap(cfg.GeminiModels)
 		if err != nil {
@@ -206,6 +213,11 @@ func newGenerator(ctx context.Context, cfg Config) (imagegen.Generator, error) {
 	}
 	return nil, fmt.Errorf("unknown generator %q", cfg.Generator)
 }
+
+// redisPool is the Redis pool size of a worker running concurrency jobs at
+// once: one connection a job up to 48, and 16 for Asynq's loops (dequeue,
+// heartbeat, recovery) and the sweeper.
+func redisPool(concurrency int) int { return min(concurrency, 48) + 16 }
 
 // newMetrics makes the process's own registry (nothing registers
 // globally) with the worker's metrics, and Asynq's collector of the

@@ -32,15 +32,22 @@ import (
 	"golang.org/x/image/font/opentype"
 	"golang.org/x/image/math/fixed"
 	"golang.org/x/image/vector"
+	"golang.org/x/sync/semaphore"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/worker/imagegen"
 )
 
 // Generator is the procedural generator.
 type Generator struct {
-	delay   time.Duration
+	delay time.Duration
+	// budget holds the decoded bytes of source images in use (budgetN at
+	// most).
+	budget  *semaphore.Weighted
+	budgetN int64
 	font    *opentype.Font
 	encoder png.Encoder
 	steps   int
@@ -78,7 +85,20 @@ func New(delay time.Duration) (*Generator, error) {
 		steps:   8,
 		renders: make(chan struct{}, runtime.NumCPU()),
 		cache:   cache,
+		budget:  semaphore.NewWeighted(DefaultDecodeBudget),
+		budgetN: DefaultDecodeBudget,
 	}, nil
+}
+
+// DefaultDecodeBudget is the decoded bytes of source images a generator
+// holds at once unless WithDecodeBudget says otherwise.
+const DefaultDecodeBudget = 1 << 30
+
+// WithDecodeBudget bounds the decoded bytes of the source images all
+// generations of the process hold at once (bytes > 0), and returns g.
+func (g *Generator) WithDecodeBudget(bytes int64) *Generator {
+	g.budget, g.budgetN = semaphore.NewWeighted(bytes), bytes
+	return g
 }
 
 // Generate paints the image for req. progress receives percentages of the
@@ -143,6 +163,23 @@ func (g *Generator) paint(ctx context.Context, req imagegen.Request) (picture, e
 		return picture{}, ctx.Err()
 	}
 	defer func() { <-g.renders }()
+	// The decoded sources' memory is taken from the process's budget,
+	// from their headers, before any is decoded. A task that could never
+	// fit fails at once; one that must wait for others waits.
+	var need int64
+	for _, s := range req.Sources {
+		need += s.DecodedBytes
+	}
+	if need > g.budgetN {
+		return picture{}, apperr.New(task.InvalidSourceImage, fmt.Sprintf(
+			"the source images decode to %d MB, more than the %d MB a worker decodes at once: send smaller or fewer images", need>>20, g.budgetN>>20))
+	}
+	if need > 0 {
+		if err := g.budget.Acquire(ctx, need); err != nil {
+			return picture{}, err
+		}
+		defer g.budget.Release(need)
+	}
 	var sources []image.Image
 	for _, s := range req.Sources {
 		img, err := s.Decode()

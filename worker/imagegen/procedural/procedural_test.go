@@ -286,3 +286,57 @@ func TestCaptionLinearInWordLength(t *testing.T) {
 		}
 	}
 }
+
+// The decoded bytes of the sources all generations hold at once stay within
+// the process's budget: a task that would go over waits for the memory,
+// taken from the headers before decoding; one that could never fit fails at
+// once with invalid_source_image.
+func TestDecodeBudget(t *testing.T) {
+	std, _ := models(t)
+	src := image.NewRGBA(image.Rect(0, 0, 64, 64))
+	var buf bytes.Buffer
+	_ = png.Encode(&buf, src)
+	withSources := func(prompt string, decoded ...int64) imagegen.Request {
+		req := request(t, std, prompt, "1:1", "1K")
+		for i, d := range decoded {
+			req.Sources = append(req.Sources, imagegen.Source{Index: i, Data: buf.Bytes(), MIME: "image/png", Width: 64, Height: 64, DecodedBytes: d})
+		}
+		return req
+	}
+	g, _ := New(0)
+	g.WithDecodeBudget(10 << 20)
+
+	// Never fits: refused before anything is decoded or waited for.
+	_, err := g.Generate(context.Background(), withSources("too big", 6<<20, 6<<20), func(int) {})
+	if e, ok := apperr.As(err); !ok || e.Code != task.InvalidSourceImage || !strings.Contains(e.Message, "10 MB") {
+		t.Fatalf("sources over the budget: %v; want invalid_source_image naming the budget", err)
+	}
+
+	// Fits, but not next to memory already held: it waits for it.
+	if err := g.budget.Acquire(context.Background(), 8<<20); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.Generate(context.Background(), withSources("waits", 3<<20), func(int) {})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("generated (%v) while the budget was held", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	g.budget.Release(8 << 20)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("still waiting after the budget was released")
+	}
+	// And gave its share back.
+	if !g.budget.TryAcquire(10 << 20) {
+		t.Error("the budget was not given back whole")
+	}
+}
