@@ -22,6 +22,10 @@ type Config struct {
 	Queues string `env:"EASEL_QUEUES" envDefault:"standard,pro"`
 	// Concurrency is how many tasks one worker runs at once.
 	Concurrency int `env:"EASEL_WORKER_CONCURRENCY" envDefault:"16"`
+	// AccountMaxRunning is the most generations of one account running at
+	// once on all workers together (0: no limit): its fair share. Set the
+	// same on every worker.
+	AccountMaxRunning int `env:"EASEL_ACCOUNT_MAX_RUNNING" envDefault:"64"`
 	// Generator picks the image generator: procedural or gemini.
 	Generator string `env:"EASEL_GENERATOR" envDefault:"procedural"`
 	// Gemini settings (EASEL_GENERATOR=gemini).
@@ -72,6 +76,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Concurrency < 1 || c.Concurrency > 10000 {
 		errs = append(errs, fmt.Errorf("EASEL_WORKER_CONCURRENCY %d: want 1 to 10000", c.Concurrency))
+	}
+	if c.AccountMaxRunning < 0 {
+		errs = append(errs, fmt.Errorf("EASEL_ACCOUNT_MAX_RUNNING %d: want 0 (no limit) or more", c.AccountMaxRunning))
 	}
 	if c.DecodeBudgetMB < c.FetchMaxDecoded {
 		errs = append(errs, fmt.Errorf("EASEL_DECODE_BUDGET_MB %d: want at least EASEL_FETCH_MAX_DECODED_MB (%d), or a task the fetcher accepts could never run", c.DecodeBudgetMB, c.FetchMaxDecoded))

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"sync"
@@ -100,16 +101,19 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		MaxInterval: min(20*time.Second, cfg.RetryMaxElapsed),
 	}
 	reg, meter := newMetrics(rdb, cat)
-	proc := processor.New(st, blobs, metrics.Generator(gen, provider, meter), fetcher, cat, log, retry).WithMetrics(meter)
+	proc := processor.New(st, blobs, metrics.Generator(gen, provider, meter), fetcher, cat, log, retry).WithMetrics(meter).WithMaxRunning(cfg.AccountMaxRunning)
 
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:       cfg.Concurrency,
 		Queues:            queues,
 		TaskCheckInterval: cfg.TaskCheckInterval,
 		ShutdownTimeout:   cfg.ShutdownTimeout,
-		RetryDelayFunc:    func(n int, _ error, _ *asynq.Task) time.Duration { return retry.Delay(n) },
-		Logger:            asynqLogger{log.Sugar().With("component", "asynq")},
-		LogLevel:          asynq.WarnLevel,
+		RetryDelayFunc:    func(n int, err error, _ *asynq.Task) time.Duration { return retryDelay(retry, n, err) },
+		// A job whose account has its share running waits its turn: no
+		// failure, and none of its retries used.
+		IsFailure: func(err error) bool { return !errors.Is(err, processor.ErrAccountBusy) },
+		Logger:    asynqLogger{log.Sugar().With("component", "asynq")},
+		LogLevel:  asynq.WarnLevel,
 	})
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(jobs.TypeGenerateImage, func(ctx context.Context, t *asynq.Task) error {
@@ -212,6 +216,18 @@ func newGenerator(ctx context.Context, cfg Config) (imagegen.Generator, error) {
 		return gemini.New(ctx, gemini.Config{APIKey: cfg.GeminiAPIKey, BaseURL: cfg.GeminiBaseURL, Models: models, Timeout: cfg.GeminiTimeout})
 	}
 	return nil, fmt.Errorf("unknown generator %q", cfg.Generator)
+}
+
+// busyDelay is how long a job whose account has its share running waits
+// before it is tried again (with a jitter of a quarter either way).
+const busyDelay = time.Second
+
+// retryDelay is the wait before a job runs again after err.
+func retryDelay(retry processor.Retry, n int, err error) time.Duration {
+	if errors.Is(err, processor.ErrAccountBusy) {
+		return busyDelay*3/4 + rand.N(busyDelay/2)
+	}
+	return retry.Delay(n)
 }
 
 // redisPool is the Redis pool size of a worker running concurrency jobs at

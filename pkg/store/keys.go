@@ -17,6 +17,12 @@ func unqueuedKey(accountID string) string { return tag(accountID) + "unqueued" }
 // inflightKey is the key of an account's unfinished tasks.
 func inflightKey(accountID string) string { return tag(accountID) + "inflight" }
 
+// runningKey is the key of the set of an account's generations running
+// now, across every worker: members are task ids, scores the time (Unix
+// ms) past which a member no longer counts (its task's deadline: a worker
+// that died holding one frees it then).
+func runningKey(accountID string) string { return tag(accountID) + "running" }
+
 // ledgerKey is the key of an account's credit ledger.
 func ledgerKey(accountID string) string { return tag(accountID) + "ledger" }
 

@@ -35,6 +35,10 @@ type Store interface {
 	SetProgress(ctx context.Context, accountID, taskID, run string, pct int) error
 	CompleteTask(ctx context.Context, accountID, taskID, run string, results []task.Result) (store.Outcome, time.Time, error)
 	FailTask(ctx context.Context, accountID, taskID, run string, f task.Failure) (store.Outcome, error)
+	// ClaimRun and ReleaseRun hold one of an account's places for running
+	// generations (EASEL_ACCOUNT_MAX_RUNNING), across every worker.
+	ClaimRun(ctx context.Context, accountID, taskID string, limit int, until time.Time) (bool, error)
+	ReleaseRun(ctx context.Context, accountID, taskID string) error
 	// Task reads a task back: what a failed task's refund was.
 	Task(ctx context.Context, accountID, taskID string) (*task.Task, error)
 }
@@ -98,7 +102,10 @@ type Processor struct {
 	log     *zap.Logger
 	retry   Retry
 	metrics Metrics
-	now     func() time.Time
+	// maxRunning is the most generations of one account running at once
+	// across every worker (0: no limit).
+	maxRunning int
+	now        func() time.Time
 	// touched remembers blobs this worker refreshed lately, so a blob
 	// produced again and again is touched once in a while, not each time.
 	touched *lru.Cache[string, time.Time]
@@ -112,6 +119,18 @@ func New(store Store, blobs Blobs, gen imagegen.Generator, fetch Fetcher, cat *c
 	touched, _ := lru.New[string, time.Time](1024)
 	return &Processor{store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, retry: retry, metrics: noMetrics{}, now: time.Now, touched: touched}
 }
+
+// WithMaxRunning lets one account run at most n generations at once across
+// every worker (0: no limit), and returns p.
+func (p *Processor) WithMaxRunning(n int) *Processor {
+	p.maxRunning = n
+	return p
+}
+
+// ErrAccountBusy is what Process returns for a job whose account has its
+// share of the workers running already: the job goes back to its queue for
+// a moment, which is no failure and uses none of its retries.
+var ErrAccountBusy = errors.New("the account has its share of generations running; the job waits for a place")
 
 // WithMetrics makes the processor record what it does on m.
 func (p *Processor) WithMetrics(m Metrics) *Processor {
@@ -165,6 +184,34 @@ func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Atte
 	ctx = logging.WithLogger(ctx, p.log, zap.String("task_id", id), zap.String("account_id", acct), zap.String("run", run), zap.Int("attempt", at.Retry+1))
 	log := logging.From(ctx)
 	model := job.Input.Model.ID
+
+	// A fair share: an account runs at most maxRunning generations at once
+	// on all workers together, so one account's slow tasks (a source that
+	// drips, a long prompt queue) cannot hold every worker while others
+	// wait. The place is claimed before the task starts, so a job that
+	// finds none changes nothing and waits its turn on the queue.
+	if p.maxRunning > 0 {
+		until := job.Deadline
+		if until.IsZero() {
+			until = p.now().Add(time.Hour)
+		}
+		ok, err := p.store.ClaimRun(ctx, acct, id, p.maxRunning, until.Add(time.Minute))
+		if err != nil {
+			log.Warn("could not claim a running place", zap.Error(err))
+			return err
+		}
+		if !ok {
+			log.Debug("the account has its share running; the job waits")
+			return ErrAccountBusy
+		}
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			if err := p.store.ReleaseRun(rctx, acct, id); err != nil {
+				log.Warn("could not give the running place back", zap.Error(err))
+			}
+		}()
+	}
 
 	outcome, err := p.store.StartTask(ctx, acct, id, run)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/store"
@@ -50,5 +51,41 @@ func TestUnconfirmedStartIsNoCrash(t *testing.T) {
 	}
 	if got := f.get(t, j.TaskID); got.Status != task.Completed || calls != 1 {
 		t.Errorf("task %s (%+v) after %d generations; want completed after 1, not failed as a crash", got.Status, got.Failure, calls)
+	}
+}
+
+// An account's fair share: with its places all held (by its other tasks, on
+// any worker), a job changes nothing and says ErrAccountBusy; once a place
+// is free the job runs, and gives its place back when done.
+func TestAccountShare(t *testing.T) {
+	f := newFixture(t, genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
+		return []imagegen.Image{{Data: []byte("\x89PNG"), MIME: "image/png", Width: 1, Height: 1}}, nil
+	}))
+	f.proc.WithMaxRunning(2)
+	ctx := context.Background()
+	until := time.Now().Add(time.Minute)
+	for _, other := range []string{"task_lumen_70", "task_lumen_71"} {
+		if ok, err := f.accounts.ClaimRun(ctx, f.acct, other, 2, until); !ok || err != nil {
+			t.Fatalf("claim for %s: %v %v", other, ok, err)
+		}
+	}
+	j := f.job(t, "task_lumen_72", std, nil)
+	if err := f.proc.Process(ctx, j, Attempt{Run: j.TaskID}); !errors.Is(err, ErrAccountBusy) {
+		t.Fatalf("Process with the account's places taken: %v; want ErrAccountBusy", err)
+	}
+	if got := f.get(t, j.TaskID); got.Status != task.Pending {
+		t.Errorf("a job that waits for a place changed its task to %s", got.Status)
+	}
+	if err := f.accounts.ReleaseRun(ctx, f.acct, "task_lumen_70"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.proc.Process(ctx, j, Attempt{Run: j.TaskID}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.get(t, j.TaskID); got.Status != task.Completed {
+		t.Errorf("task %s once a place was free", got.Status)
+	}
+	if n, _ := f.accounts.Running(ctx, f.acct); n != 1 {
+		t.Errorf("%d places held after the task finished; want 1 (the other task's)", n)
 	}
 }
