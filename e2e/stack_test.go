@@ -42,6 +42,7 @@ const (
 type stack struct {
 	base       string
 	redisURL   string
+	env        map[string]string // the services' environment
 	workerAddr []string
 	accounts   *store.Store
 	key        string // of an active account
@@ -106,7 +107,7 @@ func startStack(t *testing.T, o stackOptions) *stack {
 	errs := make(chan error, o.workers+1)
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 
-	s := &stack{base: base, redisURL: o.redisURL}
+	s := &stack{base: base, redisURL: o.redisURL, env: env}
 	for i := 0; i < o.workers; i++ {
 		hl := listen(t)
 		s.workerAddr = append(s.workerAddr, hl.Addr().String())
