@@ -164,6 +164,9 @@ func TestProbesAnswer(t *testing.T) {
 			ann := p.dep.Spec.Template.Annotations
 			port, _ := strconv.Atoi(ann["prometheus.io/port"])
 			get("prometheus.io/port", int32(port), ann["prometheus.io/path"])
+			if lp, ok := ports[int32(port)]; ok {
+				checkExposition(t, p.bin.name, "http://127.0.0.1:"+strconv.Itoa(lp)+ann["prometheus.io/path"])
+			}
 
 			grace := 30 * time.Second
 			if g := p.dep.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil {
@@ -181,6 +184,42 @@ func TestProbesAnswer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkExposition: every Easel or Asynq metric family a binary exports is
+// one the dashboard's contract knows, with the same type (a renamed metric
+// would leave a dashboard panel empty).
+func checkExposition(t *testing.T, bin, u string) {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	families, ours := 0, 0
+	for _, line := range strings.Split(string(body), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 4 || f[0] != "#" || f[1] != "TYPE" {
+			continue
+		}
+		families++
+		name, kind := f[2], f[3]
+		if !strings.HasPrefix(name, "easel_") && !strings.HasPrefix(name, "asynq_") {
+			continue
+		}
+		ours++
+		if want, ok := contractMetrics[name]; !ok {
+			t.Errorf("the %s exports %s (%s), which contractMetrics (dashboard_test.go) does not list", bin, name, kind)
+		} else if want != kind {
+			t.Errorf("the %s exports %s as a %s; contractMetrics says %s", bin, name, kind, want)
+		}
+	}
+	if families == 0 {
+		t.Errorf("the %s's %s has no metric families", bin, u)
+	}
+	t.Logf("the %s exports %d metric families, %d of them Easel's or Asynq's", bin, families, ours)
 }
 
 func httpGet(u string) (int, error) {
