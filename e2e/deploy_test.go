@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"net/url"
 	"os"
@@ -27,7 +29,7 @@ import (
 
 const repoRoot = ".."
 
-func loadCompose(t *testing.T, env map[string]string) (*types.Project, error) {
+func loadCompose(t *testing.T, env map[string]string, profiles ...string) (*types.Project, error) {
 	t.Helper()
 	path := filepath.Join(repoRoot, "docker-compose.yml")
 	b, err := os.ReadFile(path)
@@ -39,10 +41,13 @@ func loadCompose(t *testing.T, env map[string]string) (*types.Project, error) {
 		WorkingDir:  abs,
 		ConfigFiles: []types.ConfigFile{{Filename: path, Content: b}},
 		Environment: env,
-	}, func(o *loader.Options) { o.SetProjectName("easel", true) })
+	}, func(o *loader.Options) {
+		o.SetProjectName("easel", true)
+		o.Profiles = profiles
+	})
 }
 
-func TestComposeFile(t *testing.T) {
+func TestDeployCompose(t *testing.T) {
 	secret := strings.Repeat("s", 32)
 	p, err := loadCompose(t, map[string]string{"EASEL_SIGNING_SECRET": secret})
 	if err != nil {
@@ -70,15 +75,6 @@ func TestComposeFile(t *testing.T) {
 		t.Errorf("worker replicas: %+v", wk.Deploy)
 	}
 
-	envOf := func(s types.ServiceConfig) map[string]string {
-		m := map[string]string{}
-		for k, v := range s.Environment {
-			if v != nil {
-				m[k] = *v
-			}
-		}
-		return m
-	}
 	gwEnv, wkEnv := envOf(gw), envOf(wk)
 
 	// Every variable is one the binaries read, and the binaries accept the
@@ -125,14 +121,9 @@ func TestComposeFile(t *testing.T) {
 		t.Errorf("gateway listens on %s but ports are %+v", gcfg.HTTPAddr, gw.Ports)
 	}
 
-	// Gateway and workers share the blob directory on one named volume.
-	if gcfg.BlobDir != wcfg.BlobDir {
-		t.Errorf("EASEL_BLOB_DIR differs: gateway %s, worker %s", gcfg.BlobDir, wcfg.BlobDir)
-	}
-	gv, wv := volumeAt(gw, gcfg.BlobDir), volumeAt(wk, wcfg.BlobDir)
-	if gv == nil || wv == nil || gv.Type != "volume" || gv.Source != wv.Source {
-		t.Errorf("blob volume not shared: gateway %+v worker %+v", gv, wv)
-	}
+	// Results go to the MinIO service, in a bucket the minio-bucket service
+	// creates before either service starts.
+	checkComposeS3(t, p, gcfg.Common, wcfg.Common)
 
 	// Each service builds from its Dockerfile in deploy/.
 	for _, s := range []types.ServiceConfig{gw, wk} {
@@ -142,7 +133,166 @@ func TestComposeFile(t *testing.T) {
 	}
 }
 
-func TestComposeNeedsASigningSecret(t *testing.T) {
+// checkComposeS3: gateway and workers share one S3 location, the minio
+// service: reached at its API port, as its root user, in the bucket the
+// minio-bucket service creates (with the one-day lifecycle rule) before
+// either starts.
+func checkComposeS3(t *testing.T, p *types.Project, gw, wk config.Common) {
+	if gw.BlobURL != wk.BlobURL || gw.S3Endpoint != wk.S3Endpoint || gw.S3AccessKeyID != wk.S3AccessKeyID || gw.S3PathStyle != wk.S3PathStyle {
+		t.Errorf("gateway and worker store results in different places: %s %s and %s %s", gw.BlobURL, gw.S3Endpoint, wk.BlobURL, wk.S3Endpoint)
+	}
+	u, err := url.Parse(gw.BlobURL)
+	if err != nil || u.Scheme != "s3" || u.Host == "" {
+		t.Fatalf("EASEL_BLOB_URL %q: compose keeps results in S3 (MinIO) by default", gw.BlobURL)
+	}
+	bucket := u.Host
+	minio, err := p.GetService("minio")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := url.Parse(gw.S3Endpoint)
+	if err != nil || ep.Hostname() != "minio" || ep.Port() != "9000" {
+		t.Errorf("EASEL_S3_ENDPOINT %q does not point at the minio service's API (minio:9000)", gw.S3Endpoint)
+	}
+	if !gw.S3PathStyle {
+		t.Error("EASEL_S3_PATH_STYLE is not true: MinIO serves buckets by path")
+	}
+	if !slices.Contains(minio.Command, "server") || !hasVolumeAt(minio, "/data") || !slices.Contains(minio.Command, "/data") {
+		t.Errorf("minio: command %v, volumes %+v; want a server on a volume at /data", minio.Command, minio.Volumes)
+	}
+	if minio.HealthCheck == nil || len(minio.HealthCheck.Test) == 0 {
+		t.Error("minio has no healthcheck: minio-bucket could start before it serves")
+	}
+	menv := envOf(minio)
+	if menv["MINIO_ROOT_USER"] != gw.S3AccessKeyID || menv["MINIO_ROOT_PASSWORD"] != gw.S3SecretAccessKey || gw.S3AccessKeyID == "" {
+		t.Error("the services' EASEL_S3_ACCESS_KEY_ID / EASEL_S3_SECRET_ACCESS_KEY are not MinIO's root user")
+	}
+	if len(menv["MINIO_ROOT_PASSWORD"]) < 8 {
+		t.Error("MinIO refuses a root password under 8 characters")
+	}
+
+	mb, err := p.GetService("minio-bucket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dep, ok := mb.DependsOn["minio"]; !ok || dep.Condition != types.ServiceConditionHealthy {
+		t.Errorf("minio-bucket depends on %+v; want minio healthy", mb.DependsOn)
+	}
+	if mb.Restart != "no" {
+		t.Errorf("minio-bucket restart %q; a one-shot service must not restart", mb.Restart)
+	}
+	benv := envOf(mb)
+	script := strings.Join(append(slices.Clone(mb.Entrypoint), mb.Command...), " ")
+	for _, want := range []string{
+		"mc alias set easel http://minio:9000 \"$MINIO_ROOT_USER\" \"$MINIO_ROOT_PASSWORD\"",
+		"mc mb --ignore-existing easel/" + bucket,
+		"mc ilm import easel/" + bucket + " < /config/results-lifecycle.json",
+	} {
+		if !strings.Contains(script, want) {
+			t.Errorf("minio-bucket does not run %q: %s", want, script)
+		}
+	}
+	if benv["MINIO_ROOT_USER"] != gw.S3AccessKeyID || benv["MINIO_ROOT_PASSWORD"] != gw.S3SecretAccessKey {
+		t.Error("minio-bucket does not use MinIO's root user")
+	}
+	rule := volumeAt(mb, "/config/results-lifecycle.json")
+	if rule == nil || rule.Type != "bind" || !rule.ReadOnly {
+		t.Fatalf("minio-bucket has no read-only lifecycle rule at /config/results-lifecycle.json: %+v", mb.Volumes)
+	}
+	checkLifecycleRule(t, rule.Source, strings.TrimPrefix(u.Path, "/"))
+
+	for _, name := range []string{"gateway", "worker"} {
+		s, _ := p.GetService(name)
+		if dep, ok := s.DependsOn["minio-bucket"]; !ok || dep.Condition != types.ServiceConditionCompletedSuccessfully {
+			t.Errorf("%s depends on %+v; want minio-bucket completed successfully", name, s.DependsOn)
+		}
+		for _, v := range s.Volumes {
+			if v.Type == "volume" {
+				t.Errorf("%s mounts volume %s: with results in S3 the services keep no state", name, v.Source)
+			}
+		}
+	}
+}
+
+// checkLifecycleRule: the bucket's rule expires results (under the prefix
+// the services write) a day after they were written.
+func checkLifecycleRule(t *testing.T, path, prefix string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lc struct {
+		Rules []struct {
+			ID         string
+			Status     string
+			Filter     struct{ Prefix string }
+			Expiration struct{ Days int }
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&lc); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if len(lc.Rules) != 1 || lc.Rules[0].Status != "Enabled" || lc.Rules[0].Expiration.Days != 1 || !strings.HasPrefix(prefix, lc.Rules[0].Filter.Prefix) {
+		t.Errorf("%s: %+v; want one enabled rule expiring %q after 1 day", path, lc.Rules, prefix)
+	}
+}
+
+func envOf(s types.ServiceConfig) map[string]string {
+	m := map[string]string{}
+	for k, v := range s.Environment {
+		if v != nil {
+			m[k] = *v
+		}
+	}
+	return m
+}
+
+// TestDeployComposeAsynqmon: Asynq's web UI is an optional service behind the
+// asynqmon profile, read-only, on the services' Redis, published on
+// loopback only.
+func TestDeployComposeAsynqmon(t *testing.T) {
+	env := map[string]string{"EASEL_SIGNING_SECRET": strings.Repeat("s", 32)}
+	p, err := loadCompose(t, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.Services["asynqmon"]; ok {
+		t.Error("asynqmon starts by default; want it behind a profile")
+	}
+	if _, ok := p.DisabledServices["asynqmon"]; !ok {
+		t.Fatal("no asynqmon service")
+	}
+	p, err = loadCompose(t, env, "asynqmon")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mon, err := p.GetService("asynqmon")
+	if err != nil {
+		t.Fatalf("asynqmon with its profile: %v", err)
+	}
+	if !slices.Contains(mon.Profiles, "asynqmon") {
+		t.Errorf("asynqmon profiles %v", mon.Profiles)
+	}
+	gw, _ := p.GetService("gateway")
+	easelRedis := envOf(gw)["EASEL_REDIS_URL"]
+	if !slices.Contains(mon.Command, "--redis-url="+easelRedis) {
+		t.Errorf("asynqmon command %v does not use the services' Redis %s", mon.Command, easelRedis)
+	}
+	if !slices.Contains(mon.Command, "--read-only") {
+		t.Errorf("asynqmon command %v is not read-only", mon.Command)
+	}
+	if dep, ok := mon.DependsOn["redis"]; !ok || dep.Condition != types.ServiceConditionHealthy {
+		t.Errorf("asynqmon depends on %+v; want redis healthy", mon.DependsOn)
+	}
+	if len(mon.Ports) != 1 || mon.Ports[0].HostIP != "127.0.0.1" || mon.Ports[0].Target != 8080 {
+		t.Errorf("asynqmon ports %+v; want its 8080 on 127.0.0.1 only", mon.Ports)
+	}
+}
+
+func TestDeployComposeNeedsASigningSecret(t *testing.T) {
 	_, err := loadCompose(t, map[string]string{})
 	if err == nil || !strings.Contains(err.Error(), "EASEL_SIGNING_SECRET") {
 		t.Errorf("compose without a secret: %v; want an error naming EASEL_SIGNING_SECRET", err)
@@ -160,7 +310,7 @@ func volumeAt(s types.ServiceConfig, target string) *types.ServiceVolumeConfig {
 	return nil
 }
 
-func TestDockerfiles(t *testing.T) {
+func TestDeployDockerfiles(t *testing.T) {
 	tests := []struct {
 		file, pkg, binary, port string
 	}{
