@@ -82,7 +82,7 @@ func TestChaos(t *testing.T) {
 		"EASEL_REDIS_START_TIMEOUT=60s",
 		"EASEL_MAX_CONNS_PER_CLIENT=0",
 	)
-	gw := startProc(t, dir, "gateway", filepath.Join(bin, "gateway"), slices.Concat(env, []string{"EASEL_HTTP_ADDR=" + gwAddr, "EASEL_PUBLIC_URL=" + base}))
+	gw := startProc(t, dir, "gateway", filepath.Join(bin, "gateway"), slices.Concat(env, []string{"EASEL_HTTP_ADDR=" + gwAddr, "EASEL_PUBLIC_URL=" + base, "EASEL_METRICS_ADDR=off"}))
 	var workers []*proc
 	for i := 1; i <= 3; i++ {
 		workers = append(workers, startProc(t, dir, fmt.Sprintf("worker-%d", i), filepath.Join(bin, "worker"), slices.Concat(env, []string{"EASEL_WORKER_HTTP_ADDR=" + freeAddr(t)})))

@@ -68,7 +68,7 @@ func TestDevstackOnEmbeddedRedis(t *testing.T) {
 	gwAddr, wAddr := freeAddr(t), freeAddr(t)
 	cmd := exec.Command(filepath.Join(bin, "devstack"))
 	cmd.Env = append(cleanEnv(),
-		"EASEL_HTTP_ADDR="+gwAddr,
+		"EASEL_HTTP_ADDR="+gwAddr, "EASEL_METRICS_ADDR=off",
 		"EASEL_WORKER_HTTP_ADDR="+wAddr,
 		"EASEL_SIM_DELAY=1s",
 	)
@@ -203,7 +203,7 @@ func TestDevstackNeedsTheBinaries(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "devstack"), "--bin", t.TempDir())
-	cmd.Env = append(cleanEnv(), "EASEL_HTTP_ADDR="+freeAddr(t))
+	cmd.Env = append(cleanEnv(), "EASEL_HTTP_ADDR="+freeAddr(t), "EASEL_METRICS_ADDR=off")
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "make build") {
 		t.Errorf("devstack without binaries: %v\n%s", err, out)

@@ -88,6 +88,7 @@ func startStack(t *testing.T, o stackOptions) *stack {
 		"EASEL_TASK_DEADLINE":       "1m",
 		"EASEL_LOG_LEVEL":           "warn",
 		"EASEL_HTTP_ADDR":           ln.Addr().String(),
+		"EASEL_METRICS_ADDR":        "off", // a test that scrapes sets its own
 		"EASEL_PUBLIC_URL":          base,
 		"EASEL_SIGNING_SECRET":      secret,
 		"EASEL_ADMIN_TOKEN":         adminToken,

@@ -150,6 +150,7 @@ func stackEnv() (map[string]string, func(), error) {
 	setDefault("EASEL_MODEL_FAMILY", "lumen")
 	setDefault("EASEL_HTTP_ADDR", "127.0.0.1:8080")
 	setDefault("EASEL_WORKER_HTTP_ADDR", "127.0.0.1:8081")
+	setDefault("EASEL_METRICS_ADDR", "127.0.0.1:9090")
 	setDefault("EASEL_PUBLIC_URL", localURL(env["EASEL_HTTP_ADDR"]))
 	if env["EASEL_SIGNING_SECRET"] == "" {
 		// One secret for the run, shared by every process.
