@@ -11,6 +11,7 @@ require (
 	github.com/caarlos0/env/v11 v11.4.2
 	github.com/easelhq/easel/proto v0.0.0-00010101000000-000000000000
 	github.com/easelhq/easel/tools/testkit v0.0.0-00010101000000-000000000000
+	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/hibiken/asynq v0.26.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/zap v1.28.0
