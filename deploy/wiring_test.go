@@ -61,10 +61,9 @@ var (
 
 // listener is an address a binary listens on, and what it serves there.
 type listener struct {
-	envVar           string
-	port             int32
-	health, metrics  bool
-	healthOnlyWithin string // for messages
+	envVar          string
+	port            int32
+	health, metrics bool
 }
 
 // easelPod is an Easel container in a Deployment, with its environment
