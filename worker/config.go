@@ -10,6 +10,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/config"
+	"github.com/easelhq/easel/pkg/quota"
 )
 
 // Config is a worker's configuration: the common settings and its own.
@@ -26,6 +27,11 @@ type Config struct {
 	// once on all workers together (0: no limit): its fair share. Set the
 	// same on every worker.
 	AccountMaxRunning int `env:"EASEL_ACCOUNT_MAX_RUNNING" envDefault:"64"`
+	// UpstreamRPM and UpstreamConcurrency are the upstream quota all
+	// workers share, per model: "model=N,...", "*=N" for every model not
+	// named (package quota). Empty: no limit.
+	UpstreamRPM         string `env:"EASEL_UPSTREAM_RPM"`
+	UpstreamConcurrency string `env:"EASEL_UPSTREAM_CONCURRENCY"`
 	// Generator picks the image generator: procedural or gemini.
 	Generator string `env:"EASEL_GENERATOR" envDefault:"procedural"`
 	// Gemini settings (EASEL_GENERATOR=gemini).
@@ -38,15 +44,15 @@ type Config struct {
 	RetryMaxElapsed  time.Duration `env:"EASEL_RETRY_MAX_ELAPSED" envDefault:"2m"`
 	RetryInitial     time.Duration `env:"EASEL_RETRY_INITIAL_INTERVAL" envDefault:"1s"`
 	// Source image fetching.
-	FetchMaxImageMB  int           `env:"EASEL_FETCH_MAX_IMAGE_MB" envDefault:"20"`
-	FetchMaxTotalMB  int           `env:"EASEL_FETCH_MAX_TOTAL_MB" envDefault:"100"`
-	FetchMaxMegapix  int           `env:"EASEL_FETCH_MAX_MEGAPIXELS" envDefault:"50"`
-	FetchMaxDecoded  int           `env:"EASEL_FETCH_MAX_DECODED_MB" envDefault:"400"`
+	FetchMaxImageMB int `env:"EASEL_FETCH_MAX_IMAGE_MB" envDefault:"20"`
+	FetchMaxTotalMB int `env:"EASEL_FETCH_MAX_TOTAL_MB" envDefault:"100"`
+	FetchMaxMegapix int `env:"EASEL_FETCH_MAX_MEGAPIXELS" envDefault:"50"`
+	FetchMaxDecoded int `env:"EASEL_FETCH_MAX_DECODED_MB" envDefault:"400"`
 	// DecodeBudgetMB bounds the decoded source images the whole process
 	// holds at once; a task waits for its share, taken from the images'
 	// headers before decoding. At least EASEL_FETCH_MAX_DECODED_MB, so that
 	// every task the fetcher lets through can run.
-	DecodeBudgetMB int `env:"EASEL_DECODE_BUDGET_MB" envDefault:"1024"`
+	DecodeBudgetMB   int           `env:"EASEL_DECODE_BUDGET_MB" envDefault:"1024"`
 	FetchTimeout     time.Duration `env:"EASEL_FETCH_TIMEOUT" envDefault:"30s"`
 	FetchConnTimeout time.Duration `env:"EASEL_FETCH_CONNECT_TIMEOUT" envDefault:"5s"`
 	// SimDelay is the procedural generator's simulated duration for the
@@ -76,6 +82,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Concurrency < 1 || c.Concurrency > 10000 {
 		errs = append(errs, fmt.Errorf("EASEL_WORKER_CONCURRENCY %d: want 1 to 10000", c.Concurrency))
+	}
+	if _, err := quota.ParseLimits(c.UpstreamRPM, c.UpstreamConcurrency); err != nil {
+		errs = append(errs, err)
 	}
 	if c.AccountMaxRunning < 0 {
 		errs = append(errs, fmt.Errorf("EASEL_ACCOUNT_MAX_RUNNING %d: want 0 (no limit) or more", c.AccountMaxRunning))

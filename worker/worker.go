@@ -23,6 +23,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/quota"
 	"github.com/easelhq/easel/pkg/redisconn"
 	"github.com/easelhq/easel/pkg/service"
 	"github.com/easelhq/easel/pkg/store"
@@ -102,6 +103,14 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	}
 	reg, meter := newMetrics(rdb, cat)
 	proc := processor.New(st, blobs, metrics.Generator(gen, provider, meter), fetcher, cat, log, retry).WithMetrics(meter).WithMaxRunning(cfg.AccountMaxRunning)
+	limits, err := quota.ParseLimits(cfg.UpstreamRPM, cfg.UpstreamConcurrency)
+	if err != nil {
+		return err
+	}
+	if len(limits) > 0 {
+		proc.WithQuota(upstreamQuota{quota.New(rdb, limits, quota.Options{})})
+		log.Info("upstream quota", zap.String("limits", limits.String()))
+	}
 
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:       cfg.Concurrency,
@@ -216,6 +225,21 @@ func newGenerator(ctx context.Context, cfg Config) (imagegen.Generator, error) {
 		return gemini.New(ctx, gemini.Config{APIKey: cfg.GeminiAPIKey, BaseURL: cfg.GeminiBaseURL, Models: models, Timeout: cfg.GeminiTimeout})
 	}
 	return nil, fmt.Errorf("unknown generator %q", cfg.Generator)
+}
+
+// upstreamQuota adapts quota.Quota to the processor's Quota.
+type upstreamQuota struct{ q *quota.Quota }
+
+func (u upstreamQuota) Acquire(ctx context.Context, model string) (func(), error) {
+	slot, err := u.q.Acquire(ctx, model)
+	if err != nil {
+		return nil, err
+	}
+	return slot.Release, nil
+}
+
+func (u upstreamQuota) Throttled(ctx context.Context, model string, retryAfter time.Duration) error {
+	return u.q.Throttled(ctx, model, retryAfter)
 }
 
 // busyDelay is how long a job whose account has its share running waits

@@ -9,6 +9,7 @@ package imagegen
 import (
 	"bytes"
 	"context"
+	"errors"
 	"image"
 	"strconv"
 
@@ -46,6 +47,11 @@ type Request struct {
 	// text-to-image.
 	Sources []Source
 }
+
+// ErrThrottled is in the chain of a generator's error when the upstream
+// refused the call for its rate limit (HTTP 429): the worker then slows
+// every worker's calls to that model down (package quota), not only its own.
+var ErrThrottled = errors.New("the upstream is limiting its request rate")
 
 // Source is a fetched source image whose format and dimensions have been
 // checked, but whose pixels have not been decoded yet.

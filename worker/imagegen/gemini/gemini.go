@@ -230,7 +230,7 @@ func classify(ctx context.Context, err error) error {
 	if errors.As(err, &apiErr) {
 		switch {
 		case apiErr.Code == http.StatusTooManyRequests:
-			return apperr.Transient(err, task.UpstreamUnavailable, "the image model is over capacity; try again later")
+			return apperr.Transient(fmt.Errorf("%w: %w", imagegen.ErrThrottled, err), task.UpstreamUnavailable, "the image model is over capacity; try again later")
 		case apiErr.Code >= 500, apiErr.Code == http.StatusRequestTimeout:
 			return apperr.Transient(err, task.UpstreamUnavailable, "the image model is unavailable; try again later")
 		case apiErr.Code == http.StatusUnauthorized, apiErr.Code == http.StatusForbidden, keyRejected(apiErr):

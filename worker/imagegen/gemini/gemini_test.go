@@ -208,6 +208,10 @@ func TestResponses(t *testing.T) {
 				if strings.Contains(e.Message, "quota") || strings.Contains(e.Message, "API key") || strings.Contains(e.Message, "boom") {
 					t.Errorf("message %q leaks the upstream reply", e.Message)
 				}
+				// Only a 429 slows every worker down.
+				if throttled := errors.Is(err, imagegen.ErrThrottled); throttled != (tt.status == 429) {
+					t.Errorf("errors.Is(err, ErrThrottled) = %v for a %d", throttled, tt.status)
+				}
 				return
 			}
 			if err != nil {

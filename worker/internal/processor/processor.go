@@ -102,6 +102,8 @@ type Processor struct {
 	log     *zap.Logger
 	retry   Retry
 	metrics Metrics
+	// quota spaces and bounds the upstream calls of all workers together.
+	quota Quota
 	// maxRunning is the most generations of one account running at once
 	// across every worker (0: no limit).
 	maxRunning int
@@ -124,6 +126,19 @@ func New(store Store, blobs Blobs, gen imagegen.Generator, fetch Fetcher, cat *c
 // every worker (0: no limit), and returns p.
 func (p *Processor) WithMaxRunning(n int) *Processor {
 	p.maxRunning = n
+	return p
+}
+
+// Quota is the upstream quota all workers share (package quota): a call
+// waits for a slot, and a 429 slows every worker's calls to the model.
+type Quota interface {
+	Acquire(ctx context.Context, model string) (release func(), err error)
+	Throttled(ctx context.Context, model string, retryAfter time.Duration) error
+}
+
+// WithQuota makes every generation call wait for q, and returns p.
+func (p *Processor) WithQuota(q Quota) *Processor {
+	p.quota = q
 	return p
 }
 
@@ -418,7 +433,7 @@ func (p *Processor) generate(ctx context.Context, req imagegen.Request, progress
 	attempts := 0
 	images, err := backoff.Retry(ctx, func() ([]imagegen.Image, error) {
 		attempts++
-		imgs, err := p.gen.Generate(ctx, req, progress)
+		imgs, err := p.callUpstream(ctx, req, progress)
 		if err != nil && (!apperr.IsRetryable(err) || ctx.Err() != nil) {
 			return nil, backoff.Permanent(err)
 		}
@@ -438,6 +453,25 @@ func (p *Processor) generate(ctx context.Context, req imagegen.Request, progress
 			Message: fmt.Sprintf("%s (gave up after %d attempts)", e.Message, attempts)}
 	}
 	return images, err
+}
+
+// callUpstream makes one generation call within the shared upstream quota.
+func (p *Processor) callUpstream(ctx context.Context, req imagegen.Request, progress func(int)) ([]imagegen.Image, error) {
+	if p.quota == nil {
+		return p.gen.Generate(ctx, req, progress)
+	}
+	release, err := p.quota.Acquire(ctx, req.Model.ID)
+	if err != nil {
+		return nil, err // the task's deadline, or Redis unavailable: retryable
+	}
+	imgs, err := p.gen.Generate(ctx, req, progress)
+	release()
+	if errors.Is(err, imagegen.ErrThrottled) {
+		if terr := p.quota.Throttled(ctx, req.Model.ID, 0); terr != nil {
+			logging.From(ctx).Warn("could not slow the other workers down after a 429", zap.Error(terr))
+		}
+	}
+	return imgs, err
 }
 
 // keep writes an image under its content hash (blob.ResultKey): identical
