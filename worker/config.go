@@ -21,8 +21,13 @@ type Config struct {
 	// Queues lists the queues (model tiers) this worker serves, optionally
 	// weighted: "standard,pro" or "standard:1,pro:3".
 	Queues string `env:"EASEL_QUEUES" envDefault:"standard,pro"`
-	// Concurrency is how many tasks one worker runs at once.
-	Concurrency int `env:"EASEL_WORKER_CONCURRENCY" envDefault:"16"`
+	// Concurrency is how many tasks one worker holds in flight at once. A
+	// generation mostly waits on its upstream, so this is high: CPU work
+	// (decoding, rendering, encoding) has bounds of its own (NumCPU render
+	// slots, EASEL_DECODE_BUDGET_MB), and the Redis pool does not grow with
+	// it. 2,000 in flight measured 130 MB of RSS and 57 Redis connections
+	// (BENCHMARKS.md); the default leaves room.
+	Concurrency int `env:"EASEL_WORKER_CONCURRENCY" envDefault:"1000"`
 	// AccountMaxRunning is the most generations of one account running at
 	// once on all workers together (0: no limit): its fair share. Set the
 	// same on every worker.
