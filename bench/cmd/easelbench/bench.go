@@ -12,11 +12,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -28,135 +26,6 @@ import (
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/tools/loadgen"
 )
-
-// results are the benchmark's figures.
-type results struct {
-	Date    string `json:"date"`
-	Machine string `json:"machine"`
-	Command string `json:"command"`
-	Rounds  int    `json:"rounds"`
-	// Redis is the deployment it ran on (--redis): single, one
-	// redis-server, or cluster, a Redis Cluster of RedisNodes masters.
-	Redis      string `json:"redis"`
-	RedisNodes int    `json:"redis_nodes"`
-
-	CreateBaseline []float64 `json:"create_baseline_per_s"`
-	CreateReal     []float64 `json:"create_real_per_s"`
-	QueryBaseline  []float64 `json:"query_baseline_per_s"`
-	QueryReal      []float64 `json:"query_real_per_s"`
-	DrainBaseline  []float64 `json:"drain_baseline_per_s"`
-	DrainReal      []float64 `json:"drain_real_per_s"`
-
-	// CPU microseconds per create request, by process (gateway, redis,
-	// self: the load generator), one map per round. On a cluster "redis" is
-	// the sum over the masters, and "redis@host:port" each master's part.
-	CreateCPUReal     []map[string]float64 `json:"create_real_cpu_us_per_request"`
-	CreateCPUBaseline []map[string]float64 `json:"create_baseline_cpu_us_per_request"`
-	// CPU microseconds per task drained, by process (worker, redis; on a
-	// cluster also redis@host:port).
-	DrainCPUReal     []map[string]float64 `json:"drain_real_cpu_us_per_task"`
-	DrainCPUBaseline []map[string]float64 `json:"drain_baseline_cpu_us_per_task"`
-
-	CreateP50 []float64 `json:"create_real_p50_ms"`
-	QueryP50  []float64 `json:"query_real_p50_ms"`
-
-	PickupP50 float64 `json:"pickup_p50_ms"`
-	PickupP90 float64 `json:"pickup_p90_ms"`
-	PickupP99 float64 `json:"pickup_p99_ms"`
-	PickupMax float64 `json:"pickup_max_ms"`
-	PickupN   int     `json:"pickup_tasks"`
-
-	GatewayRSSMB float64 `json:"gateway_peak_rss_mb"`
-	WorkerRSSMB  float64 `json:"worker_peak_rss_mb"`
-
-	TaskRecordBytes float64 `json:"task_record_bytes"`
-	// PerTaskBytes is the growth of used_memory (summed over the masters of
-	// a cluster) per task created.
-	PerTaskBytes float64 `json:"redis_bytes_per_task"`
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func (r *results) print(w io.Writer) {
-	fmt.Fprintf(w, "\nEasel benchmark, %s, %s\n%s\nRedis: %s, %d node(s)\n\n", r.Date, r.Machine, r.Command, r.Redis, r.RedisNodes)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "figure\treal (median)\tbaseline (median)\tratio\ttarget\tmet\t")
-	row := func(name string, real, base []float64, unit string, target float64) {
-		ratio := median(real) / median(base)
-		fmt.Fprintf(tw, "%s\t%.0f %s\t%.0f %s\t%.2f\t>= %.2f\t%s\t\n", name, median(real), unit, median(base), unit, ratio, target, yes(ratio >= target))
-	}
-	row("create throughput", r.CreateReal, r.CreateBaseline, "/s", 0.7)
-	row("query throughput", r.QueryReal, r.QueryBaseline, "/s", 0.85)
-	row("end-to-end tasks (zero-delay generator)", r.DrainReal, r.DrainBaseline, "/s", 0.5)
-	fmt.Fprintf(tw, "pick-up latency p50 / p99\t%.1f / %.1f ms\t\t\t<= 100 / 300 ms\t%s\t\n", r.PickupP50, r.PickupP99, yes(r.PickupP50 <= 100 && r.PickupP99 <= 300))
-	fmt.Fprintf(tw, "gateway peak RSS (%s)\t%.1f MB\t\t\t<= 100 MB\t%s\t\n", "64 connections", r.GatewayRSSMB, yes(r.GatewayRSSMB <= 100))
-	fmt.Fprintf(tw, "worker peak RSS\t%.1f MB\t\t\t\t\t\n", r.WorkerRSSMB)
-	fmt.Fprintf(tw, "Redis memory per task record\t%.0f B\t\t\t\t\t\n", r.TaskRecordBytes)
-	fmt.Fprintf(tw, "Redis memory per task, all keys\t%.0f B\t\t\t\t\t\n", r.PerTaskBytes)
-	_ = tw.Flush()
-	fmt.Fprintf(w, "\nper round (real/baseline): create %s; query %s; end-to-end %s\n",
-		pairs(r.CreateReal, r.CreateBaseline), pairs(r.QueryReal, r.QueryBaseline), pairs(r.DrainReal, r.DrainBaseline))
-	fmt.Fprintf(w, "real gateway p50 latency at %s: create %.2f ms, query %.2f ms (medians of rounds)\n", "64 connections", median(r.CreateP50), median(r.QueryP50))
-	if len(r.CreateCPUReal) > 0 && len(r.CreateCPUBaseline) > 0 {
-		fmt.Fprintf(w, "CPU per create request, real / baseline (medians of rounds):%s\n",
-			cpuPairs(r.CreateCPUReal, r.CreateCPUBaseline, []string{"gateway", "redis", "self"}, map[string]string{"self": "load generator"}))
-	}
-	if len(r.DrainCPUReal) > 0 && len(r.DrainCPUBaseline) > 0 {
-		fmt.Fprintf(w, "CPU per task drained, real / baseline (medians of rounds):%s\n",
-			cpuPairs(r.DrainCPUReal, r.DrainCPUBaseline, []string{"worker", "redis"}, nil))
-	}
-}
-
-// cpuPairs formats the medians of per-process CPU figures, and their sums.
-func cpuPairs(real, base []map[string]float64, procs []string, names map[string]string) string {
-	col := func(rounds []map[string]float64, p string) float64 {
-		var v []float64
-		for _, m := range rounds {
-			v = append(v, m[p])
-		}
-		return median(v)
-	}
-	var b strings.Builder
-	var sumR, sumB float64
-	for _, p := range procs {
-		r, bl := col(real, p), col(base, p)
-		sumR, sumB = sumR+r, sumB+bl
-		name := p
-		if n, ok := names[p]; ok {
-			name = n
-		}
-		fmt.Fprintf(&b, " %s %.0f / %.0f µs;", name, r, bl)
-	}
-	fmt.Fprintf(&b, " all %.0f / %.0f µs", sumR, sumB)
-	return b.String()
-}
-
-func pairs(a, b []float64) string {
-	var s []string
-	for i := range a {
-		if i < len(b) {
-			s = append(s, fmt.Sprintf("%.0f/%.0f", a[i], b[i]))
-		}
-	}
-	return strings.Join(s, ", ")
-}
-
-func yes(ok bool) string {
-	if ok {
-		return "yes"
-	}
-	return "NO"
-}
 
 // proc is a child process.
 type proc struct {
@@ -188,26 +57,61 @@ func startProc(name, path string, args []string, env []string, stdout io.Writer)
 
 // peakRSSMB reads the process's peak resident set size (VmHWM).
 func (p *proc) peakRSSMB() float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	_, hwm := memStatus(p.cmd.Process.Pid)
+	return hwm
+}
+
+// memStatus reads a process's resident set size now (VmRSS) and its peak
+// (VmHWM), in MB; NaN for a figure it cannot read.
+func memStatus(pid int) (rss, hwm float64) {
+	rss, hwm = math.NaN(), math.NaN()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return math.NaN()
+		return rss, hwm
+	}
+	mb := func(v string) float64 {
+		kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+		if err != nil {
+			return math.NaN()
+		}
+		return kb / 1024
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
-			return kb / 1024
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			rss = mb(v)
+		} else if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			hwm = mb(v)
 		}
 	}
-	return math.NaN()
+	return rss, hwm
+}
+
+// exited reports whether the process has ended, without waiting.
+func (p *proc) exited() (bool, error) {
+	select {
+	case err := <-p.done:
+		p.done <- err // for stop and kill
+		return true, err
+	default:
+		return false, nil
+	}
+}
+
+// kill ends the process at once: for a worker whose running tasks do not
+// matter any more, whose graceful shutdown would wait for them.
+func (p *proc) kill() {
+	_ = p.cmd.Process.Kill()
+	err := <-p.done
+	p.done <- err // a second stop or kill returns at once
 }
 
 func (p *proc) stop() {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-p.done:
+	case err := <-p.done:
+		p.done <- err // a second stop or kill returns at once
 	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
+		p.kill()
 	}
 }
 
@@ -264,12 +168,27 @@ type env struct {
 
 // commandLine is the command a run of o was, for the results.
 func commandLine(o options) string {
-	s := fmt.Sprintf("make bench (easelbench --rounds %d --duration %s --concurrency %d --drain %d", o.rounds, o.duration, o.concurrency, o.drain)
+	s := fmt.Sprintf("make bench (easelbench --rounds %d --duration %s --concurrency %d --drain %d", o.rounds, o.httpDuration(), o.concurrency, o.drain)
 	if o.only != defaultOnly {
 		s += " --only " + o.only
 	}
 	if o.redis != redisSingle {
 		s += " --redis " + o.redis
+	}
+	if parts, _ := parseParts(o.only); parts["inflight"] {
+		s += fmt.Sprintf(" --inflight %d --sim-delay %s", o.inflight, o.simDelay)
+		if o.accounts > 0 {
+			s += fmt.Sprintf(" --inflight-accounts %d", o.accounts)
+		}
+		if o.duration <= 0 {
+			s += fmt.Sprintf(", inflight run %s", o.inflightDuration())
+		}
+	}
+	if o.workerConcurrencySet {
+		s += fmt.Sprintf(" --worker-concurrency %d", o.workerConcurrency)
+	}
+	for _, kv := range o.workerEnv {
+		s += " --worker-env " + kv
 	}
 	return s + ")"
 }
@@ -295,9 +214,9 @@ func benchmark(ctx context.Context, o options) (*results, error) {
 		Command: commandLine(o), Redis: rp.kind, RedisNodes: len(rp.pids)}
 	e.logf("redis %s: %s", rp.kind, rp.url)
 
-	parts := map[string]bool{}
-	for _, p := range strings.Split(o.only, ",") {
-		parts[strings.TrimSpace(p)] = true
+	parts, err := parseParts(o.only)
+	if err != nil {
+		return nil, err
 	}
 	for round := 1; round <= o.rounds; round++ {
 		if parts["http"] {
@@ -317,6 +236,17 @@ func benchmark(ctx context.Context, o options) (*results, error) {
 		e.logf("pick-up latency")
 		if err := e.pickup(ctx, res); err != nil {
 			return nil, err
+		}
+	}
+	if parts["inflight"] {
+		e.logf("slow generations in flight: %d tasks outstanding, sim delay %s, %s", o.inflight, o.simDelay, o.inflightDuration())
+		if err := e.inflight(ctx, res); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range allParts {
+		if parts[p] {
+			res.Parts = append(res.Parts, p)
 		}
 	}
 	return res, nil
@@ -356,14 +286,23 @@ func (e *env) serviceEnv(extra ...string) []string {
 		"EASEL_BLOB_DIR=" + filepath.Join(os.TempDir(), "easelbench-blobs"),
 		"EASEL_LOG_LEVEL=info",
 		"EASEL_SIM_DELAY=0",
-		"EASEL_WORKER_CONCURRENCY=" + strconv.Itoa(e.o.workerConcurrency),
 	}
 	return append(env, extra...)
 }
 
+// workerEnv is the environment of a worker compared with the baseline
+// worker (drain) or measured with it (pickup): the services' with the
+// baseline's concurrency and extra, then --worker-env, whose values win
+// (exec keeps the last of a duplicate key).
+func (e *env) workerEnv(extra ...string) []string {
+	env := e.serviceEnv(append([]string{"EASEL_WORKER_CONCURRENCY=" + strconv.Itoa(e.o.workerConcurrency)}, extra...)...)
+	return append(env, e.o.workerEnv...)
+}
+
 func (e *env) startGateway(ctx context.Context) (*proc, string, error) {
 	addr := freeAddr()
-	p, err := startProc("gateway", filepath.Join(e.o.binDir, "gateway"), nil, e.serviceEnv("EASEL_HTTP_ADDR="+addr), io.Discard)
+	// No operations listener: its default port (:9090) may be taken.
+	p, err := startProc("gateway", filepath.Join(e.o.binDir, "gateway"), nil, e.serviceEnv("EASEL_HTTP_ADDR="+addr, "EASEL_METRICS_ADDR=off"), io.Discard)
 	if err != nil {
 		return nil, "", err
 	}
@@ -410,7 +349,7 @@ func (e *env) loadMetered(ctx context.Context, base, mode string, requests int64
 	if _, err := loadgen.Run(ctx, warm); err != nil {
 		return nil, nil, err
 	}
-	cfg.Duration = e.o.duration
+	cfg.Duration = e.o.httpDuration()
 	var m *cpuMeter
 	if pids != nil {
 		m = newCPUMeter(pids)
@@ -495,7 +434,7 @@ func (e *env) httpRound(ctx context.Context, round int, res *results) error {
 			res.QueryReal = append(res.QueryReal, queryRate)
 			res.CreateP50 = append(res.CreateP50, create.Ops[loadgen.OpCreate].Latency.P50)
 			res.QueryP50 = append(res.QueryP50, query.Ops[loadgen.OpQuery].Latency.P50)
-			res.GatewayRSSMB = math.Max(res.GatewayRSSMB, p.peakRSSMB())
+			setMax(&res.GatewayRSSMB, p.peakRSSMB())
 		} else {
 			res.CreateBaseline = append(res.CreateBaseline, createRate)
 			res.CreateCPUBaseline = append(res.CreateCPUBaseline, cpu)
@@ -530,10 +469,10 @@ func (e *env) memory(ctx context.Context, before int64, res *results) error {
 		return nil
 	})
 	if sampled > 0 {
-		res.TaskRecordBytes = float64(total) / float64(sampled)
+		res.TaskRecordBytes = ptr(float64(total) / float64(sampled))
 	}
 	if n > 0 {
-		res.PerTaskBytes = float64(after-before) / float64(n)
+		res.PerTaskBytes = ptr(float64(after-before) / float64(n))
 	}
 	return nil
 }
@@ -607,7 +546,7 @@ func (e *env) drainReal(ctx context.Context, res *results) (float64, error) {
 		return 0, err
 	}
 	defer gw.stop()
-	wk, err := startProc("worker", filepath.Join(e.o.binDir, "worker"), nil, e.serviceEnv("EASEL_WORKER_HTTP_ADDR="+freeAddr()), io.Discard)
+	wk, err := startProc("worker", filepath.Join(e.o.binDir, "worker"), nil, e.workerEnv("EASEL_WORKER_HTTP_ADDR="+freeAddr()), io.Discard)
 	if err != nil {
 		return 0, err
 	}
@@ -642,7 +581,7 @@ func (e *env) drainReal(ctx context.Context, res *results) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	res.WorkerRSSMB = math.Max(res.WorkerRSSMB, wk.peakRSSMB())
+	setMax(&res.WorkerRSSMB, wk.peakRSSMB())
 	var first, last int64 = math.MaxInt64, 0
 	n := 0
 	for _, r := range recs {
@@ -736,7 +675,7 @@ func (e *env) pickup(ctx context.Context, res *results) error {
 		return err
 	}
 	defer gw.stop()
-	wk, err := startProc("worker", filepath.Join(e.o.binDir, "worker"), nil, e.serviceEnv("EASEL_WORKER_HTTP_ADDR="+freeAddr()), io.Discard)
+	wk, err := startProc("worker", filepath.Join(e.o.binDir, "worker"), nil, e.workerEnv("EASEL_WORKER_HTTP_ADDR="+freeAddr()), io.Discard)
 	if err != nil {
 		return err
 	}
@@ -756,8 +695,8 @@ func (e *env) pickup(ctx context.Context, res *results) error {
 	for _, r := range recs {
 		_ = h.RecordValue(max(r.start-r.create, 1))
 	}
-	res.PickupP50, res.PickupP90, res.PickupP99 = float64(h.ValueAtQuantile(50)), float64(h.ValueAtQuantile(90)), float64(h.ValueAtQuantile(99))
-	res.PickupMax, res.PickupN = float64(h.Max()), len(recs)
-	e.logf("  pick-up over %d tasks: p50 %.0f ms, p99 %.0f ms", len(recs), res.PickupP50, res.PickupP99)
+	res.PickupP50, res.PickupP90, res.PickupP99 = ptr(float64(h.ValueAtQuantile(50))), ptr(float64(h.ValueAtQuantile(90))), ptr(float64(h.ValueAtQuantile(99)))
+	res.PickupMax, res.PickupN = ptr(float64(h.Max())), ptr(len(recs))
+	e.logf("  pick-up over %d tasks: p50 %.0f ms, p99 %.0f ms", len(recs), *res.PickupP50, *res.PickupP99)
 	return nil
 }

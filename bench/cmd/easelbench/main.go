@@ -9,6 +9,14 @@
 //
 // It runs bin/gateway and bin/worker (make build) as separate processes, and
 // itself as the baseline processes.
+//
+// --only inflight (not in the default set) is issue 13's first benchmark
+// instead: one worker with a slow, zero-cost generator (EASEL_SIM_DELAY,
+// --sim-delay) kept fed with --inflight outstanding tasks; it reports how
+// many it holds in flight, its memory and Redis connections, and its
+// completion rate against in-flight ÷ sim delay:
+//
+//	easelbench --only inflight [--inflight 2000] [--sim-delay 30s] [--duration 90s] [--worker-env KEY=VALUE ...]
 package main
 
 import (
@@ -21,7 +29,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -62,22 +72,30 @@ func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("easelbench", flag.ContinueOnError)
 	o := options{}
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds of each comparison (medians are reported)")
-	fs.DurationVar(&o.duration, "duration", 8*time.Second, "measured load per run")
+	fs.DurationVar(&o.duration, "duration", 0, "measured time of each run (default: 8s for http, 90s for inflight)")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured load before each run")
 	fs.IntVar(&o.concurrency, "concurrency", 64, "closed-loop connections for the HTTP comparisons")
 	fs.IntVar(&o.drain, "drain", 10000, "jobs per worker throughput run")
-	fs.IntVar(&o.workerConcurrency, "worker-concurrency", 16, "worker concurrency (both the baseline and the real worker)")
+	fs.IntVar(&o.workerConcurrency, "worker-concurrency", 16, "worker concurrency (both the baseline and the real worker; the inflight worker runs with its own default unless this is given)")
 	fs.Float64Var(&o.pickupRate, "pickup-rate", 50, "tasks per second while measuring pick-up latency")
 	fs.DurationVar(&o.pickupFor, "pickup-duration", 10*time.Second, "how long to measure pick-up latency")
 	fs.StringVar(&o.binDir, "bin", "bin", "directory of the gateway and worker binaries")
 	fs.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
-	fs.StringVar(&o.only, "only", defaultOnly, "which parts to run: http (create and query), drain, pickup")
+	fs.StringVar(&o.only, "only", defaultOnly, "which parts to run: http (create and query), drain, pickup; and inflight, not in the default set")
+	fs.IntVar(&o.inflight, "inflight", 2000, "inflight: tasks kept outstanding (queued or processing) for the worker")
+	fs.IntVar(&o.accounts, "inflight-accounts", 0, fmt.Sprintf("inflight: accounts the tasks are spread over (0: enough for at most %d each, under the workers' default fair share of 64 running)", perAccountOutstanding))
+	fs.DurationVar(&o.simDelay, "sim-delay", 30*time.Second, "inflight: the worker's EASEL_SIM_DELAY, the simulated generation time")
+	fs.Var(&o.workerEnv, "worker-env", "KEY=VALUE added to every bin/worker's environment, after the benchmark's own (repeatable; e.g. EASEL_WORKER_CONCURRENCY=2000)")
 	fs.StringVar(&o.redis, "redis", redisSingle, "the private Redis to run on: "+redisSingle+" (one redis-server) or "+redisCluster+" (a 3-master Redis Cluster)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	fs.Visit(func(f *flag.Flag) { o.workerConcurrencySet = o.workerConcurrencySet || f.Name == "worker-concurrency" })
 	if o.redis != redisSingle && o.redis != redisCluster {
 		return fmt.Errorf("--redis %q: want %s or %s", o.redis, redisSingle, redisCluster)
+	}
+	if err := o.check(); err != nil {
+		return err
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -113,14 +131,126 @@ type options struct {
 	concurrency       int
 	drain             int
 	workerConcurrency int
-	pickupRate        float64
-	pickupFor         time.Duration
-	binDir, self      string
-	jsonOut           string
-	only              string
-	redis             string // redisSingle or redisCluster
-	log               io.Writer
+	// workerConcurrencySet: --worker-concurrency was given, and binds the
+	// inflight worker too.
+	workerConcurrencySet bool
+	pickupRate           float64
+	pickupFor            time.Duration
+	binDir, self         string
+	jsonOut              string
+	only                 string
+	redis                string        // redisSingle or redisCluster
+	inflight             int           // --inflight: tasks kept outstanding
+	accounts             int           // --inflight-accounts: over how many accounts (0: auto)
+	simDelay             time.Duration // --sim-delay: the inflight worker's EASEL_SIM_DELAY
+	workerEnv            envList       // --worker-env
+	log                  io.Writer
 }
 
-// defaultOnly is --only's default: every part.
+// defaultOnly is --only's default: every part but inflight.
 const defaultOnly = "http,drain,pickup"
+
+// allParts are the parts --only may name, in the order they run.
+var allParts = []string{"http", "drain", "pickup", "inflight"}
+
+// parseParts reads --only.
+func parseParts(only string) (map[string]bool, error) {
+	parts := map[string]bool{}
+	for _, p := range strings.Split(only, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if !slices.Contains(allParts, p) {
+			return nil, fmt.Errorf("--only %q: unknown part %q; want some of %s", only, p, strings.Join(allParts, ", "))
+		}
+		parts[p] = true
+	}
+	if len(parts) == 0 {
+		return nil, fmt.Errorf("--only %q: name at least one of %s", only, strings.Join(allParts, ", "))
+	}
+	return parts, nil
+}
+
+// Default measured times (--duration 0).
+const (
+	defaultHTTPDuration     = 8 * time.Second
+	defaultInflightDuration = 90 * time.Second
+)
+
+// httpDuration is each measured create and query run's length.
+func (o options) httpDuration() time.Duration {
+	if o.duration > 0 {
+		return o.duration
+	}
+	return defaultHTTPDuration
+}
+
+// inflightDuration is the inflight run's length.
+func (o options) inflightDuration() time.Duration {
+	if o.duration > 0 {
+		return o.duration
+	}
+	return defaultInflightDuration
+}
+
+// perAccountOutstanding is the most outstanding tasks an account gets in the
+// inflight part by default: fewer than the workers' default fair share of
+// running generations per account (EASEL_ACCOUNT_MAX_RUNNING, 64).
+const perAccountOutstanding = 50
+
+// inflightAccounts is how many accounts the inflight part spreads its
+// tasks over.
+func (o options) inflightAccounts() int {
+	if o.accounts > 0 {
+		return min(o.accounts, o.inflight)
+	}
+	return max(1, (o.inflight+perAccountOutstanding-1)/perAccountOutstanding)
+}
+
+// check validates the options that do not need the binaries.
+func (o options) check() error {
+	parts, err := parseParts(o.only)
+	if err != nil {
+		return err
+	}
+	if o.duration < 0 {
+		return fmt.Errorf("--duration %s: want a positive duration", o.duration)
+	}
+	for _, kv := range o.workerEnv {
+		k, _, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok || k == "" || strings.ContainsAny(k, " \t"):
+			return fmt.Errorf("--worker-env %q: want KEY=VALUE", kv)
+		case k == "EASEL_SIM_DELAY":
+			return fmt.Errorf("--worker-env %q: use --sim-delay", kv)
+		case k == "EASEL_REDIS_URL" || k == "EASEL_WORKER_HTTP_ADDR":
+			return fmt.Errorf("--worker-env %q: the benchmark sets %s", kv, k)
+		}
+	}
+	if parts["inflight"] {
+		if o.inflight < 1 {
+			return fmt.Errorf("--inflight %d: want at least 1", o.inflight)
+		}
+		if o.accounts < 0 {
+			return fmt.Errorf("--inflight-accounts %d: want 1 or more, or 0 for the default", o.accounts)
+		}
+		if o.simDelay <= 0 {
+			return fmt.Errorf("--sim-delay %s: want a positive duration (the expected rate is in-flight ÷ sim delay)", o.simDelay)
+		}
+		if d := o.inflightDuration(); d <= o.simDelay {
+			return fmt.Errorf("--duration %s: want more than --sim-delay %s (the steady state starts one sim delay in; two or more are better)", d, o.simDelay)
+		}
+	}
+	return nil
+}
+
+// envList is a repeatable KEY=VALUE flag.
+type envList []string
+
+func (l *envList) String() string { return strings.Join(*l, " ") }
+
+func (l *envList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"text/tabwriter"
+)
+
+// results are the benchmark's figures. A figure of a part that did not run
+// (--only) is left out of the JSON (an empty list, a nil pointer) and reads
+// "not run" in the table, never a number or a pass.
+type results struct {
+	Date    string `json:"date"`
+	Machine string `json:"machine"`
+	Command string `json:"command"`
+	Rounds  int    `json:"rounds"`
+	// Parts are the parts that ran (--only), in the order they ran.
+	Parts []string `json:"parts"`
+	// Redis is the deployment it ran on (--redis): single, one
+	// redis-server, or cluster, a Redis Cluster of RedisNodes masters.
+	Redis      string `json:"redis"`
+	RedisNodes int    `json:"redis_nodes"`
+
+	CreateBaseline []float64 `json:"create_baseline_per_s,omitempty"`
+	CreateReal     []float64 `json:"create_real_per_s,omitempty"`
+	QueryBaseline  []float64 `json:"query_baseline_per_s,omitempty"`
+	QueryReal      []float64 `json:"query_real_per_s,omitempty"`
+	DrainBaseline  []float64 `json:"drain_baseline_per_s,omitempty"`
+	DrainReal      []float64 `json:"drain_real_per_s,omitempty"`
+
+	// CPU microseconds per create request, by process (gateway, redis,
+	// self: the load generator), one map per round. On a cluster "redis" is
+	// the sum over the masters, and "redis@host:port" each master's part.
+	CreateCPUReal     []map[string]float64 `json:"create_real_cpu_us_per_request,omitempty"`
+	CreateCPUBaseline []map[string]float64 `json:"create_baseline_cpu_us_per_request,omitempty"`
+	// CPU microseconds per task drained, by process (worker, redis; on a
+	// cluster also redis@host:port).
+	DrainCPUReal     []map[string]float64 `json:"drain_real_cpu_us_per_task,omitempty"`
+	DrainCPUBaseline []map[string]float64 `json:"drain_baseline_cpu_us_per_task,omitempty"`
+
+	CreateP50 []float64 `json:"create_real_p50_ms,omitempty"`
+	QueryP50  []float64 `json:"query_real_p50_ms,omitempty"`
+
+	// Pick-up latency (--only pickup).
+	PickupP50 *float64 `json:"pickup_p50_ms,omitempty"`
+	PickupP90 *float64 `json:"pickup_p90_ms,omitempty"`
+	PickupP99 *float64 `json:"pickup_p99_ms,omitempty"`
+	PickupMax *float64 `json:"pickup_max_ms,omitempty"`
+	PickupN   *int     `json:"pickup_tasks,omitempty"`
+
+	// GatewayRSSMB is the real gateway's VmHWM after the create and query
+	// runs (http); WorkerRSSMB the worker's after a drain (drain).
+	GatewayRSSMB *float64 `json:"gateway_peak_rss_mb,omitempty"`
+	WorkerRSSMB  *float64 `json:"worker_peak_rss_mb,omitempty"`
+
+	// Redis memory, measured after the first real create run (http).
+	TaskRecordBytes *float64 `json:"task_record_bytes,omitempty"`
+	// PerTaskBytes is the growth of used_memory (summed over the masters of
+	// a cluster) per task created.
+	PerTaskBytes *float64 `json:"redis_bytes_per_task,omitempty"`
+
+	// Inflight is the slow-generation run (--only inflight).
+	Inflight *inflightResult `json:"inflight,omitempty"`
+}
+
+// notRun is what the table says of a figure whose part did not run.
+const notRun = "not run"
+
+// ptr returns a pointer to v, for the figures that may be absent.
+func ptr[T any](v T) *T { return &v }
+
+// setMax raises *p to v, setting it if absent: a peak over rounds.
+func setMax(p **float64, v float64) {
+	if *p == nil || v > **p || math.IsNaN(**p) {
+		*p = ptr(v)
+	}
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// value formats a figure that may be absent (not run) or unreadable (NaN).
+func value(v *float64, format string) string {
+	switch {
+	case v == nil:
+		return notRun
+	case math.IsNaN(*v):
+		return "unknown"
+	}
+	return fmt.Sprintf(format, *v)
+}
+
+// met says whether a figure that may be absent meets its target: "not run"
+// and "unknown" are neither a pass nor a failure.
+func met(v *float64, ok func(float64) bool) string {
+	switch {
+	case v == nil:
+		return notRun
+	case math.IsNaN(*v):
+		return "unknown"
+	}
+	return yes(ok(*v))
+}
+
+func (r *results) print(w io.Writer) {
+	fmt.Fprintf(w, "\nEasel benchmark, %s, %s\n%s\nRedis: %s, %d node(s)\n\n", r.Date, r.Machine, r.Command, r.Redis, r.RedisNodes)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\treal (median)\tbaseline (median)\tratio\ttarget\tmet\t")
+	row := func(name string, real, base []float64, unit string, target float64) {
+		if len(real) == 0 || len(base) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t\t\t>= %.2f\t%s\t\n", name, notRun, target, notRun)
+			return
+		}
+		ratio := median(real) / median(base)
+		fmt.Fprintf(tw, "%s\t%.0f %s\t%.0f %s\t%.2f\t>= %.2f\t%s\t\n", name, median(real), unit, median(base), unit, ratio, target, yes(ratio >= target))
+	}
+	row("create throughput", r.CreateReal, r.CreateBaseline, "/s", 0.7)
+	row("query throughput", r.QueryReal, r.QueryBaseline, "/s", 0.85)
+	row("end-to-end tasks (zero-delay generator)", r.DrainReal, r.DrainBaseline, "/s", 0.5)
+	pickup, pickupMet := notRun, notRun
+	if r.PickupP50 != nil && r.PickupP99 != nil {
+		pickup = fmt.Sprintf("%.1f / %.1f ms", *r.PickupP50, *r.PickupP99)
+		pickupMet = yes(*r.PickupP50 <= 100 && *r.PickupP99 <= 300)
+	}
+	fmt.Fprintf(tw, "pick-up latency p50 / p99\t%s\t\t\t<= 100 / 300 ms\t%s\t\n", pickup, pickupMet)
+	fmt.Fprintf(tw, "gateway peak RSS (%s)\t%s\t\t\t<= 100 MB\t%s\t\n", "64 connections", value(r.GatewayRSSMB, "%.1f MB"), met(r.GatewayRSSMB, func(v float64) bool { return v <= 100 }))
+	fmt.Fprintf(tw, "worker peak RSS\t%s\t\t\t\t\t\n", value(r.WorkerRSSMB, "%.1f MB"))
+	fmt.Fprintf(tw, "Redis memory per task record\t%s\t\t\t\t\t\n", value(r.TaskRecordBytes, "%.0f B"))
+	fmt.Fprintf(tw, "Redis memory per task, all keys\t%s\t\t\t\t\t\n", value(r.PerTaskBytes, "%.0f B"))
+	r.Inflight.rows(tw)
+	_ = tw.Flush()
+
+	var rounds []string
+	if len(r.CreateReal) > 0 || len(r.CreateBaseline) > 0 {
+		rounds = append(rounds, "create "+pairs(r.CreateReal, r.CreateBaseline), "query "+pairs(r.QueryReal, r.QueryBaseline))
+	}
+	if len(r.DrainReal) > 0 || len(r.DrainBaseline) > 0 {
+		rounds = append(rounds, "end-to-end "+pairs(r.DrainReal, r.DrainBaseline))
+	}
+	if len(rounds) > 0 {
+		fmt.Fprintf(w, "\nper round (real/baseline): %s\n", strings.Join(rounds, "; "))
+	}
+	if len(r.CreateP50) > 0 && len(r.QueryP50) > 0 {
+		fmt.Fprintf(w, "real gateway p50 latency at %s: create %.2f ms, query %.2f ms (medians of rounds)\n", "64 connections", median(r.CreateP50), median(r.QueryP50))
+	}
+	if len(r.CreateCPUReal) > 0 && len(r.CreateCPUBaseline) > 0 {
+		fmt.Fprintf(w, "CPU per create request, real / baseline (medians of rounds):%s\n",
+			cpuPairs(r.CreateCPUReal, r.CreateCPUBaseline, []string{"gateway", "redis", "self"}, map[string]string{"self": "load generator"}))
+	}
+	if len(r.DrainCPUReal) > 0 && len(r.DrainCPUBaseline) > 0 {
+		fmt.Fprintf(w, "CPU per task drained, real / baseline (medians of rounds):%s\n",
+			cpuPairs(r.DrainCPUReal, r.DrainCPUBaseline, []string{"worker", "redis"}, nil))
+	}
+	r.Inflight.details(w)
+}
+
+// cpuPairs formats the medians of per-process CPU figures, and their sums.
+func cpuPairs(real, base []map[string]float64, procs []string, names map[string]string) string {
+	col := func(rounds []map[string]float64, p string) float64 {
+		var v []float64
+		for _, m := range rounds {
+			v = append(v, m[p])
+		}
+		return median(v)
+	}
+	var b strings.Builder
+	var sumR, sumB float64
+	for _, p := range procs {
+		r, bl := col(real, p), col(base, p)
+		sumR, sumB = sumR+r, sumB+bl
+		name := p
+		if n, ok := names[p]; ok {
+			name = n
+		}
+		fmt.Fprintf(&b, " %s %.0f / %.0f µs;", name, r, bl)
+	}
+	fmt.Fprintf(&b, " all %.0f / %.0f µs", sumR, sumB)
+	return b.String()
+}
+
+func pairs(a, b []float64) string {
+	var s []string
+	for i := range a {
+		if i < len(b) {
+			s = append(s, fmt.Sprintf("%.0f/%.0f", a[i], b[i]))
+		}
+	}
+	return strings.Join(s, ", ")
+}
+
+func yes(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "NO"
+}
