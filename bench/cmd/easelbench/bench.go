@@ -184,6 +184,19 @@ func commandLine(o options) string {
 			s += fmt.Sprintf(", inflight run %s", o.inflightDuration())
 		}
 	}
+	if parts, _ := parseParts(o.only); parts["quota"] {
+		s += fmt.Sprintf(" --quota-workers %d --quota-rpm %d --quota-rate %g --quota-latency %s --quota-429-every %d",
+			o.quotaWorkers, o.quotaRPM, o.quotaRate, o.quotaLatency, o.quota429Every)
+		if o.duration <= 0 {
+			s += fmt.Sprintf(", quota run %s", o.quotaDuration())
+		}
+	}
+	if parts, _ := parseParts(o.only); parts["drip"] {
+		s += fmt.Sprintf(" --drip-tasks %d --drip-samples %d", o.dripTasks, o.dripSamples)
+	}
+	if parts, _ := parseParts(o.only); parts["memory"] {
+		s += fmt.Sprintf(" --memory-images %d --memory-side %d", o.memoryImages, o.memorySide)
+	}
 	if o.workerConcurrencySet {
 		s += fmt.Sprintf(" --worker-concurrency %d", o.workerConcurrency)
 	}
@@ -244,6 +257,24 @@ func benchmark(ctx context.Context, o options) (*results, error) {
 			return nil, err
 		}
 	}
+	if parts["quota"] {
+		e.logf("shared upstream quota: %d workers, %d/min, %.1f creates/s for %s", o.quotaWorkers, o.quotaRPM, o.quotaRate, o.quotaDuration())
+		if err := e.quota(ctx, res); err != nil {
+			return nil, err
+		}
+	}
+	if parts["drip"] {
+		e.logf("drip attack: %d tasks on a 1 byte/s source, %d timed tasks of another account each way", o.dripTasks, o.dripSamples)
+		if err := e.drip(ctx, res); err != nil {
+			return nil, err
+		}
+	}
+	if parts["memory"] {
+		e.logf("memory attack: one task with %d 16-bit PNGs of %d×%d", o.memoryImages, o.memorySide, o.memorySide)
+		if err := e.memoryAttack(ctx, res); err != nil {
+			return nil, err
+		}
+	}
 	for _, p := range allParts {
 		if parts[p] {
 			res.Parts = append(res.Parts, p)
@@ -300,9 +331,14 @@ func (e *env) workerEnv(extra ...string) []string {
 }
 
 func (e *env) startGateway(ctx context.Context) (*proc, string, error) {
+	return e.startGatewayEnv(ctx)
+}
+
+// startGatewayEnv starts bin/gateway with extra added to its environment.
+func (e *env) startGatewayEnv(ctx context.Context, extra ...string) (*proc, string, error) {
 	addr := freeAddr()
 	// No operations listener: its default port (:9090) may be taken.
-	p, err := startProc("gateway", filepath.Join(e.o.binDir, "gateway"), nil, e.serviceEnv("EASEL_HTTP_ADDR="+addr, "EASEL_METRICS_ADDR=off"), io.Discard)
+	p, err := startProc("gateway", filepath.Join(e.o.binDir, "gateway"), nil, e.serviceEnv(append([]string{"EASEL_HTTP_ADDR=" + addr, "EASEL_METRICS_ADDR=off"}, extra...)...), io.Discard)
 	if err != nil {
 		return nil, "", err
 	}

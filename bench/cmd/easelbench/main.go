@@ -17,6 +17,18 @@
 // completion rate against in-flight ÷ sim delay:
 //
 //	easelbench --only inflight [--inflight 2000] [--sim-delay 30s] [--duration 90s] [--worker-env KEY=VALUE ...]
+//
+// Issue 13's other measurements, also not in the default set: --only quota
+// (three workers sharing EASEL_UPSTREAM_RPM against a fake Gemini upstream
+// that answers 429 to one call in ten: the call rate per 60 s window and
+// the tasks failed), --only drip (another account's latency while one
+// account's tasks fetch a source at 1 byte/s) and --only memory (one task
+// with ten 16-bit 7071×7071 PNGs: the worker's peak RSS, the task's
+// outcome, its retries):
+//
+//	easelbench --only quota [--duration 5m] [--quota-rate 2] [--quota-latency 2s] [--quota-429-every 10]
+//	easelbench --only drip [--drip-tasks 16] [--drip-samples 5]
+//	easelbench --only memory [--memory-images 10] [--memory-side 7071]
 package main
 
 import (
@@ -72,7 +84,7 @@ func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("easelbench", flag.ContinueOnError)
 	o := options{}
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds of each comparison (medians are reported)")
-	fs.DurationVar(&o.duration, "duration", 0, "measured time of each run (default: 8s for http, 90s for inflight)")
+	fs.DurationVar(&o.duration, "duration", 0, "measured time of each run (default: 8s for http, 90s for inflight, 5m for quota)")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "unmeasured load before each run")
 	fs.IntVar(&o.concurrency, "concurrency", 64, "closed-loop connections for the HTTP comparisons")
 	fs.IntVar(&o.drain, "drain", 10000, "jobs per worker throughput run")
@@ -81,11 +93,20 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.pickupFor, "pickup-duration", 10*time.Second, "how long to measure pick-up latency")
 	fs.StringVar(&o.binDir, "bin", "bin", "directory of the gateway and worker binaries")
 	fs.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
-	fs.StringVar(&o.only, "only", defaultOnly, "which parts to run: http (create and query), drain, pickup; and inflight, not in the default set")
+	fs.StringVar(&o.only, "only", defaultOnly, "which parts to run: http (create and query), drain, pickup; and issue 13's, not in the default set: inflight, quota, drip, memory")
 	fs.IntVar(&o.inflight, "inflight", 2000, "inflight: tasks kept outstanding (queued or processing) for the worker")
 	fs.IntVar(&o.accounts, "inflight-accounts", 0, fmt.Sprintf("inflight: accounts the tasks are spread over (0: enough for at most %d each, under the workers' default fair share of 64 running)", perAccountOutstanding))
 	fs.DurationVar(&o.simDelay, "sim-delay", 30*time.Second, "inflight: the worker's EASEL_SIM_DELAY, the simulated generation time")
 	fs.Var(&o.workerEnv, "worker-env", "KEY=VALUE added to every bin/worker's environment, after the benchmark's own (repeatable; e.g. EASEL_WORKER_CONCURRENCY=2000)")
+	fs.IntVar(&o.quotaWorkers, "quota-workers", 3, "quota: bin/worker processes sharing the upstream quota")
+	fs.IntVar(&o.quotaRPM, "quota-rpm", 60, "quota: the workers' EASEL_UPSTREAM_RPM, for every model (*=N)")
+	fs.Float64Var(&o.quotaRate, "quota-rate", 2, "quota: tasks created per second")
+	fs.DurationVar(&o.quotaLatency, "quota-latency", 2*time.Second, "quota: the fake upstream's time to answer with an image")
+	fs.IntVar(&o.quota429Every, "quota-429-every", 10, "quota: the fake upstream answers 429 to every N-th call (0: never)")
+	fs.IntVar(&o.dripTasks, "drip-tasks", 16, "drip: account A's editing tasks on a 1 byte/s source")
+	fs.IntVar(&o.dripSamples, "drip-samples", 5, "drip: account B's tasks timed unloaded, and as many under attack")
+	fs.IntVar(&o.memoryImages, "memory-images", 10, "memory: source images of the one editing task")
+	fs.IntVar(&o.memorySide, "memory-side", 7071, "memory: their width and height, 16-bit RGB of one colour")
 	fs.StringVar(&o.redis, "redis", redisSingle, "the private Redis to run on: "+redisSingle+" (one redis-server) or "+redisCluster+" (a 3-master Redis Cluster)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -144,14 +165,22 @@ type options struct {
 	accounts             int           // --inflight-accounts: over how many accounts (0: auto)
 	simDelay             time.Duration // --sim-delay: the inflight worker's EASEL_SIM_DELAY
 	workerEnv            envList       // --worker-env
-	log                  io.Writer
+	// The quota, drip and memory parts' settings (--quota-*, --drip-*,
+	// --memory-*).
+	quotaWorkers, quotaRPM, quota429Every int
+	quotaRate                             float64
+	quotaLatency                          time.Duration
+	dripTasks, dripSamples                int
+	memoryImages, memorySide              int
+	log                                   io.Writer
 }
 
-// defaultOnly is --only's default: every part but inflight.
+// defaultOnly is --only's default: every part but issue 13's (inflight,
+// quota, drip, memory).
 const defaultOnly = "http,drain,pickup"
 
 // allParts are the parts --only may name, in the order they run.
-var allParts = []string{"http", "drain", "pickup", "inflight"}
+var allParts = []string{"http", "drain", "pickup", "inflight", "quota", "drip", "memory"}
 
 // parseParts reads --only.
 func parseParts(only string) (map[string]bool, error) {
@@ -176,7 +205,16 @@ func parseParts(only string) (map[string]bool, error) {
 const (
 	defaultHTTPDuration     = 8 * time.Second
 	defaultInflightDuration = 90 * time.Second
+	defaultQuotaDuration    = 5 * time.Minute
 )
+
+// quotaDuration is the quota run's length.
+func (o options) quotaDuration() time.Duration {
+	if o.duration > 0 {
+		return o.duration
+	}
+	return defaultQuotaDuration
+}
 
 // httpDuration is each measured create and query run's length.
 func (o options) httpDuration() time.Duration {
@@ -227,6 +265,24 @@ func (o options) check() error {
 		case k == "EASEL_REDIS_URL" || k == "EASEL_WORKER_HTTP_ADDR":
 			return fmt.Errorf("--worker-env %q: the benchmark sets %s", kv, k)
 		}
+	}
+	if parts["quota"] {
+		switch {
+		case o.quotaWorkers < 1:
+			return fmt.Errorf("--quota-workers %d: want at least 1", o.quotaWorkers)
+		case o.quotaRPM < 1:
+			return fmt.Errorf("--quota-rpm %d: want at least 1", o.quotaRPM)
+		case o.quotaRate <= 0:
+			return fmt.Errorf("--quota-rate %g: want a positive rate", o.quotaRate)
+		case o.quotaLatency < 0 || o.quota429Every < 0:
+			return fmt.Errorf("--quota-latency %s, --quota-429-every %d: want 0 or more", o.quotaLatency, o.quota429Every)
+		}
+	}
+	if parts["drip"] && (o.dripTasks < 1 || o.dripSamples < 1) {
+		return fmt.Errorf("--drip-tasks %d, --drip-samples %d: want at least 1", o.dripTasks, o.dripSamples)
+	}
+	if parts["memory"] && (o.memoryImages < 1 || o.memorySide < 1) {
+		return fmt.Errorf("--memory-images %d, --memory-side %d: want at least 1", o.memoryImages, o.memorySide)
 	}
 	if parts["inflight"] {
 		if o.inflight < 1 {

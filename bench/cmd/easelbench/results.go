@@ -64,6 +64,11 @@ type results struct {
 
 	// Inflight is the slow-generation run (--only inflight).
 	Inflight *inflightResult `json:"inflight,omitempty"`
+	// Quota, Drip and Memory are issue 13's other measurements (--only
+	// quota, drip, memory).
+	Quota  *quotaResult  `json:"quota,omitempty"`
+	Drip   *dripResult   `json:"drip,omitempty"`
+	Memory *memoryResult `json:"memory,omitempty"`
 }
 
 // notRun is what the table says of a figure whose part did not run.
@@ -140,6 +145,9 @@ func (r *results) print(w io.Writer) {
 	fmt.Fprintf(tw, "Redis memory per task record\t%s\t\t\t\t\t\n", value(r.TaskRecordBytes, "%.0f B"))
 	fmt.Fprintf(tw, "Redis memory per task, all keys\t%s\t\t\t\t\t\n", value(r.PerTaskBytes, "%.0f B"))
 	r.Inflight.rows(tw)
+	r.Quota.rows(tw)
+	r.Drip.rows(tw)
+	r.Memory.rows(tw)
 	_ = tw.Flush()
 
 	var rounds []string
@@ -164,6 +172,9 @@ func (r *results) print(w io.Writer) {
 			cpuPairs(r.DrainCPUReal, r.DrainCPUBaseline, []string{"worker", "redis"}, nil))
 	}
 	r.Inflight.details(w)
+	r.Quota.details(w)
+	r.Drip.details(w)
+	r.Memory.details(w)
 }
 
 // cpuPairs formats the medians of per-process CPU figures, and their sums.
