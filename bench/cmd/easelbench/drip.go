@@ -20,6 +20,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,9 +46,10 @@ type dripResult struct {
 	AttackedMedianS float64 `json:"attacked_median_s"`
 	DiffS           float64 `json:"difference_s"`
 
-	// Connections the drip server held open: when B's measurements under
-	// attack started (the fewest seen at any of B's completions) and at
-	// most; all it was asked for.
+	// Connections the drip server held open: when B's tasks under attack
+	// were created, the fewest at their completions (fewer than Tasks:
+	// some of B's tasks completed after the attack ended), at most; and
+	// all it was asked for.
 	HeldAtStart  int64 `json:"drip_connections_at_start"`
 	HeldMin      int64 `json:"drip_connections_min_during"`
 	HeldMax      int64 `json:"drip_connections_max"`
@@ -145,34 +147,57 @@ func (e *env) drip(ctx context.Context, res *results) error {
 	defer client.CloseIdleConnections()
 
 	plain := []byte(`{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"a lighthouse on a cliff at dusk","aspect_ratio":"1:1"}}`)
-	// one times one of B's tasks, create to completed.
-	one := func() (float64, error) {
+	// one times one of B's tasks, create to completed, and says how many
+	// drip connections were held when it completed.
+	one := func() (float64, int64, error) {
 		start := time.Now()
 		id, err := createTask(ctx, client, base, bKey, plain)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		t, seen, err := waitFinal(ctx, st, b.ID, id, 50*time.Millisecond, 2*time.Minute)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
+		held := ds.active.Load()
 		if t.Status != "completed" {
-			dr.BFailed++
-			return 0, fmt.Errorf("account B's task %s %s: %+v", id, t.Status, t.Failure)
+			return 0, held, fmt.Errorf("account B's task %s %s: %+v", id, t.Status, t.Failure)
 		}
-		return seen.Sub(start).Seconds(), nil
+		return seen.Sub(start).Seconds(), held, nil
 	}
-	if _, err := one(); err != nil { // warm-up: the generator paints the picture once
+	// batch times --drip-samples of B's tasks created together: under
+	// attack, each of them waits while the attack holds (one after
+	// another, only the first would: the rest would run after the fetch
+	// timeout freed what the attack held). It returns the latencies and the
+	// fewest drip connections held at a completion.
+	batch := func() ([]float64, int64, error) {
+		lat := make([]float64, o.dripSamples)
+		held := make([]int64, o.dripSamples)
+		errs := make([]error, o.dripSamples)
+		var wg sync.WaitGroup
+		for i := range lat {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				lat[i], held[i], errs[i] = one()
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				dr.BFailed++
+				return nil, 0, err
+			}
+		}
+		return lat, slices.Min(held), nil
+	}
+	if _, _, err := one(); err != nil { // warm-up: the generator paints the picture once
 		return fmt.Errorf("warm-up: %w", err)
 	}
-	for i := 0; i < o.dripSamples; i++ {
-		l, err := one()
-		if err != nil {
-			return err
-		}
-		dr.Unloaded = append(dr.Unloaded, l)
+	if dr.Unloaded, _, err = batch(); err != nil {
+		return err
 	}
-	e.logf("  unloaded: %v s", dr.Unloaded)
+	e.logf("  unloaded: %v s", round2(dr.Unloaded))
 
 	// The attack.
 	edit := []byte(`{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"make it blue","image_urls":["` + src + `/drip.png"]}}`)
@@ -206,17 +231,11 @@ func (e *env) drip(ctx context.Context, res *results) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	dr.HeldAtStart = ds.active.Load()
-	dr.HeldMin = dr.HeldAtStart
 	e.logf("  %d drip connections held", dr.HeldAtStart)
-	for i := 0; i < o.dripSamples; i++ {
-		l, err := one()
-		if err != nil {
-			return err
-		}
-		dr.Attacked = append(dr.Attacked, l)
-		dr.HeldMin = min(dr.HeldMin, ds.active.Load())
+	if dr.Attacked, dr.HeldMin, err = batch(); err != nil {
+		return err
 	}
-	e.logf("  under attack: %v s (drip connections at least %d)", dr.Attacked, dr.HeldMin)
+	e.logf("  under attack: %v s (drip connections at least %d at their completions)", round2(dr.Attacked), dr.HeldMin)
 	dr.UnloadedMedianS, dr.AttackedMedianS = median(dr.Unloaded), median(dr.Attacked)
 	dr.DiffS = dr.AttackedMedianS - dr.UnloadedMedianS
 
