@@ -33,6 +33,9 @@ const (
 	NotFound Code = "not_found"
 	// Conflict: the thing is in a state that does not allow the operation.
 	Conflict Code = "conflict"
+	// Mismatch: the request repeats an earlier one's identity (an
+	// Idempotency-Key) with different content.
+	Mismatch Code = "mismatch"
 	// Expired: it existed but its time is up.
 	Expired Code = "expired"
 	// TooLarge: the input exceeds a size limit.

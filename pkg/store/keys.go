@@ -1,5 +1,10 @@
 package store
 
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
 const prefix = "easel:"
 
 func tag(accountID string) string { return prefix + "{a:" + accountID + "}:" }
@@ -22,6 +27,13 @@ func inflightKey(accountID string) string { return tag(accountID) + "inflight" }
 // ms) past which a member no longer counts (its task's deadline: a worker
 // that died holding one frees it then).
 func runningKey(accountID string) string { return tag(accountID) + "running" }
+
+// idempotencyKey is the key of an account's record of an Idempotency-Key
+// (by its SHA-256: the client's key may hold any printable character).
+func idempotencyKey(accountID, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return tag(accountID) + "idem:" + hex.EncodeToString(sum[:])
+}
 
 // ledgerKey is the key of an account's credit ledger.
 func ledgerKey(accountID string) string { return tag(accountID) + "ledger" }

@@ -90,24 +90,58 @@ type Charge struct {
 	// CountUntil is when the task stops counting as in flight even if no
 	// worker ever finishes it (its deadline, with a margin).
 	CountUntil time.Time
+	// Idempotency, when its Key is set, makes the create idempotent: the
+	// same key with the same body again is *Replayed, with another body
+	// apperr.Mismatch, while the first is being created apperr.Conflict.
+	Idempotency task.Idempotency
 }
 
-// KEYS: task, account, inflight, ledger, unqueued.
+// Replayed is CreateTask's answer to a create whose idempotency key an
+// earlier create of the account used with the same body: nothing was
+// created or charged, and TaskID is the earlier create's task.
+type Replayed struct{ TaskID string }
+
+func (r *Replayed) Error() string { return "store: replay of the create of " + r.TaskID }
+
+// Idempotency keys are kept this long, and a create under way holds its key
+// this long at most (a gateway that died mid-create leaves its task to the
+// recovery, and its key to a replay).
+const (
+	IdempotencyTTL     = 24 * time.Hour
+	idempotencyPending = 30 * time.Second
+)
+
+// KEYS: task, account, inflight, ledger, unqueued[, idempotency key].
 // ARGV: now, ttl, price, default max in flight, count-until, tier, task id,
-// first queue check, then the record's fields and values.
-// Returns {code, n}: 1 created (n = balance), -4 task exists, or admit's
-// refusal.
+// first queue check, body hash, idempotency pending window, idempotency
+// ttl, then the record's fields and values.
+// Returns {code, n}: 1 created (n = balance), -4 task exists, -7 the
+// idempotency key was used with another body, -8 its create is under way,
+// or admit's refusal; {2, 0, task id} replays an earlier create.
 var createScript = redis.NewScript(luaAdmit + luaLedger + `
+local idem = KEYS[6]
+if idem then
+  local v = redis.call('HMGET', idem, 'body', 'task', 'state', 'at')
+  if v[1] then
+    if v[1] ~= ARGV[9] then return {-7, 0} end
+    if v[3] ~= 'done' and tonumber(ARGV[1]) - tonumber(v[4]) < tonumber(ARGV[10]) then return {-8, 0} end
+    return {2, 0, v[2]}
+  end
+end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {-4, 0} end
 local r = admit(KEYS[2], KEYS[3], ARGV[6], ARGV[3], ARGV[1], ARGV[4])
 if r[1] ~= 0 then return r end
+if idem then
+  redis.call('HSET', idem, 'body', ARGV[9], 'task', ARGV[7], 'state', 'creating', 'at', ARGV[1])
+  redis.call('PEXPIRE', idem, ARGV[11])
+end
 local bal = r[2]
 local price = tonumber(ARGV[3])
 if price > 0 then
   bal = redis.call('HINCRBY', KEYS[2], 'credits', -price)
   ledger(KEYS[4], 'debit', -price, bal, ARGV[7], '')
 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 9))
+redis.call('HSET', KEYS[1], unpack(ARGV, 12))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[7])
 redis.call('ZADD', KEYS[5], ARGV[8], ARGV[7])
@@ -127,9 +161,14 @@ return {1, bal}
 // apperr.ErrUnknownKey when the account is gone.
 func (s *Store) CreateTask(ctx context.Context, t *task.Task, c Charge, job []byte) (int64, error) {
 	now := s.now()
-	res, err := s.eval(ctx, createScript, taskKeys(t.AccountID, t.ID),
+	keys := taskKeys(t.AccountID, t.ID)
+	if c.Idempotency.Key != "" {
+		keys = append(keys, idempotencyKey(t.AccountID, c.Idempotency.Key))
+	}
+	res, err := s.eval(ctx, createScript, keys,
 		now.UnixMilli(), s.ttl.Milliseconds(), c.Price, c.MaxInflight, c.CountUntil.UnixMilli(), c.Tier, t.ID,
 		now.Add(FirstQueueCheck).UnixMilli(),
+		c.Idempotency.BodyHash, idempotencyPending.Milliseconds(), IdempotencyTTL.Milliseconds(),
 		fTaskJob, job,
 		fTaskType, t.Type,
 		fTaskModel, t.Model,
@@ -137,13 +176,26 @@ func (s *Store) CreateTask(ctx context.Context, t *task.Task, c Charge, job []by
 		fTaskProgress, 0,
 		fTaskCreated, t.CreateTime.UnixMilli(),
 		fTaskPrice, c.Price,
-	).Int64Slice()
+	).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("store: create %s: %w", t.ID, err)
 	}
-	switch res[0] {
+	if len(res) == 3 && res[0] == int64(2) {
+		id, _ := res[2].(string)
+		return 0, &Replayed{TaskID: id}
+	}
+	if len(res) < 2 {
+		return 0, fmt.Errorf("store: create %s: unexpected reply %v", t.ID, res)
+	}
+	code, _ := res[0].(int64)
+	n, _ := res[1].(int64)
+	switch code {
 	case 1:
-		return res[1], nil
+		return n, nil
+	case -7:
+		return 0, apperr.New(apperr.Mismatch, "this Idempotency-Key was used with a different request body")
+	case -8:
+		return 0, apperr.New(apperr.Conflict, "a request with this Idempotency-Key is still being processed; try again in a moment")
 	case -1:
 		return 0, apperr.ErrUnknownKey
 	case -2:
@@ -153,9 +205,9 @@ func (s *Store) CreateTask(ctx context.Context, t *task.Task, c Charge, job []by
 	case -4:
 		return 0, fmt.Errorf("store: task %s already exists", t.ID)
 	case -5:
-		return 0, &apperr.InflightLimitError{Limit: res[1]}
+		return 0, &apperr.InflightLimitError{Limit: n}
 	case -6:
-		return res[1], &apperr.InsufficientCreditsError{Price: c.Price, Balance: res[1]}
+		return n, &apperr.InsufficientCreditsError{Price: c.Price, Balance: n}
 	}
 	return 0, fmt.Errorf("store: create %s: unexpected reply %v", t.ID, res)
 }
@@ -587,4 +639,33 @@ func (s *Store) runTask(ctx context.Context, script *redis.Script, accountID, ta
 		return 0, fmt.Errorf("store: %s: %w", taskID, err)
 	}
 	return Outcome(n), nil
+}
+
+// KEYS: idempotency record. ARGV: task id, "done" or "" (drop).
+var idempotencyScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'task') ~= ARGV[1] then return 0 end
+if ARGV[2] == 'done' then
+  redis.call('HSET', KEYS[1], 'state', 'done')
+else
+  redis.call('DEL', KEYS[1])
+end
+return 1
+`)
+
+// IdempotencyDone records that the create of taskID under key stands (its
+// job is queued): the key replays it from now on.
+func (s *Store) IdempotencyDone(ctx context.Context, accountID, key, taskID string) error {
+	if err := idempotencyScript.Run(ctx, s.rdb, []string{idempotencyKey(accountID, key)}, taskID, "done").Err(); err != nil {
+		return fmt.Errorf("store: idempotency key of %s: %w", taskID, err)
+	}
+	return nil
+}
+
+// DropIdempotency forgets key, if it still names taskID's create: that
+// create was undone, so the key may create again.
+func (s *Store) DropIdempotency(ctx context.Context, accountID, key, taskID string) error {
+	if err := idempotencyScript.Run(ctx, s.rdb, []string{idempotencyKey(accountID, key)}, taskID, "").Err(); err != nil {
+		return fmt.Errorf("store: idempotency key of %s: %w", taskID, err)
+	}
+	return nil
 }

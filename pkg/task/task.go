@@ -53,6 +53,13 @@ const (
 	// ours; its message never says more than that.
 )
 
+// Idempotency makes a create idempotent (the Idempotency-Key header): Key
+// as the client sent it, BodyHash a digest of the request's body.
+type Idempotency struct {
+	Key      string
+	BodyHash string
+}
+
 // Input is what a client asks of an image task.
 type Input struct {
 	Model  catalog.Model

@@ -31,7 +31,10 @@ import (
 
 // Tasks creates and reads tasks.
 type Tasks interface {
-	Create(ctx context.Context, accountID string, in task.Input) (string, error)
+	// CreateIdempotent creates a task; under an idempotency key (idem.Key
+	// not empty) a repeat of an earlier create returns its task id and
+	// replayed true.
+	CreateIdempotent(ctx context.Context, accountID string, in task.Input, idem task.Idempotency) (id string, replayed bool, err error)
 	Get(ctx context.Context, accountID, taskID string) (*task.Task, error)
 }
 

@@ -36,6 +36,8 @@ func statusOf(code apperr.Code) int {
 		return http.StatusNotFound
 	case apperr.Conflict:
 		return http.StatusConflict
+	case apperr.Mismatch:
+		return http.StatusUnprocessableEntity
 	case apperr.Expired:
 		return http.StatusGone
 	case apperr.TooLarge:

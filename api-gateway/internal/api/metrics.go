@@ -53,11 +53,11 @@ type createProbeKey struct{}
 // probedTasks notes each create's model on its request's probe.
 type probedTasks struct{ Tasks }
 
-func (t probedTasks) Create(ctx context.Context, accountID string, in task.Input) (string, error) {
+func (t probedTasks) CreateIdempotent(ctx context.Context, accountID string, in task.Input, idem task.Idempotency) (string, bool, error) {
 	if p, ok := ctx.Value(createProbeKey{}).(*createProbe); ok {
 		p.model = in.Model.ID
 	}
-	return t.Tasks.Create(ctx, accountID, in)
+	return t.Tasks.CreateIdempotent(ctx, accountID, in, idem)
 }
 
 // countCreate counts an authenticated create by model and outcome. A

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"net/textproto"
@@ -29,15 +31,57 @@ func (h *handlers) create(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	idem, err := idempotency(r.Header.Values(HeaderIdempotencyKey), body)
+	if err != nil {
+		return err
+	}
 	req, err := h.Decoder.Decode(body)
 	if err != nil {
 		return err
 	}
-	id, err := h.Tasks.Create(r.Context(), accountOf(c).ID, req)
+	id, replayed, err := h.Tasks.CreateIdempotent(r.Context(), accountOf(c).ID, req, idem)
 	if err != nil {
 		return err
 	}
+	if replayed {
+		c.Response().Header().Set(HeaderIdempotentReplayed, "true")
+	}
 	return c.JSON(http.StatusOK, envelope{Code: http.StatusOK, Msg: "success", Data: createData{TaskID: id}})
+}
+
+// Idempotent creates: a client that sends the same Idempotency-Key again
+// (a retry after a timeout) gets the first create's answer, with
+// Idempotent-Replayed: true, instead of a second task and charge.
+const (
+	HeaderIdempotencyKey     = "Idempotency-Key"
+	HeaderIdempotentReplayed = "Idempotent-Replayed"
+	maxIdempotencyKey        = 255
+)
+
+// idempotency reads an Idempotency-Key header ("" for none): 1 to 255
+// printable ASCII characters. The body is compared by its SHA-256.
+func idempotency(values []string, body []byte) (task.Idempotency, error) {
+	switch len(values) {
+	case 0:
+		return task.Idempotency{}, nil
+	case 1:
+	default:
+		return task.Idempotency{}, apperr.New(apperr.Invalid, "send one Idempotency-Key header")
+	}
+	key := values[0]
+	if key == "" {
+		return task.Idempotency{}, apperr.New(apperr.Invalid, "Idempotency-Key is empty: 1 to 255 printable characters")
+	}
+	if len(key) > maxIdempotencyKey {
+		return task.Idempotency{}, apperr.Errorf(apperr.Invalid, "Idempotency-Key is %d characters long: at most %d", len(key), maxIdempotencyKey)
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return task.Idempotency{}, apperr.New(apperr.Invalid, "Idempotency-Key must be printable ASCII characters")
+		}
+	}
+	sum := sha256.Sum256(body)
+	return task.Idempotency{Key: key, BodyHash: hex.EncodeToString(sum[:])}, nil
 }
 
 // jsonBody checks a request carries JSON and reads its body, within the

@@ -23,6 +23,8 @@ type Store interface {
 	CreateTask(ctx context.Context, t *task.Task, c store.Charge, job []byte) (int64, error)
 	Task(ctx context.Context, accountID, taskID string) (*task.Task, error)
 	AbortTask(ctx context.Context, accountID, taskID string) (bool, error)
+	IdempotencyDone(ctx context.Context, accountID, key, taskID string) error
+	DropIdempotency(ctx context.Context, accountID, key, taskID string) error
 }
 
 // Prices prices tasks.
@@ -94,6 +96,26 @@ func (s *Service) WithMeter(m Meter) *Service {
 // the workers' recovery queues it (store.QueueChecks), so a charged task
 // always runs or is refunded.
 func (s *Service) Create(ctx context.Context, accountID string, in task.Input) (string, error) {
+	id, _, err := s.CreateIdempotent(ctx, accountID, in, task.Idempotency{})
+	return id, err
+}
+
+// CreateIdempotent is Create under an idempotency key (none when idem.Key
+// is empty): a create the account made before with the same key and body
+// is not made again; its task id comes back with replayed true, and
+// nothing is charged. The same key with another body is apperr.Mismatch;
+// while the first create with the key is under way, apperr.Conflict.
+func (s *Service) CreateIdempotent(ctx context.Context, accountID string, in task.Input, idem task.Idempotency) (string, bool, error) {
+	id, err := s.create(ctx, accountID, in, idem)
+	var r *store.Replayed
+	if errors.As(err, &r) {
+		logging.AddFields(ctx, zap.String("task_id", r.TaskID), zap.Bool("replayed", true))
+		return r.TaskID, true, nil
+	}
+	return id, false, err
+}
+
+func (s *Service) create(ctx context.Context, accountID string, in task.Input, idem task.Idempotency) (string, error) {
 	id, err := s.ids.New()
 	if err != nil {
 		return "", apperr.Wrap(err, apperr.Internal, "")
@@ -119,28 +141,37 @@ func (s *Service) Create(ctx context.Context, accountID string, in task.Input) (
 		MaxInflight: s.cfg.MaxInflight,
 		// A task no worker ever finishes stops counting a little after its
 		// deadline.
-		CountUntil: now.Add(s.cfg.Deadline + time.Minute),
+		CountUntil:  now.Add(s.cfg.Deadline + time.Minute),
+		Idempotency: idem,
 	}
 	if _, err := s.store.CreateTask(ctx, t, charge, payload); err != nil {
 		if errors.Is(err, store.ErrNotReplicated) {
 			// Made on the primary, not confirmed by its replicas: undo it,
 			// so that a failover cannot leave a charge the client never
 			// heard of.
-			s.abort(ctx, accountID, id, err)
+			s.abort(ctx, accountID, id, idem, err)
 			return "", err
 		}
-		if apperr.CodeOf(err) != apperr.Internal {
-			return "", err // a refusal
+		var r *store.Replayed
+		if errors.As(err, &r) || apperr.CodeOf(err) != apperr.Internal {
+			return "", err // a replay, or a refusal
 		}
 		// A timeout or a lost connection may come after the script ran:
 		// undo whatever it did (nothing, if it did not run), so that a
 		// client told "not created" is not charged for a task that runs.
-		s.abort(ctx, accountID, id, err)
+		s.abort(ctx, accountID, id, idem, err)
 		return "", apperr.Transient(err, apperr.Unavailable, "the task store is unavailable; the task was not created, try again")
 	}
 	if err := s.queue.EnqueueGenerateImage(ctx, job, jobs.RunID(id, 0)); err != nil {
-		s.abort(ctx, accountID, id, err)
+		s.abort(ctx, accountID, id, idem, err)
 		return "", apperr.Transient(err, apperr.Unavailable, "the task queue is unavailable; the task was not created, try again")
+	}
+	if idem.Key != "" {
+		// Replays from now on. If this write fails the key still replays
+		// once its create is idempotencyPending old: the task stands.
+		if err := s.store.IdempotencyDone(ctx, accountID, idem.Key, id); err != nil {
+			logging.From(ctx).Warn("could not mark the idempotency key done", zap.Error(err))
+		}
 	}
 	logging.AddFields(ctx, zap.String("model", in.Model.ID), zap.Int64("price", charge.Price))
 	// Counted once the create stands: an undone one was debited and
@@ -152,9 +183,15 @@ func (s *Service) Create(ctx context.Context, accountID string, in task.Input) (
 // abort undoes a create (record removed, price refunded) with a context of
 // its own: the request's may be what failed. If the undo fails too, the
 // task stays pending with its job payload, and the workers' recovery queues it.
-func (s *Service) abort(ctx context.Context, accountID, id string, cause error) {
+func (s *Service) abort(ctx context.Context, accountID, id string, idem task.Idempotency, cause error) {
 	undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
+	if idem.Key != "" {
+		// The key may create again: nothing stands under it.
+		if err := s.store.DropIdempotency(undoCtx, accountID, idem.Key, id); err != nil {
+			logging.From(ctx).Warn("could not release the idempotency key of an undone create", zap.Error(err))
+		}
+	}
 	_, err := s.store.AbortTask(undoCtx, accountID, id)
 	switch {
 	case errors.Is(err, store.ErrNotReplicated):
