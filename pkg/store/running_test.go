@@ -8,83 +8,109 @@ import (
 	"testing"
 	"time"
 
-	"github.com/easelhq/easel/tools/testkit/redistest"
+	"github.com/easelhq/easel/pkg/task"
 )
 
-// An account holds at most its limit of running places, however many
-// workers claim at once; a place is given back, renewed by its holder, and
-// freed by itself at its deadline when its worker died; the set expires
-// with its last place.
-func TestClaimRun(t *testing.T) {
-	srv := redistest.Start(t)
+// An account runs at most its limit of generations, however many workers
+// start its tasks at once; ending a task (completed, failed, handed back)
+// gives its place back; a place held by a dead worker frees itself at its
+// deadline; a busy start changes nothing.
+func TestPlaces(t *testing.T) {
+	s, srv := newStore(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
 	now := time.Now()
-	clock := func() time.Time { return now }
-	s := New(rdb)
-	s.now = clock
-	until := now.Add(time.Minute)
+	s.now = func() time.Time { return now }
+	for i := 0; i < 40; i++ {
+		create(t, s, "acct_a", fmt.Sprintf("t%d", i))
+	}
+	place := Place{Limit: 5, Until: now.Add(time.Minute)}
 
-	// 8 workers, 40 tasks, a limit of 5: 5 places taken, no more.
-	var granted atomic.Int64
+	// 8 workers, 40 tasks, a limit of 5.
+	var started atomic.Int64
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
 		wg.Go(func() {
 			ws := New(rdb)
-			ws.now = clock
+			ws.now = s.now
 			for i := w; i < 40; i += 8 {
-				ok, err := ws.ClaimRun(ctx, "acct1", fmt.Sprintf("t%d", i), 5, until)
-				if err != nil {
+				id := fmt.Sprintf("t%d", i)
+				o, err := ws.StartTaskWith(ctx, "acct_a", id, id, place)
+				switch {
+				case err != nil:
 					t.Error(err)
-				}
-				if ok {
-					granted.Add(1)
+				case o == Applied:
+					started.Add(1)
+				case o != Busy:
+					t.Errorf("start %s: %v", id, o)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	if granted.Load() != 5 {
-		t.Fatalf("%d places granted; want 5", granted.Load())
+	if started.Load() != 5 {
+		t.Fatalf("%d tasks started; want 5", started.Load())
 	}
-	if n, _ := s.Running(ctx, "acct1"); n != 5 {
+	if n, _ := s.Running(ctx, "acct_a"); n != 5 {
 		t.Errorf("Running = %d; want 5", n)
 	}
-	// Another account is not affected.
-	if ok, err := s.ClaimRun(ctx, "acct2", "t0", 5, until); !ok || err != nil {
-		t.Errorf("another account: %v, %v", ok, err)
-	}
-
-	members, _ := rdb.ZRange(ctx, runningKey("acct1"), 0, -1).Result()
-	holder := members[0]
-	// A holder claiming again keeps its place (a retry of the same task).
-	if ok, _ := s.ClaimRun(ctx, "acct1", holder, 5, until.Add(time.Minute)); !ok {
-		t.Error("the holder lost its place on claiming it again")
-	}
-	if ok, _ := s.ClaimRun(ctx, "acct1", "late", 5, until); ok {
-		t.Error("a sixth place")
-	}
-	// Given back: another task takes it.
-	if err := s.ReleaseRun(ctx, "acct1", members[1]); err != nil {
-		t.Fatal(err)
-	}
-	if ok, _ := s.ClaimRun(ctx, "acct1", "late", 5, until); !ok {
-		t.Error("no place after one was given back")
-	}
-	// Past their deadline, places free themselves (dead workers'), but not
-	// the renewed one.
-	now = until.Add(time.Second)
-	if n, _ := s.Running(ctx, "acct1"); n != 1 {
-		t.Errorf("Running after the deadline = %d; want 1 (the renewed place)", n)
-	}
-	for i := 0; i < 4; i++ {
-		if ok, _ := s.ClaimRun(ctx, "acct1", fmt.Sprintf("new%d", i), 5, now.Add(time.Minute)); !ok {
-			t.Errorf("new task %d: no place after the dead ones expired", i)
+	var running, waiting []string
+	for i := 0; i < 40; i++ {
+		id := fmt.Sprintf("t%d", i)
+		tk, err := s.Task(ctx, "acct_a", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk.Status == task.Processing {
+			running = append(running, id)
+		} else {
+			waiting = append(waiting, id)
 		}
 	}
-	// The key lives as long as its last place.
-	ttl, _ := rdb.PTTL(ctx, runningKey("acct1")).Result()
-	if ttl <= 0 || ttl > 3*time.Minute {
-		t.Errorf("PTTL %v", ttl)
+	if len(running) != 5 {
+		t.Fatalf("%d tasks processing; want 5 (a busy start must change nothing)", len(running))
+	}
+	// A retry of a running task keeps its place.
+	if o, _ := s.StartTaskWith(ctx, "acct_a", running[0], running[0], place); o != Applied {
+		t.Errorf("the running task started again: %v", o)
+	}
+	// Another account is not affected.
+	create(t, s, "acct_b", "b1")
+	if o, _ := s.StartTaskWith(ctx, "acct_b", "b1", "b1", place); o != Applied {
+		t.Errorf("another account's task: %v", o)
+	}
+	// Completed, failed, handed back: three places free.
+	if _, _, err := s.CompleteTask(ctx, "acct_a", running[0], running[0], nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.FailTask(ctx, "acct_a", running[1], running[1], task.Failure{Code: "generation_failed", Message: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseTask(ctx, "acct_a", running[2], running[2]); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range waiting[:3] {
+		if o, _ := s.StartTaskWith(ctx, "acct_a", id, id, place); o != Applied {
+			t.Errorf("waiting task %d after places were given back: %v", i, o)
+		}
+	}
+	if o, _ := s.StartTaskWith(ctx, "acct_a", waiting[3], waiting[3], place); o != Busy {
+		t.Errorf("a sixth place: %v", o)
+	}
+	// Past their deadline, places free themselves (dead workers').
+	now = place.Until.Add(time.Second)
+	if n, _ := s.Running(ctx, "acct_a"); n != 0 {
+		t.Errorf("Running after the deadline = %d; want 0", n)
+	}
+	if o, _ := s.StartTaskWith(ctx, "acct_a", waiting[3], waiting[3], Place{Limit: 5, Until: now.Add(time.Minute)}); o != Applied {
+		t.Errorf("a task after the dead places expired: %v", o)
+	}
+	// No limit: no place taken.
+	create(t, s, "acct_a", "free")
+	if o, _ := s.StartTask(ctx, "acct_a", "free", "free"); o != Applied {
+		t.Errorf("start without a limit: %v", o)
+	}
+	if n, _ := s.Running(ctx, "acct_a"); n != 1 {
+		t.Errorf("Running = %d; want 1 (the start without a limit holds none)", n)
 	}
 }

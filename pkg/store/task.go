@@ -55,6 +55,9 @@ const (
 	// Poisoned: the task has crashed its workers too often; it was failed
 	// (task.WorkerCrashed) and refunded instead.
 	Poisoned
+	// Busy: the task's account has its share of generations running
+	// (Place); nothing changed, and the task waits for a place.
+	Busy
 )
 
 func (o Outcome) String() string {
@@ -69,13 +72,15 @@ func (o Outcome) String() string {
 		return "superseded"
 	case Poisoned:
 		return "poisoned"
+	case Busy:
+		return "busy"
 	}
 	return "outcome(" + strconv.Itoa(int(o)) + ")"
 }
 
 // taskKeys are the keys of a task's scripts, all in the account's slot.
 func taskKeys(accountID, taskID string) []string {
-	return []string{taskKey(accountID, taskID), accountKey(accountID), inflightKey(accountID), ledgerKey(accountID), unqueuedKey(accountID)}
+	return []string{taskKey(accountID, taskID), accountKey(accountID), inflightKey(accountID), ledgerKey(accountID), unqueuedKey(accountID), runningKey(accountID)}
 }
 
 // Charge is what creating a task costs and the limits it must fit.
@@ -111,7 +116,7 @@ const (
 	idempotencyPending = 30 * time.Second
 )
 
-// KEYS: task, account, inflight, ledger, unqueued[, idempotency key].
+// KEYS: task, account, inflight, ledger, unqueued, running[, idempotency key].
 // ARGV: now, ttl, price, default max in flight, count-until, tier, task id,
 // first queue check, body hash, idempotency pending window, idempotency
 // ttl, then the record's fields and values.
@@ -119,7 +124,7 @@ const (
 // idempotency key was used with another body, -8 its create is under way,
 // or admit's refusal; {2, 0, task id} replays an earlier create.
 var createScript = redis.NewScript(luaAdmit + luaLedger + `
-local idem = KEYS[6]
+local idem = KEYS[7]
 if idem then
   local v = redis.call('HMGET', idem, 'body', 'task', 'state', 'at')
   if v[1] then
@@ -289,6 +294,7 @@ local function fail(now, ttl, code, msg, task_id)
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('ZREM', KEYS[3], task_id)
   redis.call('ZREM', KEYS[5], task_id)
+  redis.call('ZREM', KEYS[6], task_id)
   refund(task_id, code)
 end
 `
@@ -311,14 +317,25 @@ end
 // crashMessage is what the owner of a poisoned task reads.
 const crashMessage = "the task stopped its worker twice and was not tried again; if it has source images, try smaller or fewer ones"
 
-// ARGV: now, run, max crashes, ttl, crash message, task id.
-// Returns 0 applied, 1 already final, 2 missing, 3 superseded, 4 poisoned.
+// ARGV: now, run, max crashes, ttl, crash message, task id, place limit,
+// place until.
+// Returns 0 applied, 1 already final, 2 missing, 3 superseded, 4 poisoned,
+// 5 busy.
 var startScript = redis.NewScript(luaFail + luaCrashed + `
 local v = redis.call('HMGET', KEYS[1], 'status', 'run', 'live', 'crashes')
 local st = v[1]
 if not st then return 2 end
 if st == 'completed' or st == 'failed' then return 1 end
 if v[2] and v[2] ~= '' and v[2] ~= ARGV[2] then return 3 end
+local limit = tonumber(ARGV[7] or '0') or 0
+if limit > 0 then
+  -- The account's share: a place among its generations running now.
+  redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', ARGV[1])
+  if not redis.call('ZSCORE', KEYS[6], ARGV[6]) and redis.call('ZCARD', KEYS[6]) >= limit then return 5 end
+  redis.call('ZADD', KEYS[6], ARGV[8], ARGV[6])
+  local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', KEYS[6], last[2])
+end
 if st == 'processing' and v[3] == '1' then
   -- This run started before and never let go: its worker died.
   if crashed(tonumber(v[4] or '0') or 0, ARGV[3], ARGV[1], ARGV[4], ARGV[5], ARGV[6]) then return 4 end
@@ -339,13 +356,32 @@ return 0
 // MaxCrashes the task fails (Poisoned). A task another run owns is
 // Superseded.
 func (s *Store) StartTask(ctx context.Context, accountID, taskID, run string) (Outcome, error) {
-	return s.runTask(ctx, startScript, accountID, taskID, s.now().UnixMilli(), run, MaxCrashes, s.ttl.Milliseconds(), crashMessage, taskID)
+	return s.StartTaskWith(ctx, accountID, taskID, run, Place{})
 }
 
-// ARGV: run.
+// Place is an account's share of the generations running at once, across
+// every worker: at most Limit (0: no limit), each place held until the task
+// ends, is handed back, or Until (its deadline: a worker that died holding
+// one frees it then).
+type Place struct {
+	Limit int
+	Until time.Time
+}
+
+// StartTaskWith is StartTask taking one of the account's places (Place)
+// in the same step: a task whose account has Limit running is Busy, and
+// nothing changes. Completing, failing or handing the task back gives the
+// place back.
+func (s *Store) StartTaskWith(ctx context.Context, accountID, taskID, run string, p Place) (Outcome, error) {
+	return s.runTask(ctx, startScript, accountID, taskID, s.now().UnixMilli(), run, MaxCrashes, s.ttl.Milliseconds(), crashMessage, taskID,
+		p.Limit, p.Until.UnixMilli())
+}
+
+// KEYS: task, running. ARGV: run, task id.
 var releaseScript = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'status', 'run')
 if v[1] == 'processing' and v[2] == ARGV[1] then redis.call('HSET', KEYS[1], 'live', 0) end
+redis.call('ZREM', KEYS[2], ARGV[2])
 return 0
 `)
 
@@ -353,7 +389,7 @@ return 0
 // retried, or put back on its queue by a worker shutting down), so its next
 // start is no crash.
 func (s *Store) ReleaseTask(ctx context.Context, accountID, taskID, run string) error {
-	if err := releaseScript.Run(ctx, s.rdb, []string{taskKey(accountID, taskID)}, run).Err(); err != nil {
+	if err := releaseScript.Run(ctx, s.rdb, []string{taskKey(accountID, taskID), runningKey(accountID)}, run, taskID).Err(); err != nil {
 		return fmt.Errorf("store: release %s: %w", taskID, err)
 	}
 	return nil
@@ -394,6 +430,7 @@ redis.call('HDEL', KEYS[1], 'job')
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[4])
 redis.call('ZREM', KEYS[5], ARGV[4])
+redis.call('ZREM', KEYS[6], ARGV[4])
 return 0
 `)
 

@@ -30,15 +30,11 @@ import (
 
 // Store changes task state.
 type Store interface {
-	StartTask(ctx context.Context, accountID, taskID, run string) (store.Outcome, error)
+	StartTaskWith(ctx context.Context, accountID, taskID, run string, p store.Place) (store.Outcome, error)
 	ReleaseTask(ctx context.Context, accountID, taskID, run string) error
 	SetProgress(ctx context.Context, accountID, taskID, run string, pct int) error
 	CompleteTask(ctx context.Context, accountID, taskID, run string, results []task.Result) (store.Outcome, time.Time, error)
 	FailTask(ctx context.Context, accountID, taskID, run string, f task.Failure) (store.Outcome, error)
-	// ClaimRun and ReleaseRun hold one of an account's places for running
-	// generations (EASEL_ACCOUNT_MAX_RUNNING), across every worker.
-	ClaimRun(ctx context.Context, accountID, taskID string, limit int, until time.Time) (bool, error)
-	ReleaseRun(ctx context.Context, accountID, taskID string) error
 	// Task reads a task back: what a failed task's refund was.
 	Task(ctx context.Context, accountID, taskID string) (*task.Task, error)
 }
@@ -203,32 +199,16 @@ func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Atte
 	// A fair share: an account runs at most maxRunning generations at once
 	// on all workers together, so one account's slow tasks (a source that
 	// drips, a long prompt queue) cannot hold every worker while others
-	// wait. The place is claimed before the task starts, so a job that
-	// finds none changes nothing and waits its turn on the queue.
-	if p.maxRunning > 0 {
-		until := job.Deadline
-		if until.IsZero() {
-			until = p.now().Add(time.Hour)
-		}
-		ok, err := p.store.ClaimRun(ctx, acct, id, p.maxRunning, until.Add(time.Minute))
-		if err != nil {
-			log.Warn("could not claim a running place", zap.Error(err))
-			return err
-		}
-		if !ok {
-			log.Debug("the account has its share running; the job waits")
-			return ErrAccountBusy
-		}
-		defer func() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			defer cancel()
-			if err := p.store.ReleaseRun(rctx, acct, id); err != nil {
-				log.Warn("could not give the running place back", zap.Error(err))
-			}
-		}()
+	// wait. The place is taken in the start's own step (no extra round
+	// trip), given back by the completion, the failure or the hand-back;
+	// a job that finds none changes nothing and waits its turn on the
+	// queue.
+	place := store.Place{Limit: p.maxRunning, Until: job.Deadline}
+	if place.Until.IsZero() {
+		place.Until = p.now().Add(time.Hour)
 	}
-
-	outcome, err := p.store.StartTask(ctx, acct, id, run)
+	place.Until = place.Until.Add(time.Minute)
+	outcome, err := p.store.StartTaskWith(ctx, acct, id, run, place)
 	if err != nil {
 		log.Warn("could not mark the task processing", zap.Error(err))
 		// The start may have been applied all the same (its reply lost,
@@ -238,6 +218,9 @@ func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Atte
 		return err
 	}
 	switch outcome {
+	case store.Busy:
+		log.Debug("the account has its share running; the job waits")
+		return ErrAccountBusy
 	case store.Missing:
 		log.Warn("task record is gone (expired or never written); dropping the job")
 		return nil

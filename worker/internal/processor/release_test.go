@@ -20,8 +20,8 @@ type unconfirmedStarts struct {
 	n int
 }
 
-func (u *unconfirmedStarts) StartTask(ctx context.Context, acct, id, run string) (store.Outcome, error) {
-	o, err := u.Store.StartTask(ctx, acct, id, run)
+func (u *unconfirmedStarts) StartTaskWith(ctx context.Context, acct, id, run string, p store.Place) (store.Outcome, error) {
+	o, err := u.Store.StartTaskWith(ctx, acct, id, run, p)
 	if err == nil && u.n > 0 {
 		u.n--
 		return o, apperr.Transient(errors.New("store: not confirmed by enough replicas"), apperr.Unavailable, "try again")
@@ -63,10 +63,12 @@ func TestAccountShare(t *testing.T) {
 	}))
 	f.proc.WithMaxRunning(2)
 	ctx := context.Background()
-	until := time.Now().Add(time.Minute)
+	place := store.Place{Limit: 2, Until: time.Now().Add(time.Minute)}
+	// Two of the account's tasks running, on other workers.
 	for _, other := range []string{"task_lumen_70", "task_lumen_71"} {
-		if ok, err := f.accounts.ClaimRun(ctx, f.acct, other, 2, until); !ok || err != nil {
-			t.Fatalf("claim for %s: %v %v", other, ok, err)
+		j := f.job(t, other, std, nil)
+		if o, err := f.accounts.StartTaskWith(ctx, f.acct, j.TaskID, j.TaskID, place); o != store.Applied || err != nil {
+			t.Fatalf("start %s: %v %v", other, o, err)
 		}
 	}
 	j := f.job(t, "task_lumen_72", std, nil)
@@ -76,7 +78,7 @@ func TestAccountShare(t *testing.T) {
 	if got := f.get(t, j.TaskID); got.Status != task.Pending {
 		t.Errorf("a job that waits for a place changed its task to %s", got.Status)
 	}
-	if err := f.accounts.ReleaseRun(ctx, f.acct, "task_lumen_70"); err != nil {
+	if _, _, err := f.accounts.CompleteTask(ctx, f.acct, "task_lumen_70", "task_lumen_70", nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.proc.Process(ctx, j, Attempt{Run: j.TaskID}); err != nil {
