@@ -414,9 +414,20 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 func (p *Processor) generate(ctx context.Context, req imagegen.Request, progress func(int)) ([]imagegen.Image, error) {
 	log := logging.From(ctx)
 	attempts := 0
+	// The retry budget (MaxElapsed) counts the calls and the waits between
+	// them, not the time spent waiting for the shared upstream quota: a task
+	// that queued two minutes for its turn still gets its retries.
+	start := p.now()
+	var queued time.Duration
+	var last error
 	images, err := backoff.Retry(ctx, func() ([]imagegen.Image, error) {
+		if attempts > 0 && p.now().Sub(start)-queued > p.retry.MaxElapsed {
+			return nil, backoff.Permanent(last)
+		}
 		attempts++
-		imgs, err := p.callUpstream(ctx, req, progress)
+		imgs, waited, err := p.callUpstream(ctx, req, progress)
+		queued += waited
+		last = err
 		if err != nil && (!apperr.IsRetryable(err) || ctx.Err() != nil) {
 			return nil, backoff.Permanent(err)
 		}
@@ -424,7 +435,7 @@ func (p *Processor) generate(ctx context.Context, req imagegen.Request, progress
 	},
 		backoff.WithBackOff(p.retry.backOff()),
 		backoff.WithMaxTries(uint(p.retry.MaxAttempts)),
-		backoff.WithMaxElapsedTime(p.retry.MaxElapsed),
+		backoff.WithMaxElapsedTime(0), // the budget above
 		backoff.WithNotify(func(err error, wait time.Duration) {
 			log.Warn("generation failed; retrying", zap.Int("attempt", attempts), zap.Duration("wait", wait), zap.Error(err))
 			p.metrics.Retried(req.Model.ID)
@@ -438,14 +449,18 @@ func (p *Processor) generate(ctx context.Context, req imagegen.Request, progress
 	return images, err
 }
 
-// callUpstream makes one generation call within the shared upstream quota.
-func (p *Processor) callUpstream(ctx context.Context, req imagegen.Request, progress func(int)) ([]imagegen.Image, error) {
+// callUpstream makes one generation call within the shared upstream quota,
+// and says how long it waited for the quota.
+func (p *Processor) callUpstream(ctx context.Context, req imagegen.Request, progress func(int)) ([]imagegen.Image, time.Duration, error) {
 	if p.quota == nil {
-		return p.gen.Generate(ctx, req, progress)
+		imgs, err := p.gen.Generate(ctx, req, progress)
+		return imgs, 0, err
 	}
+	asked := p.now()
 	release, err := p.quota.Acquire(ctx, req.Model.ID)
+	waited := p.now().Sub(asked)
 	if err != nil {
-		return nil, err // the task's deadline, or Redis unavailable: retryable
+		return nil, waited, err // the task's deadline, or Redis unavailable: retryable
 	}
 	imgs, err := p.gen.Generate(ctx, req, progress)
 	release()
@@ -454,7 +469,7 @@ func (p *Processor) callUpstream(ctx context.Context, req imagegen.Request, prog
 			logging.From(ctx).Warn("could not slow the other workers down after a 429", zap.Error(terr))
 		}
 	}
-	return imgs, err
+	return imgs, waited, err
 }
 
 // keep writes an image under its content hash (blob.ResultKey): identical

@@ -87,3 +87,34 @@ func TestUpstreamQuota(t *testing.T) {
 		t.Errorf("task after a 429 and a retry: %s", got.Status)
 	}
 }
+
+// Time spent waiting for the shared quota does not use up the retry budget
+// (EASEL_RETRY_MAX_ELAPSED): a task that queued longer than the budget for
+// its first call still gets its retry after a 429.
+func TestQuotaWaitIsNotRetryTime(t *testing.T) {
+	var calls atomic.Int64
+	f := newFixture(t, genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
+		if calls.Add(1) == 1 {
+			return nil, apperr.Transient(fmt.Errorf("%w: 429", imagegen.ErrThrottled), task.UpstreamUnavailable, "over capacity")
+		}
+		return []imagegen.Image{{Data: []byte("\x89PNG"), MIME: "image/png", Width: 1, Height: 1}}, nil
+	}))
+	f.proc.retry.MaxElapsed = 300 * time.Millisecond
+	limits, _ := quota.ParseLimits("", "*=1")
+	q := quota.New(redistest.Start(t).Client(t), limits, quota.Options{Cooldown: 100 * time.Millisecond})
+	f.proc.WithQuota(sharedQuota{q})
+	ctx := context.Background()
+	// Another worker holds the one slot for longer than the whole budget.
+	other, err := q.Acquire(ctx, std)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(800*time.Millisecond, other.Release)
+	j := f.job(t, "task_lumen_95", std, nil)
+	if err := f.proc.Process(ctx, j, Attempt{Run: j.TaskID}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.get(t, j.TaskID); got.Status != task.Completed || calls.Load() != 2 {
+		t.Errorf("task %s (%+v) after %d calls; want completed on the retry", got.Status, got.Failure, calls.Load())
+	}
+}
