@@ -248,6 +248,11 @@ func (s *S3) Sweep(ctx context.Context, cutoff time.Time) (int, error) {
 			return removed, s.fail(err, "sweep", "")
 		}
 		for _, o := range page.Contents {
+			// Only what Easel writes: a result key under the prefix. A
+			// bucket shared with anything else keeps the rest.
+			if _, ok := ContentHash(strings.TrimPrefix(aws.ToString(o.Key), s.prefix)); !ok || !ValidKey(strings.TrimPrefix(aws.ToString(o.Key), s.prefix)) {
+				continue
+			}
 			if o.LastModified != nil && o.LastModified.Before(cutoff) {
 				batch = append(batch, types.ObjectIdentifier{Key: o.Key})
 			}

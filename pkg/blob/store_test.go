@@ -119,7 +119,7 @@ func TestStores(t *testing.T) {
 			if err != nil || n != int64(len(data)) {
 				t.Fatalf("Put = %d, %v", n, err)
 			}
-			if n, err := s.Put(ctx, "h/b.webp", bytes.NewReader([]byte("webp"))); err != nil || n != 4 {
+			if n, err := s.Put(ctx, "2026112213/0123456789abcdef0123456789abcdef.webp", bytes.NewReader([]byte("webp"))); err != nil || n != 4 {
 				t.Fatalf("Put = %d, %v", n, err)
 			}
 
@@ -187,7 +187,7 @@ func TestStores(t *testing.T) {
 			if err != nil || removed != 1 {
 				t.Fatalf("Sweep = %d, %v; want the one untouched blob", removed, err)
 			}
-			if _, _, err := s.Open(ctx, "h/b.webp"); apperr.CodeOf(err) != apperr.NotFound {
+			if _, _, err := s.Open(ctx, "2026112213/0123456789abcdef0123456789abcdef.webp"); apperr.CodeOf(err) != apperr.NotFound {
 				t.Errorf("the old blob after Sweep: %v", err)
 			}
 			if got := readAll(t, s, key); !bytes.Equal(got, data) {
@@ -262,6 +262,18 @@ func TestS3(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("tampered presigned URL: %d; want 403", resp.StatusCode)
+	}
+
+	// The janitor deletes only results: an object of something else in the
+	// bucket stays, however old.
+	if _, err := s.Client().PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("easel-results"), Key: aws.String("prod/notes/readme.txt"), Body: strings.NewReader("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Sweep(ctx, time.Now().Add(time.Hour)); err != nil || n != 1 {
+		t.Errorf("Sweep of everything older than an hour from now = %d, %v; want the one result", n, err)
+	}
+	if _, err := s.Client().HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String("easel-results"), Key: aws.String("prod/notes/readme.txt")}); err != nil {
+		t.Errorf("Sweep deleted an object that is not a result: %v", err)
 	}
 
 	// Lifecycle rules: the janitor is needed unless an enabled expiration

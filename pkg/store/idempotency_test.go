@@ -101,24 +101,30 @@ func TestIdempotentCreate(t *testing.T) {
 		t.Errorf("repeat past the pending window: %v; want a replay of task_lumen_7", err)
 	}
 
-	// An undone create frees its key; dropping for another task does not.
+	// An undone create frees its key, in the same step.
 	if _, err := s.CreateTask(ctx, pending("acct_a", "task_lumen_9"), charge("k3", "b"), nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DropIdempotency(ctx, "acct_a", "k3", "task_lumen_other"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.CreateTask(ctx, pending("acct_a", "task_lumen_10"), charge("k3", "b"), nil); apperr.CodeOf(err) != apperr.Conflict {
-		t.Errorf("after a drop for another task: %v; want the key still held", err)
-	}
-	if _, err := s.AbortTask(ctx, "acct_a", "task_lumen_9"); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.DropIdempotency(ctx, "acct_a", "k3", "task_lumen_9"); err != nil {
-		t.Fatal(err)
+	if ok, err := s.AbortTaskWith(ctx, "acct_a", "task_lumen_9", "k3"); !ok || err != nil {
+		t.Fatalf("abort: %v %v", ok, err)
 	}
 	if _, err := s.CreateTask(ctx, pending("acct_a", "task_lumen_11"), charge("k3", "b"), nil); err != nil {
-		t.Errorf("after the undone create's key was dropped: %v; want created", err)
+		t.Errorf("after the undone create: %v; want created", err)
+	}
+	// An undo that does not apply (a worker started the task meanwhile)
+	// leaves the key: a retry replays the task that runs, never a second.
+	if _, err := s.CreateTask(ctx, pending("acct_a", "task_lumen_12"), charge("k4", "b"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.StartTask(ctx, "acct_a", "task_lumen_12", "task_lumen_12"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.AbortTaskWith(ctx, "acct_a", "task_lumen_12", "k4"); ok || err != nil {
+		t.Fatalf("abort of a started task: %v %v; want not applied", ok, err)
+	}
+	now = now.Add(idempotencyPending + time.Second)
+	if _, err := s.CreateTask(ctx, pending("acct_a", "task_lumen_13"), charge("k4", "b"), nil); !errors.As(err, &r) || r.TaskID != "task_lumen_12" {
+		t.Errorf("retry after an undo that did not apply: %v; want a replay of task_lumen_12", err)
 	}
 
 	// Keys are kept 24 hours.

@@ -380,8 +380,10 @@ func (s *Store) StartTaskWith(ctx context.Context, accountID, taskID, run string
 // KEYS: task, running. ARGV: run, task id.
 var releaseScript = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'status', 'run')
-if v[1] == 'processing' and v[2] == ARGV[1] then redis.call('HSET', KEYS[1], 'live', 0) end
-redis.call('ZREM', KEYS[2], ARGV[2])
+if v[1] == 'processing' and v[2] == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'live', 0)
+  redis.call('ZREM', KEYS[2], ARGV[2])
+end
 return 0
 `)
 
@@ -470,13 +472,16 @@ func (s *Store) FailTask(ctx context.Context, accountID, taskID, run string, f t
 	return s.runTask(ctx, failScript, accountID, taskID, s.ttl.Milliseconds(), s.now().UnixMilli(), f.Code, f.Message, taskID, run)
 }
 
-// ARGV: task id, note.
+// KEYS: the task's keys[, its idempotency record]. ARGV: task id, note.
 var abortScript = redis.NewScript(luaFail + `
 if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return 1 end
 refund(ARGV[1], ARGV[2])
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
+if KEYS[7] and redis.call('HGET', KEYS[7], 'task') == ARGV[1] then
+  redis.call('DEL', KEYS[7])
+end
 return 0
 `)
 
@@ -485,8 +490,23 @@ return 0
 // (the ledger keeps the debit and the refund) and the record removed. It
 // reports whether the task was aborted.
 func (s *Store) AbortTask(ctx context.Context, accountID, taskID string) (bool, error) {
-	o, err := s.runTask(ctx, abortScript, accountID, taskID, taskID, "enqueue_failed")
-	return o == Applied, err
+	return s.AbortTaskWith(ctx, accountID, taskID, "")
+}
+
+// AbortTaskWith is AbortTask that also frees the idempotency key the
+// create was made under (idemKey, "" for none), in the same step and only
+// if the abort applies: a task that goes on (a worker started it) keeps
+// its key, so a retry replays it instead of creating and charging again.
+func (s *Store) AbortTaskWith(ctx context.Context, accountID, taskID, idemKey string) (bool, error) {
+	keys := taskKeys(accountID, taskID)
+	if idemKey != "" {
+		keys = append(keys, idempotencyKey(accountID, idemKey))
+	}
+	n, err := s.eval(ctx, abortScript, keys, taskID, "enqueue_failed").Int()
+	if err != nil {
+		return false, fmt.Errorf("store: %s: %w", taskID, err)
+	}
+	return Outcome(n) == Applied, nil
 }
 
 // FirstQueueCheck is how long after its creation a task still pending is
@@ -678,30 +698,17 @@ func (s *Store) runTask(ctx context.Context, script *redis.Script, accountID, ta
 	return Outcome(n), nil
 }
 
-// KEYS: idempotency record. ARGV: task id, "done" or "" (drop).
+// KEYS: idempotency record. ARGV: task id.
 var idempotencyScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'task') ~= ARGV[1] then return 0 end
-if ARGV[2] == 'done' then
-  redis.call('HSET', KEYS[1], 'state', 'done')
-else
-  redis.call('DEL', KEYS[1])
-end
+redis.call('HSET', KEYS[1], 'state', 'done')
 return 1
 `)
 
 // IdempotencyDone records that the create of taskID under key stands (its
 // job is queued): the key replays it from now on.
 func (s *Store) IdempotencyDone(ctx context.Context, accountID, key, taskID string) error {
-	if err := idempotencyScript.Run(ctx, s.rdb, []string{idempotencyKey(accountID, key)}, taskID, "done").Err(); err != nil {
-		return fmt.Errorf("store: idempotency key of %s: %w", taskID, err)
-	}
-	return nil
-}
-
-// DropIdempotency forgets key, if it still names taskID's create: that
-// create was undone, so the key may create again.
-func (s *Store) DropIdempotency(ctx context.Context, accountID, key, taskID string) error {
-	if err := idempotencyScript.Run(ctx, s.rdb, []string{idempotencyKey(accountID, key)}, taskID, "").Err(); err != nil {
+	if err := idempotencyScript.Run(ctx, s.rdb, []string{idempotencyKey(accountID, key)}, taskID).Err(); err != nil {
 		return fmt.Errorf("store: idempotency key of %s: %w", taskID, err)
 	}
 	return nil

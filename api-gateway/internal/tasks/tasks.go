@@ -22,9 +22,8 @@ import (
 type Store interface {
 	CreateTask(ctx context.Context, t *task.Task, c store.Charge, job []byte) (int64, error)
 	Task(ctx context.Context, accountID, taskID string) (*task.Task, error)
-	AbortTask(ctx context.Context, accountID, taskID string) (bool, error)
+	AbortTaskWith(ctx context.Context, accountID, taskID, idemKey string) (bool, error)
 	IdempotencyDone(ctx context.Context, accountID, key, taskID string) error
-	DropIdempotency(ctx context.Context, accountID, key, taskID string) error
 }
 
 // Prices prices tasks.
@@ -186,13 +185,9 @@ func (s *Service) create(ctx context.Context, accountID string, in task.Input, i
 func (s *Service) abort(ctx context.Context, accountID, id string, idem task.Idempotency, cause error) {
 	undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if idem.Key != "" {
-		// The key may create again: nothing stands under it.
-		if err := s.store.DropIdempotency(undoCtx, accountID, idem.Key, id); err != nil {
-			logging.From(ctx).Warn("could not release the idempotency key of an undone create", zap.Error(err))
-		}
-	}
-	_, err := s.store.AbortTask(undoCtx, accountID, id)
+	// The undo frees the idempotency key in the same step, only if it
+	// applies: a task that goes on keeps its key.
+	_, err := s.store.AbortTaskWith(undoCtx, accountID, id, idem.Key)
 	switch {
 	case errors.Is(err, store.ErrNotReplicated):
 		// Undone on the primary; if the replicas lack the undo they lack

@@ -208,6 +208,12 @@ func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Atte
 		place.Until = p.now().Add(time.Hour)
 	}
 	place.Until = place.Until.Add(time.Minute)
+	if at.Last() {
+		// No retry is left to wait with: Asynq would archive a job that
+		// waited for a place, and its task would hang until its deadline.
+		// The last try runs past the account's share.
+		place.Limit = 0
+	}
 	outcome, err := p.store.StartTaskWith(ctx, acct, id, run, place)
 	if err != nil {
 		log.Warn("could not mark the task processing", zap.Error(err))
@@ -462,8 +468,10 @@ func (p *Processor) callUpstream(ctx context.Context, req imagegen.Request, prog
 	if err != nil {
 		return nil, waited, err // the task's deadline, or Redis unavailable: retryable
 	}
-	imgs, err := p.gen.Generate(ctx, req, progress)
-	release()
+	imgs, err := func() ([]imagegen.Image, error) {
+		defer release() // a panicking generator must not keep its slot
+		return p.gen.Generate(ctx, req, progress)
+	}()
 	if errors.Is(err, imagegen.ErrThrottled) {
 		if terr := p.quota.Throttled(ctx, req.Model.ID, 0); terr != nil {
 			logging.From(ctx).Warn("could not slow the other workers down after a 429", zap.Error(terr))

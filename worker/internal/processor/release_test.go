@@ -72,8 +72,17 @@ func TestAccountShare(t *testing.T) {
 		}
 	}
 	j := f.job(t, "task_lumen_72", std, nil)
-	if err := f.proc.Process(ctx, j, Attempt{Run: j.TaskID}); !errors.Is(err, ErrAccountBusy) {
+	if err := f.proc.Process(ctx, j, Attempt{Run: j.TaskID, MaxRetry: 3}); !errors.Is(err, ErrAccountBusy) {
 		t.Fatalf("Process with the account's places taken: %v; want ErrAccountBusy", err)
+	}
+	// The last try of a job runs past the share: Asynq would archive it,
+	// and its task would hang until its deadline.
+	last := f.job(t, "task_lumen_73", std, nil)
+	if err := f.proc.Process(ctx, last, Attempt{Run: last.TaskID, Retry: 3, MaxRetry: 3}); err != nil {
+		t.Fatalf("the last try with the places taken: %v", err)
+	}
+	if got := f.get(t, last.TaskID); got.Status != task.Completed {
+		t.Errorf("the last try's task: %s; want completed", got.Status)
 	}
 	if got := f.get(t, j.TaskID); got.Status != task.Pending {
 		t.Errorf("a job that waits for a place changed its task to %s", got.Status)
