@@ -46,7 +46,10 @@ func methodLabel(m string) string {
 
 // createProbe carries, from the task service's call back to countCreate,
 // the model of a create that got that far.
-type createProbe struct{ model string }
+type createProbe struct {
+	model    string
+	replayed bool // an idempotent repeat: no task was made
+}
 
 type createProbeKey struct{}
 
@@ -56,6 +59,9 @@ type probedTasks struct{ Tasks }
 func (t probedTasks) CreateIdempotent(ctx context.Context, accountID string, in task.Input, idem task.Idempotency) (string, bool, error) {
 	if p, ok := ctx.Value(createProbeKey{}).(*createProbe); ok {
 		p.model = in.Model.ID
+		id, replayed, err := t.Tasks.CreateIdempotent(ctx, accountID, in, idem)
+		p.replayed = replayed
+		return id, replayed, err
 	}
 	return t.Tasks.CreateIdempotent(ctx, accountID, in, idem)
 }
@@ -73,7 +79,11 @@ func (h *handlers) countCreate(next echo.HandlerFunc) echo.HandlerFunc {
 		if model == "" {
 			model = metrics.UnknownModel
 		}
-		h.Metrics.Create(model, createOutcome(err))
+		outcome := createOutcome(err)
+		if p.replayed && err == nil {
+			outcome = metrics.Replayed
+		}
+		h.Metrics.Create(model, outcome)
 		if errors.As(err, new(*apperr.InflightLimitError)) {
 			h.Metrics.RateLimited(metrics.LimitInflight)
 		}
@@ -91,7 +101,7 @@ func createOutcome(err error) string {
 		return metrics.InsufficientCredits
 	case apperr.LimitExceeded:
 		return metrics.RateLimited
-	case apperr.Invalid, apperr.TooLarge, apperr.UnsupportedMediaType:
+	case apperr.Invalid, apperr.TooLarge, apperr.UnsupportedMediaType, apperr.Mismatch, apperr.Conflict:
 		return metrics.Invalid
 	case apperr.Forbidden:
 		return metrics.Forbidden

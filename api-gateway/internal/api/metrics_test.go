@@ -120,6 +120,11 @@ func TestRequestMetrics(t *testing.T) {
 			want: with(requests(create, "POST", "200", 1), map[string]float64{created(std, "created"): 1, debited(std): 4})},
 		{name: "create pro 4K", do: func(t *testing.T, e *env) { expect(t, e.create(e.keyA, proBody), 200) },
 			want: with(requests(create, "POST", "200", 1), map[string]float64{created(pro, "created"): 1, debited(pro): 24})},
+		{name: "idempotent repeat: replayed, not created or debited again", do: func(t *testing.T, e *env) {
+			hdr := map[string]string{"Authorization": "Bearer " + e.keyA, "Content-Type": "application/json", "Idempotency-Key": "k"}
+			expect(t, e.do("POST", create, hdr, okBody), 200)
+			expect(t, e.do("POST", create, hdr, okBody), 200)
+		}, want: with(requests(create, "POST", "200", 2), map[string]float64{created(std, "created"): 1, created(std, "replayed"): 1, debited(std): 4})},
 		{name: "no key", do: func(t *testing.T, e *env) { expect(t, e.create("", okBody), 401) },
 			want: with(requests(create, "POST", "401", 1), map[string]float64{`easel_auth_refusals_total{reason="missing"}`: 1})},
 		{name: "unknown key", do: func(t *testing.T, e *env) {

@@ -24,6 +24,7 @@ const Namespace = "easel"
 // Outcomes of a create (easel_tasks_created_total's outcome label).
 const (
 	Created             = "created"
+	Replayed            = "replayed"
 	InsufficientCredits = "insufficient_credits"
 	RateLimited         = "rate_limited"
 	Invalid             = "invalid"
@@ -33,7 +34,7 @@ const (
 )
 
 // Outcomes lists every create outcome.
-var Outcomes = []string{Created, InsufficientCredits, RateLimited, Invalid, Forbidden, Unavailable, Error}
+var Outcomes = []string{Created, Replayed, InsufficientCredits, RateLimited, Invalid, Forbidden, Unavailable, Error}
 
 // UnknownModel labels a create refused before its model was known (a
 // rate-limited or malformed request).
@@ -87,7 +88,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"route", "method"}),
 		creates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "tasks_created_total",
-			Help: "Authenticated task creations, by model (unknown: refused before it was read) and outcome: created, insufficient_credits, rate_limited, invalid, forbidden, unavailable, error.",
+			Help: "Authenticated task creations, by model (unknown: refused before it was read) and outcome: created, replayed, insufficient_credits, rate_limited, invalid, forbidden, unavailable, error.",
 		}, []string{"model", "outcome"}),
 		authRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "auth_refusals_total",
