@@ -27,6 +27,7 @@ import (
 	"github.com/easelhq/easel/api-gateway/internal/tasks"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/prom"
 	"github.com/easelhq/easel/pkg/redisconn"
 	"github.com/easelhq/easel/pkg/service"
 	"github.com/easelhq/easel/pkg/store"
@@ -84,10 +85,10 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	}
 
 	// The process's own registry: nothing registers globally.
-	reg := metrics.NewRegistry()
+	reg := prom.NewRegistry()
 	meter := metrics.New(reg)
 	meter.InitModels(modelIDs(cat))
-	metricsHandler := metrics.Handler(reg)
+	metricsHandler := prom.Handler(reg)
 	var metricsOnAPI http.Handler
 	if cfg.MetricsOnAPI {
 		metricsOnAPI = metricsHandler

@@ -17,6 +17,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/prom"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/tools/testkit/redistest"
@@ -40,7 +41,7 @@ func scrape(t *testing.T, url string) map[string]float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	series, err := metrics.Series(prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+	series, err := prom.Series(prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
 		return slices.Collect(maps.Values(fams)), nil
 	}))
 	if err != nil {
@@ -135,7 +136,7 @@ func TestSweepMetrics(t *testing.T) {
 			s := e.sweeper(nil)
 			s.metrics = metrics.New(reg)
 			tt.round(t, e, s)
-			got, err := metrics.Series(reg)
+			got, err := prom.Series(reg)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/prom"
 	"github.com/easelhq/easel/pkg/quota"
 	"github.com/easelhq/easel/pkg/redisconn"
 	"github.com/easelhq/easel/pkg/service"
@@ -155,7 +156,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		}
 		return st.Probe(ctx, instance)
 	}
-	health := service.NewHTTPServer(healthHandler(ready, metrics.Handler(reg)), 10*time.Second, cfg.HTTPIdleTimeout, log)
+	health := service.NewHTTPServer(healthHandler(ready, prom.Handler(reg)), 10*time.Second, cfg.HTTPIdleTimeout, log)
 	healthErr := make(chan error, 1)
 	go func() { healthErr <- health.Serve(hl) }()
 
@@ -266,7 +267,7 @@ func redisPool(concurrency int) int { return min(concurrency, 44) + 16 }
 // queues' metrics, which reads them from Redis at each scrape: every
 // worker exports the same queue figures.
 func newMetrics(rdb redis.UniversalClient, cat *catalog.Catalog) (*prometheus.Registry, *metrics.Metrics) {
-	reg := metrics.NewRegistry()
+	reg := prom.NewRegistry()
 	meter := metrics.New(reg)
 	meter.InitModels(modelIDs(cat))
 	reg.MustRegister(asynqmetrics.NewQueueMetricsCollector(asynq.NewInspectorFromRedisClient(rdb)))

@@ -20,6 +20,7 @@ import (
 	"github.com/easelhq/easel/api-gateway/internal/tasks"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/prom"
 	"github.com/easelhq/easel/pkg/store"
 )
 
@@ -27,7 +28,7 @@ import (
 // depend on timing.
 func counts(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
 	t.Helper()
-	all, err := metrics.Series(reg)
+	all, err := prom.Series(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,7 @@ func TestRequestMetrics(t *testing.T) {
 // EASEL_METRICS_ON_API: /metrics on the API's port, counted as a route.
 func TestMetricsOnAPI(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	e := newEnvWith(t, nil, zap.NewNop(), meter(reg, func(d *api.Deps) { d.MetricsHandler = metrics.Handler(reg) }))
+	e := newEnvWith(t, nil, zap.NewNop(), meter(reg, func(d *api.Deps) { d.MetricsHandler = prom.Handler(reg) }))
 	if r := e.create(e.keyA, okBody); r.status != 200 {
 		t.Fatal(r.status)
 	}
@@ -227,7 +228,7 @@ func TestOps(t *testing.T) {
 	var notReady error
 	srv := httptest.NewServer(api.NewOps(api.OpsDeps{
 		Ready:   func(context.Context) error { return notReady },
-		Metrics: metrics.Handler(reg),
+		Metrics: prom.Handler(reg),
 	}))
 	defer srv.Close()
 	get := func(path string) (int, string) {

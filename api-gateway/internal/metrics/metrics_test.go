@@ -9,13 +9,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/easelhq/easel/pkg/prom"
 )
 
 const std = "lumen-2.5-flash-image"
 
 func easel(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
 	t.Helper()
-	all, err := Series(reg)
+	all, err := prom.Series(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,9 +96,9 @@ func TestInitialSeries(t *testing.T) {
 // The handler serves the registry in the text format, the standard
 // collectors with it.
 func TestHandler(t *testing.T) {
-	reg := NewRegistry()
+	reg := prom.NewRegistry()
 	New(reg).Debited(std, 4)
-	srv := httptest.NewServer(Handler(reg))
+	srv := httptest.NewServer(prom.Handler(reg))
 	defer srv.Close()
 	if err := testutil.ScrapeAndCompare(srv.URL, strings.NewReader(`
 # HELP easel_credits_debited_total Credits charged for tasks created, by model.
@@ -105,7 +107,7 @@ easel_credits_debited_total{model="`+std+`"} 4
 `), "easel_credits_debited_total"); err != nil {
 		t.Error(err)
 	}
-	all, err := Series(reg)
+	all, err := prom.Series(reg)
 	if _, ok := all["go_goroutines"]; err != nil || !ok {
 		t.Errorf("go_goroutines missing: %v", err)
 	}

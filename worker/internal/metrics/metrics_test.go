@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/prom"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/worker/imagegen"
 )
@@ -21,7 +22,7 @@ const std = "lumen-2.5-flash-image"
 // easel returns the easel_* series of reg.
 func easel(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
 	t.Helper()
-	all, err := Series(reg)
+	all, err := prom.Series(reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/prom"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/worker/imagegen"
@@ -21,7 +22,7 @@ import (
 // depend on timing.
 func counts(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
 	t.Helper()
-	all, err := metrics.Series(reg)
+	all, err := prom.Series(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
