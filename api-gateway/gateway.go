@@ -22,7 +22,7 @@ import (
 	"github.com/easelhq/easel/api-gateway/internal/metrics"
 	"github.com/easelhq/easel/api-gateway/internal/pricing"
 	"github.com/easelhq/easel/api-gateway/internal/ratelimit"
-	"github.com/easelhq/easel/api-gateway/internal/signedurl"
+	"github.com/easelhq/easel/pkg/signedurl"
 	"github.com/easelhq/easel/api-gateway/internal/taskid"
 	"github.com/easelhq/easel/api-gateway/internal/tasks"
 	"github.com/easelhq/easel/pkg/catalog"

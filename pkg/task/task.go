@@ -11,8 +11,9 @@ import (
 )
 
 // Status is a task's state. Transitions: pending → processing → completed or
-// failed; pending → failed (enqueue failure, deadline). completed and failed
-// are final.
+// failed; pending → failed (enqueue failure, deadline); pending or
+// processing → canceled (its owner canceled it). completed, failed and
+// canceled are final.
 type Status string
 
 // Statuses.
@@ -21,10 +22,14 @@ const (
 	Processing Status = "processing"
 	Completed  Status = "completed"
 	Failed     Status = "failed"
+	Canceled   Status = "canceled"
 )
 
+// Statuses lists every status, in the order a task can pass through them.
+var Statuses = []Status{Pending, Processing, Completed, Failed, Canceled}
+
 // Final reports whether s is an end state.
-func (s Status) Final() bool { return s == Completed || s == Failed }
+func (s Status) Final() bool { return s == Completed || s == Failed || s == Canceled }
 
 // Type is the task_type of every task Easel runs.
 const Type = "image"
@@ -71,6 +76,61 @@ type Input struct {
 	ImageSize string
 	// ImageURLs are the source images; present means editing.
 	ImageURLs []string
+	// Callback, when its URL is set, is where the task's events are
+	// delivered (webhooks).
+	Callback Callback
+}
+
+// Webhook event types: the "type" of a delivery, and the values of a
+// create's callback_events.
+const (
+	EventCompleted = "task.completed"
+	EventFailed    = "task.failed"
+	EventCanceled  = "task.canceled"
+	EventProgress  = "task.progress"
+)
+
+// Events lists every event type; DefaultEvents are those delivered when a
+// create names none: the task's end, whichever it is.
+var (
+	Events        = []string{EventCompleted, EventFailed, EventCanceled, EventProgress}
+	DefaultEvents = []string{EventCompleted, EventFailed, EventCanceled}
+)
+
+// EventOf returns the event a task ending in status s is delivered as ("" for
+// a status that is not final).
+func EventOf(s Status) string {
+	switch s {
+	case Completed:
+		return EventCompleted
+	case Failed:
+		return EventFailed
+	case Canceled:
+		return EventCanceled
+	}
+	return ""
+}
+
+// Callback is where and what a task's webhook deliveries go.
+type Callback struct {
+	// URL is an absolute http(s) URL; "" for no webhooks.
+	URL string
+	// Events are the event types to deliver (DefaultEvents when the client
+	// named none).
+	Events []string
+}
+
+// Wants reports whether the callback delivers events of type ev.
+func (c Callback) Wants(ev string) bool {
+	if c.URL == "" {
+		return false
+	}
+	for _, e := range c.Events {
+		if e == ev {
+			return true
+		}
+	}
+	return false
 }
 
 // Kind returns KindEdit or KindTextToImage.

@@ -27,6 +27,7 @@ import (
 	"github.com/easelhq/easel/pkg/logging"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/taskview"
 )
 
 // Tasks creates and reads tasks.
@@ -109,7 +110,7 @@ const (
 	PathCreate = "/v1/task/create"
 	PathQuery  = "/v1/task/query"
 	// FilesPrefix starts every result URL path; the blob key follows.
-	FilesPrefix = "/v1/files/"
+	FilesPrefix = taskview.FilesPrefix
 )
 
 const (

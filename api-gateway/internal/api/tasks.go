@@ -18,6 +18,7 @@ import (
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/taskview"
 )
 
 type createData struct {
@@ -94,19 +95,6 @@ func jsonBody(c echo.Context) ([]byte, error) {
 	return createreq.ReadBody(r.Body, r.ContentLength)
 }
 
-// taskView is the public task record.
-type taskView struct {
-	TaskID       string        `json:"task_id"`
-	TaskType     string        `json:"task_type"`
-	Model        string        `json:"model"`
-	Status       task.Status   `json:"status"`
-	Progress     int           `json:"progress"`
-	CreateTime   int64         `json:"create_time"`
-	CompleteTime int64         `json:"complete_time"`
-	Results      []string      `json:"results"`
-	Error        *task.Failure `json:"error,omitempty"`
-}
-
 // query handles GET /v1/task/query.
 func (h *handlers) query(c echo.Context) error {
 	id := c.QueryParam("task_id")
@@ -124,34 +112,7 @@ func (h *handlers) query(c echo.Context) error {
 	return c.JSON(http.StatusOK, h.view(t))
 }
 
-func (h *handlers) view(t *task.Task) taskView {
-	v := taskView{
-		TaskID:     t.ID,
-		TaskType:   t.Type,
-		Model:      t.Model,
-		Status:     t.Status,
-		Progress:   t.Progress,
-		CreateTime: t.CreateTime.UnixMilli(),
-		Results:    []string{},
-	}
-	if !t.CompleteTime.IsZero() {
-		v.CompleteTime = t.CompleteTime.UnixMilli()
-	}
-	if t.Status == task.Completed {
-		v.Results = make([]string, len(t.Results))
-		exp := t.ResultsExpire()
-		for i, r := range t.Results {
-			v.Results[i] = h.Signer.Sign(FilesPrefix+r.Key, exp)
-		}
-	}
-	if t.Status == task.Failed {
-		v.Error = t.Failure
-		if v.Error == nil {
-			v.Error = &task.Failure{Code: string(apperr.Internal), Message: "the task failed"}
-		}
-	}
-	return v
-}
+func (h *handlers) view(t *task.Task) taskview.Record { return taskview.New(t, h.Signer) }
 
 func clipID(s string) string {
 	if len(s) > 80 {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/easelhq/easel/api-gateway/internal/signedurl"
+	"github.com/easelhq/easel/pkg/signedurl"
 	"github.com/easelhq/easel/pkg/task"
 )
 
