@@ -119,16 +119,18 @@ func EncodeGenerateImage(j GenerateImage) ([]byte, error) {
 	}
 	in := j.Input
 	b, err := proto.Marshal(&jobv1.GenerateImage{
-		TaskId:       j.TaskID,
-		AccountId:    j.AccountID,
-		Model:        in.Model.ID,
-		Tier:         tierToProto(in.Model.Tier),
-		Prompt:       in.Prompt,
-		AspectRatio:  in.AspectRatio,
-		ImageSize:    in.ImageSize,
-		ImageUrls:    in.ImageURLs,
-		CreateTimeMs: j.CreateTime.UnixMilli(),
-		DeadlineMs:   j.Deadline.UnixMilli(),
+		TaskId:         j.TaskID,
+		AccountId:      j.AccountID,
+		Model:          in.Model.ID,
+		Tier:           tierToProto(in.Model.Tier),
+		Prompt:         in.Prompt,
+		AspectRatio:    in.AspectRatio,
+		ImageSize:      in.ImageSize,
+		ImageUrls:      in.ImageURLs,
+		CreateTimeMs:   j.CreateTime.UnixMilli(),
+		DeadlineMs:     j.Deadline.UnixMilli(),
+		CallbackUrl:    in.Callback.URL,
+		CallbackEvents: in.Callback.Events,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: encode %s: %w", j.TaskID, err)
@@ -179,6 +181,7 @@ func DecodeGenerateImage(payload []byte) (GenerateImage, error) {
 			AspectRatio: p.GetAspectRatio(),
 			ImageSize:   p.GetImageSize(),
 			ImageURLs:   p.GetImageUrls(),
+			Callback:    task.Callback{URL: p.GetCallbackUrl(), Events: p.GetCallbackEvents()},
 		},
 		CreateTime: time.UnixMilli(p.GetCreateTimeMs()),
 	}
@@ -191,6 +194,16 @@ func DecodeGenerateImage(payload []byte) (GenerateImage, error) {
 		return GenerateImage{}, err
 	}
 	return j, nil
+}
+
+// CancelRun asks the worker running a run (RunID) to stop it: Asynq cancels
+// the run's context, wherever it runs. A run no worker is running is no
+// error.
+func (e *Enqueuer) CancelRun(ctx context.Context, run string) error {
+	if err := e.inspector.CancelProcessing(run); err != nil {
+		return fmt.Errorf("jobs: cancel %s: %w", run, err)
+	}
+	return nil
 }
 
 // Enqueuer puts jobs on their queues, and finds runs whose worker is gone.

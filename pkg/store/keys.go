@@ -72,3 +72,21 @@ const (
 // for a class of request. go-redis/redis_rate stores it under "rate:" + the
 // name.
 func RateBucket(class, keyHash string) string { return prefix + class + ":" + keyHash }
+
+// hooksKey is the key of an account's webhook outbox: deliveries due
+// ("<task id>|<event type>") by when they became due (Unix ms). The
+// scripts that end a task add to it; a delivery queued takes its entry
+// off, and the workers' recovery queues what is left.
+func hooksKey(accountID string) string { return tag(accountID) + "hooks" }
+
+// tasksIndexKey is the key of an account's task index (task id → creation
+// time, Unix ms), for listing.
+func tasksIndexKey(accountID string) string { return tag(accountID) + "tasks" }
+
+// webhookLogKey is the key of the record of a task's webhook deliveries.
+func webhookLogKey(accountID, taskID string) string { return tag(accountID) + "wh:" + taskID }
+
+// queueKey is the key of a queue's sequence numbers (a hash: enqueued,
+// dequeued and the dequeue rate's samples), for queue positions. The
+// queue's own hash tag keeps it on one slot.
+func queueKey(queue string) string { return prefix + "q:{" + queue + "}" }

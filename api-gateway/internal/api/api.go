@@ -227,6 +227,7 @@ func New(d Deps) *echo.Echo {
 	v1 := e.Group("/v1")
 	v1.POST("/task/create", h.create, h.deadline, h.authenticate, h.countCreate, h.limit(store.RateCreate))
 	v1.GET("/task/query", h.query, h.deadline, h.authenticate, h.limit(store.RateQuery))
+	v1.GET("/task/webhooks", h.webhooks, h.deadline, h.authenticate, h.limit(store.RateQuery))
 	v1.GET("/files/*", h.download)
 	v1.HEAD("/files/*", h.download)
 	if d.Admin != nil {

@@ -102,9 +102,13 @@ type GenerateImage struct {
 	// When the task must end, in Unix milliseconds: the job's Asynq deadline,
 	// kept in the payload so a job queued again (by the reconciler, or after
 	// its worker died) keeps it.
-	DeadlineMs    int64 `protobuf:"varint,10,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DeadlineMs int64 `protobuf:"varint,10,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`
+	// Where the task's webhook deliveries go; empty for none.
+	CallbackUrl string `protobuf:"bytes,11,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
+	// The event types to deliver ("task.completed", "task.progress", ...).
+	CallbackEvents []string `protobuf:"bytes,12,rep,name=callback_events,json=callbackEvents,proto3" json:"callback_events,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GenerateImage) Reset() {
@@ -207,11 +211,25 @@ func (x *GenerateImage) GetDeadlineMs() int64 {
 	return 0
 }
 
+func (x *GenerateImage) GetCallbackUrl() string {
+	if x != nil {
+		return x.CallbackUrl
+	}
+	return ""
+}
+
+func (x *GenerateImage) GetCallbackEvents() []string {
+	if x != nil {
+		return x.CallbackEvents
+	}
+	return nil
+}
+
 var File_easel_job_v1_job_proto protoreflect.FileDescriptor
 
 const file_easel_job_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x16easel/job/v1/job.proto\x12\feasel.job.v1\"\xc5\x02\n" +
+	"\x16easel/job/v1/job.proto\x12\feasel.job.v1\"\x91\x03\n" +
 	"\rGenerateImage\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1d\n" +
 	"\n" +
@@ -227,7 +245,9 @@ const file_easel_job_v1_job_proto_rawDesc = "" +
 	"\x0ecreate_time_ms\x18\t \x01(\x03R\fcreateTimeMs\x12\x1f\n" +
 	"\vdeadline_ms\x18\n" +
 	" \x01(\x03R\n" +
-	"deadlineMs*=\n" +
+	"deadlineMs\x12!\n" +
+	"\fcallback_url\x18\v \x01(\tR\vcallbackUrl\x12'\n" +
+	"\x0fcallback_events\x18\f \x03(\tR\x0ecallbackEvents*=\n" +
 	"\x04Tier\x12\x14\n" +
 	"\x10TIER_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rTIER_STANDARD\x10\x01\x12\f\n" +
