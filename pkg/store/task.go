@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,7 +33,13 @@ const (
 	fTaskRun      = "run"     // the run (jobs.RunID) that owns the task
 	fTaskLive     = "live"    // 1 while the owning run has not let go
 	fTaskCrashes  = "crashes" // runs whose worker died holding the task
+	fTaskCallback = "cb"      // the webhook URL, if any
+	fTaskEvents   = "cbev"    // the webhook event types, comma separated
 )
+
+// EventsChannel is the Pub/Sub channel every change of a task's status or
+// progress is published on; the message is the task's key (TaskEvent).
+const EventsChannel = prefix + "task-events"
 
 // MaxCrashes is how many times a task may take its worker down with it: a
 // run that finds it has crashed its workers more often than this fails the
@@ -78,10 +85,30 @@ func (o Outcome) String() string {
 	return "outcome(" + strconv.Itoa(int(o)) + ")"
 }
 
-// taskKeys are the keys of a task's scripts, all in the account's slot.
+// taskKeys are the keys of a task's scripts, all in the account's slot:
+// task, account, inflight, ledger, unqueued, running, hooks, index.
 func taskKeys(accountID, taskID string) []string {
-	return []string{taskKey(accountID, taskID), accountKey(accountID), inflightKey(accountID), ledgerKey(accountID), unqueuedKey(accountID), runningKey(accountID)}
+	return []string{taskKey(accountID, taskID), accountKey(accountID), inflightKey(accountID), ledgerKey(accountID), unqueuedKey(accountID), runningKey(accountID), hooksKey(accountID), tasksIndexKey(accountID)}
 }
+
+// luaFinal is whether a status is final; luaNotify publishes a change of
+// the task of KEYS[1] (EventsChannel); luaHook puts a webhook event of it
+// in the account's outbox (KEYS[7]) when its callback wants it.
+const luaFinal = `
+local function final(st) return st == 'completed' or st == 'failed' or st == 'canceled' end
+`
+const luaNotify = `
+local function notify() redis.call('PUBLISH', '` + EventsChannel + `', KEYS[1]) end
+`
+const luaHook = `
+local function hook(ev, now, ttl, task_id)
+  local v = redis.call('HMGET', KEYS[1], 'cb', 'cbev')
+  if not v[1] or v[1] == '' then return end
+  if not string.find(',' .. (v[2] or '') .. ',', ',' .. ev .. ',', 1, true) then return end
+  redis.call('ZADD', KEYS[7], 'NX', now, task_id .. '|' .. ev)
+  redis.call('PEXPIRE', KEYS[7], ttl)
+end
+`
 
 // Charge is what creating a task costs and the limits it must fit.
 type Charge struct {
@@ -116,7 +143,7 @@ const (
 	idempotencyPending = 30 * time.Second
 )
 
-// KEYS: task, account, inflight, ledger, unqueued, running[, idempotency key].
+// KEYS: taskKeys[, idempotency key].
 // ARGV: now, ttl, price, default max in flight, count-until, tier, task id,
 // first queue check, body hash, idempotency pending window, idempotency
 // ttl, then the record's fields and values.
@@ -124,7 +151,7 @@ const (
 // idempotency key was used with another body, -8 its create is under way,
 // or admit's refusal; {2, 0, task id} replays an earlier create.
 var createScript = redis.NewScript(luaAdmit + luaLedger + `
-local idem = KEYS[7]
+local idem = KEYS[9]
 if idem then
   local v = redis.call('HMGET', idem, 'body', 'task', 'state', 'at')
   if v[1] then
@@ -150,6 +177,12 @@ redis.call('HSET', KEYS[1], unpack(ARGV, 12))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[7])
 redis.call('ZADD', KEYS[5], ARGV[8], ARGV[7])
+-- The account's index, for listing: a task is listed while its record
+-- can live (its deadline, then the record's TTL).
+local keep = tonumber(ARGV[5]) - tonumber(ARGV[1]) + tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', tonumber(ARGV[1]) - keep)
+redis.call('ZADD', KEYS[8], ARGV[1], ARGV[7])
+redis.call('PEXPIRE', KEYS[8], keep)
 return {1, bal}
 `)
 
@@ -170,10 +203,7 @@ func (s *Store) CreateTask(ctx context.Context, t *task.Task, c Charge, job []by
 	if c.Idempotency.Key != "" {
 		keys = append(keys, idempotencyKey(t.AccountID, c.Idempotency.Key))
 	}
-	res, err := s.eval(ctx, createScript, keys,
-		now.UnixMilli(), s.ttl.Milliseconds(), c.Price, c.MaxInflight, c.CountUntil.UnixMilli(), c.Tier, t.ID,
-		now.Add(FirstQueueCheck).UnixMilli(),
-		c.Idempotency.BodyHash, idempotencyPending.Milliseconds(), IdempotencyTTL.Milliseconds(),
+	fields := []any{
 		fTaskJob, job,
 		fTaskType, t.Type,
 		fTaskModel, t.Model,
@@ -181,7 +211,15 @@ func (s *Store) CreateTask(ctx context.Context, t *task.Task, c Charge, job []by
 		fTaskProgress, 0,
 		fTaskCreated, t.CreateTime.UnixMilli(),
 		fTaskPrice, c.Price,
-	).Slice()
+	}
+	if t.Callback.URL != "" {
+		fields = append(fields, fTaskCallback, t.Callback.URL, fTaskEvents, strings.Join(t.Callback.Events, ","))
+	}
+	res, err := s.eval(ctx, createScript, keys, append([]any{
+		now.UnixMilli(), s.ttl.Milliseconds(), c.Price, c.MaxInflight, c.CountUntil.UnixMilli(), c.Tier, t.ID,
+		now.Add(FirstQueueCheck).UnixMilli(),
+		c.Idempotency.BodyHash, idempotencyPending.Milliseconds(), IdempotencyTTL.Milliseconds(),
+	}, fields...)...).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("store: create %s: %w", t.ID, err)
 	}
@@ -274,27 +312,37 @@ func decodeTask(accountID, taskID string, m map[string]string) (*task.Task, erro
 	if code := m[fTaskErrCode]; code != "" {
 		t.Failure = &task.Failure{Code: code, Message: m[fTaskErrMsg]}
 	}
+	if u := m[fTaskCallback]; u != "" {
+		t.Callback = task.Callback{URL: u, Events: strings.Split(m[fTaskEvents], ",")}
+	}
 	return t, nil
 }
 
-// luaFail marks the task of KEYS[1] failed and refunds it (once). KEYS:
-// task, account, inflight, ledger, unqueued.
-const luaFail = luaLedger + `
+// luaFail marks the task of KEYS[1] failed and refunds it (once), and
+// luaEnd ends it in any final status. KEYS: taskKeys.
+const luaFail = luaLedger + luaFinal + luaNotify + luaHook + `
 local function refund(task_id, note)
   local v = redis.call('HMGET', KEYS[1], 'price', 'refunded')
   local price = tonumber(v[1] or '0') or 0
-  if price <= 0 or v[2] == '1' or redis.call('EXISTS', KEYS[2]) == 0 then return end
+  if price <= 0 or v[2] == '1' or redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
   local bal = redis.call('HINCRBY', KEYS[2], 'credits', price)
   redis.call('HSET', KEYS[1], 'refunded', 1)
   ledger(KEYS[4], 'refund', price, bal, task_id, note)
+  return price
 end
-local function fail(now, ttl, code, msg, task_id)
-  redis.call('HSET', KEYS[1], 'status', 'failed', 'etime', now, 'ecode', code, 'emsg', msg, 'live', 0)
+local function ended(status, ev, now, ttl, task_id)
+  redis.call('HSET', KEYS[1], 'status', status, 'etime', now, 'live', 0)
   redis.call('HDEL', KEYS[1], 'job')
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('ZREM', KEYS[3], task_id)
   redis.call('ZREM', KEYS[5], task_id)
   redis.call('ZREM', KEYS[6], task_id)
+  hook(ev, now, ttl, task_id)
+  notify()
+end
+local function fail(now, ttl, code, msg, task_id)
+  redis.call('HSET', KEYS[1], 'ecode', code, 'emsg', msg)
+  ended('failed', 'task.failed', now, ttl, task_id)
   refund(task_id, code)
 end
 `
@@ -325,7 +373,7 @@ var startScript = redis.NewScript(luaFail + luaCrashed + `
 local v = redis.call('HMGET', KEYS[1], 'status', 'run', 'live', 'crashes')
 local st = v[1]
 if not st then return 2 end
-if st == 'completed' or st == 'failed' then return 1 end
+if final(st) then return 1 end
 if v[2] and v[2] ~= '' and v[2] ~= ARGV[2] then return 3 end
 local limit = tonumber(ARGV[7] or '0') or 0
 if limit > 0 then
@@ -344,6 +392,7 @@ if st == 'pending' then
   redis.call('HSET', KEYS[1], 'status', 'processing', 'stime', ARGV[1])
   redis.call('HDEL', KEYS[1], 'job')
   redis.call('ZREM', KEYS[5], ARGV[6])
+  notify()
 end
 redis.call('HSET', KEYS[1], 'run', ARGV[2], 'live', 1)
 return 0
@@ -398,11 +447,12 @@ func (s *Store) ReleaseTask(ctx context.Context, accountID, taskID, run string) 
 }
 
 // ARGV: pct, run.
-var progressScript = redis.NewScript(`
+var progressScript = redis.NewScript(luaNotify + `
 local v = redis.call('HMGET', KEYS[1], 'status', 'progress', 'run')
 if v[1] ~= 'processing' or v[3] ~= ARGV[2] then return 0 end
 if tonumber(ARGV[1]) <= tonumber(v[2]) then return 0 end
 redis.call('HSET', KEYS[1], 'progress', ARGV[1])
+notify()
 return 1
 `)
 
@@ -421,18 +471,14 @@ func (s *Store) SetProgress(ctx context.Context, accountID, taskID, run string, 
 }
 
 // ARGV: ttl, now, results, task id, run.
-var completeScript = redis.NewScript(`
+var completeScript = redis.NewScript(luaFail + `
 local v = redis.call('HMGET', KEYS[1], 'status', 'run')
 local st = v[1]
 if not st then return 2 end
-if st == 'completed' or st == 'failed' then return 1 end
+if final(st) then return 1 end
 if v[2] and v[2] ~= '' and v[2] ~= ARGV[5] then return 3 end
-redis.call('HSET', KEYS[1], 'status', 'completed', 'progress', 100, 'etime', ARGV[2], 'results', ARGV[3], 'live', 0)
-redis.call('HDEL', KEYS[1], 'job')
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[4])
-redis.call('ZREM', KEYS[5], ARGV[4])
-redis.call('ZREM', KEYS[6], ARGV[4])
+redis.call('HSET', KEYS[1], 'progress', 100, 'results', ARGV[3])
+ended('completed', 'task.completed', ARGV[2], ARGV[1], ARGV[4])
 return 0
 `)
 
@@ -457,7 +503,7 @@ var failScript = redis.NewScript(luaFail + `
 local v = redis.call('HMGET', KEYS[1], 'status', 'run')
 local st = v[1]
 if not st then return 2 end
-if st == 'completed' or st == 'failed' then return 1 end
+if final(st) then return 1 end
 if ARGV[6] ~= '' and v[2] and v[2] ~= '' and v[2] ~= ARGV[6] then return 3 end
 fail(ARGV[2], ARGV[1], ARGV[3], ARGV[4], ARGV[5])
 return 0
@@ -472,6 +518,58 @@ func (s *Store) FailTask(ctx context.Context, accountID, taskID, run string, f t
 	return s.runTask(ctx, failScript, accountID, taskID, s.ttl.Milliseconds(), s.now().UnixMilli(), f.Code, f.Message, taskID, run)
 }
 
+// ARGV: now, ttl, task id.
+// Returns {outcome, status before, credits refunded, run}.
+var cancelScript = redis.NewScript(luaFail + `
+local v = redis.call('HMGET', KEYS[1], 'status', 'run')
+local st = v[1]
+if not st then return {2, '', 0, ''} end
+if final(st) then return {1, st, 0, ''} end
+local refunded = 0
+if st == 'pending' then refunded = refund(ARGV[3], 'canceled') end
+ended('canceled', 'task.canceled', ARGV[1], ARGV[2], ARGV[3])
+return {0, st, refunded, v[2] or ''}
+`)
+
+// Canceled is what CancelTask did.
+type Canceled struct {
+	// Was is the status the task had: pending or processing.
+	Was task.Status
+	// Refunded is the credits given back (a pending task's full price;
+	// nothing for one a worker had started).
+	Refunded int64
+	// Run is the run that owned the task ("" if none had started it): the
+	// one to stop.
+	Run string
+}
+
+// CancelTask cancels an unfinished task: it becomes canceled at once
+// (final: no worker starts it, a worker running it can no longer finish
+// it), and a pending task is refunded in full; a task a worker had started
+// is not refunded (the generation is under way upstream). A task already
+// completed, failed or canceled is *apperr.Error Conflict naming its
+// status; a missing one *apperr.NotFoundError.
+func (s *Store) CancelTask(ctx context.Context, accountID, taskID string) (Canceled, error) {
+	res, err := s.eval(ctx, cancelScript, taskKeys(accountID, taskID), s.now().UnixMilli(), s.ttl.Milliseconds(), taskID).Slice()
+	if err != nil {
+		return Canceled{}, fmt.Errorf("store: cancel %s: %w", taskID, err)
+	}
+	if len(res) != 4 {
+		return Canceled{}, fmt.Errorf("store: cancel %s: unexpected reply %v", taskID, res)
+	}
+	code, _ := res[0].(int64)
+	st, _ := res[1].(string)
+	n, _ := res[2].(int64)
+	run, _ := res[3].(string)
+	switch Outcome(code) {
+	case Applied:
+		return Canceled{Was: task.Status(st), Refunded: n, Run: run}, nil
+	case AlreadyFinal:
+		return Canceled{}, apperr.Errorf(apperr.Conflict, "task %s is already %s", taskID, st)
+	}
+	return Canceled{}, &apperr.NotFoundError{Kind: "task", ID: taskID}
+}
+
 // KEYS: the task's keys[, its idempotency record]. ARGV: task id, note.
 var abortScript = redis.NewScript(luaFail + `
 if redis.call('HGET', KEYS[1], 'status') ~= 'pending' then return 1 end
@@ -479,8 +577,9 @@ refund(ARGV[1], ARGV[2])
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
-if KEYS[7] and redis.call('HGET', KEYS[7], 'task') == ARGV[1] then
-  redis.call('DEL', KEYS[7])
+redis.call('ZREM', KEYS[8], ARGV[1])
+if KEYS[9] and redis.call('HGET', KEYS[9], 'task') == ARGV[1] then
+  redis.call('DEL', KEYS[9])
 end
 return 0
 `)
@@ -630,7 +729,7 @@ var takeoverScript = redis.NewScript(luaFail + luaCrashed + `
 local v = redis.call('HMGET', KEYS[1], 'status', 'run', 'crashes')
 local st = v[1]
 if not st then return {2, ''} end
-if st == 'completed' or st == 'failed' then return {1, ''} end
+if final(st) then return {1, ''} end
 local run = v[2] or ''
 if run ~= '' and run ~= ARGV[1] then return {3, run} end
 local crashes = tonumber(v[3] or '0') or 0

@@ -206,6 +206,8 @@ type Task struct {
 	Price int64
 	// Refunded is true once a failed task's price has been returned.
 	Refunded bool
+	// Callback is where the task's webhooks go (none when its URL is "").
+	Callback Callback
 }
 
 // ResultsExpire returns when the task's result URLs stop working.
