@@ -103,6 +103,8 @@ type Deps struct {
 	// MetricsHandler, when not nil, serves /metrics on the API's port
 	// (EASEL_METRICS_ON_API).
 	MetricsHandler http.Handler
+	// Webhooks reads tasks' webhook deliveries (GET /v1/task/webhooks).
+	Webhooks WebhookLog
 }
 
 // Paths.
@@ -223,6 +225,9 @@ func New(d Deps) *echo.Echo {
 
 	e.GET("/healthz", h.healthz)
 	e.GET("/readyz", h.readyz)
+	e.GET("/openapi.json", h.openapi)
+	e.GET("/playground", h.playground)
+	e.GET("/playground/*", h.playground)
 
 	v1 := e.Group("/v1")
 	v1.POST("/task/create", h.create, h.deadline, h.authenticate, h.countCreate, h.limit(store.RateCreate))

@@ -11,3 +11,6 @@ import (
 func (h *handlers) webhooks(c echo.Context) error {
 	return apperr.New(apperr.NotFound, "not built yet")
 }
+
+// WebhookLog reads the record of a task's webhook deliveries.
+type WebhookLog interface{}
