@@ -66,7 +66,22 @@ type Metrics interface {
 const (
 	Completed = "completed"
 	Failed    = "failed"
+	// Canceled: the task's owner canceled it while this run had it.
+	Canceled = "canceled"
 )
+
+// Hooks delivers a task's webhook events: Notify queues the delivery of
+// event (a task.Event*; seq tells apart the progress events of one task,
+// 0 for the others). It must not hold the run for long: a delivery it
+// could not queue is queued later from the store's outbox (final events)
+// or dropped (progress).
+type Hooks interface {
+	Notify(ctx context.Context, accountID, taskID, event string, seq int)
+}
+
+type noHooks struct{}
+
+func (noHooks) Notify(context.Context, string, string, string, int) {}
 
 type noMetrics struct{}
 
@@ -100,6 +115,7 @@ type Processor struct {
 	metrics Metrics
 	// quota spaces and bounds the upstream calls of all workers together.
 	quota Quota
+	hooks Hooks
 	// maxRunning is the most generations of one account running at once
 	// across every worker (0: no limit).
 	maxRunning int
@@ -115,7 +131,21 @@ func New(store Store, blobs Blobs, gen imagegen.Generator, fetch Fetcher, cat *c
 		retry.MaxAttempts = 1
 	}
 	touched, _ := lru.New[string, time.Time](1024)
-	return &Processor{store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, retry: retry, metrics: noMetrics{}, now: time.Now, touched: touched}
+	return &Processor{store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, retry: retry, metrics: noMetrics{}, hooks: noHooks{}, now: time.Now, touched: touched}
+}
+
+// WithHooks makes the processor deliver tasks' webhook events through h,
+// and returns p.
+func (p *Processor) WithHooks(h Hooks) *Processor {
+	p.hooks = h
+	return p
+}
+
+// notify delivers an event of the job's task if its callback wants it.
+func (p *Processor) notify(ctx context.Context, job jobs.GenerateImage, event string, seq int) {
+	if job.Input.Callback.Wants(event) {
+		p.hooks.Notify(context.WithoutCancel(ctx), job.AccountID, job.TaskID, event, seq)
+	}
 }
 
 // WithMaxRunning lets one account run at most n generations at once across
@@ -239,6 +269,7 @@ func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Atte
 	case store.Poisoned:
 		log.Warn("task failed: it stopped its worker twice, and was refunded instead of run again", zap.String("code", string(task.WorkerCrashed)))
 		p.failed(ctx, acct, id, model, string(task.WorkerCrashed))
+		p.notify(ctx, job, task.EventFailed, 0)
 		return nil
 	}
 	// Handing the task back to the queue alive (a retry, a shutdown) is no
@@ -272,9 +303,13 @@ func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Atte
 		}
 		lastWrite = now
 		mu.Unlock()
-		if err := p.store.SetProgress(ctx, acct, id, run, pct); err != nil && ctx.Err() == nil {
-			log.Warn("could not record progress", zap.Int("progress", pct), zap.Error(err))
+		if err := p.store.SetProgress(ctx, acct, id, run, pct); err != nil {
+			if ctx.Err() == nil {
+				log.Warn("could not record progress", zap.Int("progress", pct), zap.Error(err))
+			}
+			return
 		}
+		p.notify(ctx, job, task.EventProgress, pct)
 	}
 
 	results, err := p.run(ctx, job, progress)
@@ -288,11 +323,19 @@ func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Atte
 		}
 		if o == store.Applied {
 			p.metrics.Finished(model, Completed, "")
+			p.notify(ctx, job, task.EventCompleted, 0)
 		}
 		log.Info("task completed", zap.Int("results", len(results)), zap.Duration("took", p.now().Sub(started)), zap.Stringer("outcome", o))
 		return nil
 	}
 
+	// Canceled by its owner (the gateway's cancel stops the run through
+	// Asynq): the task is final already, and refunded as the cancel said.
+	if errors.Is(ctx.Err(), context.Canceled) && p.canceled(ctx, acct, id) {
+		log.Info("task canceled by its owner; the run stops")
+		p.metrics.Finished(model, Canceled, "")
+		return nil
+	}
 	// Shutting down: Asynq puts the job back; leave the task processing.
 	if errors.Is(ctx.Err(), context.Canceled) {
 		log.Info("task interrupted by shutdown; it will run again")
@@ -315,6 +358,7 @@ func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Atte
 	}
 	if o == store.Applied {
 		p.failed(ctx, acct, id, model, f.Code)
+		p.notify(ctx, job, task.EventFailed, 0)
 	}
 	log.Warn("task failed", zap.String("code", f.Code), zap.String("message", f.Message), zap.Error(err), zap.Stringer("outcome", o))
 	return nil
@@ -335,6 +379,15 @@ func (p *Processor) failed(ctx context.Context, acct, id, model, code string) {
 	if t.Refunded && t.Price > 0 {
 		p.metrics.Refunded(model, t.Price)
 	}
+}
+
+// canceled reports whether the task's record says it was canceled: what
+// tells a run stopped by its owner from one stopped by a shutdown.
+func (p *Processor) canceled(ctx context.Context, acct, id string) bool {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	t, err := p.store.Task(rctx, acct, id)
+	return err == nil && t.Status == task.Canceled
 }
 
 // classify turns an error into the failure a user sees, and whether another
