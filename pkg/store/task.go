@@ -35,6 +35,7 @@ const (
 	fTaskCrashes  = "crashes" // runs whose worker died holding the task
 	fTaskCallback = "cb"      // the webhook URL, if any
 	fTaskEvents   = "cbev"    // the webhook event types, comma separated
+	fTaskQueueSeq = "qseq"    // the task's sequence number in its queue
 )
 
 // EventsChannel is the Pub/Sub channel every change of a task's status or
@@ -215,6 +216,9 @@ func (s *Store) CreateTask(ctx context.Context, t *task.Task, c Charge, job []by
 	if t.Callback.URL != "" {
 		fields = append(fields, fTaskCallback, t.Callback.URL, fTaskEvents, strings.Join(t.Callback.Events, ","))
 	}
+	if t.QueueSeq > 0 {
+		fields = append(fields, fTaskQueueSeq, t.QueueSeq)
+	}
 	res, err := s.eval(ctx, createScript, keys, append([]any{
 		now.UnixMilli(), s.ttl.Milliseconds(), c.Price, c.MaxInflight, c.CountUntil.UnixMilli(), c.Tier, t.ID,
 		now.Add(FirstQueueCheck).UnixMilli(),
@@ -311,6 +315,9 @@ func decodeTask(accountID, taskID string, m map[string]string) (*task.Task, erro
 	}
 	if code := m[fTaskErrCode]; code != "" {
 		t.Failure = &task.Failure{Code: code, Message: m[fTaskErrMsg]}
+	}
+	if v := m[fTaskQueueSeq]; v != "" {
+		t.QueueSeq, _ = strconv.ParseInt(v, 10, 64)
 	}
 	if u := m[fTaskCallback]; u != "" {
 		t.Callback = task.Callback{URL: u, Events: strings.Split(m[fTaskEvents], ",")}

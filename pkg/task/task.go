@@ -208,6 +208,9 @@ type Task struct {
 	Refunded bool
 	// Callback is where the task's webhooks go (none when its URL is "").
 	Callback Callback
+	// QueueSeq is the task's sequence number in its queue, for its queue
+	// position while pending (0: none taken).
+	QueueSeq int64
 }
 
 // ResultsExpire returns when the task's result URLs stop working.
