@@ -1,0 +1,3 @@
+module github.com/easelhq/easel/sdk/go
+
+go 1.25.0
