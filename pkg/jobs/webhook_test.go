@@ -1,0 +1,119 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/tools/testkit/redistest"
+)
+
+func TestDeliverWebhookRoundTrip(t *testing.T) {
+	for _, d := range []DeliverWebhook{
+		{AccountID: "acct_a", TaskID: "task_lumen_1", Event: task.EventCompleted},
+		{AccountID: "acct_a", TaskID: "task_lumen_1", Event: task.EventFailed},
+		{AccountID: "acct_a", TaskID: "task_lumen_1", Event: task.EventCanceled},
+		{AccountID: "acct_a", TaskID: "task_lumen_1", Event: task.EventProgress, Seq: 40},
+	} {
+		at, err := NewDeliverWebhookTask(d)
+		if err != nil {
+			t.Fatalf("%+v: %v", d, err)
+		}
+		got, err := ParseDeliverWebhook(at)
+		if err != nil || got != d {
+			t.Errorf("round trip of %+v = %+v, %v", d, got, err)
+		}
+	}
+}
+
+func TestDeliverWebhookRefused(t *testing.T) {
+	for _, d := range []DeliverWebhook{
+		{TaskID: "t", Event: task.EventCompleted},
+		{AccountID: "a", Event: task.EventCompleted},
+		{AccountID: "a", TaskID: "t", Event: "task.started"},
+		{AccountID: "a", TaskID: "t", Event: ""},
+		{AccountID: "a", TaskID: "t", Event: task.EventProgress, Seq: -1},
+	} {
+		if _, err := NewDeliverWebhookTask(d); err == nil {
+			t.Errorf("NewDeliverWebhookTask(%+v): no error", d)
+		}
+	}
+	for _, bad := range []*asynq.Task{
+		asynq.NewTask(TypeGenerateImage, []byte(`{"a":"a","t":"t","e":"task.completed"}`)),
+		asynq.NewTask(TypeDeliverWebhook, []byte(`not json`)),
+		asynq.NewTask(TypeDeliverWebhook, []byte(`{"a":"a","t":"t","e":"task.nope"}`)),
+	} {
+		if _, err := ParseDeliverWebhook(bad); err == nil {
+			t.Errorf("ParseDeliverWebhook(%s %s): no error", bad.Type(), bad.Payload())
+		}
+	}
+}
+
+type outbox struct {
+	calls []string
+	err   error
+}
+
+func (o *outbox) HookQueued(_ context.Context, accountID, taskID, event string) error {
+	o.calls = append(o.calls, accountID+"/"+taskID+"/"+event)
+	return o.err
+}
+
+// An event is queued once, on its own queue, whoever queues it and however
+// often; the other events of the task each get their own job.
+func TestEnqueueWebhook(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	e := NewEnqueuer(rdb)
+	ctx := context.Background()
+	for _, step := range []struct {
+		event string
+		seq   int
+	}{
+		{task.EventProgress, 10}, {task.EventProgress, 10}, {task.EventProgress, 20},
+		{task.EventCompleted, 0}, {task.EventCompleted, 0},
+	} {
+		if err := e.EnqueueWebhook(ctx, "acct_a", "task_lumen_1", step.event, step.seq); err != nil {
+			t.Fatalf("EnqueueWebhook(%s, %d): %v", step.event, step.seq, err)
+		}
+	}
+	ob := &outbox{}
+	if err := e.QueueFinalHook(ctx, ob, "acct_a", "task_lumen_1", task.EventCompleted); err != nil {
+		t.Fatal(err)
+	}
+	if len(ob.calls) != 1 || ob.calls[0] != "acct_a/task_lumen_1/task.completed" {
+		t.Errorf("outbox calls %v", ob.calls)
+	}
+	infos, err := asynq.NewInspectorFromRedisClient(rdb).ListPendingTasks(WebhookQueue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, ti := range infos {
+		ids[ti.ID] = true
+		if ti.MaxRetry != WebhookMaxRetry || ti.Type != TypeDeliverWebhook {
+			t.Errorf("job %s: type %s, max retry %d", ti.ID, ti.Type, ti.MaxRetry)
+		}
+	}
+	want := []string{"wh:task_lumen_1:task.progress:10", "wh:task_lumen_1:task.progress:20", "wh:task_lumen_1:task.completed:0"}
+	if len(ids) != len(want) || len(infos) != len(want) {
+		t.Errorf("queued %v; want %v", ids, want)
+	}
+	for _, id := range want {
+		if !ids[id] {
+			t.Errorf("%s not queued (have %v)", id, ids)
+		}
+	}
+
+	// A failed enqueue leaves the event on the outbox for the recovery.
+	ob = &outbox{}
+	if err := e.QueueFinalHook(ctx, ob, "acct_a", "task_lumen_2", "task.nope"); err == nil || len(ob.calls) != 0 {
+		t.Errorf("QueueFinalHook of a bad event: %v, outbox calls %v", err, ob.calls)
+	}
+	ob = &outbox{err: errors.New("redis down")}
+	if err := e.QueueFinalHook(ctx, ob, "acct_a", "task_lumen_2", task.EventFailed); err == nil {
+		t.Error("QueueFinalHook hid the outbox's error")
+	}
+}
