@@ -15,6 +15,9 @@
 //	easel:{a:<account>}:unqueued       zset    pending tasks whose job is to be checked for, by when (QueueChecks)
 //	easel:{a:<account>}:ledger         stream  credit movements (debit, refund, credit)
 //	easel:{a:<account>}:keys           set     hashes of the account's API keys
+//	easel:{a:<account>}:hooks          zset    final webhook events ("<task id>|<event>") not yet queued, by when they became due (HooksDue)
+//	easel:{a:<account>}:wh:<task id>   hash    a task's webhook deliveries: state, attempts, the message while retried (48-hour TTL)
+//	easel:{a:<account>}:whsec          hash    the account's webhook signing secret, and the one it replaced while still valid
 //	easel:key:<sha256 of the API key>  hash    an API key record: account, prefix, revoked
 //	easel:keyprefix:<visible prefix>   set     hashes of the keys with that prefix
 //	easel:accounts                     zset    every account id, by creation time
