@@ -262,7 +262,10 @@ type call struct {
 func (c *Client) call(ctx context.Context, k call, out any) error {
 	u := k.url
 	if u == nil {
-		u = c.base.JoinPath(k.path)
+		u = new(url.URL)
+		*u = *c.base
+		u.Path = strings.TrimRight(u.Path, "/") + k.path
+		u.RawPath = ""
 		if len(k.query) > 0 {
 			u.RawQuery = k.query.Encode()
 		}
