@@ -45,15 +45,20 @@ func WithPollInterval(lo, hi time.Duration) WaitOption {
 	return func(w *waitConfig) { w.minPoll, w.maxPoll = lo, max(lo, hi) }
 }
 
+// pendingWait is the longest long-poll on a pending task: its queue
+// position changes without waking one.
+const pendingWait = 5 * time.Second
+
 // minGap spaces the requests of a Wait even when each answer brings a
 // change.
 const minGap = 100 * time.Millisecond
 
 // Wait returns a task's record once it is final: completed, failed or
-// canceled. A failed task is no error: read Task.Error. It long-polls
-// (GET /v1/task/query?wait=N), so each change arrives as it happens; with a
-// server that does not take the wait parameter it polls, backing off while
-// nothing changes. The context bounds the wait. On an error it returns the
+// canceled. A failed task is no error: read Task.Error. It reads the task
+// once, then long-polls (GET /v1/task/query?wait=N), so each change
+// arrives as it happens (for a pending task, at most 5 s apart, so that
+// its queue position stays current); with a server that does not take the
+// wait parameter it polls, backing off while nothing changes. The context bounds the wait. On an error it returns the
 // last record it read, if any, with the error.
 func (c *Client) Wait(ctx context.Context, taskID string, opts ...WaitOption) (*Task, error) {
 	cfg := waitConfig{longPoll: 30 * time.Second, minPoll: 500 * time.Millisecond, maxPoll: 5 * time.Second}
@@ -63,11 +68,22 @@ func (c *Client) Wait(ctx context.Context, taskID string, opts ...WaitOption) (*
 	var last *Task
 	interval := cfg.minPoll
 	for {
+		// The first question is answered at once (a long-poll is held
+		// until a change); a pending task's long-polls are short, so that
+		// its queue position stays current.
+		wait := cfg.longPoll
+		switch {
+		case last == nil:
+			wait = 0
+		case last.Status == StatusPending:
+			wait = min(wait, pendingWait)
+		}
 		start := time.Now()
-		t, held, err := c.poll(ctx, taskID, cfg.longPoll)
+		t, held, err := c.poll(ctx, taskID, wait)
 		if err != nil {
 			return last, err
 		}
+		first := last == nil
 		changed := last == nil || t.Status != last.Status || t.Progress != last.Progress || !sameInt(t.QueuePosition, last.QueuePosition)
 		last = t
 		if changed && cfg.onUpdate != nil {
@@ -79,7 +95,9 @@ func (c *Client) Wait(ctx context.Context, taskID string, opts ...WaitOption) (*
 		elapsed := time.Since(start)
 		var pause time.Duration
 		switch {
-		case held && (changed || elapsed >= cfg.longPoll/2):
+		case first && cfg.longPoll > 0 && c.longPoll.Load() != longPollNo:
+			// On to the long-polls.
+		case held && (changed || elapsed >= wait/2):
 			// The server held the request until a change or its wait.
 			interval = cfg.minPoll
 			pause = minGap - elapsed

@@ -99,15 +99,15 @@ func TestWait(t *testing.T) {
 	}{
 		// The server holds an unchanged record for most of the wait: the
 		// next long-poll follows at once.
-		{"long-poll", lifecycle, false, 600 * time.Millisecond, []WaitOption{WithLongPoll(time.Second)}, "1,1,1,1,1,1", wantUpdates, StatusCompleted, minGap, 0},
+		{"long-poll", lifecycle, false, 600 * time.Millisecond, []WaitOption{WithLongPoll(time.Second)}, ",1,1,1,1,1", wantUpdates, StatusCompleted, minGap, 0},
 		// An unchanged record answered at once: a pause, as polling.
-		{"long-poll answered early", lifecycle, false, 0, nil, "30,30,30,30,30,30", wantUpdates, StatusCompleted, 500 * time.Millisecond, 1},
-		{"long-poll of 5 s", lifecycle[4:], false, 0, []WaitOption{WithLongPoll(5 * time.Second)}, "5,5", "processing/60 completed/100", StatusCompleted, minGap, 0},
-		{"an older server: 400 to wait, then polls", lifecycle, true, 0, nil, "30,,,,,,", wantUpdates, StatusCompleted, 750 * time.Millisecond, 5},
+		{"long-poll answered early", lifecycle, false, 0, nil, ",5,5,30,30,30", wantUpdates, StatusCompleted, 500 * time.Millisecond, 1},
+		{"long-poll of 5 s", lifecycle[4:], false, 0, []WaitOption{WithLongPoll(5 * time.Second)}, ",5", "processing/60 completed/100", StatusCompleted, 0, 0},
+		{"an older server: 400 to wait, then polls", lifecycle, true, 0, nil, ",5,,,,,", wantUpdates, StatusCompleted, 750 * time.Millisecond, 4},
 		{"polling asked for", lifecycle, false, 0, []WaitOption{WithLongPoll(0), WithPollInterval(time.Second, 2*time.Second)}, ",,,,,", wantUpdates, StatusCompleted, 1500 * time.Millisecond, 5},
-		{"already final", lifecycle[5:], false, 0, nil, "30", "completed/100", StatusCompleted, 0, 0},
-		{"failed", []string{rec("processing", 40, ""), rec("failed", 40, `,"error":{"code":"content_blocked","message":"PROHIBITED_CONTENT"}`)}, false, 0, nil, "30,30", "processing/40 failed/40", StatusFailed, minGap, 0},
-		{"canceled", []string{rec("pending", 0, `,"queue_position":3`), rec("canceled", 0, "")}, false, 0, nil, "30,30", "pending/0#3 canceled/0", StatusCanceled, minGap, 0},
+		{"already final", lifecycle[5:], false, 0, nil, "", "completed/100", StatusCompleted, 0, 0},
+		{"failed", []string{rec("processing", 40, ""), rec("failed", 40, `,"error":{"code":"content_blocked","message":"PROHIBITED_CONTENT"}`)}, false, 0, nil, ",30", "processing/40 failed/40", StatusFailed, 0, 0},
+		{"canceled", []string{rec("pending", 0, `,"queue_position":3`), rec("canceled", 0, "")}, false, 0, nil, ",5", "pending/0#3 canceled/0", StatusCanceled, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -157,9 +157,10 @@ func TestWaitServerIgnoringWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := sl.all()
-	// The first answer is new; then five unchanged ones, polled at 500
-	// ms growing by half each time.
-	want := []time.Duration{minGap, 500 * time.Millisecond, 750 * time.Millisecond, 1125 * time.Millisecond, 1687500 * time.Microsecond, 2531250 * time.Microsecond}
+	// The first answer, read without waiting, goes straight on to a
+	// long-poll; then five unchanged ones, polled at 500 ms growing by
+	// half each time.
+	want := []time.Duration{500 * time.Millisecond, 750 * time.Millisecond, 1125 * time.Millisecond, 1687500 * time.Microsecond, 2531250 * time.Microsecond}
 	if len(got) != len(want) {
 		t.Fatalf("pauses %v; want about %v", got, want)
 	}
@@ -171,14 +172,19 @@ func TestWaitServerIgnoringWait(t *testing.T) {
 }
 
 func TestWaitRemembersAnOlderServer(t *testing.T) {
-	p := &progression{records: []string{rec("completed", 100, "")}, rejectWait: true}
+	p := &progression{records: []string{rec("processing", 10, ""), rec("processing", 20, ""), rec("completed", 100, "")}, rejectWait: true}
 	c, _ := newTestClient(t, p)
 	for range 2 {
 		if _, err := c.Wait(context.Background(), "task_lumen_1"); err != nil {
 			t.Fatal(err)
 		}
+		p.mu.Lock()
+		p.served = 0
+		p.mu.Unlock()
 	}
-	if w := strings.Join(p.seenWaits(), ","); w != "30,," {
+	// The first Wait: a read, a refused long-poll, the same read again,
+	// then polls; the second only polls.
+	if w := strings.Join(p.seenWaits(), ","); w != ",30,,,,," {
 		t.Errorf("wait parameters %q; want one refused long-poll then plain queries", w)
 	}
 }
