@@ -40,10 +40,12 @@ require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/containerd/typeurl/v2 v2.3.0 // indirect
+	github.com/creack/pty v1.1.24
 	github.com/distribution/reference v0.6.0 // indirect
 	github.com/docker/go-connections v0.7.0 // indirect
 	github.com/docker/go-units v0.5.0 // indirect
 	github.com/easelhq/easel/proto v0.0.0-00010101000000-000000000000 // indirect
+	github.com/easelhq/easel/sdk/go v0.0.0-00010101000000-000000000000
 	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
@@ -107,3 +109,5 @@ replace github.com/easelhq/easel/api-gateway => ../api-gateway
 replace github.com/easelhq/easel/worker => ../worker
 
 replace github.com/easelhq/easel/tools/testkit => ../tools/testkit
+
+replace github.com/easelhq/easel/sdk/go => ../sdk/go

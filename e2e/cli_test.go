@@ -1,0 +1,254 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"image"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	easel "github.com/easelhq/easel/sdk/go"
+)
+
+// buildEasel builds the easel command once per test run.
+var buildEasel = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "easel-e2e-cli-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "easel")
+	cmd := exec.Command("go", "build", "-o", bin, "../sdk/go/cmd/easel")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", &buildError{pkg: "../sdk/go/cmd/easel", out: string(out), err: err}
+	}
+	return bin, nil
+})
+
+// cli runs the easel binary against a stack.
+type cli struct {
+	t   *testing.T
+	bin string
+	env []string
+}
+
+func newCLI(t *testing.T, s *stack) *cli {
+	t.Helper()
+	bin, err := buildEasel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cli{t: t, bin: bin, env: append(cleanEnv(), "EASEL_URL="+s.base, "EASEL_API_KEY="+s.key)}
+}
+
+// run runs the command with pipes for stdout and stderr and returns them
+// and its exit code.
+func (c *cli) run(args ...string) (string, string, int) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.bin, args...)
+	cmd.Env = c.env
+	cmd.Dir = c.t.TempDir()
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code := 0
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		code = exit.ExitCode()
+	} else if err != nil {
+		c.t.Fatalf("easel %v: %v", args, err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+// runTTY runs the command in a pseudo-terminal and returns what it drew.
+func (c *cli) runTTY(args ...string) (string, int) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.bin, args...)
+	cmd.Env = append(c.env, "TERM=xterm")
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 24, Cols: 120})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer ptmx.Close()
+	var out bytes.Buffer
+	copied := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(&out, ptmx) // ends with EIO once the command exits
+		close(copied)
+	}()
+	err = cmd.Wait()
+	select {
+	case <-copied:
+	case <-time.After(10 * time.Second):
+		c.t.Fatal("the terminal's output did not end")
+	}
+	code := 0
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		code = exit.ExitCode()
+	} else if err != nil {
+		c.t.Fatalf("easel %v: %v", args, err)
+	}
+	return out.String(), code
+}
+
+func decodeImage(t *testing.T, path string) (image.Config, string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cfg, format, err := image.DecodeConfig(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return cfg, format
+}
+
+// TestCLI runs the easel command against the real gateway and a worker
+// that runs one task at a time.
+func TestCLI(t *testing.T) {
+	s := startStack(t, stackOptions{simDelay: time.Second, env: map[string]string{"EASEL_WORKER_CONCURRENCY": "1"}})
+	c := newCLI(t, s)
+	sdk, err := easel.New(s.base, s.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+
+	t.Run("generate to a file", func(t *testing.T) {
+		out := filepath.Join(dir, "lighthouse.png")
+		stdout, stderr, code := c.run("generate", "a lighthouse at dusk", "--model", "pro", "--size", "2K", "--ratio", "16:9", "-o", out)
+		if code != 0 || stdout != "wrote "+out+"\n" || stderr != "" {
+			t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+		if cfg, format := decodeImage(t, out); format != "png" || cfg.Width != 2752 || cfg.Height != 1536 {
+			t.Errorf("%s: %s %dx%d; want png 2752x1536", out, format, cfg.Width, cfg.Height)
+		}
+	})
+
+	t.Run("generate in a terminal", func(t *testing.T) {
+		occupy(t, sdk) // so the task waits in the queue first
+		out := filepath.Join(dir, "tty.png")
+		drawn, code := c.runTTY("generate", "a lighthouse at dusk", "--ratio", "16:9", "-o", out)
+		if code != 0 {
+			t.Fatalf("exit %d:\n%s", code, drawn)
+		}
+		// The spinner with the queue position, the bar rising to 100 %,
+		// then where the image went.
+		pending, full, wrote := strings.Index(drawn, "pending: #1 in queue"), strings.Index(drawn, "100%"), strings.Index(drawn, "wrote "+out)
+		if pending < 0 || full < pending || wrote < full {
+			t.Errorf("drawn (spinner at %d, 100%% at %d, wrote at %d):\n%q", pending, full, wrote, drawn)
+		}
+		if !strings.Contains(drawn, "processing") || !strings.Contains(drawn, "completed  100%") {
+			t.Errorf("no processing bar completed at 100%%:\n%q", drawn)
+		}
+		if cfg, format := decodeImage(t, out); format != "png" || cfg.Width != 1344 || cfg.Height != 768 {
+			t.Errorf("%s: %s %dx%d; want png 1344x768", out, format, cfg.Width, cfg.Height)
+		}
+	})
+
+	var completed string
+	t.Run("generate --json", func(t *testing.T) {
+		out := filepath.Join(dir, "j.png")
+		stdout, stderr, code := c.run("generate", "a cat", "--json", "-o", out)
+		var got struct {
+			Task  easel.Task `json:"task"`
+			Files []string   `json:"files"`
+		}
+		if code != 0 || json.Unmarshal([]byte(stdout), &got) != nil || got.Task.Status != easel.StatusCompleted || len(got.Files) != 1 || got.Files[0] != out {
+			t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+		completed = got.Task.ID
+		if cfg, _ := decodeImage(t, out); cfg.Width != 1024 || cfg.Height != 1024 {
+			t.Errorf("%dx%d; want 1024x1024", cfg.Width, cfg.Height)
+		}
+	})
+
+	t.Run("task commands", func(t *testing.T) {
+		stdout, _, code := c.run("task", "get", completed, "--json")
+		var rec easel.Task
+		if code != 0 || json.Unmarshal([]byte(stdout), &rec) != nil || rec.ID != completed || rec.Status != easel.StatusCompleted || len(rec.Results) != 1 {
+			t.Errorf("task get --json: exit %d %q", code, stdout)
+		}
+		if stdout, _, code := c.run("task", "get", completed); code != 0 || !strings.HasPrefix(stdout, completed+"  completed 100%\n") {
+			t.Errorf("task get: exit %d %q", code, stdout)
+		}
+		var page easel.TaskPage
+		if stdout, _, code := c.run("task", "list", "--limit", "1", "--json"); code != 0 || json.Unmarshal([]byte(stdout), &page) != nil || len(page.Tasks) != 1 || page.Tasks[0].ID != completed || page.NextCursor == "" {
+			t.Errorf("task list: exit %d %q", code, stdout)
+		}
+		if stdout, _, code := c.run("task", "list", "--status", "completed"); code != 0 || !strings.Contains(stdout, completed+"  completed  100%") || strings.Contains(stdout, "processing") {
+			t.Errorf("task list --status completed: exit %d %q", code, stdout)
+		}
+		out := filepath.Join(dir, "again.png")
+		if stdout, _, code := c.run("task", "wait", completed, "-o", out); code != 0 || stdout != "wrote "+out+"\n" {
+			t.Errorf("task wait -o: exit %d %q", code, stdout)
+		}
+		decodeImage(t, out)
+
+		occupy(t, sdk)
+		id, err := sdk.Create(context.Background(), easel.CreateRequest{Model: easel.ModelPro, Prompt: "never drawn"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stdout, _, code := c.run("task", "cancel", id); code != 0 || !strings.HasPrefix(stdout, "canceled "+id+" (refunded ") {
+			t.Errorf("task cancel: exit %d %q", code, stdout)
+		}
+		if _, stderr, code := c.run("task", "cancel", id); code != 1 || !strings.Contains(stderr, "easel: 409 Conflict: task "+id+" is already canceled") {
+			t.Errorf("second cancel: exit %d %q", code, stderr)
+		}
+		if stdout, stderr, code := c.run("task", "wait", id); code != 1 || !strings.HasPrefix(stdout, id+"  canceled") || stderr != "easel: task "+id+" was canceled\n" {
+			t.Errorf("task wait of a canceled task: exit %d %q %q", code, stdout, stderr)
+		}
+	})
+
+	t.Run("refusals", func(t *testing.T) {
+		local := filepath.Join(dir, "photo.png")
+		if err := os.WriteFile(local, []byte("\x89PNG"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		before, err := sdk.List(context.Background(), easel.ListOptions{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		noKey := &cli{t: t, bin: c.bin, env: append(cleanEnv(), "EASEL_URL="+s.base)}
+		tests := []struct {
+			name   string
+			c      *cli
+			args   []string
+			stderr string
+		}{
+			{"a local image", c, []string{"generate", "x", "--image", local}, "local files cannot be sent: the API takes source images by URL only"},
+			{"no key", noKey, []string{"generate", "x"}, "no API key: pass --api-key or set EASEL_API_KEY"},
+			{"a wrong key", c, []string{"task", "list", "--api-key", "esk_unknownunknownunknownunknownunknown00"}, "easel: 401 Unauthorized"},
+			{"a size on the standard model", c, []string{"generate", "x", "--size", "2K"}, "input.image_size is not supported by model lumen-2.5-flash-image"},
+			{"an unknown task", c, []string{"task", "get", "task_lumen_123"}, "easel: 404 Not Found: task task_lumen_123 not found"},
+		}
+		for _, tt := range tests {
+			stdout, stderr, code := tt.c.run(tt.args...)
+			if code != 1 || stdout != "" || !strings.Contains(stderr, tt.stderr) {
+				t.Errorf("%s: exit %d, stdout %q, stderr %q; want 1 and %q", tt.name, code, stdout, stderr, tt.stderr)
+			}
+		}
+		after, err := sdk.List(context.Background(), easel.ListOptions{Limit: 100})
+		if err != nil || len(after.Tasks) != len(before.Tasks) {
+			t.Errorf("tasks %d then %d: a refused command created one", len(before.Tasks), len(after.Tasks))
+		}
+	})
+}
