@@ -68,7 +68,30 @@ type Config struct {
 	// BlobRetention is how long result images are kept; a little over the 24
 	// hours their URLs are valid.
 	BlobRetention time.Duration `env:"EASEL_BLOB_RETENTION" envDefault:"24h10m"`
+	// WebhookConcurrency is how many webhook deliveries one worker makes at
+	// once, on a server of their own (queue "webhooks"), apart from the
+	// generations; 0 turns delivery off on this worker (others must serve
+	// the queue).
+	WebhookConcurrency int `env:"EASEL_WEBHOOK_CONCURRENCY" envDefault:"50"`
+	// WebhookTimeout bounds one delivery attempt.
+	WebhookTimeout time.Duration `env:"EASEL_WEBHOOK_TIMEOUT" envDefault:"10s"`
+	// WebhookRetryInitial is the wait before a failed delivery's first
+	// retry; it doubles up to 4 h, with jitter, for at least 24 h.
+	WebhookRetryInitial time.Duration `env:"EASEL_WEBHOOK_RETRY_INITIAL" envDefault:"5s"`
+	// PublicURL and SigningSecret make the result URLs of webhook bodies:
+	// the gateways' own settings.
+	PublicURL     string `env:"EASEL_PUBLIC_URL"`
+	SigningSecret string `env:"EASEL_SIGNING_SECRET"`
 }
+
+// DefaultPublicURL is the base of result URLs in webhook bodies when
+// EASEL_PUBLIC_URL is unset: a gateway's own default on its default
+// address.
+const DefaultPublicURL = "http://localhost:8080"
+
+// MinSecretLen is the shortest accepted EASEL_SIGNING_SECRET (the
+// gateway's rule).
+const MinSecretLen = 32
 
 // LoadConfig reads a worker's configuration from environ (nil means the
 // process environment) and validates it.
@@ -142,6 +165,24 @@ func (c *Config) Validate() error {
 	}
 	if c.BlobRetention < time.Hour {
 		errs = append(errs, fmt.Errorf("EASEL_BLOB_RETENTION %s: want at least 1h (result URLs are valid for 24h)", c.BlobRetention))
+	}
+	if c.WebhookConcurrency < 0 || c.WebhookConcurrency > 10000 {
+		errs = append(errs, fmt.Errorf("EASEL_WEBHOOK_CONCURRENCY %d: want 0 (no deliveries on this worker) to 10000", c.WebhookConcurrency))
+	}
+	if c.WebhookTimeout < time.Second || c.WebhookTimeout > time.Minute {
+		errs = append(errs, fmt.Errorf("EASEL_WEBHOOK_TIMEOUT %s: want 1s to 1m", c.WebhookTimeout))
+	}
+	if c.WebhookRetryInitial < 10*time.Millisecond || c.WebhookRetryInitial > time.Hour {
+		errs = append(errs, fmt.Errorf("EASEL_WEBHOOK_RETRY_INITIAL %s: want 10ms to 1h", c.WebhookRetryInitial))
+	}
+	if c.PublicURL == "" {
+		c.PublicURL = DefaultPublicURL
+	} else if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		errs = append(errs, fmt.Errorf("EASEL_PUBLIC_URL %q: want an absolute http(s) URL with no path, e.g. https://images.example.com", c.PublicURL))
+	}
+	c.PublicURL = strings.TrimSuffix(c.PublicURL, "/")
+	if c.SigningSecret != "" && len(c.SigningSecret) < MinSecretLen {
+		errs = append(errs, fmt.Errorf("EASEL_SIGNING_SECRET is %d bytes: want at least %d, the gateways' secret", len(c.SigningSecret), MinSecretLen))
 	}
 	return errors.Join(errs...)
 }

@@ -20,6 +20,13 @@ func TestConfigDefaults(t *testing.T) {
 	if c.HTTPAddr != ":8081" || c.Queues != "standard,pro" || c.Generator != "procedural" || c.SimDelay != 3*time.Second || c.TaskCheckInterval != 50*time.Millisecond {
 		t.Errorf("defaults: %+v", c)
 	}
+	if c.WebhookConcurrency != 50 || c.WebhookTimeout != 10*time.Second || c.WebhookRetryInitial != 5*time.Second || c.PublicURL != "http://localhost:8080" || c.SigningSecret != "" {
+		t.Errorf("webhook defaults: %+v", c)
+	}
+	c, err = LoadConfig(environ("EASEL_PUBLIC_URL", "https://images.example.com/"))
+	if err != nil || c.PublicURL != "https://images.example.com" {
+		t.Errorf("EASEL_PUBLIC_URL with a slash: %q, %v", c.PublicURL, err)
+	}
 }
 
 func TestConfigErrors(t *testing.T) {
@@ -43,6 +50,17 @@ func TestConfigErrors(t *testing.T) {
 		{Name: "short retention", Env: environ("EASEL_BLOB_RETENTION", "10m"), Want: "EASEL_BLOB_RETENTION"},
 		{Name: "retry attempts", Env: environ("EASEL_RETRY_MAX_ATTEMPTS", "0"), Want: "EASEL_RETRY_MAX_ATTEMPTS"},
 		{Name: "common settings checked", Env: environ("EASEL_LOG_LEVEL", "loud"), Want: "EASEL_LOG_LEVEL"},
+		{Name: "webhooks off", Env: environ("EASEL_WEBHOOK_CONCURRENCY", "0"), Want: ""},
+		{Name: "negative webhook concurrency", Env: environ("EASEL_WEBHOOK_CONCURRENCY", "-1"), Want: "EASEL_WEBHOOK_CONCURRENCY"},
+		{Name: "webhook timeout too short", Env: environ("EASEL_WEBHOOK_TIMEOUT", "500ms"), Want: "EASEL_WEBHOOK_TIMEOUT"},
+		{Name: "webhook timeout too long", Env: environ("EASEL_WEBHOOK_TIMEOUT", "2m"), Want: "EASEL_WEBHOOK_TIMEOUT"},
+		{Name: "short webhook retries for tests", Env: environ("EASEL_WEBHOOK_RETRY_INITIAL", "50ms"), Want: ""},
+		{Name: "webhook retry of nothing", Env: environ("EASEL_WEBHOOK_RETRY_INITIAL", "0s"), Want: "EASEL_WEBHOOK_RETRY_INITIAL"},
+		{Name: "public url", Env: environ("EASEL_PUBLIC_URL", "https://images.example.com/"), Want: ""},
+		{Name: "public url with a path", Env: environ("EASEL_PUBLIC_URL", "https://images.example.com/v1"), Want: "EASEL_PUBLIC_URL"},
+		{Name: "public url not http", Env: environ("EASEL_PUBLIC_URL", "images.example.com"), Want: "EASEL_PUBLIC_URL"},
+		{Name: "short signing secret", Env: environ("EASEL_SIGNING_SECRET", "short"), Want: "EASEL_SIGNING_SECRET is 5 bytes"},
+		{Name: "signing secret", Env: environ("EASEL_SIGNING_SECRET", "0123456789abcdef0123456789abcdef"), Want: ""},
 	})
 }
 

@@ -5,6 +5,7 @@ package worker
 
 import (
 	"context"
+	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,7 +28,9 @@ import (
 	"github.com/easelhq/easel/pkg/quota"
 	"github.com/easelhq/easel/pkg/redisconn"
 	"github.com/easelhq/easel/pkg/service"
+	"github.com/easelhq/easel/pkg/signedurl"
 	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/webhook"
 	"github.com/easelhq/easel/worker/imagegen"
 	"github.com/easelhq/easel/worker/imagegen/gemini"
 	"github.com/easelhq/easel/worker/imagegen/procedural"
@@ -103,7 +106,12 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		MaxInterval: min(20*time.Second, cfg.RetryMaxElapsed),
 	}
 	reg, meter := newMetrics(rdb, cat)
-	proc := processor.New(st, blobs, metrics.Generator(gen, provider, meter), fetcher, cat, log, retry).WithMetrics(meter).WithMaxRunning(cfg.AccountMaxRunning)
+	enq := jobs.NewEnqueuer(rdb)
+	hk := newHooks(st, enq,
+		webhook.NewClient(webhook.Options{Policy: cfg.EgressPolicy(), Timeout: cfg.WebhookTimeout}),
+		signedurl.New(resultSecret(cfg, log), cfg.PublicURL),
+		webhook.DefaultSchedule(cfg.WebhookRetryInitial), log)
+	proc := processor.New(st, blobs, metrics.Generator(gen, provider, meter), fetcher, cat, log, retry).WithMetrics(meter).WithMaxRunning(cfg.AccountMaxRunning).WithHooks(hk)
 	limits, err := quota.ParseLimits(cfg.UpstreamRPM, cfg.UpstreamConcurrency)
 	if err != nil {
 		return err
@@ -169,10 +177,21 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		_ = health.Close()
 		return fmt.Errorf("start asynq server: %w", err)
 	}
+	// Webhook deliveries, on a server of their own.
+	var hooksSrv *hookServer
+	if cfg.WebhookConcurrency > 0 {
+		hooksSrv = newHookServer(rdb, cfg, hk, log)
+	}
+	if err := hooksSrv.start(); err != nil {
+		srv.Shutdown()
+		_ = health.Close()
+		return fmt.Errorf("start the webhook server: %w", err)
+	}
 	started.Store(true)
 	log.Info("worker started",
 		zap.Any("queues", queues),
 		zap.Int("concurrency", cfg.Concurrency),
+		zap.Int("webhook_concurrency", cfg.WebhookConcurrency),
 		zap.String("generator", cfg.Generator),
 		zap.String("health_addr", hl.Addr().String()),
 		zap.String("blob_url", blobs.String()))
@@ -180,13 +199,20 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	background, stopBackground := context.WithCancel(ctx)
 	var backgroundDone sync.WaitGroup
 	backgroundDone.Add(2)
+	if hooksSrv != nil {
+		backgroundDone.Add(1)
+		go func() {
+			defer backgroundDone.Done()
+			hk.recoverLoop(background, hookRecoverEvery)
+		}()
+	}
 	go func() {
 		defer backgroundDone.Done()
 		runJanitor(background, blobs, cfg.BlobRetention, log)
 	}()
 	go func() {
 		defer backgroundDone.Done()
-		sw := newSweeper(st, jobs.NewEnqueuer(rdb), recoverEvery, log)
+		sw := newSweeper(st, enq, recoverEvery, log)
 		sw.metrics = meter
 		sw.run(background)
 	}()
@@ -198,7 +224,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		runErr = fmt.Errorf("worker health server: %w", err)
 	}
 	log.Info("worker shutting down")
-	srv.Shutdown() // waits for running tasks up to ShutdownTimeout
+	shutdown(srv, hooksSrv) // waits for running jobs up to ShutdownTimeout
 	stopBackground()
 	backgroundDone.Wait()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -206,6 +232,21 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	_ = health.Shutdown(shutdownCtx)
 	log.Info("worker stopped")
 	return runErr
+}
+
+// resultSecret is the key of the result URLs in webhook bodies: the
+// gateways' EASEL_SIGNING_SECRET. Without it those URLs could not be
+// verified: a random key stands in, and the worker says so.
+func resultSecret(cfg Config, log *zap.Logger) []byte {
+	if cfg.SigningSecret != "" {
+		return []byte(cfg.SigningSecret)
+	}
+	if cfg.WebhookConcurrency > 0 {
+		log.Warn("EASEL_SIGNING_SECRET is unset on this worker: the result URLs in its webhook bodies will not verify; set it to the gateways' secret")
+	}
+	b := make([]byte, MinSecretLen)
+	_, _ = crand.Read(b)
+	return b
 }
 
 // newGenerator builds the generator EASEL_GENERATOR names. A new provider

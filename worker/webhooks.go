@@ -1,0 +1,317 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/taskview"
+	"github.com/easelhq/easel/pkg/webhook"
+)
+
+// Webhook deliveries: a task's events are queued on jobs.WebhookQueue
+// (Notify, after the run that ended or advanced the task; the gateway
+// after a cancel) and delivered by a server of their own in each worker,
+// so a slow receiver holds a delivery slot, never a generation's. A final
+// event whose queueing failed stays in the account's outbox, where the
+// recovery finds it.
+const (
+	// notifyTimeout bounds what queueing an event may cost the run that
+	// ended the task.
+	notifyTimeout = 2 * time.Second
+	// hookGrace is how long a final event may sit in the outbox before the
+	// recovery queues it: time for the process that ended the task to have
+	// queued it.
+	hookGrace = 5 * time.Second
+	// hookRecoverEvery is how often the recovery looks.
+	hookRecoverEvery = 5 * time.Second
+	// hookCheckInterval is how often Asynq moves deliveries whose retry is
+	// due back onto the queue (its default, 5 s, would add up to that to
+	// every retry).
+	hookCheckInterval = time.Second
+)
+
+// hookStore is what webhook deliveries need of the store.
+type hookStore interface {
+	Task(ctx context.Context, accountID, taskID string) (*task.Task, error)
+	WebhookSecrets(ctx context.Context, accountID string) ([]string, error)
+	HookMessageOf(ctx context.Context, accountID, taskID, event string, seq int) (store.HookState, store.HookMessage, error)
+	RecordHookAttempt(ctx context.Context, accountID, taskID, event string, seq int, a store.HookAttempt, state store.HookState, msg store.HookMessage) (bool, error)
+	HookQueued(ctx context.Context, accountID, taskID, event string) error
+	HookPending(ctx context.Context, accountID, taskID, event string, seq int) error
+	HooksDue(ctx context.Context, before time.Time, limit int64) ([]store.HookDue, error)
+	TryLock(ctx context.Context, name string, ttl time.Duration) (bool, error)
+}
+
+// hookQueue queues deliveries.
+type hookQueue interface {
+	EnqueueWebhook(ctx context.Context, accountID, taskID, event string, seq int) error
+}
+
+// hookSender makes one delivery attempt (webhook.Client).
+type hookSender interface {
+	Send(ctx context.Context, url string, m webhook.Message) webhook.Result
+}
+
+// hooks queues and delivers webhook events.
+type hooks struct {
+	st       hookStore
+	q        hookQueue
+	send     hookSender
+	signer   taskview.Signer
+	schedule webhook.Schedule
+	log      *zap.Logger
+	now      func() time.Time
+}
+
+func newHooks(st hookStore, q hookQueue, send hookSender, signer taskview.Signer, schedule webhook.Schedule, log *zap.Logger) *hooks {
+	return &hooks{st: st, q: q, send: send, signer: signer, schedule: schedule, log: log, now: time.Now}
+}
+
+// Notify queues the delivery of an event of a task (processor.Hooks). It
+// takes at most notifyTimeout; a final event it could not queue is left
+// in the outbox for the recovery, a progress event is dropped.
+func (h *hooks) Notify(ctx context.Context, accountID, taskID, event string, seq int) {
+	ctx, cancel := context.WithTimeout(ctx, notifyTimeout)
+	defer cancel()
+	log := h.log.With(zap.String("task_id", taskID), zap.String("account_id", accountID), zap.String("event", event))
+	if err := h.q.EnqueueWebhook(ctx, accountID, taskID, event, seq); err != nil {
+		log.Warn("webhook: could not queue an event; a final one is queued later from the outbox, a progress one is dropped", zap.Error(err))
+		return
+	}
+	var err error
+	if event == task.EventProgress {
+		err = h.st.HookPending(ctx, accountID, taskID, event, seq)
+	} else {
+		err = h.st.HookQueued(ctx, accountID, taskID, event)
+	}
+	if err != nil {
+		log.Warn("webhook: queued an event but could not record it; the recovery may queue it again (a no-op)", zap.Error(err))
+	}
+}
+
+// retryLater is a delivery attempt to be tried again: after the schedule's
+// wait, or the receiver's Retry-After if longer.
+type retryLater struct {
+	why   string
+	after time.Duration
+}
+
+func (e *retryLater) Error() string { return "webhook not delivered: " + e.why }
+
+// retryDelay is the wait before retry n+1 of a delivery that failed with
+// err.
+func (h *hooks) retryDelay(n int, err error) time.Duration {
+	d := h.schedule.Delay(n)
+	var r *retryLater
+	if errors.As(err, &r) && r.after > d {
+		d = r.after
+	}
+	return d
+}
+
+// deliver makes an attempt at delivering d; retried is how many attempts
+// came before. It returns nil once the delivery has ended (delivered, or
+// ended before), an error wrapping asynq.SkipRetry when it gives up, and
+// another error to be retried.
+func (h *hooks) deliver(ctx context.Context, d jobs.DeliverWebhook, retried int) error {
+	log := h.log.With(zap.String("task_id", d.TaskID), zap.String("account_id", d.AccountID), zap.String("event", d.Event), zap.Int("seq", d.Seq), zap.Int("attempt", retried+1))
+	state, msg, err := h.st.HookMessageOf(ctx, d.AccountID, d.TaskID, d.Event, d.Seq)
+	if err != nil {
+		return err
+	}
+	if state.Final() {
+		log.Debug("webhook: delivery ended already; dropping the duplicate job")
+		return nil
+	}
+	if msg.URL == "" {
+		// First attempt: the message is the task's record now, kept for
+		// the retries.
+		var ok bool
+		if msg, ok, err = h.message(ctx, d); err != nil {
+			var nf *apperr.NotFoundError
+			if !errors.As(err, &nf) {
+				return err
+			}
+			h.record(ctx, log, d, store.HookAttempt{Time: h.now(), Error: "the task's record expired before the event could be delivered"}, store.HookFailed, store.HookMessage{})
+			return fmt.Errorf("%w: task record gone", asynq.SkipRetry)
+		}
+		if !ok {
+			log.Debug("webhook: the task's callback does not want this event")
+			return nil
+		}
+	}
+	secrets, err := h.st.WebhookSecrets(ctx, d.AccountID)
+	if err != nil {
+		return err
+	}
+	m, err := webhook.NewMessage(secrets, webhook.MessageID(d.TaskID, d.Event, d.Seq), h.now(), msg.Body)
+	if err != nil {
+		return err
+	}
+	start := h.now()
+	res := h.send.Send(ctx, msg.URL, m)
+	if ctx.Err() != nil {
+		// Shutting down (or out of time): not the receiver's doing, not
+		// recorded; Asynq runs the job again.
+		return ctx.Err()
+	}
+	a := store.HookAttempt{Time: start, StatusCode: res.StatusCode, Latency: res.Latency, Error: res.Error}
+	switch {
+	case res.Outcome == webhook.Delivered:
+		h.record(ctx, log, d, a, store.HookDelivered, store.HookMessage{})
+		log.Debug("webhook delivered", zap.Int("status", res.StatusCode), zap.Duration("latency", res.Latency))
+		return nil
+	case res.Outcome == webhook.Retry && retried < h.schedule.Retries():
+		if !h.record(ctx, log, d, a, store.HookRetrying, msg) {
+			return nil // a duplicate ended it meanwhile
+		}
+		log.Info("webhook not delivered; will retry", zap.Int("status", res.StatusCode), zap.String("error", res.Error))
+		return &retryLater{why: res.Error, after: res.RetryAfter}
+	}
+	h.record(ctx, log, d, a, store.HookFailed, store.HookMessage{})
+	log.Warn("webhook not delivered; giving up", zap.Int("status", res.StatusCode), zap.String("error", res.Error), zap.Stringer("outcome", res.Outcome))
+	return fmt.Errorf("%w: %s", asynq.SkipRetry, res.Error)
+}
+
+// record adds an attempt to the delivery's log, and reports whether the
+// delivery was still going (false: a duplicate ended it, or the log could
+// not be written, which is logged).
+func (h *hooks) record(ctx context.Context, log *zap.Logger, d jobs.DeliverWebhook, a store.HookAttempt, state store.HookState, msg store.HookMessage) bool {
+	ok, err := h.st.RecordHookAttempt(ctx, d.AccountID, d.TaskID, d.Event, d.Seq, a, state, msg)
+	if err != nil {
+		log.Warn("webhook: could not record an attempt", zap.String("state", string(state)), zap.Error(err))
+		return true
+	}
+	return ok
+}
+
+// message renders the message of an event from the task's record; false
+// when the task's callback does not want the event.
+func (h *hooks) message(ctx context.Context, d jobs.DeliverWebhook) (store.HookMessage, bool, error) {
+	t, err := h.st.Task(ctx, d.AccountID, d.TaskID)
+	if err != nil {
+		return store.HookMessage{}, false, err
+	}
+	if !t.Callback.Wants(d.Event) {
+		return store.HookMessage{}, false, nil
+	}
+	at := t.CompleteTime
+	if d.Event == task.EventProgress || at.IsZero() {
+		at = h.now()
+	}
+	body, err := webhook.Body(d.Event, at, taskview.New(t, h.signer))
+	if err != nil {
+		return store.HookMessage{}, false, err
+	}
+	return store.HookMessage{URL: t.Callback.URL, Body: body}, true, nil
+}
+
+// recoverRound queues the final events left in the outbox for longer than
+// hookGrace, if this worker gets the round's lease, and returns how many.
+func (h *hooks) recoverRound(ctx context.Context, every time.Duration) int {
+	got, err := h.st.TryLock(ctx, "webhooks", every-every/10)
+	if err != nil || !got {
+		return 0
+	}
+	due, err := h.st.HooksDue(ctx, h.now().Add(-hookGrace), recoverBatch)
+	if err != nil {
+		h.log.Warn("webhook recovery: outbox", zap.Error(err))
+		return 0
+	}
+	n := 0
+	for _, e := range due {
+		log := h.log.With(zap.String("task_id", e.TaskID), zap.String("account_id", e.AccountID), zap.String("event", e.Event))
+		if err := h.q.EnqueueWebhook(ctx, e.AccountID, e.TaskID, e.Event, 0); err != nil {
+			log.Warn("webhook recovery: could not queue an event; will try again", zap.Error(err))
+			continue
+		}
+		if err := h.st.HookQueued(ctx, e.AccountID, e.TaskID, e.Event); err != nil {
+			log.Warn("webhook recovery: outbox", zap.Error(err))
+			continue
+		}
+		n++
+	}
+	if n > 0 {
+		h.log.Info("webhook recovery: queued events left in the outbox", zap.Int("events", n))
+	}
+	return n
+}
+
+// recoverLoop does a recovery round every period until ctx is done.
+func (h *hooks) recoverLoop(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		h.recoverRound(ctx, every)
+	}
+}
+
+// hookServer is the Asynq server of webhook deliveries: the "webhooks"
+// queue only, with its own concurrency.
+type hookServer struct {
+	srv *asynq.Server
+	mux *asynq.ServeMux
+}
+
+func newHookServer(rdb redis.UniversalClient, cfg Config, h *hooks, log *zap.Logger) *hookServer {
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Concurrency:              cfg.WebhookConcurrency,
+		Queues:                   map[string]int{jobs.WebhookQueue: 1},
+		TaskCheckInterval:        cfg.TaskCheckInterval,
+		DelayedTaskCheckInterval: hookCheckInterval,
+		ShutdownTimeout:          cfg.ShutdownTimeout,
+		RetryDelayFunc:           func(n int, err error, _ *asynq.Task) time.Duration { return h.retryDelay(n, err) },
+		Logger:                   asynqLogger{log.Sugar().With("component", "asynq-webhooks")},
+		LogLevel:                 asynq.ErrorLevel, // a delivery given up on is logged by deliver
+	})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc(jobs.TypeDeliverWebhook, func(ctx context.Context, t *asynq.Task) error {
+		d, err := jobs.ParseDeliverWebhook(t)
+		if err != nil {
+			id, _ := asynq.GetTaskID(ctx)
+			log.Error("undecodable webhook job; archiving it", zap.String("job", id), zap.Error(err))
+			return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
+		}
+		retried, _ := asynq.GetRetryCount(ctx)
+		return h.deliver(ctx, d, retried)
+	})
+	return &hookServer{srv: srv, mux: mux}
+}
+
+func (s *hookServer) start() error {
+	if s == nil {
+		return nil
+	}
+	return s.srv.Start(s.mux)
+}
+
+// shutdown stops the servers at once, each waiting for its running jobs
+// up to its shutdown timeout.
+func shutdown(srv *asynq.Server, hs *hookServer) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		srv.Shutdown()
+	}()
+	if hs != nil {
+		hs.srv.Shutdown()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,364 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/easelhq/easel/pkg/egress"
+	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/signedurl"
+	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/taskview"
+	"github.com/easelhq/easel/pkg/webhook"
+	"github.com/easelhq/easel/tools/testkit/redistest"
+)
+
+// hookReceiver is a webhook endpoint answering its scripted statuses in
+// turn (the last one again once they run out), recording each request.
+type hookReceiver struct {
+	srv *httptest.Server
+	mu  sync.Mutex
+	// answers are "status" or "status,retry-after seconds".
+	answers []string
+	got     []hookRequest
+}
+
+type hookRequest struct {
+	header http.Header
+	body   []byte
+}
+
+func newHookReceiver(t *testing.T, answers ...string) *hookReceiver {
+	t.Helper()
+	r := &hookReceiver{answers: answers}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		b, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		i := len(r.got)
+		r.got = append(r.got, hookRequest{header: req.Header.Clone(), body: b})
+		a := r.answers[min(i, len(r.answers)-1)]
+		r.mu.Unlock()
+		code, after, _ := bytes.Cut([]byte(a), []byte(","))
+		if len(after) > 0 {
+			w.Header().Set("Retry-After", string(after))
+		}
+		n, _ := strconv.Atoi(string(code))
+		w.WriteHeader(n)
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *hookReceiver) requests() []hookRequest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]hookRequest(nil), r.got...)
+}
+
+type hookEnv struct {
+	st     *store.Store
+	rdb    *redis.Client
+	q      *jobs.Enqueuer
+	acct   string
+	signer *signedurl.Signer
+	h      *hooks
+}
+
+func newHookEnv(t *testing.T) *hookEnv {
+	t.Helper()
+	rdb := redistest.Start(t).Client(t)
+	st := store.New(rdb)
+	a, err := st.CreateAccount(context.Background(), store.NewAccount{Name: "hooks", Credits: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &hookEnv{st: st, rdb: rdb, q: jobs.NewEnqueuer(rdb), acct: a.ID, signer: signedurl.New([]byte("0123456789abcdef0123456789abcdef"), "https://img.example.com")}
+	client := webhook.NewClient(webhook.Options{Policy: egress.Policy{AllowPrivate: true}, Timeout: time.Second})
+	e.h = newHooks(st, e.q, client, e.signer, webhook.Schedule{Initial: 10 * time.Millisecond, Max: 40 * time.Millisecond, Span: 100 * time.Millisecond}, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
+	return e
+}
+
+// completed makes a task of the account with a callback to url wanting
+// events, and completes it.
+func (e *hookEnv) completed(t *testing.T, id, url string, events ...string) *task.Task {
+	t.Helper()
+	ctx := context.Background()
+	rec := &task.Task{ID: id, AccountID: e.acct, Type: task.Type, Model: "lumen-2.5-flash-image", CreateTime: time.Now(),
+		Callback: task.Callback{URL: url, Events: events}}
+	if _, err := e.st.CreateTask(ctx, rec, store.Charge{Price: 4, Tier: "standard", CountUntil: time.Now().Add(time.Hour)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := e.st.StartTask(ctx, e.acct, id, id); o != store.Applied || err != nil {
+		t.Fatal(o, err)
+	}
+	results := []task.Result{{Key: "2026112214/abc.png", ContentType: "image/png", Size: 10, Width: 1, Height: 1}}
+	if o, _, err := e.st.CompleteTask(ctx, e.acct, id, id, results); o != store.Applied || err != nil {
+		t.Fatal(o, err)
+	}
+	got, err := e.st.Task(ctx, e.acct, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func (e *hookEnv) deliveries(t *testing.T, id string) []store.HookDelivery {
+	t.Helper()
+	ds, err := e.st.HookDeliveries(context.Background(), e.acct, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+// Each attempt's outcome and what deliver does with it: the state it
+// records, and whether Asynq is to retry, give up (SkipRetry) or stop.
+func TestHookDeliver(t *testing.T) {
+	type step struct {
+		retried   int
+		wantErr   string // "" nil, "retry", "skip"
+		wantState store.HookState
+		after     time.Duration // a retry's Retry-After
+	}
+	tests := []struct {
+		name    string
+		answers []string
+		steps   []step
+		hits    int
+	}{
+		{"delivered at once", []string{"200"}, []step{{0, "", store.HookDelivered, 0}}, 1},
+		{"503, then 204", []string{"503", "204"}, []step{{0, "retry", store.HookRetrying, 0}, {1, "", store.HookDelivered, 0}}, 2},
+		{"429 with Retry-After, then 200", []string{"429,30", "200"}, []step{{0, "retry", store.HookRetrying, 30 * time.Second}, {1, "", store.HookDelivered, 0}}, 2},
+		{"400 is not retried", []string{"400"}, []step{{0, "skip", store.HookFailed, 0}}, 1},
+		{"302 is not followed", []string{"302"}, []step{{0, "skip", store.HookFailed, 0}}, 1},
+		{"500 until the retries run out", []string{"500"}, []step{{0, "retry", store.HookRetrying, 0}, {1, "retry", store.HookRetrying, 0}, {2, "retry", store.HookRetrying, 0}, {3, "retry", store.HookRetrying, 0}, {4, "skip", store.HookFailed, 0}}, 5},
+		{"a duplicate job after the end does nothing", []string{"200"}, []step{{0, "", store.HookDelivered, 0}, {0, "", store.HookDelivered, 0}}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newHookEnv(t)
+			if n := e.h.schedule.Retries(); n != 4 {
+				t.Fatalf("the test schedule makes %d retries; the cases assume 4", n)
+			}
+			rc := newHookReceiver(t, tt.answers...)
+			tk := e.completed(t, "task_lumen_1", rc.srv.URL+"/hook", task.DefaultEvents...)
+			d := jobs.DeliverWebhook{AccountID: e.acct, TaskID: tk.ID, Event: task.EventCompleted}
+			for i, s := range tt.steps {
+				err := e.h.deliver(context.Background(), d, s.retried)
+				var rl *retryLater
+				switch {
+				case s.wantErr == "" && err != nil,
+					s.wantErr == "retry" && !errors.As(err, &rl),
+					s.wantErr == "skip" && !errors.Is(err, asynq.SkipRetry):
+					t.Fatalf("step %d: deliver = %v; want %s", i, err, s.wantErr)
+				}
+				if s.after > 0 && (rl.after != s.after || e.h.retryDelay(s.retried, err) != s.after) {
+					t.Errorf("step %d: retry after %v (delay %v); want %v", i, rl.after, e.h.retryDelay(s.retried, err), s.after)
+				}
+				if ds := e.deliveries(t, tk.ID); len(ds) != 1 || ds[0].State != s.wantState {
+					t.Fatalf("step %d: deliveries %+v; want one %s", i, ds, s.wantState)
+				}
+			}
+			reqs := rc.requests()
+			if len(reqs) != tt.hits {
+				t.Fatalf("%d requests; want %d", len(reqs), tt.hits)
+			}
+			ds := e.deliveries(t, tk.ID)
+			if len(ds[0].Attempts) != tt.hits {
+				t.Errorf("%d attempts recorded; want %d", len(ds[0].Attempts), tt.hits)
+			}
+			secret, _ := e.st.WebhookSecret(context.Background(), e.acct)
+			want, _ := json.Marshal(taskview.New(tk, e.signer))
+			for i, r := range reqs {
+				if err := webhook.Verify(secret, r.header, r.body, time.Now()); err != nil {
+					t.Errorf("request %d does not verify: %v", i, err)
+				}
+				if id := r.header.Get(webhook.HeaderID); id != "msg_task_lumen_1_completed" {
+					t.Errorf("request %d: webhook-id %q", i, id)
+				}
+				if !bytes.Equal(r.body, reqs[0].body) {
+					t.Errorf("request %d's body differs from the first's:\n%s\n%s", i, r.body, reqs[0].body)
+				}
+				var p struct {
+					Type      string          `json:"type"`
+					Timestamp string          `json:"timestamp"`
+					Data      json.RawMessage `json:"data"`
+				}
+				if err := json.Unmarshal(r.body, &p); err != nil || p.Type != task.EventCompleted || string(p.Data) != string(want) {
+					t.Errorf("request %d: %s; want data %s (%v)", i, r.body, want, err)
+				}
+				if ts, err := time.Parse(time.RFC3339Nano, p.Timestamp); err != nil || !ts.Equal(tk.CompleteTime) {
+					t.Errorf("timestamp %q; want the completion time %v", p.Timestamp, tk.CompleteTime)
+				}
+			}
+			for i, a := range ds[0].Attempts {
+				code, _ := strconv.Atoi(tt.answers[min(i, len(tt.answers)-1)][:3])
+				if a.StatusCode != code || a.Time.IsZero() || (code >= 300) != (a.Error != "") {
+					t.Errorf("attempt %d = %+v; want status %d", i, a, code)
+				}
+			}
+		})
+	}
+}
+
+// A rotated secret signs beside the new one for a day.
+func TestHookDeliverRotatedSecret(t *testing.T) {
+	e := newHookEnv(t)
+	ctx := context.Background()
+	old, _ := e.st.WebhookSecret(ctx, e.acct)
+	cur, _, err := e.st.RotateWebhookSecret(ctx, e.acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := newHookReceiver(t, "200")
+	tk := e.completed(t, "task_lumen_1", rc.srv.URL, task.DefaultEvents...)
+	if err := e.h.deliver(ctx, jobs.DeliverWebhook{AccountID: e.acct, TaskID: tk.ID, Event: task.EventCompleted}, 0); err != nil {
+		t.Fatal(err)
+	}
+	r := rc.requests()[0]
+	for _, s := range []string{old, cur} {
+		if err := webhook.Verify(s, r.header, r.body, time.Now()); err != nil {
+			t.Errorf("not verified by %s: %v (signature %q)", s[:10], err, r.header.Get(webhook.HeaderSignature))
+		}
+	}
+}
+
+// Nothing is sent for an event the callback does not want, and a task whose
+// record is gone is given up on, recorded.
+func TestHookDeliverNothingToSend(t *testing.T) {
+	e := newHookEnv(t)
+	ctx := context.Background()
+	rc := newHookReceiver(t, "200")
+	tk := e.completed(t, "task_lumen_1", rc.srv.URL, task.EventFailed)
+	if err := e.h.deliver(ctx, jobs.DeliverWebhook{AccountID: e.acct, TaskID: tk.ID, Event: task.EventCompleted}, 0); err != nil {
+		t.Errorf("deliver of an unwanted event = %v", err)
+	}
+	err := e.h.deliver(ctx, jobs.DeliverWebhook{AccountID: e.acct, TaskID: "task_lumen_gone", Event: task.EventCompleted}, 0)
+	if !errors.Is(err, asynq.SkipRetry) {
+		t.Errorf("deliver for a task gone = %v; want SkipRetry", err)
+	}
+	if n := len(rc.requests()); n != 0 {
+		t.Errorf("%d requests", n)
+	}
+	if ds := e.deliveries(t, "task_lumen_gone"); len(ds) != 1 || ds[0].State != store.HookFailed || ds[0].Attempts[0].Error == "" {
+		t.Errorf("deliveries of the task gone: %+v", ds)
+	}
+}
+
+type failingQueue struct{}
+
+func (failingQueue) EnqueueWebhook(context.Context, string, string, string, int) error {
+	return errors.New("queue down")
+}
+
+// Notify queues the event and takes a final one off the outbox; when it
+// cannot queue, the event stays in the outbox and the recovery queues it
+// once it is hookGrace old.
+func TestHookNotifyAndRecovery(t *testing.T) {
+	e := newHookEnv(t)
+	ctx := context.Background()
+	insp := asynq.NewInspectorFromRedisClient(e.rdb)
+	queued := func() map[string]bool {
+		infos, err := insp.ListPendingTasks(jobs.WebhookQueue)
+		if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, ti := range infos {
+			out[ti.ID] = true
+		}
+		return out
+	}
+	e.completed(t, "task_lumen_1", "https://hooks.example.com/", task.Events...)
+	e.completed(t, "task_lumen_2", "https://hooks.example.com/", task.Events...)
+	if due, _ := e.st.HooksDue(ctx, time.Now().Add(time.Hour), 10); len(due) != 2 {
+		t.Fatalf("outbox %+v; want both completions", due)
+	}
+
+	e.h.Notify(ctx, e.acct, "task_lumen_1", task.EventCompleted, 0)
+	e.h.Notify(ctx, e.acct, "task_lumen_1", task.EventProgress, 50)
+	if q := queued(); len(q) != 2 || !q["wh:task_lumen_1:task.completed:0"] || !q["wh:task_lumen_1:task.progress:50"] {
+		t.Errorf("queued %v", q)
+	}
+	if ds := e.deliveries(t, "task_lumen_1"); len(ds) != 2 || ds[0].State != store.HookPending || ds[1].State != store.HookPending {
+		t.Errorf("deliveries %+v; want two pending", ds)
+	}
+
+	down := newHooks(e.st, failingQueue{}, nil, e.signer, e.h.schedule, e.h.log)
+	down.Notify(ctx, e.acct, "task_lumen_2", task.EventCompleted, 0)
+	due, _ := e.st.HooksDue(ctx, time.Now().Add(time.Hour), 10)
+	if len(due) != 1 || due[0].TaskID != "task_lumen_2" {
+		t.Fatalf("outbox after a failed Notify %+v; want task_lumen_2's completion", due)
+	}
+
+	// Too young for the recovery; then old enough.
+	if n := e.h.recoverRound(ctx, 50*time.Millisecond); n != 0 {
+		t.Errorf("recovery queued %d events younger than %v", n, hookGrace)
+	}
+	time.Sleep(50 * time.Millisecond) // the round's lease
+	e.h.now = func() time.Time { return time.Now().Add(hookGrace + time.Second) }
+	if n := e.h.recoverRound(ctx, 50*time.Millisecond); n != 1 {
+		t.Errorf("recovery queued %d events; want 1", n)
+	}
+	if q := queued(); !q["wh:task_lumen_2:task.completed:0"] {
+		t.Errorf("queued %v after the recovery", q)
+	}
+	if due, _ := e.st.HooksDue(ctx, time.Now().Add(time.Hour), 10); len(due) != 0 {
+		t.Errorf("outbox after the recovery %+v", due)
+	}
+	// One worker at a time: a second round within the lease does nothing.
+	if n := e.h.recoverRound(ctx, time.Minute); n != 0 {
+		t.Errorf("a round within another's lease queued %d", n)
+	}
+}
+
+// The webhook server takes deliveries off their queue, retries them on
+// the schedule, and leaves the generation queues alone.
+func TestHookServer(t *testing.T) {
+	e := newHookEnv(t)
+	ctx := context.Background()
+	rc := newHookReceiver(t, "500", "500", "200")
+	e.completed(t, "task_lumen_1", rc.srv.URL, task.DefaultEvents...)
+	cfg, err := LoadConfig(environ("EASEL_WEBHOOK_CONCURRENCY", "2", "EASEL_SHUTDOWN_TIMEOUT", "1s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := newHookServer(e.rdb, cfg, e.h, e.h.log)
+	if err := hs.start(); err != nil {
+		t.Fatal(err)
+	}
+	defer hs.srv.Shutdown()
+	e.h.Notify(ctx, e.acct, "task_lumen_1", task.EventCompleted, 0)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ds := e.deliveries(t, "task_lumen_1")
+		if len(ds) == 1 && ds[0].State == store.HookDelivered {
+			if len(ds[0].Attempts) != 3 || ds[0].Attempts[0].StatusCode != 500 || ds[0].Attempts[2].StatusCode != 200 {
+				t.Errorf("attempts %+v", ds[0].Attempts)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not delivered: %+v", ds)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := len(rc.requests()); n != 3 {
+		t.Errorf("%d requests; want 3", n)
+	}
+}
