@@ -142,6 +142,19 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("generate an edit of a URL", func(t *testing.T) {
+		src := sourceServer(t)
+		out := filepath.Join(dir, "winter.png")
+		stdout, stderr, code := c.run("generate", "make it winter", "--image", src.URL+"/640x360.png", "-o", out)
+		if code != 0 || stdout != "wrote "+out+"\n" {
+			t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+		// The source's ratio, 16:9, on the standard model.
+		if cfg, _ := decodeImage(t, out); cfg.Width != 1344 || cfg.Height != 768 {
+			t.Errorf("%dx%d; want 1344x768", cfg.Width, cfg.Height)
+		}
+	})
+
 	t.Run("generate in a terminal", func(t *testing.T) {
 		occupy(t, sdk) // so the task waits in the queue first
 		out := filepath.Join(dir, "tty.png")
