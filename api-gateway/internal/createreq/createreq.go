@@ -11,6 +11,7 @@ import (
 	"io"
 	"mime"
 	"net/url"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -42,6 +43,11 @@ type wire struct {
 	Model    *string    `json:"model"`
 	TaskType *string    `json:"task_type"`
 	Input    *wireInput `json:"input"`
+	// CallbackURL is where the task's webhooks go; CallBackURL is the same
+	// field as kie.ai's clients spell it.
+	CallbackURL    *string   `json:"callback_url"`
+	CallBackURL    *string   `json:"callBackUrl"`
+	CallbackEvents *[]string `json:"callback_events"`
 }
 
 type wireInput struct {
@@ -140,6 +146,9 @@ var fieldTypes = map[string]string{
 	"input.aspect_ratio": "a string",
 	"input.image_size":   "a string",
 	"input.image_urls":   "an array of strings",
+	"callback_url":       "a string",
+	"callBackUrl":        "a string",
+	"callback_events":    "an array of strings",
 }
 
 func (d *Decoder) validate(w *wire) (task.Input, error) {
@@ -209,7 +218,71 @@ func (d *Decoder) validate(w *wire) (task.Input, error) {
 		}
 		r.ImageURLs = urls
 	}
+
+	cb, err := d.callback(w)
+	if err != nil {
+		return r, err
+	}
+	r.Callback = cb
 	return r, nil
+}
+
+// callback validates the webhook fields: callback_url (or callBackUrl),
+// with the address rules of image_urls, and callback_events (default:
+// task.DefaultEvents), which needs a callback_url.
+func (d *Decoder) callback(w *wire) (task.Callback, error) {
+	var cb task.Callback
+	name := "callback_url"
+	switch a, b := deref(w.CallbackURL), deref(w.CallBackURL); {
+	case a != "" && b != "" && a != b:
+		return cb, invalid("callback_url and callBackUrl are two spellings of one field and differ; send one")
+	case a != "":
+		cb.URL = a
+	case b != "":
+		cb.URL, name = b, "callBackUrl"
+	}
+	if w.CallbackEvents != nil {
+		evs := *w.CallbackEvents
+		switch {
+		case cb.URL == "":
+			return cb, invalid("callback_events needs a callback_url")
+		case len(evs) == 0:
+			return cb, invalid("callback_events must name at least one event (%s); omit it for the default, %s", strings.Join(task.Events, ", "), strings.Join(task.DefaultEvents, ", "))
+		}
+		for i, ev := range evs {
+			if !slices.Contains(task.Events, ev) {
+				return cb, invalid("callback_events[%d] %q is not an event; use %s", i, clip(ev), strings.Join(task.Events, ", "))
+			}
+			if slices.Contains(evs[:i], ev) {
+				return cb, invalid("callback_events lists %q twice", ev)
+			}
+		}
+		cb.Events = slices.Clone(evs)
+	}
+	if cb.URL == "" {
+		return task.Callback{}, nil
+	}
+	if len(cb.URL) > MaxURLLen {
+		return cb, invalid("%s is longer than %d characters", name, MaxURLLen)
+	}
+	u, err := url.Parse(cb.URL)
+	if err != nil || !u.IsAbs() || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.Opaque != "" {
+		return cb, invalid("%s must be an absolute http or https URL", name)
+	}
+	if why := d.Egress.CheckURL(u); why != "" {
+		return cb, invalid("%s %s", name, why)
+	}
+	if cb.Events == nil {
+		cb.Events = slices.Clone(task.DefaultEvents)
+	}
+	return cb, nil
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 func (d *Decoder) checkURL(i int, s string) error {

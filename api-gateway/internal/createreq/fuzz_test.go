@@ -2,12 +2,14 @@ package createreq
 
 import (
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/task"
 )
 
 // FuzzDecode checks that no body makes the decoder panic or return anything
@@ -18,6 +20,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"model":"lumen-3-pro-image-preview","task_type":"image","input":{"prompt":"x","aspect_ratio":"9:16","image_size":"4K","image_urls":["https://example.com/a.png"]}}`))
 	f.Add([]byte(`{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"p","image_urls":[]}}`))
 	f.Add([]byte(`{"input":{"prompt":null}}`))
+	f.Add([]byte(`{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"p"},"callback_url":"https://hooks.example.com/x","callback_events":["task.progress","task.completed"]}`))
+	f.Add([]byte(`{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"p"},"callBackUrl":"http://127.0.0.1/x","callback_events":[]}`))
+	f.Add([]byte(`{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"p"},"callback_url":"https://a.example/","callBackUrl":"https://b.example/","callback_events":["task.failed","task.failed"]}`))
 	f.Add([]byte(`[]`))
 	f.Add([]byte(``))
 	d := newDecoder(f)
@@ -49,6 +54,25 @@ func FuzzDecode(f *testing.F) {
 			u, err := url.Parse(s)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || len(s) > MaxURLLen {
 				t.Fatalf("accepted bad url %q", s)
+			}
+		}
+		cb := r.Callback
+		if cb.URL == "" {
+			if len(cb.Events) != 0 {
+				t.Fatalf("accepted callback events %v without a callback URL", cb.Events)
+			}
+			return
+		}
+		u, err := url.Parse(cb.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || len(cb.URL) > MaxURLLen || d.Egress.CheckURL(u) != "" {
+			t.Fatalf("accepted bad callback url %q", cb.URL)
+		}
+		if len(cb.Events) == 0 {
+			t.Fatal("accepted a callback without events")
+		}
+		for i, ev := range cb.Events {
+			if !slices.Contains(task.Events, ev) || slices.Contains(cb.Events[:i], ev) {
+				t.Fatalf("accepted callback events %v", cb.Events)
 			}
 		}
 	})
