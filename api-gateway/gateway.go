@@ -22,14 +22,15 @@ import (
 	"github.com/easelhq/easel/api-gateway/internal/metrics"
 	"github.com/easelhq/easel/api-gateway/internal/pricing"
 	"github.com/easelhq/easel/api-gateway/internal/ratelimit"
-	"github.com/easelhq/easel/pkg/signedurl"
 	"github.com/easelhq/easel/api-gateway/internal/taskid"
 	"github.com/easelhq/easel/api-gateway/internal/tasks"
+	"github.com/easelhq/easel/api-gateway/internal/watch"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/prom"
 	"github.com/easelhq/easel/pkg/redisconn"
 	"github.com/easelhq/easel/pkg/service"
+	"github.com/easelhq/easel/pkg/signedurl"
 	"github.com/easelhq/easel/pkg/store"
 )
 
@@ -94,8 +95,18 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		metricsOnAPI = metricsHandler
 	}
 
+	queues := map[string]string{}
+	for _, m := range cat.Models() {
+		queues[m.ID] = jobs.Queue(m.Tier)
+	}
 	svc := tasks.NewService(st, jobs.NewEnqueuer(rdb), taskid.New(cfg.ModelFamily), prices,
-		tasks.Config{Deadline: cfg.TaskDeadline, MaxInflight: cfg.MaxInflight}).WithMeter(meter)
+		tasks.Config{Deadline: cfg.TaskDeadline, MaxInflight: cfg.MaxInflight, Queues: queues}).WithMeter(meter)
+	// One subscription to the task events for every waiting request of
+	// this gateway (query's wait, the stream).
+	hub := watch.New()
+	hubCtx, stopHub := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHub()
+	go hub.Run(hubCtx, st, log)
 	var admin *api.AdminDeps
 	if cfg.AdminToken != "" {
 		admin = &api.AdminDeps{Token: cfg.AdminToken, Accounts: st, Catalog: cat}
@@ -123,6 +134,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		RequestTimeout: 2 * cfg.RedisTimeout,
 		Metrics:        meter,
 		MetricsHandler: metricsOnAPI,
+		Watch:          hub,
 	})
 
 	if ln == nil {
@@ -138,6 +150,8 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	defer ops.stop()
 	// Large results go to slow clients: ten minutes to write a response.
 	srv := service.NewHTTPServer(handler, 10*time.Minute, cfg.HTTPIdleTimeout, log)
+	// Shutting down: waiting requests answer now, streams end.
+	srv.RegisterOnShutdown(hub.Close)
 	files := service.FileLimit()
 	total, perClient := cfg.connCaps(files)
 	serveErr := make(chan error, 1)

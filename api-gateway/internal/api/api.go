@@ -22,6 +22,7 @@ import (
 	"github.com/easelhq/easel/api-gateway/internal/createreq"
 	"github.com/easelhq/easel/api-gateway/internal/metrics"
 	"github.com/easelhq/easel/api-gateway/internal/ratelimit"
+	"github.com/easelhq/easel/api-gateway/internal/watch"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/logging"
@@ -37,6 +38,11 @@ type Tasks interface {
 	// replayed true.
 	CreateIdempotent(ctx context.Context, accountID string, in task.Input, idem task.Idempotency) (id string, replayed bool, err error)
 	Get(ctx context.Context, accountID, taskID string) (*task.Task, error)
+	Cancel(ctx context.Context, accountID, taskID string) (store.Canceled, error)
+	List(ctx context.Context, accountID string, f store.TaskFilter) ([]*task.Task, string, error)
+	// Position is where a pending task stands in its queue (ok false: no
+	// position known).
+	Position(ctx context.Context, t *task.Task) (p store.QueuePosition, ok bool)
 }
 
 // Signer makes and checks result URLs.
@@ -105,6 +111,9 @@ type Deps struct {
 	MetricsHandler http.Handler
 	// Webhooks reads tasks' webhook deliveries (GET /v1/task/webhooks).
 	Webhooks WebhookLog
+	// Watch wakes requests waiting on a task (query's wait, the stream);
+	// nil: a hub nothing feeds (waits run to their end).
+	Watch *watch.Hub
 }
 
 // Paths.
@@ -118,6 +127,8 @@ const (
 const (
 	ctxAccount = "easel.account"
 	ctxKeyHash = "easel.keyhash"
+	// ctxBase is the request's context before its budget (deadline).
+	ctxBase = "easel.basectx"
 )
 
 // limit applies the key's rate limit for a class of request and reports it
@@ -190,6 +201,9 @@ func New(d Deps) *echo.Echo {
 	if d.Tasks != nil {
 		d.Tasks = probedTasks{d.Tasks}
 	}
+	if d.Watch == nil {
+		d.Watch = watch.New()
+	}
 	h := &handlers{Deps: d, accessLog: d.Log.WithOptions(zap.WithCaller(false)),
 		limiterDown: logging.NewBurst("rate limiter: Redis", 10*time.Second)}
 	e := echo.New()
@@ -233,6 +247,9 @@ func New(d Deps) *echo.Echo {
 	v1.POST("/task/create", h.create, h.deadline, h.authenticate, h.countCreate, h.limit(store.RateCreate))
 	v1.GET("/task/query", h.query, h.deadline, h.authenticate, h.limit(store.RateQuery))
 	v1.GET("/task/webhooks", h.webhooks, h.deadline, h.authenticate, h.limit(store.RateQuery))
+	v1.POST("/task/cancel", h.cancel, h.deadline, h.authenticate, h.limit(store.RateQuery))
+	v1.GET("/task/list", h.list, h.deadline, h.authenticate, h.limit(store.RateQuery))
+	v1.GET("/task/stream", h.stream, h.deadline, h.authenticate, h.limit(store.RateQuery))
 	v1.GET("/files/*", h.download)
 	v1.HEAD("/files/*", h.download)
 	if d.Admin != nil {
@@ -371,6 +388,7 @@ func (h *handlers) deadline(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 	return func(c echo.Context) error {
 		r := c.Request()
+		c.Set(ctxBase, r.Context())
 		ctx, cancel := context.WithTimeout(r.Context(), h.RequestTimeout)
 		defer cancel()
 		c.SetRequest(r.WithContext(ctx))

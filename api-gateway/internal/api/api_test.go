@@ -59,6 +59,8 @@ type env struct {
 
 type queueFunc func(ctx context.Context, j jobs.GenerateImage, run string) error
 
+func (f queueFunc) CancelRun(context.Context, string) error { return nil }
+
 func (f queueFunc) EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImage, run string) error {
 	return f(ctx, j, run)
 }
@@ -118,7 +120,7 @@ func newEnvWith(t *testing.T, queue tasks.Queue, log *zap.Logger, edit func(*api
 	prices, _ := pricing.Parse(pricing.Default)
 	deps := api.Deps{
 		Log:     log,
-		Tasks:   tasks.NewService(e.store, queue, taskid.New("lumen"), prices, tasks.Config{Deadline: 10 * time.Minute, MaxInflight: 100}),
+		Tasks:   tasks.NewService(e.store, queue, taskid.New("lumen"), prices, tasks.Config{Deadline: 10 * time.Minute, MaxInflight: 100, Queues: map[string]string{std: "standard", pro: "pro"}}),
 		Auth:    auth.New(e.accounts, 100, 0),
 		Limiter: ratelimit.New(rdb),
 		Limits:  api.Limits{Create: 1000, Query: 1000},

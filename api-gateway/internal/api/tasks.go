@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/easelhq/easel/api-gateway/internal/taskid"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/blob"
+	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/pkg/taskview"
 )
@@ -95,21 +97,128 @@ func jsonBody(c echo.Context) ([]byte, error) {
 	return createreq.ReadBody(r.Body, r.ContentLength)
 }
 
-// query handles GET /v1/task/query.
+// query handles GET /v1/task/query, and with wait=N waits for a change
+// (waitQuery).
 func (h *handlers) query(c echo.Context) error {
-	id := c.QueryParam("task_id")
-	if id == "" {
-		return apperr.New(apperr.Invalid, "task_id is required: GET /v1/task/query?task_id=<task id>")
-	}
-	if !taskid.Valid(id) {
-		return apperr.Errorf(apperr.NotFound, "task %s not found", clipID(id))
-	}
-	t, err := h.Tasks.Get(c.Request().Context(), accountOf(c).ID, id)
+	id, err := taskIDParam(c)
 	if err != nil {
 		return err
 	}
+	wait, err := waitParam(c.QueryParam("wait"))
+	if err != nil {
+		return err
+	}
+	if wait > 0 {
+		return h.waitQuery(c, accountOf(c).ID, id, wait)
+	}
+	ctx := c.Request().Context()
+	t, err := h.Tasks.Get(ctx, accountOf(c).ID, id)
+	if err != nil {
+		return err
+	}
+	return h.answerTask(c, ctx, t)
+}
+
+// taskIDParam reads the task_id parameter of a GET: missing is 400; one
+// that no task could have is 404, as an unknown task is.
+func taskIDParam(c echo.Context) (string, error) {
+	id := c.QueryParam("task_id")
+	if id == "" {
+		return "", apperr.Errorf(apperr.Invalid, "task_id is required: GET %s?task_id=<task id>", c.Path())
+	}
+	if !taskid.Valid(id) {
+		return "", apperr.Errorf(apperr.NotFound, "task %s not found", clipID(id))
+	}
+	return id, nil
+}
+
+type cancelData struct {
+	TaskID          string      `json:"task_id"`
+	Status          task.Status `json:"status"`
+	Refunded        bool        `json:"refunded"`
+	CreditsRefunded int64       `json:"credits_refunded"`
+}
+
+// cancel handles POST /v1/task/cancel {"task_id": ...}.
+func (h *handlers) cancel(c echo.Context) error {
+	body, err := jsonBody(c)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		TaskID *string `json:"task_id"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return apperr.New(apperr.Invalid, `the body must be a JSON object: {"task_id": "<task id>"}`)
+	}
+	if req.TaskID == nil || *req.TaskID == "" {
+		return apperr.New(apperr.Invalid, `task_id is required: {"task_id": "<task id>"}`)
+	}
+	id := *req.TaskID
+	if !taskid.Valid(id) {
+		return apperr.Errorf(apperr.NotFound, "task %s not found", clipID(id))
+	}
+	res, err := h.Tasks.Cancel(c.Request().Context(), accountOf(c).ID, id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, envelope{Code: http.StatusOK, Msg: "success", Data: cancelData{
+		TaskID: id, Status: task.Canceled, Refunded: res.Refunded > 0, CreditsRefunded: res.Refunded,
+	}})
+}
+
+// Listing limits.
+const (
+	listDefault = 20
+	listMax     = 100
+)
+
+type listData struct {
+	Tasks      []taskview.Record `json:"tasks"`
+	NextCursor string            `json:"next_cursor,omitempty"`
+}
+
+// list handles GET /v1/task/list?status=&model=&limit=&cursor=.
+func (h *handlers) list(c echo.Context) error {
+	f := store.TaskFilter{Limit: listDefault, Cursor: c.QueryParam("cursor")}
+	if s := c.QueryParam("status"); s != "" {
+		if !slices.Contains(task.Statuses, task.Status(s)) {
+			return apperr.Errorf(apperr.Invalid, "status must be one of %s", joinStatuses())
+		}
+		f.Status = task.Status(s)
+	}
+	if m := c.QueryParam("model"); m != "" {
+		if _, ok := h.Decoder.Catalog.Lookup(m); !ok {
+			return apperr.Errorf(apperr.Invalid, "model %s is not a model of this service", clipID(m))
+		}
+		f.Model = m
+	}
+	if l := c.QueryParam("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > listMax {
+			return apperr.Errorf(apperr.Invalid, "limit must be a whole number from 1 to %d", listMax)
+		}
+		f.Limit = n
+	}
+	ctx := c.Request().Context()
+	ts, next, err := h.Tasks.List(ctx, accountOf(c).ID, f)
+	if err != nil {
+		return err
+	}
+	out := listData{Tasks: make([]taskview.Record, len(ts)), NextCursor: next}
+	for i, t := range ts {
+		out.Tasks[i] = h.view(t)
+	}
 	c.Response().Header().Set("Cache-Control", "no-store")
-	return c.JSON(http.StatusOK, h.view(t))
+	return c.JSON(http.StatusOK, out)
+}
+
+func joinStatuses() string {
+	s := make([]string, len(task.Statuses))
+	for i, st := range task.Statuses {
+		s[i] = string(st)
+	}
+	return strings.Join(s, ", ")
 }
 
 func (h *handlers) view(t *task.Task) taskview.Record { return taskview.New(t, h.Signer) }

@@ -24,6 +24,11 @@ type Store interface {
 	Task(ctx context.Context, accountID, taskID string) (*task.Task, error)
 	AbortTaskWith(ctx context.Context, accountID, taskID, idemKey string) (bool, error)
 	IdempotencyDone(ctx context.Context, accountID, key, taskID string) error
+	CancelTask(ctx context.Context, accountID, taskID string) (store.Canceled, error)
+	ListTasks(ctx context.Context, accountID string, f store.TaskFilter) ([]*task.Task, string, error)
+	NextQueueSeq(ctx context.Context, queue string) (int64, error)
+	Dequeued(ctx context.Context, queue string, n int) error
+	QueuePositionOf(ctx context.Context, queue string, seq int64) (store.QueuePosition, error)
 }
 
 // Prices prices tasks.
@@ -34,6 +39,8 @@ type Prices interface {
 // Queue takes jobs.
 type Queue interface {
 	EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImage, run string) error
+	// CancelRun stops a run wherever a worker runs it.
+	CancelRun(ctx context.Context, run string) error
 }
 
 // IDs makes task ids.
@@ -58,6 +65,8 @@ type Config struct {
 	// MaxInflight is the default limit of an account's unfinished tasks
 	// (0: none); an account may set its own.
 	MaxInflight int
+	// Queues maps each model id to its queue, for queue positions.
+	Queues map[string]string
 }
 
 // Service creates and reads tasks.
@@ -133,7 +142,22 @@ func (s *Service) create(ctx context.Context, accountID string, in task.Input, i
 		Model:      in.Model.ID,
 		Status:     task.Pending,
 		CreateTime: now,
+		Callback:   in.Callback,
 	}
+	// The task's number in its queue, for its position while pending. A
+	// create that does not stand gives it back (left), so the positions
+	// of the tasks after it stay right; without one (Redis hiccup) the
+	// task just shows no position.
+	queue := jobs.Queue(in.Model.Tier)
+	if seq, err := s.store.NextQueueSeq(ctx, queue); err == nil {
+		t.QueueSeq = seq
+	}
+	stood := false
+	defer func() {
+		if t.QueueSeq > 0 && !stood {
+			s.left(ctx, queue)
+		}
+	}()
 	charge := store.Charge{
 		Price:       s.prices.Price(in.Model.Tier, in.ImageSize),
 		Tier:        string(in.Model.Tier),
@@ -172,6 +196,7 @@ func (s *Service) create(ctx context.Context, accountID string, in task.Input, i
 			logging.From(ctx).Warn("could not mark the idempotency key done", zap.Error(err))
 		}
 	}
+	stood = true
 	logging.AddFields(ctx, zap.String("model", in.Model.ID), zap.Int64("price", charge.Price))
 	// Counted once the create stands: an undone one was debited and
 	// refunded, and moved no credits.
@@ -195,6 +220,71 @@ func (s *Service) abort(ctx context.Context, accountID, id string, idem task.Ide
 	case err != nil:
 		logging.From(ctx).Error("could not undo a create", zap.Error(err), zap.NamedError("cause", cause))
 	}
+}
+
+// left records that a task left its queue without a worker starting it.
+func (s *Service) left(ctx context.Context, queue string) {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := s.store.Dequeued(lctx, queue, 1); err != nil {
+		logging.From(ctx).Debug("could not count a task out of its queue; later positions read one too many", zap.Error(err))
+	}
+}
+
+// Cancel cancels a task of the account (store.CancelTask): a pending task
+// is refunded in full and never runs; a processing one is stopped on its
+// worker (Asynq's cancellation: the upstream call is aborted) and not
+// refunded. A task already final is apperr.Conflict; another account's is
+// not found.
+func (s *Service) Cancel(ctx context.Context, accountID, taskID string) (store.Canceled, error) {
+	c, err := s.store.CancelTask(ctx, accountID, taskID)
+	if err != nil {
+		if code := apperr.CodeOf(err); code == apperr.Conflict || code == apperr.NotFound {
+			return c, err
+		}
+		return c, apperr.Transient(err, apperr.Unavailable, "the task store is unavailable; the task was not canceled, try again")
+	}
+	logging.AddFields(ctx, zap.String("task_id", taskID), zap.String("was", string(c.Was)), zap.Int64("refunded", c.Refunded))
+	switch {
+	case c.Was == task.Pending:
+		t, err := s.store.Task(ctx, accountID, taskID)
+		if err == nil {
+			if q, ok := s.cfg.Queues[t.Model]; ok && t.QueueSeq > 0 {
+				s.left(ctx, q)
+			}
+		}
+	case c.Run != "":
+		// The task is canceled whatever happens here: a run that is not
+		// stopped finds it final when it tries to finish it.
+		if err := s.queue.CancelRun(context.WithoutCancel(ctx), c.Run); err != nil {
+			logging.From(ctx).Warn("could not stop the canceled task's run; it stops at its next state change", zap.Error(err))
+		}
+	}
+	return c, nil
+}
+
+// List returns the account's tasks (store.ListTasks).
+func (s *Service) List(ctx context.Context, accountID string, f store.TaskFilter) ([]*task.Task, string, error) {
+	ts, next, err := s.store.ListTasks(ctx, accountID, f)
+	if err != nil && apperr.CodeOf(err) != apperr.Invalid {
+		return nil, "", apperr.Transient(err, apperr.Unavailable, "the task store is unavailable, try again")
+	}
+	return ts, next, err
+}
+
+// Position returns where a pending task stands in its queue; ok is false
+// for a task with no position (not pending, or none recorded).
+func (s *Service) Position(ctx context.Context, t *task.Task) (store.QueuePosition, bool) {
+	q, known := s.cfg.Queues[t.Model]
+	if t.Status != task.Pending || t.QueueSeq == 0 || !known {
+		return store.QueuePosition{}, false
+	}
+	p, err := s.store.QueuePositionOf(ctx, q, t.QueueSeq)
+	if err != nil {
+		logging.From(ctx).Debug("no queue position", zap.Error(err))
+		return store.QueuePosition{}, false
+	}
+	return p, true
 }
 
 // Get returns a task of the account. Another account's task is

@@ -29,6 +29,8 @@ type queue struct {
 	block, entered chan struct{}
 }
 
+func (q *queue) CancelRun(context.Context, string) error { return nil }
+
 func (q *queue) EnqueueGenerateImage(_ context.Context, j jobs.GenerateImage, run string) error {
 	if q.block != nil {
 		close(q.entered)

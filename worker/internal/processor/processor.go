@@ -37,6 +37,8 @@ type Store interface {
 	FailTask(ctx context.Context, accountID, taskID, run string, f task.Failure) (store.Outcome, error)
 	// Task reads a task back: what a failed task's refund was.
 	Task(ctx context.Context, accountID, taskID string) (*task.Task, error)
+	// Dequeued counts tasks out of their queue, for queue positions.
+	Dequeued(ctx context.Context, queue string, n int) error
 }
 
 // Stages of a task, timed by Metrics.Stage.
@@ -281,6 +283,15 @@ func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Atte
 	// retry's or a later run's wait would count earlier runs too.
 	if at.Retry == 0 && run == jobs.RunID(id, 0) && !job.CreateTime.IsZero() {
 		p.metrics.QueueWait(model, started.Sub(job.CreateTime))
+		// The tasks behind it move up (queue positions). Off the run's
+		// path: the generation does not wait for it.
+		go func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			if err := p.store.Dequeued(dctx, jobs.Queue(job.Input.Model.Tier), 1); err != nil {
+				log.Debug("could not count the task out of its queue", zap.Error(err))
+			}
+		}()
 	}
 	defer p.metrics.Running(model)()
 	// handBack counts a job handed back to its queue to run again.

@@ -1,0 +1,334 @@
+package api_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/easelhq/easel/api-gateway/internal/api"
+	"github.com/easelhq/easel/api-gateway/internal/watch"
+	"github.com/easelhq/easel/pkg/task"
+)
+
+// newWatchedEnv is an env whose waits and streams are woken by the store's
+// events, as the gateway's are.
+func newWatchedEnv(t *testing.T) *env {
+	t.Helper()
+	hub := watch.New()
+	e := newEnvWith(t, nil, zap.NewNop(), func(d *api.Deps) { d.Watch = hub })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go hub.Run(ctx, e.store, zap.NewNop())
+	select {
+	case <-hub.Subscribed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hub never subscribed")
+	}
+	return e
+}
+
+func (e *env) newTask(key string) string {
+	e.t.Helper()
+	r := e.create(key, okBody)
+	if r.status != 200 {
+		e.t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	var env struct {
+		Data struct {
+			TaskID string `json:"task_id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(r.body, &env); err != nil {
+		e.t.Fatal(err)
+	}
+	return env.Data.TaskID
+}
+
+func (e *env) auth(key string) map[string]string {
+	return map[string]string{"Authorization": "Bearer " + key, "Content-Type": "application/json"}
+}
+
+func TestCancelRoute(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	pendingID := e.newTask(e.keyA)
+	processingID := e.newTask(e.keyA)
+	if _, err := e.store.StartTask(ctx, e.acctA, processingID, processingID); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := e.accounts.Account(ctx, e.acctA)
+	for _, tc := range []struct {
+		name    string
+		key     string
+		hdr     map[string]string
+		body    string
+		status  int
+		msgPart string
+		data    string
+	}{
+		{name: "pending", key: e.keyA, body: `{"task_id":"` + pendingID + `"}`, status: 200,
+			data: `{"credits_refunded":3,"refunded":true,"status":"canceled","task_id":"` + pendingID + `"}`},
+		{name: "again", key: e.keyA, body: `{"task_id":"` + pendingID + `"}`, status: 409, msgPart: "already canceled"},
+		{name: "processing", key: e.keyA, body: `{"task_id":"` + processingID + `"}`, status: 200,
+			data: `{"credits_refunded":0,"refunded":false,"status":"canceled","task_id":"` + processingID + `"}`},
+		{name: "another account's", key: e.keyB, body: `{"task_id":"` + processingID + `"}`, status: 404, msgPart: "not found"},
+		{name: "unknown", key: e.keyA, body: `{"task_id":"task_lumen_1"}`, status: 404, msgPart: "not found"},
+		{name: "not a task id", key: e.keyA, body: `{"task_id":"../x"}`, status: 404, msgPart: "not found"},
+		{name: "no task_id", key: e.keyA, body: `{}`, status: 400, msgPart: "task_id is required"},
+		{name: "task_id a number", key: e.keyA, body: `{"task_id":7}`, status: 400, msgPart: "JSON object"},
+		{name: "not JSON", key: e.keyA, body: `task_id=1`, status: 400, msgPart: "JSON object"},
+		{name: "not application/json", key: e.keyA, hdr: map[string]string{"Content-Type": "text/plain"}, body: `{}`, status: 415, msgPart: "application/json"},
+		{name: "no key", body: `{}`, status: 401, msgPart: "Authorization"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hdr := map[string]string{"Content-Type": "application/json"}
+			if tc.key != "" {
+				hdr["Authorization"] = "Bearer " + tc.key
+			}
+			for k, v := range tc.hdr {
+				hdr[k] = v
+			}
+			r := e.do("POST", "/v1/task/cancel", hdr, tc.body)
+			if tc.status != 200 {
+				assertEnvelope(t, r, tc.status, tc.msgPart)
+				return
+			}
+			var got struct {
+				Code int             `json:"code"`
+				Msg  string          `json:"msg"`
+				Data json.RawMessage `json:"data"`
+			}
+			if r.status != 200 || json.Unmarshal(r.body, &got) != nil || got.Code != 200 || got.Msg != "success" {
+				t.Fatalf("%d %s", r.status, r.body)
+			}
+			var a, b any
+			_ = json.Unmarshal(got.Data, &a)
+			_ = json.Unmarshal([]byte(tc.data), &b)
+			if ja, _ := json.Marshal(a); string(ja) != string(mustJSON(b)) {
+				t.Fatalf("data %s, want %s", got.Data, tc.data)
+			}
+		})
+	}
+	after, _ := e.accounts.Account(ctx, e.acctA)
+	if after.Credits != before.Credits+3 {
+		t.Errorf("balance %d, want %d: the pending task's price back, not the processing one's", after.Credits, before.Credits+3)
+	}
+	r := e.query(e.keyA, processingID)
+	if st := r.json(t)["status"]; st != "canceled" {
+		t.Errorf("query after cancel: status %v", st)
+	}
+}
+
+func mustJSON(v any) []byte { b, _ := json.Marshal(v); return b }
+
+func TestListRoute(t *testing.T) {
+	e := newEnv(t, nil)
+	var ids []string
+	for range 3 {
+		ids = append(ids, e.newTask(e.keyA))
+		time.Sleep(2 * time.Millisecond) // distinct creation times: a stable order to check
+	}
+	e.newTask(e.keyB)
+	if r := e.do("POST", "/v1/task/cancel", e.auth(e.keyA), `{"task_id":"`+ids[1]+`"}`); r.status != 200 {
+		t.Fatal(r.status, string(r.body))
+	}
+	type page struct {
+		Tasks []struct {
+			TaskID string `json:"task_id"`
+			Status string `json:"status"`
+		} `json:"tasks"`
+		NextCursor *string `json:"next_cursor"`
+	}
+	get := func(key, q string) (reply, page) {
+		r := e.do("GET", "/v1/task/list?"+q, e.auth(key), "")
+		var p page
+		if r.status == 200 {
+			if err := json.Unmarshal(r.body, &p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return r, p
+	}
+	ids2 := func(p page) string {
+		var s []string
+		for _, x := range p.Tasks {
+			s = append(s, x.TaskID)
+		}
+		return strings.Join(s, ",")
+	}
+	r, p := get(e.keyA, "limit=2")
+	if r.status != 200 || ids2(p) != ids[2]+","+ids[1] || p.NextCursor == nil {
+		t.Fatalf("first page: %d %s", r.status, r.body)
+	}
+	_, p = get(e.keyA, "limit=2&cursor="+url.QueryEscape(*p.NextCursor))
+	if ids2(p) != ids[0] || p.NextCursor != nil {
+		t.Fatalf("second page: %+v", p)
+	}
+	if _, p = get(e.keyA, "status=canceled"); ids2(p) != ids[1] || p.Tasks[0].Status != "canceled" {
+		t.Fatalf("canceled: %+v", p)
+	}
+	if _, p = get(e.keyA, "model="+pro); len(p.Tasks) != 0 {
+		t.Fatalf("pro: %+v", p)
+	}
+	if _, p = get(e.keyB, ""); len(p.Tasks) != 1 {
+		t.Fatalf("the other account lists %d tasks, want its 1", len(p.Tasks))
+	}
+	for _, tc := range []struct{ q, msg string }{
+		{"status=done", "status must be one of"},
+		{"model=gpt", "is not a model"},
+		{"limit=0", "limit must be"},
+		{"limit=101", "limit must be"},
+		{"limit=x", "limit must be"},
+		{"cursor=%%%", "cursor"},
+		{"cursor=abc", "cursor"},
+	} {
+		r, _ := get(e.keyA, tc.q)
+		assertEnvelope(t, r, 400, tc.msg)
+	}
+}
+
+func TestQueryWait(t *testing.T) {
+	e := newWatchedEnv(t)
+	ctx := context.Background()
+	first := e.newTask(e.keyA)
+	id := e.newTask(e.keyA)
+	waitQuery := func(id, wait string) (reply, time.Duration) {
+		start := time.Now()
+		r := e.do("GET", "/v1/task/query?task_id="+id+"&wait="+wait, e.auth(e.keyA), "")
+		return r, time.Since(start)
+	}
+
+	// A pending task shows its place in the queue.
+	r := e.query(e.keyA, id)
+	if pos, _ := r.json(t)["queue_position"].(float64); pos != 2 {
+		t.Fatalf("queue_position %v, want 2 (body %s)", r.json(t)["queue_position"], r.body)
+	}
+
+	// Nothing happens: the record after the wait.
+	r, took := waitQuery(id, "1")
+	if r.status != 200 || r.json(t)["status"] != "pending" || took < time.Second {
+		t.Fatalf("wait=1: %d %s after %v", r.status, r.body, took)
+	}
+
+	// A change wakes the wait long before its end.
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_, _ = e.store.StartTask(ctx, e.acctA, id, id)
+	}()
+	r, took = waitQuery(id, "30")
+	if r.status != 200 || r.json(t)["status"] != "processing" || took > 20*time.Second {
+		t.Fatalf("wait=30 with a change: %d %s after %v", r.status, r.body, took)
+	}
+	if _, ok := r.json(t)["queue_position"]; ok {
+		t.Error("a processing task shows a queue position")
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = e.store.SetProgress(ctx, e.acctA, id, id, 40)
+	}()
+	r, _ = waitQuery(id, "30")
+	if p, _ := r.json(t)["progress"].(float64); p != 40 {
+		t.Fatalf("progress change: %s", r.body)
+	}
+
+	// A final task answers at once.
+	if _, err := e.store.CancelTask(ctx, e.acctA, first); err != nil {
+		t.Fatal(err)
+	}
+	r, took = waitQuery(first, "30")
+	if r.json(t)["status"] != "canceled" || took > 20*time.Second {
+		t.Fatalf("final: %s after %v", r.body, took)
+	}
+
+	for _, bad := range []string{"61", "-1", "1.5", "x"} {
+		r, _ := waitQuery(id, bad)
+		assertEnvelope(t, r, 400, "wait must be")
+	}
+	// Another account's task is not found, waiting or not.
+	r = e.do("GET", "/v1/task/query?task_id="+id+"&wait=5", e.auth(e.keyB), "")
+	assertEnvelope(t, r, 404, "not found")
+}
+
+func TestStream(t *testing.T) {
+	e := newWatchedEnv(t)
+	ctx := context.Background()
+	id := e.newTask(e.keyA)
+	req, _ := http.NewRequest("GET", e.srv.URL+"/v1/task/stream?task_id="+id, nil)
+	req.Header.Set("Authorization", "Bearer "+e.keyA)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("%d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	events := make(chan map[string]any, 16)
+	go func() {
+		defer close(events)
+		sc := bufio.NewScanner(resp.Body)
+		event := ""
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				event = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: ") && event == "task":
+				var m map[string]any
+				if json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &m) == nil {
+					events <- m
+				}
+			}
+		}
+	}()
+	next := func() map[string]any {
+		t.Helper()
+		select {
+		case m, ok := <-events:
+			if !ok {
+				t.Fatal("the stream ended early")
+			}
+			return m
+		case <-time.After(10 * time.Second):
+			t.Fatal("no event")
+		}
+		return nil
+	}
+	if m := next(); m["status"] != "pending" || m["task_id"] != id {
+		t.Fatalf("first event %v", m)
+	}
+	steps := []struct {
+		do     func()
+		status string
+		pct    float64
+	}{
+		{func() { _, _ = e.store.StartTask(ctx, e.acctA, id, id) }, "processing", 0},
+		{func() { _ = e.store.SetProgress(ctx, e.acctA, id, id, 55) }, "processing", 55},
+		{func() { _, _, _ = e.store.CompleteTask(ctx, e.acctA, id, id, []task.Result{}) }, "completed", 100},
+	}
+	for _, s := range steps {
+		s.do()
+		if m := next(); m["status"] != s.status || m["progress"] != s.pct {
+			t.Fatalf("event %v, want %s at %v", m, s.status, s.pct)
+		}
+	}
+	select {
+	case _, ok := <-events:
+		if ok {
+			t.Fatal("an event after the final one")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream did not end after the task did")
+	}
+	r := e.do("GET", "/v1/task/stream?task_id="+id, e.auth(e.keyB), "")
+	assertEnvelope(t, r, 404, "not found")
+	r = e.do("GET", "/v1/task/stream", e.auth(e.keyA), "")
+	assertEnvelope(t, r, 400, "task_id is required")
+}

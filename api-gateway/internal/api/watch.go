@@ -1,0 +1,198 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
+
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/logging"
+	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/taskview"
+)
+
+// MaxWait is the longest a query may wait for its task to change.
+const MaxWait = 60 * time.Second
+
+// streamKeepalive is how often a quiet stream sends a comment, so that
+// proxies and clients see the connection alive.
+const streamKeepalive = 15 * time.Second
+
+// waitParam reads the query's wait parameter: whole seconds, 0 to 60.
+func waitParam(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || time.Duration(n)*time.Second > MaxWait {
+		return 0, apperr.Errorf(apperr.Invalid, "wait must be a whole number of seconds from 0 to %d", int(MaxWait/time.Second))
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+// baseContext is the request's context before its budget (deadline): what
+// a waiting request waits on (it ends when the client goes away), each of
+// its reads getting a budget of its own (readContext).
+func (h *handlers) baseContext(c echo.Context) context.Context {
+	if ctx, ok := c.Get(ctxBase).(context.Context); ok {
+		return ctx
+	}
+	return c.Request().Context()
+}
+
+func (h *handlers) readContext(base context.Context) (context.Context, context.CancelFunc) {
+	if h.RequestTimeout <= 0 {
+		return context.WithCancel(base)
+	}
+	return context.WithTimeout(base, h.RequestTimeout)
+}
+
+func (h *handlers) read(base context.Context, accountID, id string) (*task.Task, error) {
+	ctx, cancel := h.readContext(base)
+	defer cancel()
+	return h.Tasks.Get(ctx, accountID, id)
+}
+
+// changed reports whether a client that saw a would want to see b.
+func changed(a, b *task.Task) bool { return a.Status != b.Status || a.Progress != b.Progress }
+
+// waitQuery answers GET /v1/task/query?wait=N: at once if the task is final,
+// else when its status or progress changes, or after N seconds with the
+// record as it is. The wait is woken by the store's task events (one
+// subscription per gateway), never by polling Redis.
+func (h *handlers) waitQuery(c echo.Context, accountID, id string, wait time.Duration) error {
+	base := h.baseContext(c)
+	w := h.Watch.Watch(accountID, id)
+	defer w.Stop()
+	// Read after registering: a change between the two is not missed.
+	t, err := h.read(base, accountID, id)
+	if err != nil {
+		return err
+	}
+	if t.Status.Final() || w.Closed() {
+		return h.answerTask(c, base, t)
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-w.C:
+			now, err := h.read(base, accountID, id)
+			if err != nil {
+				return err
+			}
+			if changed(t, now) || w.Closed() {
+				return h.answerTask(c, base, now)
+			}
+		case <-timer.C:
+			now, err := h.read(base, accountID, id)
+			if err != nil {
+				return err
+			}
+			return h.answerTask(c, base, now)
+		case <-base.Done():
+			return nil // the client went away
+		}
+	}
+}
+
+// answerTask writes a task record, with its queue position if pending.
+func (h *handlers) answerTask(c echo.Context, ctx context.Context, t *task.Task) error {
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.JSON(http.StatusOK, h.record(ctx, t))
+}
+
+func (h *handlers) record(ctx context.Context, t *task.Task) taskview.Record {
+	v := h.view(t)
+	if t.Status == task.Pending {
+		rctx, cancel := h.readContext(ctx)
+		defer cancel()
+		if p, ok := h.Tasks.Position(rctx, t); ok {
+			pos := p.Position
+			v.QueuePosition = &pos
+			if p.Known {
+				eta := p.ETA.Milliseconds()
+				v.EtaMs = &eta
+			}
+		}
+	}
+	return v
+}
+
+// stream handles GET /v1/task/stream?task_id=: Server-Sent Events of the
+// task's record, the first at once and one at each change of status or
+// progress, until the task ends.
+func (h *handlers) stream(c echo.Context) error {
+	id, err := taskIDParam(c)
+	if err != nil {
+		return err
+	}
+	acct := accountOf(c).ID
+	base := h.baseContext(c)
+	w := h.Watch.Watch(acct, id)
+	defer w.Stop()
+	t, err := h.read(base, acct, id)
+	if err != nil {
+		return err
+	}
+	res := c.Response()
+	hdr := res.Header()
+	hdr.Set(echo.HeaderContentType, "text/event-stream")
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	res.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(res)
+	log := logging.From(c.Request().Context())
+	seq := 0
+	send := func(event string, v any) bool {
+		b, err := json.Marshal(v)
+		if err != nil {
+			log.Error("stream: encode", zap.Error(err))
+			return false
+		}
+		seq++
+		_ = rc.SetWriteDeadline(time.Now().Add(time.Minute))
+		if _, err := res.Write([]byte("event: " + event + "\nid: " + strconv.Itoa(seq) + "\ndata: " + string(b) + "\n\n")); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !send("task", h.record(base, t)) || t.Status.Final() {
+		return nil
+	}
+	keepalive := time.NewTicker(streamKeepalive)
+	defer keepalive.Stop()
+	for {
+		select {
+		case <-w.C:
+			now, err := h.read(base, acct, id)
+			if err != nil {
+				status, msg := classify(err)
+				log.Warn("stream: could not read the task; the stream ends", zap.Error(err))
+				send("error", envelope{Code: status, Msg: msg})
+				return nil
+			}
+			if changed(t, now) {
+				t = now
+				if !send("task", h.record(base, t)) || t.Status.Final() {
+					return nil
+				}
+			}
+			if w.Closed() {
+				return nil // shutting down: the client reconnects elsewhere
+			}
+		case <-keepalive.C:
+			_ = rc.SetWriteDeadline(time.Now().Add(time.Minute))
+			if _, err := res.Write([]byte(": keepalive\n\n")); err != nil || rc.Flush() != nil {
+				return nil
+			}
+		case <-base.Done():
+			return nil
+		}
+	}
+}
