@@ -1,6 +1,6 @@
 # Easel: `make run` starts the whole stack locally; `make test` runs every test.
 GO      ?= go
-MODULES := proto pkg tools/testkit tools api-gateway worker e2e bench deploy
+MODULES := proto pkg tools/testkit tools api-gateway worker sdk/go e2e bench deploy
 BIN     := bin
 # Race detection for every test run.
 TESTFLAGS ?= -race -count=1 -timeout 15m
@@ -12,7 +12,7 @@ all: build
 help:
 	@echo "make run    - the whole stack locally (embedded Redis unless EASEL_REDIS_URL is set)"
 	@echo "make test   - every test of every module, with -race"
-	@echo "make build  - bin/gateway, bin/worker, bin/devstack, bin/easelctl, bin/loadgen"
+	@echo "make build  - bin/gateway, bin/worker, bin/devstack, bin/easelctl, bin/loadgen, bin/easel"
 	@echo "make proto  - regenerate the queue payload code from proto/"
 	@echo "make lint   - go vet and staticcheck on every module"
 	@echo "make bench  - the benchmark: real gateway and worker against baselines (see BENCHMARKS.md)"
@@ -24,6 +24,7 @@ build:
 	$(GO) build -o $(BIN)/devstack ./tools/cmd/devstack
 	$(GO) build -o $(BIN)/easelctl ./tools/cmd/easelctl
 	$(GO) build -o $(BIN)/loadgen ./tools/cmd/loadgen
+	$(GO) build -o $(BIN)/easel ./sdk/go/cmd/easel
 
 # A fixed development key, so the README's curl examples work as pasted;
 # override it with EASEL_DEV_API_KEY=... make run.
