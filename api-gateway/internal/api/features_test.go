@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -314,13 +315,20 @@ func TestStream(t *testing.T) {
 	}{
 		{func() { _, _ = e.store.StartTask(ctx, e.acctA, id, id) }, "processing", 0},
 		{func() { _ = e.store.SetProgress(ctx, e.acctA, id, id, 55) }, "processing", 55},
-		{func() { _, _, _ = e.store.CompleteTask(ctx, e.acctA, id, id, []task.Result{}) }, "completed", 100},
+		{func() {
+			_, _, _ = e.store.CompleteTask(ctx, e.acctA, id, id, []task.Result{{Key: "2026112314/0123456789abcdef0123456789abcdef.png", ContentType: "image/png"}})
+		}, "completed", 100},
 	}
+	var m map[string]any
 	for _, s := range steps {
 		s.do()
-		if m := next(); m["status"] != s.status || m["progress"] != s.pct {
+		if m = next(); m["status"] != s.status || m["progress"] != s.pct {
 			t.Fatalf("event %v, want %s at %v", m, s.status, s.pct)
 		}
+	}
+	// The result URL reads as the query's does.
+	if q := e.query(e.keyA, id).json(t); fmt.Sprint(q["results"]) != fmt.Sprint(m["results"]) {
+		t.Errorf("streamed results %v, query's %v", m["results"], q["results"])
 	}
 	select {
 	case _, ok := <-events:

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -149,15 +150,20 @@ func (h *handlers) stream(c echo.Context) error {
 	rc := http.NewResponseController(res)
 	log := logging.From(c.Request().Context())
 	seq := 0
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // as every other response: result URLs keep their "&"
 	send := func(event string, v any) bool {
-		b, err := json.Marshal(v)
-		if err != nil {
+		seq++
+		buf.Reset()
+		buf.WriteString("event: " + event + "\nid: " + strconv.Itoa(seq) + "\ndata: ")
+		if err := enc.Encode(v); err != nil { // one line, ending in "\n"
 			log.Error("stream: encode", zap.Error(err))
 			return false
 		}
-		seq++
+		buf.WriteString("\n")
 		_ = rc.SetWriteDeadline(time.Now().Add(time.Minute))
-		if _, err := res.Write([]byte("event: " + event + "\nid: " + strconv.Itoa(seq) + "\ndata: " + string(b) + "\n\n")); err != nil {
+		if _, err := res.Write(buf.Bytes()); err != nil {
 			return false
 		}
 		return rc.Flush() == nil
