@@ -216,7 +216,7 @@ func TestCancelTask(t *testing.T) {
 		code     apperr.Code
 		notFound bool
 	}{
-		{name: "pending", id: "task_lumen_1", want: Canceled{Was: task.Pending, Refunded: std.Price}},
+		{name: "pending", id: "task_lumen_1", want: Canceled{Was: task.Pending, Refunded: std.Price, Hooked: true}},
 		{name: "processing", id: "task_lumen_2", want: Canceled{Was: task.Processing, Run: "run-2"}},
 		{name: "completed", id: "task_lumen_3", code: apperr.Conflict},
 		{name: "canceled", id: "task_lumen_1", code: apperr.Conflict},

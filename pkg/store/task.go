@@ -104,10 +104,11 @@ local function notify() redis.call('PUBLISH', '` + EventsChannel + `', KEYS[1]) 
 const luaHook = `
 local function hook(ev, now, ttl, task_id)
   local v = redis.call('HMGET', KEYS[1], 'cb', 'cbev')
-  if not v[1] or v[1] == '' then return end
-  if not string.find(',' .. (v[2] or '') .. ',', ',' .. ev .. ',', 1, true) then return end
+  if not v[1] or v[1] == '' then return 0 end
+  if not string.find(',' .. (v[2] or '') .. ',', ',' .. ev .. ',', 1, true) then return 0 end
   redis.call('ZADD', KEYS[7], 'NX', now, task_id .. '|' .. ev)
   redis.call('PEXPIRE', KEYS[7], ttl)
+  return 1
 end
 `
 
@@ -344,8 +345,9 @@ local function ended(status, ev, now, ttl, task_id)
   redis.call('ZREM', KEYS[3], task_id)
   redis.call('ZREM', KEYS[5], task_id)
   redis.call('ZREM', KEYS[6], task_id)
-  hook(ev, now, ttl, task_id)
+  local hooked = hook(ev, now, ttl, task_id)
   notify()
+  return hooked
 end
 local function fail(now, ttl, code, msg, task_id)
   redis.call('HSET', KEYS[1], 'ecode', code, 'emsg', msg)
@@ -526,16 +528,16 @@ func (s *Store) FailTask(ctx context.Context, accountID, taskID, run string, f t
 }
 
 // ARGV: now, ttl, task id.
-// Returns {outcome, status before, credits refunded, run}.
+// Returns {outcome, status before, credits refunded, run, hooked}.
 var cancelScript = redis.NewScript(luaFail + `
 local v = redis.call('HMGET', KEYS[1], 'status', 'run')
 local st = v[1]
-if not st then return {2, '', 0, ''} end
-if final(st) then return {1, st, 0, ''} end
+if not st then return {2, '', 0, '', 0} end
+if final(st) then return {1, st, 0, '', 0} end
 local refunded = 0
 if st == 'pending' then refunded = refund(ARGV[3], 'canceled') end
-ended('canceled', 'task.canceled', ARGV[1], ARGV[2], ARGV[3])
-return {0, st, refunded, v[2] or ''}
+local hooked = ended('canceled', 'task.canceled', ARGV[1], ARGV[2], ARGV[3])
+return {0, st, refunded, v[2] or '', hooked}
 `)
 
 // Canceled is what CancelTask did.
@@ -548,6 +550,9 @@ type Canceled struct {
 	// Run is the run that owned the task ("" if none had started it): the
 	// one to stop.
 	Run string
+	// Hooked is whether the task's callback wants the task.canceled event:
+	// it is in the account's webhook outbox.
+	Hooked bool
 }
 
 // CancelTask cancels an unfinished task: it becomes canceled at once
@@ -561,16 +566,17 @@ func (s *Store) CancelTask(ctx context.Context, accountID, taskID string) (Cance
 	if err != nil {
 		return Canceled{}, fmt.Errorf("store: cancel %s: %w", taskID, err)
 	}
-	if len(res) != 4 {
+	if len(res) != 5 {
 		return Canceled{}, fmt.Errorf("store: cancel %s: unexpected reply %v", taskID, res)
 	}
 	code, _ := res[0].(int64)
 	st, _ := res[1].(string)
 	n, _ := res[2].(int64)
 	run, _ := res[3].(string)
+	hooked, _ := res[4].(int64)
 	switch Outcome(code) {
 	case Applied:
-		return Canceled{Was: task.Status(st), Refunded: n, Run: run}, nil
+		return Canceled{Was: task.Status(st), Refunded: n, Run: run, Hooked: hooked == 1}, nil
 	case AlreadyFinal:
 		return Canceled{}, apperr.Errorf(apperr.Conflict, "task %s is already %s", taskID, st)
 	}

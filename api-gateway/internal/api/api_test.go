@@ -61,6 +61,10 @@ type queueFunc func(ctx context.Context, j jobs.GenerateImage, run string) error
 
 func (f queueFunc) CancelRun(context.Context, string) error { return nil }
 
+func (f queueFunc) QueueFinalHook(context.Context, jobs.HookOutbox, string, string, string) error {
+	return nil
+}
+
 func (f queueFunc) EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImage, run string) error {
 	return f(ctx, j, run)
 }

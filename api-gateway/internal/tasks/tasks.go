@@ -29,6 +29,7 @@ type Store interface {
 	NextQueueSeq(ctx context.Context, queue string) (int64, error)
 	Dequeued(ctx context.Context, queue string, n int) error
 	QueuePositionOf(ctx context.Context, queue string, seq int64) (store.QueuePosition, error)
+	HookQueued(ctx context.Context, accountID, taskID, event string) error
 }
 
 // Prices prices tasks.
@@ -41,6 +42,9 @@ type Queue interface {
 	EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImage, run string) error
 	// CancelRun stops a run wherever a worker runs it.
 	CancelRun(ctx context.Context, run string) error
+	// QueueFinalHook queues the webhook delivery of a task's final event
+	// and takes it off the store's outbox.
+	QueueFinalHook(ctx context.Context, outbox jobs.HookOutbox, accountID, taskID, event string) error
 }
 
 // IDs makes task ids.
@@ -245,6 +249,12 @@ func (s *Service) Cancel(ctx context.Context, accountID, taskID string) (store.C
 		return c, apperr.Transient(err, apperr.Unavailable, "the task store is unavailable; the task was not canceled, try again")
 	}
 	logging.AddFields(ctx, zap.String("task_id", taskID), zap.String("was", string(c.Was)), zap.Int64("refunded", c.Refunded))
+	if c.Hooked {
+		// If this fails, the workers' recovery queues it from the outbox.
+		if err := s.queue.QueueFinalHook(context.WithoutCancel(ctx), s.store, accountID, taskID, task.EventCanceled); err != nil {
+			logging.From(ctx).Warn("could not queue the task.canceled webhook; the recovery will", zap.Error(err))
+		}
+	}
 	switch {
 	case c.Was == task.Pending:
 		t, err := s.store.Task(ctx, accountID, taskID)
