@@ -197,6 +197,9 @@ func commandLine(o options) string {
 	if parts, _ := parseParts(o.only); parts["memory"] {
 		s += fmt.Sprintf(" --memory-images %d --memory-side %d", o.memoryImages, o.memorySide)
 	}
+	if parts, _ := parseParts(o.only); parts["waiters"] {
+		s += fmt.Sprintf(" --waiters %d --waiters-changes %d --waiters-spacing %s", o.waiters, o.waitersChanges, o.waitersSpacing)
+	}
 	if o.workerConcurrencySet {
 		s += fmt.Sprintf(" --worker-concurrency %d", o.workerConcurrency)
 	}
@@ -272,6 +275,12 @@ func benchmark(ctx context.Context, o options) (*results, error) {
 	if parts["memory"] {
 		e.logf("memory attack: one task with %d 16-bit PNGs of %d×%d", o.memoryImages, o.memorySide, o.memorySide)
 		if err := e.memoryAttack(ctx, res); err != nil {
+			return nil, err
+		}
+	}
+	if parts["waiters"] {
+		e.logf("waiting requests: %d held, %d changes a phase, %s apart, %d round(s)", o.waiters, o.waitersChanges, o.waitersSpacing, o.rounds)
+		if err := e.waiters(ctx, res); err != nil {
 			return nil, err
 		}
 	}

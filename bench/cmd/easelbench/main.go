@@ -29,6 +29,14 @@
 //	easelbench --only quota [--duration 5m] [--quota-rate 2] [--quota-latency 2s] [--quota-429-every 10]
 //	easelbench --only drip [--drip-tasks 16] [--drip-samples 5]
 //	easelbench --only memory [--memory-images 10] [--memory-side 7071]
+//
+// --only waiters (not in the default set) measures GET /v1/task/query's
+// wait=N: one gateway holding --waiters waiting requests (its RSS, open
+// files, goroutines) and the time from a task's change, made with pkg/store,
+// to the answer of the request waiting on it, with all of them held and,
+// beside it, with only the sampled ones:
+//
+//	easelbench --only waiters [--waiters 10000] [--waiters-changes 500] [--waiters-spacing 15ms] [--waiters-profile DIR]
 package main
 
 import (
@@ -93,7 +101,7 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.pickupFor, "pickup-duration", 10*time.Second, "how long to measure pick-up latency")
 	fs.StringVar(&o.binDir, "bin", "bin", "directory of the gateway and worker binaries")
 	fs.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
-	fs.StringVar(&o.only, "only", defaultOnly, "which parts to run: http (create and query), drain, pickup; and issue 13's, not in the default set: inflight, quota, drip, memory")
+	fs.StringVar(&o.only, "only", defaultOnly, "which parts to run: http (create and query), drain, pickup; and, not in the default set, issue 13's inflight, quota, drip, memory, and waiters (query's wait=N)")
 	fs.IntVar(&o.inflight, "inflight", 2000, "inflight: tasks kept outstanding (queued or processing) for the worker")
 	fs.IntVar(&o.accounts, "inflight-accounts", 0, fmt.Sprintf("inflight: accounts the tasks are spread over (0: enough for at most %d each, under the workers' default fair share of 64 running)", perAccountOutstanding))
 	fs.DurationVar(&o.simDelay, "sim-delay", 30*time.Second, "inflight: the worker's EASEL_SIM_DELAY, the simulated generation time")
@@ -107,6 +115,10 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&o.dripSamples, "drip-samples", 5, "drip: account B's tasks timed unloaded, and as many under attack")
 	fs.IntVar(&o.memoryImages, "memory-images", 10, "memory: source images of the one editing task")
 	fs.IntVar(&o.memorySide, "memory-side", 7071, "memory: their width and height, 16-bit RGB of one colour")
+	fs.IntVar(&o.waiters, "waiters", 10000, "waiters: wait=60 requests one gateway holds at once")
+	fs.IntVar(&o.waitersChanges, "waiters-changes", 500, "waiters: task changes timed per phase and round (half started, half given progress)")
+	fs.DurationVar(&o.waitersSpacing, "waiters-spacing", 15*time.Millisecond, "waiters: time between two changes")
+	fs.StringVar(&o.waitersProfile, "waiters-profile", "", "waiters: save the gateway's heap and goroutine profiles, all requests held, in this directory")
 	fs.StringVar(&o.redis, "redis", redisSingle, "the private Redis to run on: "+redisSingle+" (one redis-server) or "+redisCluster+" (a 3-master Redis Cluster)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -172,15 +184,19 @@ type options struct {
 	quotaLatency                          time.Duration
 	dripTasks, dripSamples                int
 	memoryImages, memorySide              int
-	log                                   io.Writer
+	// The waiters part's settings (--waiters*).
+	waiters, waitersChanges int
+	waitersSpacing          time.Duration
+	waitersProfile          string
+	log                     io.Writer
 }
 
 // defaultOnly is --only's default: every part but issue 13's (inflight,
-// quota, drip, memory).
+// quota, drip, memory) and waiters.
 const defaultOnly = "http,drain,pickup"
 
 // allParts are the parts --only may name, in the order they run.
-var allParts = []string{"http", "drain", "pickup", "inflight", "quota", "drip", "memory"}
+var allParts = []string{"http", "drain", "pickup", "inflight", "quota", "drip", "memory", "waiters"}
 
 // parseParts reads --only.
 func parseParts(only string) (map[string]bool, error) {
@@ -200,6 +216,10 @@ func parseParts(only string) (map[string]bool, error) {
 	}
 	return parts, nil
 }
+
+// maxWaitersChanging bounds the waiters part's changes: they are made
+// while the requests' 60 s waits run.
+const maxWaitersChanging = 30 * time.Second
 
 // Default measured times (--duration 0).
 const (
@@ -283,6 +303,18 @@ func (o options) check() error {
 	}
 	if parts["memory"] && (o.memoryImages < 1 || o.memorySide < 1) {
 		return fmt.Errorf("--memory-images %d, --memory-side %d: want at least 1", o.memoryImages, o.memorySide)
+	}
+	if parts["waiters"] {
+		switch {
+		case o.waiters < 1 || o.waitersChanges < 1:
+			return fmt.Errorf("--waiters %d, --waiters-changes %d: want at least 1", o.waiters, o.waitersChanges)
+		case o.waitersChanges > o.waiters:
+			return fmt.Errorf("--waiters-changes %d: want at most --waiters %d (a change per waiting request)", o.waitersChanges, o.waiters)
+		case o.waitersSpacing < 0:
+			return fmt.Errorf("--waiters-spacing %s: want 0 or more", o.waitersSpacing)
+		case time.Duration(o.waitersChanges)*o.waitersSpacing > maxWaitersChanging:
+			return fmt.Errorf("--waiters-changes %d × --waiters-spacing %s: want at most %s, well inside the requests' 60 s wait", o.waitersChanges, o.waitersSpacing, maxWaitersChanging)
+		}
 	}
 	if parts["inflight"] {
 		if o.inflight < 1 {

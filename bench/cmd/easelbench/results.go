@@ -69,6 +69,9 @@ type results struct {
 	Quota  *quotaResult  `json:"quota,omitempty"`
 	Drip   *dripResult   `json:"drip,omitempty"`
 	Memory *memoryResult `json:"memory,omitempty"`
+	// Waiters is query's wait=N under many waiting requests (--only
+	// waiters).
+	Waiters *waitersResult `json:"waiters,omitempty"`
 }
 
 // notRun is what the table says of a figure whose part did not run.
@@ -148,6 +151,7 @@ func (r *results) print(w io.Writer) {
 	r.Quota.rows(tw)
 	r.Drip.rows(tw)
 	r.Memory.rows(tw)
+	r.Waiters.rows(tw)
 	_ = tw.Flush()
 
 	var rounds []string
@@ -175,6 +179,7 @@ func (r *results) print(w io.Writer) {
 	r.Quota.details(w)
 	r.Drip.details(w)
 	r.Memory.details(w)
+	r.Waiters.details(w)
 }
 
 // cpuPairs formats the medians of per-process CPU figures, and their sums.
