@@ -1,0 +1,250 @@
+package api_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/easelhq/easel/api-gateway/internal/api"
+	"github.com/easelhq/easel/api-gateway/internal/createreq"
+	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/signedurl"
+)
+
+// playgroundFile reads one of the page's files from the source tree.
+func playgroundFile(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("playground", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func version(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+const wantCSPTail = "; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+func TestPlaygroundPage(t *testing.T) {
+	e := newEnv(t, nil)
+
+	t.Run("/playground redirects to /playground/", func(t *testing.T) {
+		noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := noFollow.Get(e.srv.URL + "/playground")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 301 || resp.Header.Get("Location") != "/playground/" {
+			t.Errorf("status %d, Location %q; want 301 to /playground/", resp.StatusCode, resp.Header.Get("Location"))
+		}
+	})
+
+	for _, path := range []string{"/playground/", "/playground/index.html"} {
+		t.Run(path, func(t *testing.T) {
+			r := e.do("GET", path, nil, "")
+			if r.status != 200 {
+				t.Fatalf("status %d: %s", r.status, r.body)
+			}
+			h := r.header
+			for k, want := range map[string]string{
+				"Content-Type":            "text/html; charset=utf-8",
+				"Cache-Control":           "no-cache",
+				"X-Content-Type-Options":  "nosniff",
+				"Referrer-Policy":         "no-referrer",
+				"X-Frame-Options":         "DENY",
+				"Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' " + e.srv.URL + wantCSPTail,
+			} {
+				if got := h.Get(k); got != want {
+					t.Errorf("%s: %q; want %q", k, got, want)
+				}
+			}
+			if !regexp.MustCompile(`^"[0-9a-f]{32}"$`).MatchString(h.Get("ETag")) {
+				t.Errorf("ETag %q", h.Get("ETag"))
+			}
+			page := string(r.body)
+			wants := []string{
+				`<option value="` + std + `" data-tier="standard" selected>` + std + ` (standard)</option>`,
+				`<option value="` + pro + `" data-tier="pro" data-image-size="true">` + pro + ` (pro)</option>`,
+				`<option value="" selected>Default</option>`,
+				`<option value="1K" selected>1K</option>`,
+				`<option value="4K">4K</option>`,
+				`src="app.js?v=` + version(playgroundFile(t, "app.js")) + `"`,
+				`href="style.css?v=` + version(playgroundFile(t, "style.css")) + `"`,
+				`href="icon.svg?v=` + version(playgroundFile(t, "icon.svg")) + `"`,
+				`<label for="api-key">`, `<label for="model">`, `<label for="prompt">`, `<label for="aspect-ratio">`,
+				`<label for="image-size">`, `<label for="image-urls">`, `<label for="progress">`,
+				`name="viewport" content="width=device-width, initial-scale=1"`,
+			}
+			for _, ratio := range catalog.AspectRatios {
+				wants = append(wants, `<option value="`+ratio+`">`+ratio+`</option>`)
+			}
+			for _, w := range wants {
+				if !strings.Contains(page, w) {
+					t.Errorf("page lacks %s", w)
+				}
+			}
+			if strings.Contains(page, "{{") {
+				t.Error("page has an unexpanded template action")
+			}
+		})
+	}
+
+	t.Run("assets", func(t *testing.T) {
+		for _, tc := range []struct{ name, ctype string }{
+			{"app.js", "text/javascript; charset=utf-8"},
+			{"style.css", "text/css; charset=utf-8"},
+			{"icon.svg", "image/svg+xml"},
+		} {
+			want := playgroundFile(t, tc.name)
+			for _, v := range []struct{ query, cache string }{
+				{"", "no-cache"},
+				{"?v=" + version(want), "public, max-age=31536000, immutable"},
+				{"?v=0123456789abcdef", "no-cache"}, // a page of another version
+			} {
+				r := e.do("GET", "/playground/"+tc.name+v.query, nil, "")
+				if r.status != 200 || string(r.body) != string(want) {
+					t.Errorf("%s%s: status %d, %d bytes; want 200 and the file's %d", tc.name, v.query, r.status, len(r.body), len(want))
+					continue
+				}
+				if got := r.header.Get("Content-Type"); got != tc.ctype {
+					t.Errorf("%s: Content-Type %q; want %q", tc.name, got, tc.ctype)
+				}
+				if got := r.header.Get("Cache-Control"); got != v.cache {
+					t.Errorf("%s%s: Cache-Control %q; want %q", tc.name, v.query, got, v.cache)
+				}
+				if r.header.Get("Content-Security-Policy") == "" || r.header.Get("X-Content-Type-Options") != "nosniff" {
+					t.Errorf("%s: security headers %v", tc.name, r.header)
+				}
+			}
+			etag := e.do("GET", "/playground/"+tc.name, nil, "").header.Get("ETag")
+			if r := e.do("GET", "/playground/"+tc.name, map[string]string{"If-None-Match": etag}, ""); r.status != 304 || len(r.body) != 0 {
+				t.Errorf("%s with If-None-Match %s: %d, %d bytes; want 304", tc.name, etag, r.status, len(r.body))
+			}
+		}
+		etag := e.do("GET", "/playground/", nil, "").header.Get("ETag")
+		if r := e.do("GET", "/playground/", map[string]string{"If-None-Match": etag}, ""); r.status != 304 {
+			t.Errorf("page with If-None-Match: %d; want 304", r.status)
+		}
+	})
+
+	t.Run("not found", func(t *testing.T) {
+		for _, p := range []string{
+			"/playground/nothing.js", "/playground/index.htm", "/playground/playground.go",
+			"/playground/sub/app.js", "/playground/..%2fplayground.go", "/playground/%2e%2e/api.go", "/playground/app.js/",
+		} {
+			assertEnvelope(t, e.do("GET", p, nil, ""), 404, "no such endpoint")
+		}
+	})
+}
+
+// The page offers the catalog's models: another family word, other ids.
+func TestPlaygroundModelsFromCatalog(t *testing.T) {
+	cat, err := catalog.New("pixel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, nil, zap.NewNop(), func(d *api.Deps) { d.Decoder = &createreq.Decoder{Catalog: cat} })
+	page := string(e.do("GET", "/playground/", nil, "").body)
+	for _, m := range cat.Models() {
+		if !strings.Contains(page, `<option value="`+m.ID+`" data-tier="`+string(m.Tier)+`"`) {
+			t.Errorf("page lacks model %s", m.ID)
+		}
+	}
+	if strings.Contains(page, "lumen-") {
+		t.Error("page names a lumen model under the pixel family")
+	}
+}
+
+type presigner struct{}
+
+func (presigner) Presign(context.Context, string, time.Duration) (string, error) {
+	return "https://bucket.example.com/x", nil
+}
+
+func TestPlaygroundCSP(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(*api.Deps)
+		img  string // want img-src, "" for 'self' and the test server
+	}{
+		{"results on the page's origin", nil, ""},
+		{"results on another public URL", func(d *api.Deps) {
+			d.Signer = signedurl.New([]byte("0123456789abcdef0123456789abcdef"), "https://images.example.com:8443")
+		}, "'self' https://images.example.com:8443"},
+		{"downloads redirect to the bucket", func(d *api.Deps) {
+			d.Signer = signedurl.New([]byte("0123456789abcdef0123456789abcdef"), "https://images.example.com")
+			d.Redirect = presigner{}
+		}, "'self' https://images.example.com https:"},
+		{"a public URL that could break the policy is left out", func(d *api.Deps) {
+			d.Signer = signedurl.New([]byte("0123456789abcdef0123456789abcdef"), "https://x.example.com;script-src")
+		}, "'self'"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnvWith(t, nil, zap.NewNop(), tt.edit)
+			img := tt.img
+			if img == "" {
+				img = "'self' " + e.srv.URL
+			}
+			want := "default-src 'none'; script-src 'self'; style-src 'self'; img-src " + img + wantCSPTail
+			for _, p := range []string{"/playground/", "/playground/app.js"} {
+				if got := e.do("GET", p, nil, "").header.Get("Content-Security-Policy"); got != want {
+					t.Errorf("%s: CSP %q; want %q", p, got, want)
+				}
+			}
+		})
+	}
+}
+
+// The page works offline: it loads nothing from another origin and needs
+// no inline script or style (which the policy refuses).
+func TestPlaygroundSelfContained(t *testing.T) {
+	index := string(playgroundFile(t, "index.html"))
+	for _, re := range []string{
+		`(?i)(src|href)\s*=\s*"(https?:)?//`, // a resource elsewhere
+		`(?i)<script(\s[^>]*)?>\s*[^<\s]`,    // an inline script
+		`(?i)<style`, `(?i)\sstyle\s*=`,      // inline styles
+		`(?i)\son[a-z]+\s*=`, // inline event handlers
+	} {
+		if m := regexp.MustCompile(re).FindString(index); m != "" {
+			t.Errorf("index.html: %q matches %s", m, re)
+		}
+	}
+	css := string(playgroundFile(t, "style.css"))
+	for _, bad := range []string{"@import", "url("} {
+		if strings.Contains(css, bad) {
+			t.Errorf("style.css uses %s", bad)
+		}
+	}
+	js := string(playgroundFile(t, "app.js"))
+	for _, re := range []string{`(?i)fetch\(\s*['"` + "`" + `]https?:`, `\bimport\s*\(`, `\beval\(`, `new Function`, `innerHTML`, `new EventSource`} {
+		if m := regexp.MustCompile(re).FindString(js); m != "" {
+			t.Errorf("app.js: %q matches %s", m, re)
+		}
+	}
+	// It calls the public routes only, on its own origin.
+	calls := regexp.MustCompile(`fetch\(\s*([^,]+?),\s*\{`).FindAllStringSubmatch(js, -1)
+	if len(calls) != 3 {
+		t.Errorf("app.js fetches %d times; want create, stream and query: %q", len(calls), calls)
+	}
+	for _, call := range calls {
+		switch arg := call[1]; arg {
+		case `'/v1/task/create'`, "`/v1/task/stream?task_id=${encodeURIComponent(id)}`", "`/v1/task/query?task_id=${encodeURIComponent(id)}&wait=${QUERY_WAIT_S}`":
+		default:
+			t.Errorf("app.js fetches %s", arg)
+		}
+	}
+}
