@@ -206,6 +206,9 @@ func commandLine(o options) string {
 	for _, kv := range o.workerEnv {
 		s += " --worker-env " + kv
 	}
+	for _, kv := range o.gatewayEnv {
+		s += " --gateway-env " + kv
+	}
 	return s + ")"
 }
 
@@ -343,11 +346,13 @@ func (e *env) startGateway(ctx context.Context) (*proc, string, error) {
 	return e.startGatewayEnv(ctx)
 }
 
-// startGatewayEnv starts bin/gateway with extra added to its environment.
+// startGatewayEnv starts bin/gateway with extra added to its environment,
+// then --gateway-env, whose values win.
 func (e *env) startGatewayEnv(ctx context.Context, extra ...string) (*proc, string, error) {
 	addr := freeAddr()
 	// No operations listener: its default port (:9090) may be taken.
-	p, err := startProc("gateway", filepath.Join(e.o.binDir, "gateway"), nil, e.serviceEnv(append([]string{"EASEL_HTTP_ADDR=" + addr, "EASEL_METRICS_ADDR=off"}, extra...)...), io.Discard)
+	env := append(e.serviceEnv(append([]string{"EASEL_HTTP_ADDR=" + addr, "EASEL_METRICS_ADDR=off"}, extra...)...), e.o.gatewayEnv...)
+	p, err := startProc("gateway", filepath.Join(e.o.binDir, "gateway"), nil, env, io.Discard)
 	if err != nil {
 		return nil, "", err
 	}

@@ -118,6 +118,7 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&o.waiters, "waiters", 10000, "waiters: wait=60 requests one gateway holds at once")
 	fs.IntVar(&o.waitersChanges, "waiters-changes", 500, "waiters: task changes timed per phase and round (half started, half given progress)")
 	fs.DurationVar(&o.waitersSpacing, "waiters-spacing", 15*time.Millisecond, "waiters: time between two changes")
+	fs.Var(&o.gatewayEnv, "gateway-env", "KEY=VALUE added to every bin/gateway's environment, after the benchmark's own (repeatable; e.g. GOMEMLIMIT=200MiB)")
 	fs.StringVar(&o.waitersProfile, "waiters-profile", "", "waiters: save the gateway's heap and goroutine profiles, all requests held, in this directory")
 	fs.StringVar(&o.redis, "redis", redisSingle, "the private Redis to run on: "+redisSingle+" (one redis-server) or "+redisCluster+" (a 3-master Redis Cluster)")
 	if err := fs.Parse(args); err != nil {
@@ -177,6 +178,7 @@ type options struct {
 	accounts             int           // --inflight-accounts: over how many accounts (0: auto)
 	simDelay             time.Duration // --sim-delay: the inflight worker's EASEL_SIM_DELAY
 	workerEnv            envList       // --worker-env
+	gatewayEnv           envList       // --gateway-env
 	// The quota, drip and memory parts' settings (--quota-*, --drip-*,
 	// --memory-*).
 	quotaWorkers, quotaRPM, quota429Every int
@@ -274,6 +276,15 @@ func (o options) check() error {
 	}
 	if o.duration < 0 {
 		return fmt.Errorf("--duration %s: want a positive duration", o.duration)
+	}
+	for _, kv := range o.gatewayEnv {
+		k, _, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok || k == "" || strings.ContainsAny(k, " \t"):
+			return fmt.Errorf("--gateway-env %q: want KEY=VALUE", kv)
+		case k == "EASEL_REDIS_URL" || k == "EASEL_HTTP_ADDR":
+			return fmt.Errorf("--gateway-env %q: the benchmark sets %s", kv, k)
+		}
 	}
 	for _, kv := range o.workerEnv {
 		k, _, ok := strings.Cut(kv, "=")

@@ -36,6 +36,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -71,11 +72,21 @@ const (
 	// waitersRun is the run the benchmark starts tasks as.
 	waitersRun = "easelbench-waiters"
 	// waitersRamp is how many requests may be on their way (sent, not yet
-	// written) at once while the requests are being held: the gateway's
-	// listen backlog is not flooded.
-	waitersRamp = 128
+	// written) at once while the requests are being held. At 128, on this
+	// 2-core machine, the gateway answered thousands of them 503 (its pool of
+	// 20 Redis connections timed out, 400 ms, on the reads of the requests
+	// arriving); a request refused (503, 429) is sent again after its
+	// Retry-After, through the ramp, at most waitersRetries times.
+	waitersRamp    = 32
+	waitersRetries = 10
 	// waitersCreators are the concurrent creates of the tasks.
 	waitersCreators = 32
+	// The gateway is idle, its requests held, when it uses less than
+	// waitersIdleCores over waitersIdleOver; waited for at most
+	// waitersSettleMax.
+	waitersIdleCores = 0.1
+	waitersIdleOver  = 250 * time.Millisecond
+	waitersSettleMax = 15 * time.Second
 	// waitersFilesSpare are the files the benchmark keeps for everything but
 	// the held connections.
 	waitersFilesSpare = 256
@@ -110,6 +121,10 @@ type waitersResult struct {
 	// the changes no answer showed, over every phase and round.
 	Failed int `json:"failed_requests"`
 	Missed int `json:"missed_changes"`
+	// Refused are the requests answered 503 or 429 and sent again.
+	Refused int `json:"refused_requests"`
+	// GatewayEnv is --gateway-env, added to the gateway's environment.
+	GatewayEnv []string `json:"gateway_env,omitempty"`
 }
 
 // waitLatency summarises latencies, in milliseconds.
@@ -136,14 +151,20 @@ type waitersPhase struct {
 	// and the fewest at any change.
 	HeldAtStart int `json:"held_at_start"`
 	HeldMin     int `json:"held_min"`
-	// RampS is the time from the first request sent to all held.
-	RampS float64 `json:"ramp_s"`
+	// RampS is the time from the first request sent to all held, SettleS
+	// the time after it until the gateway was idle (below
+	// waitersIdleCores; at most waitersSettleMax).
+	RampS   float64 `json:"ramp_s"`
+	SettleS float64 `json:"settle_s"`
 	// Changes made, seen by their waiting request's answer, not seen.
 	Changes int `json:"changes"`
 	Seen    int `json:"seen"`
 	Missed  int `json:"missed"`
-	// Failed requests and the first few errors; Rearmed, answers without
-	// a change (the wait ran out), sent again.
+	// Refused requests (503 or 429), sent again after their Retry-After;
+	// Failed requests (anything else, or refused too often) and the first
+	// few errors; Rearmed, answers without a change (the wait ran out),
+	// sent again.
+	Refused int      `json:"refused"`
 	Failed  int      `json:"failed"`
 	Errors  []string `json:"errors,omitempty"`
 	Rearmed int      `json:"rearmed"`
@@ -224,7 +245,7 @@ func (e *env) waiters(ctx context.Context, res *results) error {
 		return fmt.Errorf("--waiters %d needs about %d open files in the benchmark and in the gateway; the limit is %d (raise the hard limit: ulimit -Hn)", o.waiters, need, files)
 	}
 	wr := &waitersResult{Waiters: o.waiters, Changes: o.waitersChanges, SpacingMs: float64(o.waitersSpacing) / float64(time.Millisecond),
-		WaitS: waitersWait, FileLimit: files, LoadAvg: loadAvg()}
+		WaitS: waitersWait, FileLimit: files, LoadAvg: loadAvg(), GatewayEnv: o.gatewayEnv}
 	e.logf("  file limit %d, load average %s", files, wr.LoadAvg)
 	for round := 1; round <= o.rounds; round++ {
 		r, err := e.waitersRound(ctx, round)
@@ -246,6 +267,7 @@ func (r *waitersResult) summarise() {
 	for _, rd := range r.Rounds {
 		for _, p := range []*waitersPhase{&rd.Loaded, &rd.Quiet} {
 			r.Failed += p.Failed
+			r.Refused += p.Refused
 			r.Missed += p.Missed
 		}
 		loaded = append(loaded, seenOnly(rd.Loaded.LatenciesMs)...)
@@ -438,6 +460,7 @@ type phaseState struct {
 	t0     time.Time // the base of waiter times
 	held   atomic.Int64
 	failed atomic.Int64
+	refuse atomic.Int64
 	rearm  atomic.Int64
 	mu     sync.Mutex
 	errs   []string
@@ -515,12 +538,16 @@ func (p *waitersPhaseRun) run(ctx context.Context, ws []*waiter, loaded bool) (w
 		}
 	}
 	out.RampS = time.Since(s.t0).Seconds()
-	// The gateway has a file open for each (and its own few), then a
-	// moment for the last requests to reach their wait.
+	// The gateway has a file open for each (and its own few), and is done
+	// with the requests' first reads: idle.
+	settle := time.Now()
 	for t := time.Now().Add(10 * time.Second); openFiles(pid) < len(ws) && time.Now().Before(t); {
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(time.Second)
+	if err := waitIdle(ctx, pid); err != nil {
+		return out, err
+	}
+	out.SettleS = time.Since(settle).Seconds()
 	rss, hwm := memStatus(pid)
 	out.RSSHeldMB, out.HWMHeldMB = zeroNaN(rss), zeroNaN(hwm)
 	if out.RSSHeldMB > 0 && out.RSSBeforeMB > 0 && len(ws) > 0 {
@@ -543,8 +570,8 @@ func (p *waitersPhaseRun) run(ctx context.Context, ws []*waiter, loaded bool) (w
 	}
 	out.HeldAtStart = int(s.held.Load())
 	out.HeldMin = out.HeldAtStart
-	p.e.logf("    %d held after %.1f s; gateway RSS %.1f MB (before %.1f MB, %.1f KB a request), VmHWM %.1f MB, %d open files, %d goroutines, %d Redis connections, %d event subscribers",
-		out.HeldAtStart, out.RampS, out.RSSHeldMB, out.RSSBeforeMB, out.PerWaiterKB, out.HWMHeldMB, out.FDs, out.Goroutines, out.RedisConns, out.EventSubscribers)
+	p.e.logf("    %d held after %.1f s (%d refused and sent again), idle %.1f s later; gateway RSS %.1f MB (before %.1f MB, %.1f KB a request), VmHWM %.1f MB, %d open files, %d goroutines, %d Redis connections, %d event subscribers",
+		out.HeldAtStart, out.RampS, s.refuse.Load(), out.SettleS, out.RSSHeldMB, out.RSSBeforeMB, out.PerWaiterKB, out.HWMHeldMB, out.FDs, out.Goroutines, out.RedisConns, out.EventSubscribers)
 
 	// The changes, one at a time, paced.
 	calls := make([]float64, 0, len(sample))
@@ -606,9 +633,9 @@ answers:
 	if c := summarise(calls); c.Count > 0 {
 		out.StoreCallP50Ms, out.StoreCallMaxMs = c.P50, c.Max
 	}
-	out.Failed, out.Rearmed, out.Errors = int(s.failed.Load()), int(s.rearm.Load()), s.errors()
-	p.e.logf("    %d changes, %d seen, %d missed: p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms; %d requests failed, %d answered unchanged and sent again",
-		out.Changes, out.Seen, out.Missed, out.Latency.P50, out.Latency.P90, out.Latency.P99, out.Latency.Max, out.Failed, out.Rearmed)
+	out.Failed, out.Refused, out.Rearmed, out.Errors = int(s.failed.Load()), int(s.refuse.Load()), int(s.rearm.Load()), s.errors()
+	p.e.logf("    %d changes, %d seen, %d missed: p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms; %d requests failed, %d refused and sent again, %d answered unchanged and sent again",
+		out.Changes, out.Seen, out.Missed, out.Latency.P50, out.Latency.P90, out.Latency.P99, out.Latency.Max, out.Failed, out.Refused, out.Rearmed)
 	return out, nil
 }
 
@@ -620,13 +647,14 @@ func (s *phaseState) errors() []string {
 
 // hold keeps a request waiting on w's task until ctx ends: it sends
 // wait=60, and sends it again when an answer comes without the change (the
-// wait ran out) or once the change has been seen. The first request waits
-// for a place in ramp until it is written.
+// wait ran out) or once the change has been seen. The first request, and a
+// request refused (503, 429; sent again after its Retry-After), wait for a
+// place in ramp until they are written.
 func (p *waitersPhaseRun) hold(ctx context.Context, s *phaseState, w *waiter, ramp chan struct{}) {
-	first := true
+	viaRamp, refusals := true, 0
 	for ctx.Err() == nil {
 		var release func()
-		if first {
+		if viaRamp {
 			select {
 			case ramp <- struct{}{}:
 			case <-ctx.Done():
@@ -639,7 +667,18 @@ func (p *waitersPhaseRun) hold(ctx context.Context, s *phaseState, w *waiter, ra
 		if release != nil {
 			release()
 		}
-		first = false
+		var refused *refusedError
+		if errors.As(err, &refused) && refusals < waitersRetries && ctx.Err() == nil {
+			refusals++
+			s.refuse.Add(1)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(refused.after):
+			}
+			viaRamp = true
+			continue
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -647,6 +686,7 @@ func (p *waitersPhaseRun) hold(ctx context.Context, s *phaseState, w *waiter, ra
 			s.fail(fmt.Errorf("task %s: %w", w.id, err))
 			return
 		}
+		viaRamp, refusals = false, 0
 		if w.seen.Load() == 0 && w.changed.Load() != 0 && shows(w.kind, st, progress) {
 			w.seen.Store(arrived)
 			s.seen <- struct{}{}
@@ -654,6 +694,43 @@ func (p *waitersPhaseRun) hold(ctx context.Context, s *phaseState, w *waiter, ra
 		}
 		s.rearm.Add(1)
 	}
+}
+
+// refusedError is a request refused for now (503, 429): try again after.
+type refusedError struct {
+	status int
+	after  time.Duration
+	body   string
+}
+
+func (e *refusedError) Error() string {
+	return fmt.Sprintf("HTTP %d (Retry-After %s): %s", e.status, e.after, e.body)
+}
+
+// waitIdle waits until a process uses less than waitersIdleCores of CPU
+// over waitersIdleOver, for at most waitersSettleMax.
+func waitIdle(ctx context.Context, pid int) error {
+	deadline := time.Now().Add(waitersSettleMax)
+	last, err := cpuTime(pid)
+	if err != nil {
+		return err
+	}
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(waitersIdleOver):
+		}
+		now, err := cpuTime(pid)
+		if err != nil {
+			return err
+		}
+		if used := now - last; float64(used) < waitersIdleCores*float64(waitersIdleOver) {
+			return nil
+		}
+		last = now
+	}
+	return nil
 }
 
 // shows reports whether an answer shows a waiter's change.
@@ -701,6 +778,13 @@ func (p *waitersPhaseRun) query(ctx context.Context, s *phaseState, w *waiter, r
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return "", 0, 0, err
+	}
+	if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests {
+		after := time.Second
+		if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && n > 0 {
+			after = time.Duration(n) * time.Second
+		}
+		return "", 0, 0, &refusedError{status: resp.StatusCode, after: after, body: strings.TrimSpace(string(b))}
 	}
 	if resp.StatusCode != http.StatusOK {
 		return "", 0, 0, fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
@@ -824,6 +908,7 @@ func (r *waitersResult) rows(w io.Writer) {
 		r.Waiters, r.Changes, lat, r.Quiet.P99, ratio(r.Loaded.P99, r.Quiet.P99), waitersP99Ms, latMet)
 	fmt.Fprintf(w, "waiters: change to answer p50\t%.1f ms\t%.1f ms\t%s\t\t\t\n", r.Loaded.P50, r.Quiet.P50, ratio(r.Loaded.P50, r.Quiet.P50))
 	fmt.Fprintf(w, "waiters: requests failed, changes missed\t%d, %d\t\t\t0, 0\t%s\t\n", r.Failed, r.Missed, yes(r.Failed == 0 && r.Missed == 0))
+	fmt.Fprintf(w, "waiters: requests refused (503, 429) and sent again\t%d\t\t\t\t\t\n", r.Refused)
 }
 
 // details is the waiters run's lines under the table.
@@ -831,16 +916,20 @@ func (r *waitersResult) details(w io.Writer) {
 	if r == nil {
 		return
 	}
-	fmt.Fprintf(w, "waiters: %d requests held (wait=%d), %d changes a phase %.0f ms apart, file limit %d, load average %s at the start, %s at the end; "+
+	env := ""
+	if len(r.GatewayEnv) > 0 {
+		env = ", gateway env " + strings.Join(r.GatewayEnv, " ")
+	}
+	fmt.Fprintf(w, "waiters: %d requests held (wait=%d), %d changes a phase %.0f ms apart, file limit %d%s, load average %s at the start, %s at the end; "+
 		"latency over %d changes with %d held: p50 %.2f, p90 %.2f, p99 %.2f, max %.2f ms; over %d with %d held: p50 %.2f, p90 %.2f, p99 %.2f, max %.2f ms\n",
-		r.Waiters, r.WaitS, r.Changes, r.SpacingMs, r.FileLimit, r.LoadAvg, r.LoadAvgAt,
+		r.Waiters, r.WaitS, r.Changes, r.SpacingMs, r.FileLimit, env, r.LoadAvg, r.LoadAvgAt,
 		r.Loaded.Count, r.Waiters, r.Loaded.P50, r.Loaded.P90, r.Loaded.P99, r.Loaded.Max,
 		r.Quiet.Count, r.Changes, r.Quiet.P50, r.Quiet.P90, r.Quiet.P99, r.Quiet.Max)
 	for i, rd := range r.Rounds {
 		l, q := rd.Loaded, rd.Quiet
-		fmt.Fprintf(w, "  round %d (%s): loaded held %d (fewest %d) after %.1f s, RSS %.1f MB (before %.1f), VmHWM %.1f MB, %d open files, %d goroutines, %d Redis connections, %d subscriber(s); "+
+		fmt.Fprintf(w, "  round %d (%s): loaded held %d (fewest %d) after %.1f s (%d refused, sent again), idle %.1f s later, RSS %.1f MB (before %.1f), VmHWM %.1f MB, %d open files, %d goroutines, %d Redis connections, %d subscriber(s); "+
 			"p50/p99 %.2f/%.2f ms loaded, %.2f/%.2f ms quiet; store call p50 %.2f ms; failed %d/%d, missed %d/%d, rearmed %d/%d\n",
-			i+1, strings.Join(rd.Order, " then "), l.HeldAtStart, l.HeldMin, l.RampS, l.RSSHeldMB, l.RSSBeforeMB, l.HWMHeldMB, l.FDs, l.Goroutines, l.RedisConns, l.EventSubscribers,
+			i+1, strings.Join(rd.Order, " then "), l.HeldAtStart, l.HeldMin, l.RampS, l.Refused, l.SettleS, l.RSSHeldMB, l.RSSBeforeMB, l.HWMHeldMB, l.FDs, l.Goroutines, l.RedisConns, l.EventSubscribers,
 			l.Latency.P50, l.Latency.P99, q.Latency.P50, q.Latency.P99, l.StoreCallP50Ms, l.Failed, q.Failed, l.Missed, q.Missed, l.Rearmed, q.Rearmed)
 		for _, e := range append(l.Errors, q.Errors...) {
 			fmt.Fprintf(w, "    error: %s\n", e)

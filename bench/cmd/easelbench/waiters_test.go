@@ -103,6 +103,8 @@ func TestWaitersOptions(t *testing.T) {
 		"more changes than wait": {func(o *options) { o.waitersChanges = 101 }, "at most --waiters"},
 		"negative spacing":       {func(o *options) { o.waitersSpacing = -time.Millisecond }, "--waiters-spacing"},
 		"changes past the wait":  {func(o *options) { o.waitersChanges, o.waitersSpacing = 100, time.Second }, "60 s wait"},
+		"gateway env without =":  {func(o *options) { o.gatewayEnv = envList{"GOGC"} }, "KEY=VALUE"},
+		"gateway env address":    {func(o *options) { o.gatewayEnv = envList{"EASEL_HTTP_ADDR=:1"} }, "sets"},
 	} {
 		o := ok
 		tt.change(&o)
@@ -114,9 +116,9 @@ func TestWaitersOptions(t *testing.T) {
 	if err := (options{only: "http"}).check(); err != nil {
 		t.Errorf("http without waiters settings: %v", err)
 	}
-	want := "make bench (easelbench --rounds 1 --duration 8s --concurrency 64 --drain 10000 --only waiters --waiters 100 --waiters-changes 10 --waiters-spacing 15ms)"
+	want := "make bench (easelbench --rounds 1 --duration 8s --concurrency 64 --drain 10000 --only waiters --waiters 100 --waiters-changes 10 --waiters-spacing 15ms --gateway-env GOMEMLIMIT=200MiB)"
 	o := ok
-	o.rounds, o.concurrency, o.drain, o.redis = 1, 64, 10000, redisSingle
+	o.rounds, o.concurrency, o.drain, o.redis, o.gatewayEnv = 1, 64, 10000, redisSingle, envList{"GOMEMLIMIT=200MiB"}
 	if got := commandLine(o); got != want {
 		t.Errorf("commandLine = %q; want %q", got, want)
 	}
