@@ -262,3 +262,34 @@ func TestCancelTask(t *testing.T) {
 		t.Errorf("%d tasks still count as in flight", n)
 	}
 }
+
+// A create takes its number in its queue in its own step, and a refused
+// create takes none.
+func TestCreateTakesQueueSeq(t *testing.T) {
+	s, srv := newStore(t)
+	seedAccount(t, srv.Client(t), "poor", 0, "")
+	ctx := context.Background()
+	c := std
+	c.Queue = "standard"
+	var got []int64
+	for i, acct := range []string{"acct_a", "poor", "acct_b", "poor", "acct_a"} {
+		tk := pending(acct, fmt.Sprintf("task_lumen_%d", i))
+		_, err := s.CreateTask(ctx, tk, c, nil)
+		if acct == "poor" {
+			if apperr.CodeOf(err) != apperr.InsufficientCredits || tk.QueueSeq != 0 {
+				t.Fatalf("refused create: %v, seq %d", err, tk.QueueSeq)
+			}
+			continue
+		}
+		must(t, err)
+		stored, err := s.Task(ctx, acct, tk.ID)
+		must(t, err)
+		if stored.QueueSeq != tk.QueueSeq {
+			t.Fatalf("record's seq %d, create's %d", stored.QueueSeq, tk.QueueSeq)
+		}
+		got = append(got, tk.QueueSeq)
+	}
+	if fmt.Sprint(got) != "[1 2 3]" {
+		t.Fatalf("sequence numbers %v, want [1 2 3]", got)
+	}
+}

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/task"
 )
 
 // Queue positions. Each queue has two sequence numbers: how many tasks
@@ -66,10 +69,17 @@ type QueuePosition struct {
 // QueuePositionOf returns the position of the task that joined queue with
 // sequence number seq (NextQueueSeq).
 func (s *Store) QueuePositionOf(ctx context.Context, queue string, seq int64) (QueuePosition, error) {
-	v, err := s.rdb.HMGet(ctx, queueKey(queue), "deq", "t0", "n0").Result()
+	v, err := s.rdb.HMGet(ctx, queueKey(queue), queueFields...).Result()
 	if err != nil {
 		return QueuePosition{}, fmt.Errorf("store: queue %s: %w", queue, err)
 	}
+	return s.positionOf(v, seq), nil
+}
+
+var queueFields = []string{"deq", "t0", "n0"}
+
+// positionOf computes a position from a queue's fields (queueFields).
+func (s *Store) positionOf(v []any, seq int64) QueuePosition {
 	num := func(i int) int64 {
 		s, _ := v[i].(string)
 		n, _ := strconv.ParseInt(s, 10, 64)
@@ -83,5 +93,42 @@ func (s *Store) QueuePositionOf(ctx context.Context, queue string, seq int64) (Q
 		qp.ETA = time.Duration(float64(qp.Position)/perMs) * time.Millisecond
 		qp.Known = true
 	}
-	return qp, nil
+	return qp
+}
+
+// TaskPositioned is Task that also returns a pending task's queue position
+// (nil for a task not pending, or with no number in its queue), in the
+// same round trip: the queues' numbers are read with the record. queues
+// maps each model id to its queue.
+func (s *Store) TaskPositioned(ctx context.Context, accountID, taskID string, queues map[string]string) (*task.Task, *QueuePosition, error) {
+	var rec *redis.MapStringStringCmd
+	qs := map[string]*redis.SliceCmd{}
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		rec = p.HGetAll(ctx, taskKey(accountID, taskID))
+		for _, q := range queues {
+			if qs[q] == nil {
+				qs[q] = p.HMGet(ctx, queueKey(q), queueFields...)
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, fmt.Errorf("store: task %s: %w", taskID, err)
+	}
+	m := rec.Val()
+	if len(m) == 0 {
+		return nil, nil, &apperr.NotFoundError{Kind: "task", ID: taskID}
+	}
+	t, err := decodeTask(accountID, taskID, m)
+	if err != nil {
+		return nil, nil, err
+	}
+	if t.Status != task.Pending || t.QueueSeq == 0 {
+		return t, nil, nil
+	}
+	q, ok := qs[queues[t.Model]]
+	if !ok {
+		return t, nil, nil
+	}
+	p := s.positionOf(q.Val(), t.QueueSeq)
+	return t, &p, nil
 }

@@ -128,6 +128,9 @@ type Charge struct {
 	// same key with the same body again is *Replayed, with another body
 	// apperr.Mismatch, while the first is being created apperr.Conflict.
 	Idempotency task.Idempotency
+	// Queue, when set, is the queue the task joins: the create takes its
+	// sequence number there (task.Task.QueueSeq), for its queue position.
+	Queue string
 }
 
 // Replayed is CreateTask's answer to a create whose idempotency key an
@@ -145,15 +148,21 @@ const (
 	idempotencyPending = 30 * time.Second
 )
 
-// KEYS: taskKeys[, idempotency key].
+// KEYS: taskKeys[, idempotency key][, queue key].
 // ARGV: now, ttl, price, default max in flight, count-until, tier, task id,
 // first queue check, body hash, idempotency pending window, idempotency
-// ttl, then the record's fields and values.
-// Returns {code, n}: 1 created (n = balance), -4 task exists, -7 the
-// idempotency key was used with another body, -8 its create is under way,
-// or admit's refusal; {2, 0, task id} replays an earlier create.
+// ttl, the idempotency key's index in KEYS (0: none), the queue key's (0:
+// none, or a sequence number taken already), then the record's fields and
+// values.
+// Returns {code, n[, seq]}: 1 created (n = balance, seq = its number in
+// its queue), -4 task exists, -7 the idempotency key was used with another
+// body, -8 its create is under way, or admit's refusal; {2, 0, task id}
+// replays an earlier create.
 var createScript = redis.NewScript(luaAdmit + luaLedger + `
-local idem = KEYS[9]
+local idem = nil
+if ARGV[12] ~= '0' then idem = KEYS[tonumber(ARGV[12])] end
+local qkey = nil
+if ARGV[13] ~= '0' then qkey = KEYS[tonumber(ARGV[13])] end
 if idem then
   local v = redis.call('HMGET', idem, 'body', 'task', 'state', 'at')
   if v[1] then
@@ -175,17 +184,26 @@ if price > 0 then
   bal = redis.call('HINCRBY', KEYS[2], 'credits', -price)
   ledger(KEYS[4], 'debit', -price, bal, ARGV[7], '')
 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 12))
+redis.call('HSET', KEYS[1], unpack(ARGV, 14))
+local seq = 0
+if qkey then
+  seq = redis.call('HINCRBY', qkey, 'enq', 1)
+  redis.call('HSET', KEYS[1], 'qseq', seq)
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[7])
 redis.call('ZADD', KEYS[5], ARGV[8], ARGV[7])
 -- The account's index, for listing: a task is listed while its record
 -- can live (its deadline, then the record's TTL).
 local keep = tonumber(ARGV[5]) - tonumber(ARGV[1]) + tonumber(ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', tonumber(ARGV[1]) - keep)
+if string.sub(ARGV[7], -2) == '00' then
+  -- One create in a hundred (by its id's random digits) drops what has
+  -- expired; listing skips it meanwhile.
+  redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', tonumber(ARGV[1]) - keep)
+end
 redis.call('ZADD', KEYS[8], ARGV[1], ARGV[7])
 redis.call('PEXPIRE', KEYS[8], keep)
-return {1, bal}
+return {1, bal, seq}
 `)
 
 // CreateTask writes a new pending task record (24-hour TTL), debiting its
@@ -202,8 +220,34 @@ return {1, bal}
 func (s *Store) CreateTask(ctx context.Context, t *task.Task, c Charge, job []byte) (int64, error) {
 	now := s.now()
 	keys := taskKeys(t.AccountID, t.ID)
+	idemAt, queueAt := 0, 0
 	if c.Idempotency.Key != "" {
 		keys = append(keys, idempotencyKey(t.AccountID, c.Idempotency.Key))
+		idemAt = len(keys)
+	}
+	seqTaken := false
+	if c.Queue != "" {
+		if _, cluster := s.rdb.(*redis.ClusterClient); cluster {
+			// The queue's key is on another slot than the account's: its
+			// number is taken first, and given back if the create fails.
+			if seq, err := s.NextQueueSeq(ctx, c.Queue); err == nil {
+				t.QueueSeq, seqTaken = seq, true
+			}
+		} else {
+			// One server: in the create's own step, only if it creates.
+			keys = append(keys, queueKey(c.Queue))
+			queueAt = len(keys)
+		}
+	}
+	created := false
+	if seqTaken {
+		defer func() {
+			if !created {
+				if err := s.Dequeued(context.WithoutCancel(ctx), c.Queue, 1); err != nil {
+					t.QueueSeq = 0
+				}
+			}
+		}()
 	}
 	fields := []any{
 		fTaskJob, job,
@@ -224,6 +268,7 @@ func (s *Store) CreateTask(ctx context.Context, t *task.Task, c Charge, job []by
 		now.UnixMilli(), s.ttl.Milliseconds(), c.Price, c.MaxInflight, c.CountUntil.UnixMilli(), c.Tier, t.ID,
 		now.Add(FirstQueueCheck).UnixMilli(),
 		c.Idempotency.BodyHash, idempotencyPending.Milliseconds(), IdempotencyTTL.Milliseconds(),
+		idemAt, queueAt,
 	}, fields...)...).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("store: create %s: %w", t.ID, err)
@@ -239,6 +284,12 @@ func (s *Store) CreateTask(ctx context.Context, t *task.Task, c Charge, job []by
 	n, _ := res[1].(int64)
 	switch code {
 	case 1:
+		created = true
+		if len(res) > 2 {
+			if seq, _ := res[2].(int64); seq > 0 {
+				t.QueueSeq = seq
+			}
+		}
 		return n, nil
 	case -7:
 		return 0, apperr.New(apperr.Mismatch, "this Idempotency-Key was used with a different request body")

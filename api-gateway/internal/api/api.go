@@ -40,9 +40,9 @@ type Tasks interface {
 	Get(ctx context.Context, accountID, taskID string) (*task.Task, error)
 	Cancel(ctx context.Context, accountID, taskID string) (store.Canceled, error)
 	List(ctx context.Context, accountID string, f store.TaskFilter) ([]*task.Task, string, error)
-	// Position is where a pending task stands in its queue (ok false: no
-	// position known).
-	Position(ctx context.Context, t *task.Task) (p store.QueuePosition, ok bool)
+	// GetPositioned is Get with a pending task's place in its queue (nil:
+	// none known).
+	GetPositioned(ctx context.Context, accountID, taskID string) (*task.Task, *store.QueuePosition, error)
 }
 
 // Signer makes and checks result URLs.

@@ -111,12 +111,11 @@ func (h *handlers) query(c echo.Context) error {
 	if wait > 0 {
 		return h.waitQuery(c, accountOf(c).ID, id, wait)
 	}
-	ctx := c.Request().Context()
-	t, err := h.Tasks.Get(ctx, accountOf(c).ID, id)
+	t, pos, err := h.Tasks.GetPositioned(c.Request().Context(), accountOf(c).ID, id)
 	if err != nil {
 		return err
 	}
-	return h.answerTask(c, ctx, t)
+	return h.answerTask(c, t, pos)
 }
 
 // taskIDParam reads the task_id parameter of a GET: missing is 400; one

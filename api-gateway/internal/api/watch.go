@@ -13,6 +13,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/logging"
+	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/pkg/taskview"
 )
@@ -53,10 +54,11 @@ func (h *handlers) readContext(base context.Context) (context.Context, context.C
 	return context.WithTimeout(base, h.RequestTimeout)
 }
 
-func (h *handlers) read(base context.Context, accountID, id string) (*task.Task, error) {
+// read reads a task and its queue position, with a budget of its own.
+func (h *handlers) read(base context.Context, accountID, id string) (*task.Task, *store.QueuePosition, error) {
 	ctx, cancel := h.readContext(base)
 	defer cancel()
-	return h.Tasks.Get(ctx, accountID, id)
+	return h.Tasks.GetPositioned(ctx, accountID, id)
 }
 
 // changed reports whether a client that saw a would want to see b.
@@ -71,31 +73,31 @@ func (h *handlers) waitQuery(c echo.Context, accountID, id string, wait time.Dur
 	w := h.Watch.Watch(accountID, id)
 	defer w.Stop()
 	// Read after registering: a change between the two is not missed.
-	t, err := h.read(base, accountID, id)
+	t, pos, err := h.read(base, accountID, id)
 	if err != nil {
 		return err
 	}
 	if t.Status.Final() || w.Closed() {
-		return h.answerTask(c, base, t)
+		return h.answerTask(c, t, pos)
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
 		select {
 		case <-w.C:
-			now, err := h.read(base, accountID, id)
+			now, pos, err := h.read(base, accountID, id)
 			if err != nil {
 				return err
 			}
 			if changed(t, now) || w.Closed() {
-				return h.answerTask(c, base, now)
+				return h.answerTask(c, now, pos)
 			}
 		case <-timer.C:
-			now, err := h.read(base, accountID, id)
+			now, pos, err := h.read(base, accountID, id)
 			if err != nil {
 				return err
 			}
-			return h.answerTask(c, base, now)
+			return h.answerTask(c, now, pos)
 		case <-base.Done():
 			return nil // the client went away
 		}
@@ -103,23 +105,19 @@ func (h *handlers) waitQuery(c echo.Context, accountID, id string, wait time.Dur
 }
 
 // answerTask writes a task record, with its queue position if pending.
-func (h *handlers) answerTask(c echo.Context, ctx context.Context, t *task.Task) error {
+func (h *handlers) answerTask(c echo.Context, t *task.Task, pos *store.QueuePosition) error {
 	c.Response().Header().Set("Cache-Control", "no-store")
-	return c.JSON(http.StatusOK, h.record(ctx, t))
+	return c.JSON(http.StatusOK, h.record(t, pos))
 }
 
-func (h *handlers) record(ctx context.Context, t *task.Task) taskview.Record {
+func (h *handlers) record(t *task.Task, p *store.QueuePosition) taskview.Record {
 	v := h.view(t)
-	if t.Status == task.Pending {
-		rctx, cancel := h.readContext(ctx)
-		defer cancel()
-		if p, ok := h.Tasks.Position(rctx, t); ok {
-			pos := p.Position
-			v.QueuePosition = &pos
-			if p.Known {
-				eta := p.ETA.Milliseconds()
-				v.EtaMs = &eta
-			}
+	if p != nil && t.Status == task.Pending {
+		pos := p.Position
+		v.QueuePosition = &pos
+		if p.Known {
+			eta := p.ETA.Milliseconds()
+			v.EtaMs = &eta
 		}
 	}
 	return v
@@ -137,7 +135,7 @@ func (h *handlers) stream(c echo.Context) error {
 	base := h.baseContext(c)
 	w := h.Watch.Watch(acct, id)
 	defer w.Stop()
-	t, err := h.read(base, acct, id)
+	t, pos, err := h.read(base, acct, id)
 	if err != nil {
 		return err
 	}
@@ -168,7 +166,7 @@ func (h *handlers) stream(c echo.Context) error {
 		}
 		return rc.Flush() == nil
 	}
-	if !send("task", h.record(base, t)) || t.Status.Final() {
+	if !send("task", h.record(t, pos)) || t.Status.Final() {
 		return nil
 	}
 	keepalive := time.NewTicker(streamKeepalive)
@@ -176,7 +174,7 @@ func (h *handlers) stream(c echo.Context) error {
 	for {
 		select {
 		case <-w.C:
-			now, err := h.read(base, acct, id)
+			now, pos, err := h.read(base, acct, id)
 			if err != nil {
 				status, msg := classify(err)
 				log.Warn("stream: could not read the task; the stream ends", zap.Error(err))
@@ -185,7 +183,7 @@ func (h *handlers) stream(c echo.Context) error {
 			}
 			if changed(t, now) {
 				t = now
-				if !send("task", h.record(base, t)) || t.Status.Final() {
+				if !send("task", h.record(t, pos)) || t.Status.Final() {
 					return nil
 				}
 			}

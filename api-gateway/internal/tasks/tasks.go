@@ -26,9 +26,8 @@ type Store interface {
 	IdempotencyDone(ctx context.Context, accountID, key, taskID string) error
 	CancelTask(ctx context.Context, accountID, taskID string) (store.Canceled, error)
 	ListTasks(ctx context.Context, accountID string, f store.TaskFilter) ([]*task.Task, string, error)
-	NextQueueSeq(ctx context.Context, queue string) (int64, error)
 	Dequeued(ctx context.Context, queue string, n int) error
-	QueuePositionOf(ctx context.Context, queue string, seq int64) (store.QueuePosition, error)
+	TaskPositioned(ctx context.Context, accountID, taskID string, queues map[string]string) (*task.Task, *store.QueuePosition, error)
 	HookQueued(ctx context.Context, accountID, taskID, event string) error
 }
 
@@ -148,20 +147,7 @@ func (s *Service) create(ctx context.Context, accountID string, in task.Input, i
 		CreateTime: now,
 		Callback:   in.Callback,
 	}
-	// The task's number in its queue, for its position while pending. A
-	// create that does not stand gives it back (left), so the positions
-	// of the tasks after it stay right; without one (Redis hiccup) the
-	// task just shows no position.
-	queue := jobs.Queue(in.Model.Tier)
-	if seq, err := s.store.NextQueueSeq(ctx, queue); err == nil {
-		t.QueueSeq = seq
-	}
-	stood := false
-	defer func() {
-		if t.QueueSeq > 0 && !stood {
-			s.left(ctx, queue)
-		}
-	}()
+
 	charge := store.Charge{
 		Price:       s.prices.Price(in.Model.Tier, in.ImageSize),
 		Tier:        string(in.Model.Tier),
@@ -170,7 +156,18 @@ func (s *Service) create(ctx context.Context, accountID string, in task.Input, i
 		// deadline.
 		CountUntil:  now.Add(s.cfg.Deadline + time.Minute),
 		Idempotency: idem,
+		// The task's number in its queue, for its position while pending
+		// (t.QueueSeq). A create the store refuses takes none.
+		Queue: jobs.Queue(in.Model.Tier),
 	}
+	// A create undone after the store made it gives its queue number back,
+	// so the positions of the tasks after it stay right.
+	stood := false
+	defer func() {
+		if t.QueueSeq > 0 && !stood {
+			s.left(ctx, charge.Queue)
+		}
+	}()
 	if _, err := s.store.CreateTask(ctx, t, charge, payload); err != nil {
 		if errors.Is(err, store.ErrNotReplicated) {
 			// Made on the primary, not confirmed by its replicas: undo it,
@@ -282,19 +279,14 @@ func (s *Service) List(ctx context.Context, accountID string, f store.TaskFilter
 	return ts, next, err
 }
 
-// Position returns where a pending task stands in its queue; ok is false
-// for a task with no position (not pending, or none recorded).
-func (s *Service) Position(ctx context.Context, t *task.Task) (store.QueuePosition, bool) {
-	q, known := s.cfg.Queues[t.Model]
-	if t.Status != task.Pending || t.QueueSeq == 0 || !known {
-		return store.QueuePosition{}, false
+// GetPositioned is Get that also returns a pending task's place in its
+// queue (nil when it has none), read in the same round trip.
+func (s *Service) GetPositioned(ctx context.Context, accountID, taskID string) (*task.Task, *store.QueuePosition, error) {
+	t, p, err := s.store.TaskPositioned(ctx, accountID, taskID, s.cfg.Queues)
+	if err != nil && apperr.CodeOf(err) != apperr.NotFound {
+		return nil, nil, apperr.Transient(err, apperr.Unavailable, "the task store is unavailable, try again")
 	}
-	p, err := s.store.QueuePositionOf(ctx, q, t.QueueSeq)
-	if err != nil {
-		logging.From(ctx).Debug("no queue position", zap.Error(err))
-		return store.QueuePosition{}, false
-	}
-	return p, true
+	return t, p, err
 }
 
 // Get returns a task of the account. Another account's task is

@@ -31,7 +31,9 @@ type queue struct {
 
 func (q *queue) CancelRun(context.Context, string) error { return nil }
 
-func (q *queue) QueueFinalHook(context.Context, jobs.HookOutbox, string, string, string) error { return nil }
+func (q *queue) QueueFinalHook(context.Context, jobs.HookOutbox, string, string, string) error {
+	return nil
+}
 
 func (q *queue) EnqueueGenerateImage(_ context.Context, j jobs.GenerateImage, run string) error {
 	if q.block != nil {
