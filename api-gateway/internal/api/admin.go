@@ -46,6 +46,8 @@ func registerAdmin(g *echo.Group, d *AdminDeps) {
 	g.GET("/accounts/:id/ledger", a.ledger)
 	g.POST("/accounts/:id/keys", a.createKey)
 	g.GET("/accounts/:id/keys", a.listKeys)
+	g.GET("/accounts/:id/webhook-secret", a.webhookSecret)
+	g.POST("/accounts/:id/webhook-secret/rotate", a.rotateWebhookSecret)
 	g.POST("/keys/revoke", a.revokeKey)
 }
 
@@ -263,4 +265,37 @@ func (a *admin) revokeKey(c echo.Context) error {
 		return err
 	}
 	return ok(c, k)
+}
+
+type webhookSecretReply struct {
+	AccountID string `json:"account_id"`
+	Secret    string `json:"secret"`
+	// PreviousValidUntil (a rotation only) is when the secret it replaced
+	// stops signing deliveries, Unix ms.
+	PreviousValidUntil *int64 `json:"previous_valid_until,omitempty"`
+}
+
+// webhookSecret shows an account's webhook signing secret, made on first
+// read.
+func (a *admin) webhookSecret(c echo.Context) error {
+	id := c.Param("id")
+	secret, err := a.Accounts.WebhookSecret(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return ok(c, webhookSecretReply{AccountID: id, Secret: secret})
+}
+
+// rotateWebhookSecret gives an account a new webhook signing secret; the
+// old one signs beside it for another 24 hours.
+func (a *admin) rotateWebhookSecret(c echo.Context) error {
+	id := c.Param("id")
+	secret, until, err := a.Accounts.RotateWebhookSecret(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	ms := until.UnixMilli()
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return ok(c, webhookSecretReply{AccountID: id, Secret: secret, PreviousValidUntil: &ms})
 }
