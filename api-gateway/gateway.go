@@ -135,6 +135,8 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		Metrics:        meter,
 		MetricsHandler: metricsOnAPI,
 		Watch:          hub,
+		// A task's webhook deliveries (GET /v1/task/webhooks).
+		Webhooks: st,
 	})
 
 	if ln == nil {
