@@ -144,7 +144,7 @@ func (c *cli) commands() *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
 	root.PersistentFlags().BoolVar(&c.jsonOut, "json", false, "print JSON")
 	root.PersistentFlags().StringVar(&c.redisURL, "redis-url", "", "Redis URL (default $EASEL_REDIS_URL)")
-	root.AddCommand(c.accountCommands(), c.creditsCommands(), c.keyCommands(), c.ledgerCommand())
+	root.AddCommand(c.accountCommands(), c.creditsCommands(), c.keyCommands(), c.ledgerCommand(), c.webhookSecretCommand())
 	return root
 }
 
@@ -476,5 +476,38 @@ func (c *cli) ledgerCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().Int64Var(&limit, "limit", 100, "how many entries")
+	return cmd
+}
+
+func (c *cli) webhookSecretCommand() *cobra.Command {
+	var rotate bool
+	cmd := &cobra.Command{
+		Use:   "webhook-secret ID [--rotate]",
+		Short: "Print an account's webhook signing secret (made on first use); --rotate replaces it, the old one signing beside it for 24 h",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			out := map[string]any{"account_id": id}
+			if rotate {
+				secret, until, err := c.store.RotateWebhookSecret(cmd.Context(), id)
+				if err != nil {
+					return err
+				}
+				out["secret"], out["previous_valid_until"] = secret, until.UnixMilli()
+			} else {
+				secret, err := c.store.WebhookSecret(cmd.Context(), id)
+				if err != nil {
+					return err
+				}
+				out["secret"] = secret
+			}
+			if c.jsonOut {
+				return c.printJSON(out)
+			}
+			fmt.Fprintln(c.out, out["secret"])
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&rotate, "rotate", false, "replace the secret; the old one still signs deliveries for 24 hours")
 	return cmd
 }

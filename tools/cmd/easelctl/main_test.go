@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -99,6 +100,30 @@ func TestCommands(t *testing.T) {
 	if r := ctl(t, url, "key", "list", "--account", id); !strings.Contains(r.stdout, "revoked") {
 		t.Errorf("key list after revoke: %+v", r)
 	}
+
+	// The webhook secret: made on first read, the same on the next, a new
+	// one on --rotate.
+	r = ctl(t, url, "webhook-secret", id)
+	secret := strings.TrimSpace(r.stdout)
+	if r.code != 0 || !strings.HasPrefix(secret, "whsec_") || strings.Contains(secret, "\n") {
+		t.Fatalf("webhook-secret: %+v", r)
+	}
+	if r := ctl(t, url, "webhook-secret", id); strings.TrimSpace(r.stdout) != secret {
+		t.Errorf("webhook-secret again: %+v; want %s", r, secret)
+	}
+	var rotated struct {
+		AccountID          string `json:"account_id"`
+		Secret             string `json:"secret"`
+		PreviousValidUntil int64  `json:"previous_valid_until"`
+	}
+	r = ctl(t, url, "webhook-secret", id, "--rotate", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &rotated); err != nil || rotated.AccountID != id || rotated.Secret == secret || !strings.HasPrefix(rotated.Secret, "whsec_") ||
+		rotated.PreviousValidUntil < time.Now().Add(23*time.Hour).UnixMilli() {
+		t.Errorf("webhook-secret --rotate --json: %+v %v", r, err)
+	}
+	if r := ctl(t, url, "webhook-secret", id); strings.TrimSpace(r.stdout) != rotated.Secret {
+		t.Errorf("webhook-secret after the rotation: %+v; want %s", r, rotated.Secret)
+	}
 }
 
 func TestMain(m *testing.M) {
@@ -130,6 +155,9 @@ func TestErrors(t *testing.T) {
 		{"bad model", url, []string{"account", "create", "--name", "x", "--models", "dalle"}, 2, "unknown model"},
 		{"negative limit", url, []string{"account", "create", "--name", "x", "--rate-limit", "-1"}, 1, "rate limit"},
 		{"unreachable redis", "redis://127.0.0.1:1/0", []string{"account", "list"}, 1, "redis"},
+		{"webhook secret of an unknown account", url, []string{"webhook-secret", "acct_nope"}, 1, "not found"},
+		{"webhook secret rotation of an unknown account", url, []string{"webhook-secret", "acct_nope", "--rotate"}, 1, "not found"},
+		{"webhook secret without an account", url, []string{"webhook-secret"}, 2, "accepts 1 arg"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
