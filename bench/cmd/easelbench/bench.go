@@ -198,7 +198,7 @@ func commandLine(o options) string {
 		s += fmt.Sprintf(" --memory-images %d --memory-side %d", o.memoryImages, o.memorySide)
 	}
 	if parts, _ := parseParts(o.only); parts["waiters"] {
-		s += fmt.Sprintf(" --waiters %d --waiters-changes %d --waiters-spacing %s", o.waiters, o.waitersChanges, o.waitersSpacing)
+		s += fmt.Sprintf(" --waiters %d --waiters-rate %g --waiters-changes %d --waiters-spacing %s", o.waiters, o.waitersRate, o.waitersChanges, o.waitersSpacing)
 	}
 	if o.workerConcurrencySet {
 		s += fmt.Sprintf(" --worker-concurrency %d", o.workerConcurrency)

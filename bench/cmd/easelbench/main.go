@@ -36,7 +36,7 @@
 // to the answer of the request waiting on it, with all of them held and,
 // beside it, with only the sampled ones:
 //
-//	easelbench --only waiters [--waiters 10000] [--waiters-changes 500] [--waiters-spacing 15ms] [--waiters-profile DIR]
+//	easelbench --only waiters [--waiters 10000] [--waiters-rate 1000] [--waiters-changes 500] [--waiters-spacing 15ms] [--waiters-profile DIR] [--gateway-env KEY=VALUE ...]
 package main
 
 import (
@@ -117,6 +117,7 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&o.memorySide, "memory-side", 7071, "memory: their width and height, 16-bit RGB of one colour")
 	fs.IntVar(&o.waiters, "waiters", 10000, "waiters: wait=60 requests one gateway holds at once")
 	fs.IntVar(&o.waitersChanges, "waiters-changes", 500, "waiters: task changes timed per phase and round (half started, half given progress)")
+	fs.Float64Var(&o.waitersRate, "waiters-rate", 1000, "waiters: requests sent per second while they are being held (0: as fast as 32 at once go)")
 	fs.DurationVar(&o.waitersSpacing, "waiters-spacing", 15*time.Millisecond, "waiters: time between two changes")
 	fs.Var(&o.gatewayEnv, "gateway-env", "KEY=VALUE added to every bin/gateway's environment, after the benchmark's own (repeatable; e.g. GOMEMLIMIT=200MiB)")
 	fs.StringVar(&o.waitersProfile, "waiters-profile", "", "waiters: save the gateway's heap and goroutine profiles, all requests held, in this directory")
@@ -189,6 +190,7 @@ type options struct {
 	// The waiters part's settings (--waiters*).
 	waiters, waitersChanges int
 	waitersSpacing          time.Duration
+	waitersRate             float64
 	waitersProfile          string
 	log                     io.Writer
 }
@@ -222,6 +224,11 @@ func parseParts(only string) (map[string]bool, error) {
 // maxWaitersChanging bounds the waiters part's changes: they are made
 // while the requests' 60 s waits run.
 const maxWaitersChanging = 30 * time.Second
+
+// maxWaitersRun bounds the waiters part's ramp (--waiters at
+// --waiters-rate) and changes together, leaving time for the gateway to
+// settle within the 60 s the first request waits.
+const maxWaitersRun = 40 * time.Second
 
 // Default measured times (--duration 0).
 const (
@@ -321,8 +328,10 @@ func (o options) check() error {
 			return fmt.Errorf("--waiters %d, --waiters-changes %d: want at least 1", o.waiters, o.waitersChanges)
 		case o.waitersChanges > o.waiters:
 			return fmt.Errorf("--waiters-changes %d: want at most --waiters %d (a change per waiting request)", o.waitersChanges, o.waiters)
-		case o.waitersSpacing < 0:
-			return fmt.Errorf("--waiters-spacing %s: want 0 or more", o.waitersSpacing)
+		case o.waitersSpacing < 0 || o.waitersRate < 0:
+			return fmt.Errorf("--waiters-spacing %s, --waiters-rate %g: want 0 or more", o.waitersSpacing, o.waitersRate)
+		case o.waitersRate > 0 && time.Duration(float64(o.waiters)/o.waitersRate*float64(time.Second))+time.Duration(o.waitersChanges)*o.waitersSpacing > maxWaitersRun:
+			return fmt.Errorf("--waiters %d at --waiters-rate %g, then --waiters-changes %d × --waiters-spacing %s: want at most %s in all, inside the requests' 60 s wait", o.waiters, o.waitersRate, o.waitersChanges, o.waitersSpacing, maxWaitersRun)
 		case time.Duration(o.waitersChanges)*o.waitersSpacing > maxWaitersChanging:
 			return fmt.Errorf("--waiters-changes %d × --waiters-spacing %s: want at most %s, well inside the requests' 60 s wait", o.waitersChanges, o.waitersSpacing, maxWaitersChanging)
 		}

@@ -72,11 +72,12 @@ const (
 	// waitersRun is the run the benchmark starts tasks as.
 	waitersRun = "easelbench-waiters"
 	// waitersRamp is how many requests may be on their way (sent, not yet
-	// written) at once while the requests are being held. At 128, on this
-	// 2-core machine, the gateway answered thousands of them 503 (its pool of
-	// 20 Redis connections timed out, 400 ms, on the reads of the requests
-	// arriving); a request refused (503, 429) is sent again after its
-	// Retry-After, through the ramp, at most waitersRetries times.
+	// written) at once while the requests are being held, sent at most
+	// --waiters-rate a second. Unpaced, on this 2-core machine, the gateway
+	// answered thousands of them 503 (its pool of 20 Redis connections
+	// timed out, 400 ms, on the reads of the requests arriving): a request
+	// refused (503, 429) is sent again after its Retry-After, through the
+	// ramp, at most waitersRetries times.
 	waitersRamp    = 32
 	waitersRetries = 10
 	// waitersCreators are the concurrent creates of the tasks.
@@ -97,6 +98,7 @@ type waitersResult struct {
 	Waiters   int            `json:"waiters"`      // --waiters: requests held in the loaded phase
 	Changes   int            `json:"changes"`      // --waiters-changes: per phase and round
 	SpacingMs float64        `json:"spacing_ms"`   // --waiters-spacing
+	RatePerS  float64        `json:"rate_per_s"`   // --waiters-rate: requests sent per second while ramping (0: as fast as the ramp lets)
 	WaitS     int            `json:"wait_s"`       // the wait each request asks for
 	FileLimit uint64         `json:"file_limit"`   // RLIMIT_NOFILE of the benchmark, which the gateway inherits
 	LoadAvg   string         `json:"load_average"` // /proc/loadavg when the part began
@@ -245,7 +247,7 @@ func (e *env) waiters(ctx context.Context, res *results) error {
 		return fmt.Errorf("--waiters %d needs about %d open files in the benchmark and in the gateway; the limit is %d (raise the hard limit: ulimit -Hn)", o.waiters, need, files)
 	}
 	wr := &waitersResult{Waiters: o.waiters, Changes: o.waitersChanges, SpacingMs: float64(o.waitersSpacing) / float64(time.Millisecond),
-		WaitS: waitersWait, FileLimit: files, LoadAvg: loadAvg(), GatewayEnv: o.gatewayEnv}
+		RatePerS: o.waitersRate, WaitS: waitersWait, FileLimit: files, LoadAvg: loadAvg(), GatewayEnv: o.gatewayEnv}
 	e.logf("  file limit %d, load average %s", files, wr.LoadAvg)
 	for round := 1; round <= o.rounds; round++ {
 		r, err := e.waitersRound(ctx, round)
@@ -514,11 +516,17 @@ func (p *waitersPhaseRun) run(ctx context.Context, ws []*waiter, loaded bool) (w
 	var wg sync.WaitGroup
 	defer func() { stopHolding(); wg.Wait() }()
 	ramp := make(chan struct{}, waitersRamp)
+	var pace <-chan time.Time // nil: unpaced
+	if o.waitersRate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / o.waitersRate))
+		defer t.Stop()
+		pace = t.C
+	}
 	for _, w := range ws {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.hold(holdCtx, s, w, ramp)
+			p.hold(holdCtx, s, w, pace, ramp)
 		}()
 	}
 	// Until every request is held (sent, unanswered), or cannot be.
@@ -649,11 +657,19 @@ func (s *phaseState) errors() []string {
 // wait=60, and sends it again when an answer comes without the change (the
 // wait ran out) or once the change has been seen. The first request, and a
 // request refused (503, 429; sent again after its Retry-After), wait for a
-// place in ramp until they are written.
-func (p *waitersPhaseRun) hold(ctx context.Context, s *phaseState, w *waiter, ramp chan struct{}) {
+// place in ramp until they are written, and for a tick of pace (unless
+// nil) before that.
+func (p *waitersPhaseRun) hold(ctx context.Context, s *phaseState, w *waiter, pace <-chan time.Time, ramp chan struct{}) {
 	viaRamp, refusals := true, 0
 	for ctx.Err() == nil {
 		var release func()
+		if viaRamp && pace != nil {
+			select {
+			case <-pace:
+			case <-ctx.Done():
+				return
+			}
+		}
 		if viaRamp {
 			select {
 			case ramp <- struct{}{}:
@@ -920,9 +936,9 @@ func (r *waitersResult) details(w io.Writer) {
 	if len(r.GatewayEnv) > 0 {
 		env = ", gateway env " + strings.Join(r.GatewayEnv, " ")
 	}
-	fmt.Fprintf(w, "waiters: %d requests held (wait=%d), %d changes a phase %.0f ms apart, file limit %d%s, load average %s at the start, %s at the end; "+
+	fmt.Fprintf(w, "waiters: %d requests held (wait=%d, sent at %g/s), %d changes a phase %.0f ms apart, file limit %d%s, load average %s at the start, %s at the end; "+
 		"latency over %d changes with %d held: p50 %.2f, p90 %.2f, p99 %.2f, max %.2f ms; over %d with %d held: p50 %.2f, p90 %.2f, p99 %.2f, max %.2f ms\n",
-		r.Waiters, r.WaitS, r.Changes, r.SpacingMs, r.FileLimit, env, r.LoadAvg, r.LoadAvgAt,
+		r.Waiters, r.WaitS, r.RatePerS, r.Changes, r.SpacingMs, r.FileLimit, env, r.LoadAvg, r.LoadAvgAt,
 		r.Loaded.Count, r.Waiters, r.Loaded.P50, r.Loaded.P90, r.Loaded.P99, r.Loaded.Max,
 		r.Quiet.Count, r.Changes, r.Quiet.P50, r.Quiet.P90, r.Quiet.P99, r.Quiet.Max)
 	for i, rd := range r.Rounds {

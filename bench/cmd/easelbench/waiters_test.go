@@ -90,7 +90,7 @@ func TestShows(t *testing.T) {
 }
 
 func TestWaitersOptions(t *testing.T) {
-	ok := options{only: "waiters", waiters: 100, waitersChanges: 10, waitersSpacing: 15 * time.Millisecond}
+	ok := options{only: "waiters", waiters: 100, waitersChanges: 10, waitersSpacing: 15 * time.Millisecond, waitersRate: 1000}
 	if err := ok.check(); err != nil {
 		t.Fatalf("%+v: %v", ok, err)
 	}
@@ -102,6 +102,8 @@ func TestWaitersOptions(t *testing.T) {
 		"no changes":             {func(o *options) { o.waitersChanges = 0 }, "--waiters-changes 0"},
 		"more changes than wait": {func(o *options) { o.waitersChanges = 101 }, "at most --waiters"},
 		"negative spacing":       {func(o *options) { o.waitersSpacing = -time.Millisecond }, "--waiters-spacing"},
+		"negative rate":          {func(o *options) { o.waitersRate = -1 }, "--waiters-rate"},
+		"ramp too slow":          {func(o *options) { o.waitersRate = 2 }, "60 s wait"},
 		"changes past the wait":  {func(o *options) { o.waitersChanges, o.waitersSpacing = 100, time.Second }, "60 s wait"},
 		"gateway env without =":  {func(o *options) { o.gatewayEnv = envList{"GOGC"} }, "KEY=VALUE"},
 		"gateway env address":    {func(o *options) { o.gatewayEnv = envList{"EASEL_HTTP_ADDR=:1"} }, "sets"},
@@ -116,7 +118,7 @@ func TestWaitersOptions(t *testing.T) {
 	if err := (options{only: "http"}).check(); err != nil {
 		t.Errorf("http without waiters settings: %v", err)
 	}
-	want := "make bench (easelbench --rounds 1 --duration 8s --concurrency 64 --drain 10000 --only waiters --waiters 100 --waiters-changes 10 --waiters-spacing 15ms --gateway-env GOMEMLIMIT=200MiB)"
+	want := "make bench (easelbench --rounds 1 --duration 8s --concurrency 64 --drain 10000 --only waiters --waiters 100 --waiters-rate 1000 --waiters-changes 10 --waiters-spacing 15ms --gateway-env GOMEMLIMIT=200MiB)"
 	o := ok
 	o.rounds, o.concurrency, o.drain, o.redis, o.gatewayEnv = 1, 64, 10000, redisSingle, envList{"GOMEMLIMIT=200MiB"}
 	if got := commandLine(o); got != want {
