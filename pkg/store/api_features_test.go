@@ -111,9 +111,9 @@ func TestQueuePosition(t *testing.T) {
 	}
 	pos := func(seq int64) QueuePosition {
 		t.Helper()
-		p, err := s.QueuePositionOf(ctx, "standard", seq)
+		st, err := s.QueueStatsOf(ctx, "standard")
 		must(t, err)
-		return p
+		return st.PositionOf(seq, now)
 	}
 	if p := pos(seqs[9]); p.Position != 10 || p.Known {
 		t.Fatalf("before anything left: %+v, want 10 and no ETA", p)
@@ -132,8 +132,8 @@ func TestQueuePosition(t *testing.T) {
 	if p := pos(seqs[0]); p.Position != 1 {
 		t.Errorf("a task the counters put behind nobody: %+v, want 1", p)
 	}
-	if _, err := s.QueuePositionOf(ctx, "pro", 1); err != nil {
-		t.Errorf("an unused queue: %v", err)
+	if st, err := s.QueueStatsOf(ctx, "pro"); err != nil || st.PositionOf(3, now).Position != 3 {
+		t.Errorf("an unused queue: %+v, %v", st, err)
 	}
 }
 

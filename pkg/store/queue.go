@@ -7,9 +7,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/easelhq/easel/pkg/apperr"
-	"github.com/easelhq/easel/pkg/task"
 )
 
 // Queue positions. Each queue has two sequence numbers: how many tasks
@@ -66,69 +63,42 @@ type QueuePosition struct {
 	Known bool
 }
 
-// QueuePositionOf returns the position of the task that joined queue with
-// sequence number seq (NextQueueSeq).
-func (s *Store) QueuePositionOf(ctx context.Context, queue string, seq int64) (QueuePosition, error) {
-	v, err := s.rdb.HMGet(ctx, queueKey(queue), queueFields...).Result()
-	if err != nil {
-		return QueuePosition{}, fmt.Errorf("store: queue %s: %w", queue, err)
-	}
-	return s.positionOf(v, seq), nil
+// QueueStats are a queue's numbers: how many tasks left it, and the
+// sample of that count the ETA's rate is measured from.
+type QueueStats struct {
+	Dequeued int64
+	// SampleAt and SampleCount: the dequeued count at that time (zero:
+	// no sample yet).
+	SampleAt    time.Time
+	SampleCount int64
 }
 
-var queueFields = []string{"deq", "t0", "n0"}
-
-// positionOf computes a position from a queue's fields (queueFields).
-func (s *Store) positionOf(v []any, seq int64) QueuePosition {
+// QueueStatsOf reads a queue's numbers.
+func (s *Store) QueueStatsOf(ctx context.Context, queue string) (QueueStats, error) {
+	v, err := s.rdb.HMGet(ctx, queueKey(queue), "deq", "t0", "n0").Result()
+	if err != nil {
+		return QueueStats{}, fmt.Errorf("store: queue %s: %w", queue, err)
+	}
 	num := func(i int) int64 {
 		s, _ := v[i].(string)
 		n, _ := strconv.ParseInt(s, 10, 64)
 		return n
 	}
-	deq, t0, n0 := num(0), num(1), num(2)
-	qp := QueuePosition{Position: max(seq-deq, 1)}
-	now := s.now().UnixMilli()
-	if t0 > 0 && now > t0 && deq > n0 {
-		perMs := float64(deq-n0) / float64(now-t0)
+	st := QueueStats{Dequeued: num(0), SampleCount: num(2)}
+	if ms := num(1); ms > 0 {
+		st.SampleAt = time.UnixMilli(ms)
+	}
+	return st, nil
+}
+
+// PositionOf returns the position, at now, of the task that joined the
+// queue with sequence number seq (task.Task.QueueSeq).
+func (q QueueStats) PositionOf(seq int64, now time.Time) QueuePosition {
+	qp := QueuePosition{Position: max(seq-q.Dequeued, 1)}
+	if !q.SampleAt.IsZero() && now.After(q.SampleAt) && q.Dequeued > q.SampleCount {
+		perMs := float64(q.Dequeued-q.SampleCount) / float64(now.Sub(q.SampleAt).Milliseconds()+1)
 		qp.ETA = time.Duration(float64(qp.Position)/perMs) * time.Millisecond
 		qp.Known = true
 	}
 	return qp
-}
-
-// TaskPositioned is Task that also returns a pending task's queue position
-// (nil for a task not pending, or with no number in its queue), in the
-// same round trip: the queues' numbers are read with the record. queues
-// maps each model id to its queue.
-func (s *Store) TaskPositioned(ctx context.Context, accountID, taskID string, queues map[string]string) (*task.Task, *QueuePosition, error) {
-	var rec *redis.MapStringStringCmd
-	qs := map[string]*redis.SliceCmd{}
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		rec = p.HGetAll(ctx, taskKey(accountID, taskID))
-		for _, q := range queues {
-			if qs[q] == nil {
-				qs[q] = p.HMGet(ctx, queueKey(q), queueFields...)
-			}
-		}
-		return nil
-	}); err != nil {
-		return nil, nil, fmt.Errorf("store: task %s: %w", taskID, err)
-	}
-	m := rec.Val()
-	if len(m) == 0 {
-		return nil, nil, &apperr.NotFoundError{Kind: "task", ID: taskID}
-	}
-	t, err := decodeTask(accountID, taskID, m)
-	if err != nil {
-		return nil, nil, err
-	}
-	if t.Status != task.Pending || t.QueueSeq == 0 {
-		return t, nil, nil
-	}
-	q, ok := qs[queues[t.Model]]
-	if !ok {
-		return t, nil, nil
-	}
-	p := s.positionOf(q.Val(), t.QueueSeq)
-	return t, &p, nil
 }

@@ -6,6 +6,7 @@ package tasks
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -27,7 +28,7 @@ type Store interface {
 	CancelTask(ctx context.Context, accountID, taskID string) (store.Canceled, error)
 	ListTasks(ctx context.Context, accountID string, f store.TaskFilter) ([]*task.Task, string, error)
 	Dequeued(ctx context.Context, queue string, n int) error
-	TaskPositioned(ctx context.Context, accountID, taskID string, queues map[string]string) (*task.Task, *store.QueuePosition, error)
+	QueueStatsOf(ctx context.Context, queue string) (store.QueueStats, error)
 	HookQueued(ctx context.Context, accountID, taskID, event string) error
 }
 
@@ -81,11 +82,15 @@ type Service struct {
 	cfg    Config
 	meter  Meter
 	now    func() time.Time
+	// stats caches the queues' numbers (queueStats).
+	statsMu *sync.Mutex
+	stats   map[string]cachedStats
 }
 
 // NewService returns a service.
 func NewService(store Store, queue Queue, ids IDs, prices Prices, cfg Config) *Service {
-	return &Service{store: store, queue: queue, ids: ids, prices: prices, cfg: cfg, meter: noMeter{}, now: time.Now}
+	return &Service{store: store, queue: queue, ids: ids, prices: prices, cfg: cfg, meter: noMeter{}, now: time.Now,
+		statsMu: &sync.Mutex{}, stats: map[string]cachedStats{}}
 }
 
 // WithMeter returns a copy of the service that records what it does on m.
@@ -280,13 +285,51 @@ func (s *Service) List(ctx context.Context, accountID string, f store.TaskFilter
 }
 
 // GetPositioned is Get that also returns a pending task's place in its
-// queue (nil when it has none), read in the same round trip.
+// queue (nil when it has none). The queues' numbers are read at most every
+// queueStatsTTL by this process, not at each query: a position is an
+// estimate, and a query of a pending task then costs what any query does.
 func (s *Service) GetPositioned(ctx context.Context, accountID, taskID string) (*task.Task, *store.QueuePosition, error) {
-	t, p, err := s.store.TaskPositioned(ctx, accountID, taskID, s.cfg.Queues)
-	if err != nil && apperr.CodeOf(err) != apperr.NotFound {
-		return nil, nil, apperr.Transient(err, apperr.Unavailable, "the task store is unavailable, try again")
+	t, err := s.Get(ctx, accountID, taskID)
+	if err != nil || t.Status != task.Pending || t.QueueSeq == 0 {
+		return t, nil, err
 	}
-	return t, p, err
+	q, ok := s.cfg.Queues[t.Model]
+	if !ok {
+		return t, nil, nil
+	}
+	st, err := s.queueStats(ctx, q)
+	if err != nil {
+		logging.From(ctx).Debug("no queue position", zap.Error(err))
+		return t, nil, nil
+	}
+	p := st.PositionOf(t.QueueSeq, s.now())
+	return t, &p, nil
+}
+
+// queueStatsTTL is how long a queue's numbers read are used for.
+const queueStatsTTL = 250 * time.Millisecond
+
+type cachedStats struct {
+	stats store.QueueStats
+	at    time.Time
+}
+
+func (s *Service) queueStats(ctx context.Context, queue string) (store.QueueStats, error) {
+	now := s.now()
+	s.statsMu.Lock()
+	c, ok := s.stats[queue]
+	s.statsMu.Unlock()
+	if ok && now.Sub(c.at) < queueStatsTTL {
+		return c.stats, nil
+	}
+	st, err := s.store.QueueStatsOf(ctx, queue)
+	if err != nil {
+		return st, err
+	}
+	s.statsMu.Lock()
+	s.stats[queue] = cachedStats{stats: st, at: now}
+	s.statsMu.Unlock()
+	return st, nil
 }
 
 // Get returns a task of the account. Another account's task is
