@@ -849,17 +849,18 @@ func goroutines(ctx context.Context, pprof string) int {
 }
 
 // saveProfiles saves the gateway's heap profile and its goroutines (text)
-// under dir.
+// under dir, then the heap again as text after a collection (gc=1): its
+// runtime.MemStats are then the live heap.
 func saveProfiles(ctx context.Context, pprof, dir string, round int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for name, path := range map[string]string{
-		fmt.Sprintf("waiters-heap-round%d.pb.gz", round):    "/debug/pprof/heap",
-		fmt.Sprintf("waiters-goroutine-round%d.txt", round): "/debug/pprof/goroutine?debug=1",
-		fmt.Sprintf("waiters-heap-round%d.txt", round):      "/debug/pprof/heap?debug=1",
+	for _, f := range []struct{ name, path string }{
+		{fmt.Sprintf("waiters-heap-round%d.pb.gz", round), "/debug/pprof/heap"},
+		{fmt.Sprintf("waiters-goroutine-round%d.txt", round), "/debug/pprof/goroutine?debug=1"},
+		{fmt.Sprintf("waiters-heap-gc-round%d.txt", round), "/debug/pprof/heap?debug=1&gc=1"},
 	} {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, pprof+path, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, pprof+f.path, nil)
 		if err != nil {
 			return err
 		}
@@ -873,9 +874,9 @@ func saveProfiles(ctx context.Context, pprof, dir string, round int) error {
 			return err
 		}
 		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: HTTP %d", path, resp.StatusCode)
+			return fmt.Errorf("%s: HTTP %d", f.path, resp.StatusCode)
 		}
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, f.name), b, 0o644); err != nil {
 			return err
 		}
 	}

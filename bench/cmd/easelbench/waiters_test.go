@@ -206,7 +206,7 @@ func TestWaitersRun(t *testing.T) {
 			}
 		}
 	}
-	for _, f := range []string{"waiters-heap-round1.pb.gz", "waiters-goroutine-round1.txt", "waiters-heap-round1.txt"} {
+	for _, f := range []string{"waiters-heap-round1.pb.gz", "waiters-goroutine-round1.txt", "waiters-heap-gc-round1.txt"} {
 		if st, err := os.Stat(filepath.Join(profiles, f)); err != nil || st.Size() == 0 {
 			t.Errorf("profile %s: %v", f, err)
 		}
