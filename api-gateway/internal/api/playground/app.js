@@ -459,7 +459,7 @@
       await followTask(id, key, ctl.signal, render);
     } catch (err) {
       if (ctl.signal.aborted) return;
-      els.status.textContent = 'Error.';
+      els.status.textContent = 'The request failed.';
       showError(err instanceof APIError ? err.message : 'Network error: ' + (err && err.message ? err.message : String(err)));
     } finally {
       if (running === ctl) {
