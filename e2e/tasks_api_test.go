@@ -141,8 +141,16 @@ func TestWaitStreamListEndToEnd(t *testing.T) {
 	c.waitStatus(first, "processing")
 	second := c.create(stdBody("second"))
 	third := c.create(stdBody("third"))
-	if _, rec, b := c.query(third); rec.Status == "pending" && !strings.Contains(string(b), `"queue_position":2`) {
-		t.Errorf("the third task, behind one running and one queued: %s", b)
+	// Behind one running and one queued: second in its queue, once the
+	// gateway has read the queue's numbers again (at most 250 ms old).
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, rec, b := c.query(third)
+		if rec.Status != "pending" || strings.Contains(string(b), `"queue_position":2`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the third task, behind one running and one queued: %s", b)
+		}
 	}
 
 	// The stream of the second task, from pending to completed.
