@@ -149,8 +149,9 @@ type waitersRound struct {
 // waitersPhase is one phase's figures.
 type waitersPhase struct {
 	Waiting int `json:"waiting"` // requests the phase holds
-	// Held (client's view: sent and unanswered) when the changes began,
-	// and the fewest at any change.
+	// Held (client's view: written and unanswered, or being sent again at
+	// once after an answer) when the changes began, and the fewest at any
+	// change.
 	HeldAtStart int `json:"held_at_start"`
 	HeldMin     int `json:"held_min"`
 	// RampS is the time from the first request sent to all held, SettleS
@@ -661,6 +662,15 @@ func (s *phaseState) errors() []string {
 // nil) before that.
 func (p *waitersPhaseRun) hold(ctx context.Context, s *phaseState, w *waiter, pace <-chan time.Time, ramp chan struct{}) {
 	viaRamp, refusals := true, 0
+	// holding: the waiter has a request written and unanswered, or is
+	// sending the next at once after an answer; it counts in s.held.
+	var holding atomic.Bool
+	letGo := func() {
+		if holding.CompareAndSwap(true, false) {
+			s.held.Add(-1)
+		}
+	}
+	defer letGo()
 	for ctx.Err() == nil {
 		var release func()
 		if viaRamp && pace != nil {
@@ -679,7 +689,7 @@ func (p *waitersPhaseRun) hold(ctx context.Context, s *phaseState, w *waiter, pa
 			var once sync.Once
 			release = func() { once.Do(func() { <-ramp }) }
 		}
-		st, progress, arrived, err := p.query(ctx, s, w, release)
+		st, progress, arrived, err := p.query(ctx, s, w, &holding, release)
 		if release != nil {
 			release()
 		}
@@ -687,6 +697,7 @@ func (p *waitersPhaseRun) hold(ctx context.Context, s *phaseState, w *waiter, pa
 		if errors.As(err, &refused) && refusals < waitersRetries && ctx.Err() == nil {
 			refusals++
 			s.refuse.Add(1)
+			letGo()
 			select {
 			case <-ctx.Done():
 				return
@@ -761,13 +772,11 @@ func shows(k changeKind, status string, progress int) bool {
 }
 
 // query sends one wait request on w's task and returns the answer's status
-// and progress and when it arrived. The request counts as held from when
-// it is written until its answer; written calls release.
-func (p *waitersPhaseRun) query(ctx context.Context, s *phaseState, w *waiter, release func()) (status string, progress int, arrived int64, err error) {
-	var written atomic.Bool
+// and progress and when it arrived. Once written, the waiter is holding
+// (and counts in s.held) if it was not already; written calls release.
+func (p *waitersPhaseRun) query(ctx context.Context, s *phaseState, w *waiter, holding *atomic.Bool, release func()) (status string, progress int, arrived int64, err error) {
 	trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
-		if info.Err == nil {
-			written.Store(true)
+		if info.Err == nil && holding.CompareAndSwap(false, true) {
 			s.held.Add(1)
 		}
 		if release != nil {
@@ -784,9 +793,6 @@ func (p *waitersPhaseRun) query(ctx context.Context, s *phaseState, w *waiter, r
 	req.Header.Set("Authorization", "Bearer "+w.key)
 	resp, err := s.client.Do(req)
 	arrived = s.now()
-	if written.Load() {
-		s.held.Add(-1)
-	}
 	if err != nil {
 		return "", 0, 0, err
 	}
