@@ -262,10 +262,9 @@ func easelPods(t *testing.T, objs *objects) []*easelPod {
 					t.Errorf("deployment %s: %s is a literal; take it from a Secret", d.Name, k)
 				}
 			}
-			required := []string{"EASEL_REDIS_URL"}
-			if bin.name == "gateway" {
-				required = append(required, "EASEL_SIGNING_SECRET")
-			}
+			// The workers sign the result URLs of webhook bodies with the
+			// gateways' key.
+			required := []string{"EASEL_REDIS_URL", "EASEL_SIGNING_SECRET"}
 			for _, k := range required {
 				if !p.fromSecret[k] {
 					t.Errorf("deployment %s: %s must be set, from a Secret", d.Name, k)
@@ -295,7 +294,33 @@ func TestWiring(t *testing.T) {
 			checkKEDA(t, objs, pods)
 			checkStorage(t, objs, pods)
 			checkRedis(t, objs, pods)
+			checkResultURLs(t, pods)
 		})
+	}
+}
+
+// checkResultURLs: the workers make the result URLs of webhook bodies as
+// the gateway does, with its key and its public address.
+func checkResultURLs(t *testing.T, pods []*easelPod) {
+	var gw *easelPod
+	for _, p := range pods {
+		if p.gw != nil {
+			gw = p
+		}
+	}
+	if gw == nil {
+		return
+	}
+	for _, p := range pods {
+		if p.wk == nil {
+			continue
+		}
+		if p.env["EASEL_SIGNING_SECRET"] != gw.env["EASEL_SIGNING_SECRET"] {
+			t.Errorf("deployment %s signs result URLs with another key than %s", p.dep.Name, gw.dep.Name)
+		}
+		if p.wk.PublicURL != gw.gw.PublicURL {
+			t.Errorf("deployment %s makes result URLs under %s; the gateway serves them at %s", p.dep.Name, p.wk.PublicURL, gw.gw.PublicURL)
+		}
 	}
 }
 
