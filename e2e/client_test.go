@@ -664,4 +664,15 @@ func TestContractCheck(t *testing.T) {
 			}
 		})
 	}
+
+	// A stream read with the client's stream, checked on the way.
+	answer.Lock()
+	answer.status, answer.ctype = 200, "text/event-stream"
+	answer.body = "event: task\nid: 1\ndata: " + record + "\n\n: keepalive\n\nevent: task\nid: 2\ndata: " + final + "\n\n"
+	answer.Unlock()
+	rec := &reportRecorder{TB: t}
+	st, events, _ := newClient(rec, srv.URL, "esk_0123456789012345678901234567890123456789").stream(id, 5*time.Second)
+	if st != 200 || len(events) != 2 || events[1].ID != "2" || events[1].Event != "task" || string(events[1].Data) != final || len(rec.errors) != 0 {
+		t.Errorf("stream: %d %+v, reported %v", st, events, rec.errors)
+	}
 }
