@@ -424,13 +424,20 @@ func (a *apiContract) check(req *http.Request, reqBody []byte, resp *http.Respon
 		// Not an operation of the document: the gateway must refuse it as
 		// the document says unknown paths and methods are refused.
 		want, what := http.StatusNotFound, "a path the document does not have"
-		if pathItem != nil {
+		switch {
+		case pathItem != nil && req.Method == http.MethodOptions:
+			want, what = http.StatusNoContent, "OPTIONS of a path of the document"
+		case pathItem != nil:
 			want, what = http.StatusMethodNotAllowed, "a method the document does not have for this path"
 		}
 		if resp.StatusCode != want {
 			return []string{fmt.Sprintf("%s; want %d", what, want)}
 		}
-		if req.Method != http.MethodHead {
+		if want == http.StatusNoContent {
+			if resp.Header.Get("Allow") == "" {
+				problems = append(problems, "OPTIONS without Allow")
+			}
+		} else if req.Method != http.MethodHead {
 			problems = append(problems, a.checkError(resp, respBody)...)
 		}
 		if resp.Header.Get("X-Request-Id") == "" {
@@ -627,6 +634,7 @@ func TestContractCheck(t *testing.T) {
 		{name: "an unknown path", method: "GET", path: "/v1/nothing", status: 404, ctype: jsonType, body: `{"code":404,"msg":"no such endpoint","data":null}`, wantLog: "does not have"},
 		{name: "an unknown path served", method: "GET", path: "/v1/nothing", status: 200, ctype: jsonType, body: `{}`, wantError: "want 404"},
 		{name: "a wrong method", method: "DELETE", path: "/v1/task/query", status: 405, ctype: jsonType, body: `{"code":405,"msg":"method not allowed on this endpoint","data":null}`, wantLog: "method"},
+		{name: "options", method: "OPTIONS", path: "/v1/task/query", status: 204, ctype: "", body: "", wantError: "Allow"},
 		{name: "a wrong method served", method: "DELETE", path: "/v1/task/query", status: 200, ctype: jsonType, body: record, wantError: "want 405"},
 		{name: "a stream", method: "GET", path: "/v1/task/stream?task_id=" + id, status: 200, ctype: "text/event-stream",
 			body: "event: task\nid: 1\ndata: " + record + "\n\n: keepalive\n\nevent: task\nid: 2\ndata: " + final + "\n\n"},
