@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
-	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/pkg/apperr"
@@ -120,9 +117,13 @@ func (h *hooks) retryDelay(n int, err error) time.Duration {
 	return d
 }
 
+// errGiveUp: a delivery was given up on (an answer not worth retrying, its
+// retries used up, its task gone); the job is not to run again.
+var errGiveUp = errors.New("webhook given up")
+
 // deliver makes an attempt at delivering d; retried is how many attempts
 // came before. It returns nil once the delivery has ended (delivered, or
-// ended before), an error wrapping asynq.SkipRetry when it gives up, and
+// ended before), an error wrapping errGiveUp when it gives up, and
 // another error to be retried.
 func (h *hooks) deliver(ctx context.Context, d jobs.DeliverWebhook, retried int) error {
 	log := h.log.With(zap.String("task_id", d.TaskID), zap.String("account_id", d.AccountID), zap.String("event", d.Event), zap.Int("seq", d.Seq), zap.Int("attempt", retried+1))
@@ -144,7 +145,7 @@ func (h *hooks) deliver(ctx context.Context, d jobs.DeliverWebhook, retried int)
 				return err
 			}
 			h.record(ctx, log, d, store.HookAttempt{Time: h.now(), Error: "the task's record expired before the event could be delivered"}, store.HookFailed, store.HookMessage{})
-			return fmt.Errorf("%w: task record gone", asynq.SkipRetry)
+			return fmt.Errorf("%w: task record gone", errGiveUp)
 		}
 		if !ok {
 			log.Debug("webhook: the task's callback does not want this event")
@@ -181,7 +182,7 @@ func (h *hooks) deliver(ctx context.Context, d jobs.DeliverWebhook, retried int)
 	}
 	h.record(ctx, log, d, a, store.HookFailed, store.HookMessage{})
 	log.Warn("webhook not delivered; giving up", zap.Int("status", res.StatusCode), zap.String("error", res.Error), zap.Stringer("outcome", res.Outcome))
-	return fmt.Errorf("%w: %s", asynq.SkipRetry, res.Error)
+	return fmt.Errorf("%w: %s", errGiveUp, res.Error)
 }
 
 // record adds an attempt to the delivery's log, and reports whether the
@@ -260,58 +261,4 @@ func (h *hooks) recoverLoop(ctx context.Context, every time.Duration) {
 		}
 		h.recoverRound(ctx, every)
 	}
-}
-
-// hookServer is the Asynq server of webhook deliveries: the "webhooks"
-// queue only, with its own concurrency.
-type hookServer struct {
-	srv *asynq.Server
-	mux *asynq.ServeMux
-}
-
-func newHookServer(rdb redis.UniversalClient, cfg Config, h *hooks, log *zap.Logger) *hookServer {
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
-		Concurrency:              cfg.WebhookConcurrency,
-		Queues:                   map[string]int{jobs.WebhookQueue: 1},
-		TaskCheckInterval:        cfg.TaskCheckInterval,
-		DelayedTaskCheckInterval: hookCheckInterval,
-		ShutdownTimeout:          cfg.ShutdownTimeout,
-		RetryDelayFunc:           func(n int, err error, _ *asynq.Task) time.Duration { return h.retryDelay(n, err) },
-		Logger:                   asynqLogger{log.Sugar().With("component", "asynq-webhooks")},
-		LogLevel:                 asynq.ErrorLevel, // a delivery given up on is logged by deliver
-	})
-	mux := asynq.NewServeMux()
-	mux.HandleFunc(jobs.TypeDeliverWebhook, func(ctx context.Context, t *asynq.Task) error {
-		d, err := jobs.ParseDeliverWebhook(t)
-		if err != nil {
-			id, _ := asynq.GetTaskID(ctx)
-			log.Error("undecodable webhook job; archiving it", zap.String("job", id), zap.Error(err))
-			return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
-		}
-		retried, _ := asynq.GetRetryCount(ctx)
-		return h.deliver(ctx, d, retried)
-	})
-	return &hookServer{srv: srv, mux: mux}
-}
-
-func (s *hookServer) start() error {
-	if s == nil {
-		return nil
-	}
-	return s.srv.Start(s.mux)
-}
-
-// shutdown stops the servers at once, each waiting for its running jobs
-// up to its shutdown timeout.
-func shutdown(srv *asynq.Server, hs *hookServer) {
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		srv.Shutdown()
-	}()
-	if hs != nil {
-		hs.srv.Shutdown()
-	}
-	wg.Wait()
 }

@@ -127,7 +127,7 @@ func (e *hookEnv) deliveries(t *testing.T, id string) []store.HookDelivery {
 }
 
 // Each attempt's outcome and what deliver does with it: the state it
-// records, and whether Asynq is to retry, give up (SkipRetry) or stop.
+// records, and whether Asynq is to retry, give up (errGiveUp) or stop.
 func TestHookDeliver(t *testing.T) {
 	type step struct {
 		retried   int
@@ -164,7 +164,7 @@ func TestHookDeliver(t *testing.T) {
 				switch {
 				case s.wantErr == "" && err != nil,
 					s.wantErr == "retry" && !errors.As(err, &rl),
-					s.wantErr == "skip" && !errors.Is(err, asynq.SkipRetry):
+					s.wantErr == "skip" && !errors.Is(err, errGiveUp):
 					t.Fatalf("step %d: deliver = %v; want %s", i, err, s.wantErr)
 				}
 				if s.after > 0 && (rl.after != s.after || e.h.retryDelay(s.retried, err) != s.after) {
@@ -249,8 +249,8 @@ func TestHookDeliverNothingToSend(t *testing.T) {
 		t.Errorf("deliver of an unwanted event = %v", err)
 	}
 	err := e.h.deliver(ctx, jobs.DeliverWebhook{AccountID: e.acct, TaskID: "task_lumen_gone", Event: task.EventCompleted}, 0)
-	if !errors.Is(err, asynq.SkipRetry) {
-		t.Errorf("deliver for a task gone = %v; want SkipRetry", err)
+	if !errors.Is(err, errGiveUp) {
+		t.Errorf("deliver for a task gone = %v; want errGiveUp", err)
 	}
 	if n := len(rc.requests()); n != 0 {
 		t.Errorf("%d requests", n)
@@ -334,6 +334,8 @@ func TestHookServer(t *testing.T) {
 	ctx := context.Background()
 	rc := newHookReceiver(t, "500", "500", "200")
 	e.completed(t, "task_lumen_1", rc.srv.URL, task.DefaultEvents...)
+	bad := newHookReceiver(t, "404")
+	e.completed(t, "task_lumen_2", bad.srv.URL, task.DefaultEvents...)
 	cfg, err := LoadConfig(environ("EASEL_WEBHOOK_CONCURRENCY", "2", "EASEL_SHUTDOWN_TIMEOUT", "1s"))
 	if err != nil {
 		t.Fatal(err)
@@ -360,5 +362,26 @@ func TestHookServer(t *testing.T) {
 	}
 	if n := len(rc.requests()); n != 3 {
 		t.Errorf("%d requests; want 3", n)
+	}
+
+	// A delivery given up on is not retried: its job is archived.
+	e.h.Notify(ctx, e.acct, "task_lumen_2", task.EventCompleted, 0)
+	insp := asynq.NewInspectorFromRedisClient(e.rdb)
+	for {
+		archived, _ := insp.ListArchivedTasks(jobs.WebhookQueue)
+		if len(archived) == 1 && archived[0].ID == jobs.WebhookID("task_lumen_2", task.EventCompleted, 0) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("archived %+v", archived)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond) // past the check for due retries
+	if n := len(bad.requests()); n != 1 {
+		t.Errorf("%d requests to a receiver answering 404; want 1", n)
+	}
+	if ds := e.deliveries(t, "task_lumen_2"); len(ds) != 1 || ds[0].State != store.HookFailed {
+		t.Errorf("deliveries %+v", ds)
 	}
 }

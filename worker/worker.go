@@ -234,6 +234,65 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	return runErr
 }
 
+// hookServer is the Asynq server of webhook deliveries: the "webhooks"
+// queue only, with its own concurrency.
+type hookServer struct {
+	srv *asynq.Server
+	mux *asynq.ServeMux
+}
+
+func newHookServer(rdb redis.UniversalClient, cfg Config, h *hooks, log *zap.Logger) *hookServer {
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Concurrency:              cfg.WebhookConcurrency,
+		Queues:                   map[string]int{jobs.WebhookQueue: 1},
+		TaskCheckInterval:        cfg.TaskCheckInterval,
+		DelayedTaskCheckInterval: hookCheckInterval,
+		ShutdownTimeout:          cfg.ShutdownTimeout,
+		RetryDelayFunc:           func(n int, err error, _ *asynq.Task) time.Duration { return h.retryDelay(n, err) },
+		Logger:                   asynqLogger{log.Sugar().With("component", "asynq-webhooks")},
+		LogLevel:                 asynq.ErrorLevel, // a delivery given up on is logged by deliver
+	})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc(jobs.TypeDeliverWebhook, func(ctx context.Context, t *asynq.Task) error {
+		d, err := jobs.ParseDeliverWebhook(t)
+		if err != nil {
+			id, _ := asynq.GetTaskID(ctx)
+			log.Error("undecodable webhook job; archiving it", zap.String("job", id), zap.Error(err))
+			return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
+		}
+		retried, _ := asynq.GetRetryCount(ctx)
+		if err := h.deliver(ctx, d, retried); errors.Is(err, errGiveUp) {
+			return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
+		} else if err != nil {
+			return err
+		}
+		return nil
+	})
+	return &hookServer{srv: srv, mux: mux}
+}
+
+func (s *hookServer) start() error {
+	if s == nil {
+		return nil
+	}
+	return s.srv.Start(s.mux)
+}
+
+// shutdown stops the servers at once, each waiting for its running jobs
+// up to its shutdown timeout.
+func shutdown(srv *asynq.Server, hs *hookServer) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		srv.Shutdown()
+	}()
+	if hs != nil {
+		hs.srv.Shutdown()
+	}
+	wg.Wait()
+}
+
 // resultSecret is the key of the result URLs in webhook bodies: the
 // gateways' EASEL_SIGNING_SECRET. Without it those URLs could not be
 // verified: a random key stands in, and the worker says so.
