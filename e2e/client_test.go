@@ -515,6 +515,66 @@ func (a *apiContract) checkStream(body []byte) []string {
 	return problems
 }
 
+// checkWebhook checks a webhook delivery that a test's receiver got, from
+// the gateway at base's deployment, against the document's webhooks: the
+// event its body names, the Standard Webhooks headers and the body.
+func checkWebhook(t testing.TB, base string, hdr http.Header, body []byte) {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := contractOf(u.Scheme + "://" + u.Host)
+	if err != nil || a == nil {
+		t.Errorf("openapi: no document to check a webhook against: %v", err)
+		return
+	}
+	for _, p := range a.checkWebhook(hdr, body) {
+		t.Errorf("openapi: webhook %s: %s", body, p)
+	}
+}
+
+func (a *apiContract) checkWebhook(hdr http.Header, body []byte) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var ev struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(body, &ev); err != nil {
+		return []string{"the body is not a JSON object with a type"}
+	}
+	item := a.model.Webhooks.GetOrZero(ev.Type)
+	if item == nil || item.Post == nil {
+		return []string{fmt.Sprintf("the document has no webhook %q", ev.Type)}
+	}
+	op := item.Post
+	var problems []string
+	for _, p := range op.Parameters {
+		if p.In != "header" {
+			continue
+		}
+		v := hdr.Get(p.Name)
+		if v == "" {
+			if p.Required != nil && *p.Required {
+				problems = append(problems, "no "+p.Name+" header")
+			}
+			continue
+		}
+		jv, _ := json.Marshal(v)
+		if ok, errs := a.schemas.ValidateSchemaBytes(p.Schema.Schema(), jv); !ok {
+			problems = append(problems, fmt.Sprintf("header %s: %q: %s", p.Name, v, describe(errs)))
+		}
+	}
+	media, ok := helpers.FindMediaType(op.RequestBody.Content, hdr.Get("Content-Type"))
+	if !ok {
+		return append(problems, fmt.Sprintf("Content-Type %q is not the document's", hdr.Get("Content-Type")))
+	}
+	if ok, errs := a.schemas.ValidateSchemaBytes(media.Schema.Schema(), body); !ok {
+		problems = append(problems, describe(errs))
+	}
+	return problems
+}
+
 // parseSSE splits a text/event-stream into its events; comment lines
 // (": keepalive") are skipped. Each event must have one data line.
 func parseSSE(b []byte) ([]sseEvent, error) {
@@ -671,6 +731,39 @@ func TestContractCheck(t *testing.T) {
 				t.Errorf("a raw request's check was logged: %s", logs)
 			}
 		})
+	}
+
+	// Webhook deliveries, as a receiver gets them.
+	delivery := []byte(`{"type":"task.canceled","timestamp":"2026-11-22T14:38:19.002Z","data":` + final + `}`)
+	goodHeaders := http.Header{
+		"Content-Type":      {"application/json"},
+		"User-Agent":        {"Easel-Webhooks/1.0"},
+		"Webhook-Id":        {"msg_" + id + "_canceled"},
+		"Webhook-Timestamp": {"1795359101"},
+		"Webhook-Signature": {"v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4="},
+	}
+	wrec := &reportRecorder{TB: t}
+	checkWebhook(wrec, srv.URL, goodHeaders, delivery)
+	if len(wrec.errors) != 0 {
+		t.Errorf("a good delivery: %v", wrec.errors)
+	}
+	unsigned := goodHeaders.Clone()
+	unsigned.Del("Webhook-Signature")
+	for name, tt := range map[string]struct {
+		hdr  http.Header
+		body []byte
+		want string
+	}{
+		"unsigned":      {unsigned, delivery, "webhook-signature"},
+		"unknown event": {goodHeaders, bytes.Replace(delivery, []byte("task.canceled"), []byte("task.lost"), 1), "task.lost"},
+		"a bad record":  {goodHeaders, bytes.Replace(delivery, []byte(`"results":[]`), []byte(`"results":["x"]`), 1), "results"},
+		"another type":  {http.Header{"Content-Type": {"text/plain"}}, delivery, "text/plain"},
+	} {
+		wrec := &reportRecorder{TB: t}
+		checkWebhook(wrec, srv.URL, tt.hdr, tt.body)
+		if errs := strings.Join(wrec.errors, "\n"); !strings.Contains(errs, tt.want) {
+			t.Errorf("delivery %s: reported %q; want an error about %q", name, errs, tt.want)
+		}
 	}
 
 	// A stream read with the client's stream, checked on the way.
