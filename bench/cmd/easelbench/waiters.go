@@ -18,9 +18,12 @@ package main
 // alternates between rounds:
 //
 //   - loaded: it holds one wait=60 request per task (a keep-alive
-//     connection each), until all --waiters are sent and unanswered and the
-//     gateway has a file open for each, reads the gateway's VmRSS, VmHWM,
-//     open files and goroutines, and then changes --waiters-changes of the
+//     connection each, sent at --waiters-rate a second, 32 unwritten at
+//     most; one refused, 503 or 429, is sent again after its Retry-After),
+//     until all --waiters are written and unanswered, the gateway has a
+//     file open for each and is idle; reads the gateway's VmRSS, VmHWM,
+//     open files, goroutines, Redis connections and the subscribers of the
+//     task events channel; and then changes --waiters-changes of the
 //     tasks, one at a time, --waiters-spacing apart, with pkg/store, as a
 //     worker does: half are started (pending → processing, StartTask), the
 //     other half, started before the requests were sent, get progress 50
