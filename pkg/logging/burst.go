@@ -53,6 +53,10 @@ func (b *Burst) Fail(log *zap.Logger, err error, fields ...zap.Field) {
 	}
 }
 
+// Failing reports whether a burst of failures is going on: a caller on a
+// hot path asks before building the logger OK takes.
+func (b *Burst) Failing() bool { return b.failing.Load() }
+
 // OK records a success, ending a burst of failures if one is going on.
 func (b *Burst) OK(log *zap.Logger) {
 	if !b.failing.Load() {

@@ -163,7 +163,9 @@ func (h *handlers) limit(class string) echo.MiddlewareFunc {
 				h.limiterDown.Fail(logging.From(ctx), err, zap.String("choice", "failing closed: requests are refused, 503"))
 				return logged{apperr.Transient(err, apperr.Unavailable, "the service is unavailable, try again")}
 			}
-			h.limiterDown.OK(logging.From(ctx))
+			if h.limiterDown.Failing() { // else no logger is built: the common case
+				h.limiterDown.OK(logging.From(ctx))
+			}
 			hdr := c.Response().Header()
 			hdr.Set("X-RateLimit-Limit", strconv.Itoa(res.Limit))
 			hdr.Set("X-RateLimit-Remaining", strconv.Itoa(res.Remaining))

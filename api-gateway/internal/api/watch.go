@@ -72,13 +72,16 @@ func (h *handlers) waitQuery(c echo.Context, accountID, id string, wait time.Dur
 	base := h.baseContext(c)
 	w := h.Watch.Watch(accountID, id)
 	defer w.Stop()
-	// Read after registering: a change between the two is not missed.
-	t, pos, err := h.read(base, accountID, id)
+	// Read after registering: a change between the two is not missed. The
+	// plain read (no queue position): a waiting request keeps the stack
+	// its first read grew, and ten thousand of them add up
+	// (BENCHMARKS.md); the answer reads the position.
+	t, err := h.readPlain(base, accountID, id)
 	if err != nil {
-		return err
+		return h.readFailed(base, err)
 	}
 	if t.Status.Final() || w.Closed() {
-		return h.answerTask(c, t, pos)
+		return h.answerNow(c, base, accountID, id)
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -87,21 +90,42 @@ func (h *handlers) waitQuery(c echo.Context, accountID, id string, wait time.Dur
 		case <-w.C:
 			now, pos, err := h.read(base, accountID, id)
 			if err != nil {
-				return err
+				return h.readFailed(base, err)
 			}
 			if changed(t, now) || w.Closed() {
 				return h.answerTask(c, now, pos)
 			}
 		case <-timer.C:
-			now, pos, err := h.read(base, accountID, id)
-			if err != nil {
-				return err
-			}
-			return h.answerTask(c, now, pos)
+			return h.answerNow(c, base, accountID, id)
 		case <-base.Done():
 			return nil // the client went away
 		}
 	}
+}
+
+func (h *handlers) readPlain(base context.Context, accountID, id string) (*task.Task, error) {
+	ctx, cancel := h.readContext(base)
+	defer cancel()
+	return h.Tasks.Get(ctx, accountID, id)
+}
+
+// answerNow reads the task with its position and answers with it.
+func (h *handlers) answerNow(c echo.Context, base context.Context, accountID, id string) error {
+	t, pos, err := h.read(base, accountID, id)
+	if err != nil {
+		return h.readFailed(base, err)
+	}
+	return h.answerTask(c, t, pos)
+}
+
+// readFailed is a waiting request's read error, unless its client has gone
+// (nothing to answer, nothing to log: a gateway stopping while clients
+// disconnect would log thousands).
+func (h *handlers) readFailed(base context.Context, err error) error {
+	if base.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 // answerTask writes a task record, with its queue position if pending.
@@ -176,6 +200,9 @@ func (h *handlers) stream(c echo.Context) error {
 		case <-w.C:
 			now, pos, err := h.read(base, acct, id)
 			if err != nil {
+				if base.Err() != nil {
+					return nil // the client went away
+				}
 				status, msg := classify(err)
 				log.Warn("stream: could not read the task; the stream ends", zap.Error(err))
 				send("error", envelope{Code: status, Msg: msg})
