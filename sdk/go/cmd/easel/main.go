@@ -25,7 +25,7 @@ func main() {
 	err := a.run(ctx)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "easel:", err)
+		fmt.Fprintf(os.Stderr, "easel: %v\n", err)
 		os.Exit(1)
 	}
 }
