@@ -110,8 +110,11 @@ func TestSDK(t *testing.T) {
 		first = task.ID
 		// Pending behind the other task, then processing with progress
 		// rising, then completed.
-		if updates[0].Status != easel.StatusPending || updates[0].QueuePosition == nil || *updates[0].QueuePosition != 1 {
-			t.Errorf("first update %+v; want pending, first in its queue", updates[0])
+		// First in its queue; or second, read within the 250 ms a gateway
+		// keeps a queue's numbers, from before the task ahead started
+		// (occupy saw it start an instant ago).
+		if updates[0].Status != easel.StatusPending || updates[0].QueuePosition == nil || *updates[0].QueuePosition < 1 || *updates[0].QueuePosition > 2 {
+			t.Errorf("first update %+v (position %v); want pending, first in its queue", updates[0], deref(updates[0].QueuePosition))
 		}
 		intermediate := 0
 		for i, u := range updates {
@@ -482,4 +485,11 @@ func (o openapi) sameEnum(what string, schema map[string]any, want ...any) {
 	if !slices.Equal(got, exp) {
 		o.t.Errorf("%s: the SDK has %v; the document %v", what, exp, got)
 	}
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
