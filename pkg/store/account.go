@@ -224,6 +224,32 @@ func (s *Store) accountIDs(ctx context.Context) ([]string, error) {
 	return s.rdb.ZRange(ctx, accountsKey(), 0, -1).Result()
 }
 
+// dueByAccount reads, for every account, up to limit members of its sorted
+// set key(account) scored at most max (a Redis score bound: "(" makes it
+// exclusive), in one pipeline: what the recoveries (queue checks, overdue
+// tasks, webhooks due) scan. It returns the account ids and, for each, its
+// members with their scores.
+func (s *Store) dueByAccount(ctx context.Context, key func(accountID string) string, max string, limit int64) ([]string, [][]redis.Z, error) {
+	ids, err := s.accountIDs(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmds := make([]*redis.ZSliceCmd, len(ids))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.ZRangeByScoreWithScores(ctx, key(id), &redis.ZRangeBy{Min: "-inf", Max: max, Count: limit})
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	due := make([][]redis.Z, len(ids))
+	for i, c := range cmds {
+		due[i] = c.Val()
+	}
+	return ids, due, nil
+}
+
 // setIfExists sets fields of an existing hash; 0 when there is none.
 var setIfExists = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end

@@ -698,26 +698,17 @@ type QueueCheck struct {
 // ends; the checker moves each check on (ScheduleQueueCheck) or drops it
 // (DropQueueCheck).
 func (s *Store) QueueChecks(ctx context.Context, now time.Time, limit int64) ([]QueueCheck, error) {
-	ids, err := s.accountIDs(ctx)
+	ids, due, err := s.dueByAccount(ctx, unqueuedKey, strconv.FormatInt(now.UnixMilli(), 10), limit)
 	if err != nil {
-		return nil, fmt.Errorf("store: queue checks: %w", err)
-	}
-	max := strconv.FormatInt(now.UnixMilli(), 10)
-	cmds := make([]*redis.StringSliceCmd, len(ids))
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.ZRangeByScore(ctx, unqueuedKey(id), &redis.ZRangeBy{Min: "-inf", Max: max, Count: limit})
-		}
-		return nil
-	}); err != nil {
 		return nil, fmt.Errorf("store: queue checks: %w", err)
 	}
 	var out []QueueCheck
 	for i, id := range ids {
-		for _, t := range cmds[i].Val() {
+		for _, z := range due[i] {
 			if int64(len(out)) >= limit {
 				break
 			}
+			t, _ := z.Member.(string)
 			out = append(out, QueueCheck{AccountID: id, TaskID: t})
 		}
 	}
@@ -811,23 +802,14 @@ type Overdue struct{ AccountID, TaskID string }
 // deadline plus a margin): tasks whose worker died on the last attempt, or
 // whose job expired in the queue.
 func (s *Store) Overdue(ctx context.Context, limit int64) ([]Overdue, error) {
-	ids, err := s.accountIDs(ctx)
+	ids, due, err := s.dueByAccount(ctx, inflightKey, "("+strconv.FormatInt(s.now().UnixMilli(), 10), limit)
 	if err != nil {
-		return nil, fmt.Errorf("store: overdue: %w", err)
-	}
-	now := strconv.FormatInt(s.now().UnixMilli(), 10)
-	cmds := make([]*redis.StringSliceCmd, len(ids))
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.ZRangeByScore(ctx, inflightKey(id), &redis.ZRangeBy{Min: "-inf", Max: "(" + now, Count: limit})
-		}
-		return nil
-	}); err != nil {
 		return nil, fmt.Errorf("store: overdue: %w", err)
 	}
 	var out []Overdue
 	for i, id := range ids {
-		for _, t := range cmds[i].Val() {
+		for _, z := range due[i] {
+			t, _ := z.Member.(string)
 			out = append(out, Overdue{AccountID: id, TaskID: t})
 			if int64(len(out)) >= limit {
 				return out, nil

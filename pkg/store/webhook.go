@@ -394,23 +394,13 @@ type HookDue struct {
 // takes it off (HookQueued), so what stays there a while is an event whose
 // queueing failed or never happened (its worker or gateway stopped).
 func (s *Store) HooksDue(ctx context.Context, before time.Time, limit int64) ([]HookDue, error) {
-	ids, err := s.accountIDs(ctx)
+	ids, due, err := s.dueByAccount(ctx, hooksKey, "("+strconv.FormatInt(before.UnixMilli(), 10), limit)
 	if err != nil {
-		return nil, fmt.Errorf("store: webhooks due: %w", err)
-	}
-	maxScore := "(" + strconv.FormatInt(before.UnixMilli(), 10)
-	cmds := make([]*redis.ZSliceCmd, len(ids))
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.ZRangeByScoreWithScores(ctx, hooksKey(id), &redis.ZRangeBy{Min: "-inf", Max: maxScore, Count: limit})
-		}
-		return nil
-	}); err != nil {
 		return nil, fmt.Errorf("store: webhooks due: %w", err)
 	}
 	var out []HookDue
 	for i, id := range ids {
-		for _, z := range cmds[i].Val() {
+		for _, z := range due[i] {
 			m, _ := z.Member.(string)
 			taskID, event, ok := strings.Cut(m, "|")
 			if !ok {
