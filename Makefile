@@ -1,6 +1,9 @@
 # Easel: `make run` starts the whole stack locally; `make test` runs every test.
 GO      ?= go
-MODULES := proto pkg tools/testkit tools api-gateway worker sdk/go e2e bench deploy
+# Two modules: the repository (services, shared packages, tools, tests)
+# and the Go SDK, which users import on its own and which has no dependency
+# of ours.
+MODULES := . sdk/go
 BIN     := bin
 # Race detection for every test run.
 TESTFLAGS ?= -race -count=1 -timeout 15m
@@ -11,7 +14,8 @@ all: build
 
 help:
 	@echo "make run    - the whole stack locally (embedded Redis unless EASEL_REDIS_URL is set)"
-	@echo "make test   - every test of every module, with -race"
+	@echo "make test   - every test, with -race (CI runs this)"
+	@echo "make test-short - the quick inner loop: every package once, no race detector"
 	@echo "make build  - bin/gateway, bin/worker, bin/devstack, bin/easelctl, bin/loadgen, bin/easel"
 	@echo "make proto  - regenerate the queue payload code from proto/"
 	@echo "make lint   - go vet and staticcheck on every module"
@@ -32,28 +36,35 @@ EASEL_DEV_API_KEY ?= esk_local_development_key_do_not_deploy_01
 run: build
 	EASEL_DEV_API_KEY=$(EASEL_DEV_API_KEY) ./$(BIN)/devstack
 
-# go test ./... at the root would miss modules: loop over every one. Then
-# the end-to-end flows again, on a 3-master Redis Cluster, and the whole
-# end-to-end suite again with results in S3 (a private MinIO, built once
-# from the Go module proxy and cached: several minutes the first time).
+# Every test of both modules with the race detector; then the end-to-end
+# flows again on a 3-master Redis Cluster, and the whole end-to-end suite
+# again with results in S3 (a private MinIO, built once from the Go module
+# proxy and cached: several minutes the first time).
 CLUSTER_E2E := TestEndToEnd|TestFailedTaskIsRefunded|TestEaselctl|TestConcurrentCreatesNeverOverdraw|TestRecoveryQueuesAndExpires|TestCancelEndToEnd|TestWaitStreamListEndToEnd
 test:
 	@echo "==> MinIO for the S3 tests"
-	cd tools/testkit && $(GO) run ./cmd/minio-install
+	$(GO) run ./tools/testkit/cmd/minio-install
 	@set -e; for m in $(MODULES); do \
 		echo "==> go test $$m"; \
 		(cd $$m && $(GO) test $(TESTFLAGS) ./...); \
 	done
 	@echo "==> go test e2e on a Redis Cluster"
-	cd e2e && EASEL_E2E_REDIS=cluster $(GO) test $(TESTFLAGS) -run '$(CLUSTER_E2E)' .
+	EASEL_E2E_REDIS=cluster $(GO) test $(TESTFLAGS) -run '$(CLUSTER_E2E)' ./e2e
 	@echo "==> go test e2e with results in S3"
-	cd e2e && EASEL_E2E_BLOB=s3 $(GO) test $(TESTFLAGS) .
+	EASEL_E2E_BLOB=s3 $(GO) test $(TESTFLAGS) ./e2e
+
+# The inner loop: every package once, no race detector, no cluster or S3
+# pass; -short skips the slowest end-to-end tests (browser, failover).
+test-short:
+	@set -e; for m in $(MODULES); do \
+		(cd $$m && $(GO) test -short -count=1 ./...); \
+	done
 
 # Faults under load on the real binaries (about 2½ minutes): kill -9 of a
 # worker, SIGTERM of a worker, SIGKILL and AOF restart of Redis, kill -9 of
 # the gateway; checks nothing is lost, stuck or charged wrong.
 chaos:
-	cd e2e && $(GO) test -tags chaos -run TestChaos -count=1 -v -timeout 10m .
+	$(GO) test -tags chaos -run TestChaos -count=1 -v -timeout 10m ./e2e
 
 # Real services against baselines, side by side, on a private redis-server.
 BENCHFLAGS ?=
@@ -65,11 +76,9 @@ bench: build
 #   make bench-go > old.txt; (change); make bench-go > new.txt; benchstat old.txt new.txt
 BENCHCOUNT ?= 6
 bench-go:
-	@for m in pkg api-gateway worker; do \
-		(cd $$m && $(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) ./...) | grep -E '^(Benchmark|goos|goarch|pkg|cpu)'; \
-	done
+	@$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) ./pkg/... ./api-gateway/... ./worker/... | grep -E '^(Benchmark|goos|goarch|pkg|cpu)'
 
-# buf and protoc-gen-go are pinned by proto/go.mod's tool directives.
+# buf and protoc-gen-go are pinned by go.mod's tool directives.
 proto:
 	cd proto && $(GO) tool buf lint && $(GO) tool buf generate
 
