@@ -45,7 +45,10 @@ func New(w io.Writer, level, format, service string) (*zap.Logger, error) {
 	// it flushes the buffer, lines before it included, so a process killed
 	// at once (kill -9) loses at most a second of info lines, never one
 	// saying what went wrong.
-	ws := &zapcore.BufferedWriteSyncer{WS: zapcore.AddSync(w), Size: 256 << 10, FlushInterval: time.Second}
+	// Flushing writes the buffer out; it never fsyncs w: stderr is a pipe
+	// or a terminal, where fsync fails (EINVAL) and would print a "write
+	// error" line of its own.
+	ws := &zapcore.BufferedWriteSyncer{WS: zapcore.AddSync(struct{ io.Writer }{w}), Size: 256 << 10, FlushInterval: time.Second}
 	core := flushing{zapcore.NewCore(enc, ws, lvl), ws}
 	return zap.New(core, zap.AddCaller(), zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))).
 		With(zap.String("service", service)), nil

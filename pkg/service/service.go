@@ -70,11 +70,11 @@ type Deps struct {
 // (its options beyond the common configuration's timeout in redis) and the
 // blob store. It does not wait for Redis (WaitRedis does). Close releases
 // them.
-func Open(ctx context.Context, c config.Common, redis redisconn.Options, log *zap.Logger) (d *Deps, err error) {
-	d = &Deps{}
+func Open(ctx context.Context, c config.Common, redis redisconn.Options, log *zap.Logger) (_ *Deps, err error) {
+	d := &Deps{}
 	defer func() {
 		if err != nil {
-			_ = d.Close()
+			_ = d.Close() // what opened before the failure
 		}
 	}()
 	stopPprof, err := debugserver.Start(c.PprofAddr, log)
@@ -116,8 +116,12 @@ func InstanceID(service string) string {
 	return fmt.Sprintf("%s:%s:%d", service, host, os.Getpid())
 }
 
-// Close releases what Open opened, last first.
+// Close releases what Open opened, last first. A nil Deps has nothing to
+// release.
 func (d *Deps) Close() error {
+	if d == nil {
+		return nil
+	}
 	var errs []error
 	for i := len(d.close) - 1; i >= 0; i-- {
 		errs = append(errs, d.close[i]())
