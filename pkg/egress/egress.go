@@ -1,12 +1,14 @@
 // Package egress decides which network addresses Easel may connect to on a
-// user's behalf (the source images of editing tasks), so a URL cannot make it
-// reach its own network: loopback, private ranges, cloud metadata and the like.
+// user's behalf (the source images of editing tasks, webhook callbacks), so a
+// URL cannot make it reach its own network: loopback, private ranges, cloud
+// metadata and the like.
 //
 // The check runs on the resolved address at connect time (Dialer), so DNS
-// rebinding cannot get around it; the gateway also refuses literal addresses
-// at create time (CheckURL), in every form a resolver or browser reads as an
-// address (127.1, 0x7f000001, １２７。０。０。１, 127.0.0.1., ...: see
-// hostAddr).
+// rebinding cannot get around it; NewClient is the HTTP client built on it,
+// for every request to a user's URL. The gateway also refuses literal
+// addresses at create time (CheckURL), in every form a resolver or browser
+// reads as an address (127.1, 0x7f000001, １２７。０。０。１, 127.0.0.1., ...:
+// see hostAddr).
 package egress
 
 import (

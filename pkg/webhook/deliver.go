@@ -47,25 +47,16 @@ func NewClient(o Options) *Client {
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = min(5*time.Second, o.Timeout)
 	}
-	dialer := o.Policy.Dialer(&net.Dialer{Timeout: o.ConnectTimeout})
-	transport := &http.Transport{
-		Proxy:                 nil, // a proxy would hide the real destination from the policy
-		DialContext:           dialer.DialContext,
-		TLSHandshakeTimeout:   o.ConnectTimeout,
-		ResponseHeaderTimeout: o.Timeout,
-		MaxIdleConns:          100,
-		MaxIdleConnsPerHost:   4,
-		IdleConnTimeout:       30 * time.Second,
-		ForceAttemptHTTP2:     true,
-	}
 	return &Client{
-		http: &http.Client{
-			Transport: transport,
-			Timeout:   o.Timeout,
-			// A redirect is the receiver's answer, not a new place to send
-			// the event to (and not a way around the egress policy).
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		// MaxRedirects 0: a redirect is the receiver's answer, not a new
+		// place to send the event to (and not a way around the egress
+		// policy).
+		http: egress.NewClient(o.Policy, egress.ClientOptions{
+			Timeout:        o.Timeout,
+			ConnectTimeout: o.ConnectTimeout,
+			MaxIdleConns:   100,
+			MaxRedirects:   0,
+		}),
 		timeout: o.Timeout,
 		now:     time.Now,
 	}

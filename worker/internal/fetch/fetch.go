@@ -80,37 +80,15 @@ func New(o Options) *Fetcher {
 	if o.UserAgent == "" {
 		o.UserAgent = "Easel-ImageFetcher/1"
 	}
-	dialer := o.Policy.Dialer(&net.Dialer{Timeout: o.ConnectTimeout})
-	transport := &http.Transport{
-		Proxy:                 nil, // a proxy would hide the real destination from the policy
-		DialContext:           dialer.DialContext,
-		TLSHandshakeTimeout:   o.ConnectTimeout,
-		ResponseHeaderTimeout: o.Timeout,
-		MaxIdleConns:          64,
-		MaxIdleConnsPerHost:   4,
-		IdleConnTimeout:       30 * time.Second,
-		ForceAttemptHTTP2:     true,
-	}
-	client := &http.Client{
-		Transport: transport,
-		Timeout:   o.Timeout,
-		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			if len(via) > o.MaxRedirects {
-				return errTooManyRedirects
-			}
-			if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
-				return errBadRedirectScheme
-			}
-			return nil
-		},
-	}
+	// Redirects are followed, each hop through the policy like the first.
+	client := egress.NewClient(o.Policy, egress.ClientOptions{
+		Timeout:        o.Timeout,
+		ConnectTimeout: o.ConnectTimeout,
+		MaxIdleConns:   64,
+		MaxRedirects:   o.MaxRedirects,
+	})
 	return &Fetcher{opts: o, client: client}
 }
-
-var (
-	errTooManyRedirects  = errors.New("too many redirects")
-	errBadRedirectScheme = errors.New("redirect to a scheme other than http or https")
-)
 
 // Fetch downloads every URL, in parallel, and checks each is an image within
 // the limits. Errors are task.SourceFetchFailed or
@@ -247,9 +225,9 @@ func describe(err error) string {
 	switch {
 	case errors.As(err, &refused):
 		return "its address is not allowed (" + refused.Why + ")"
-	case errors.Is(err, errTooManyRedirects):
+	case errors.Is(err, egress.ErrTooManyRedirects):
 		return "too many redirects"
-	case errors.Is(err, errBadRedirectScheme):
+	case errors.Is(err, egress.ErrRedirectScheme):
 		return "it redirects to a URL that is not http or https"
 	case errors.As(err, &dnsErr):
 		return "its host name could not be resolved"
