@@ -10,14 +10,14 @@ import (
 // TaskEvent names a task whose status or progress changed.
 type TaskEvent struct{ AccountID, TaskID string }
 
-// WatchTasks subscribes to EventsChannel and calls fn with each task that
+// Watch subscribes to EventsChannel and calls fn with each task that
 // changed, until ctx ends. It holds one connection whatever the number of
 // watchers (callers fan out). Changes published while the subscription was
 // down (Redis restarted, a failover) are not replayed: resync is called each
 // time the subscription is made, at first and after every reconnection, so
 // the caller can read again what it was waiting on.
-func (s *Store) WatchTasks(ctx context.Context, fn func(TaskEvent), resync func()) error {
-	ps := s.rdb.Subscribe(ctx, EventsChannel)
+func (s *Tasks) Watch(ctx context.Context, fn func(TaskEvent), resync func()) error {
+	ps := s.db.rdb.Subscribe(ctx, EventsChannel)
 	defer ps.Close()
 	ch := ps.ChannelWithSubscriptions(redis.WithChannelSize(4096))
 	for {

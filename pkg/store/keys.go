@@ -5,6 +5,11 @@ import (
 	"encoding/hex"
 )
 
+// EventsChannel is the Pub/Sub channel every change of a task's status or
+// progress is published on (lua/lib.lua, notify); the message is the
+// task's key (TaskEvent).
+const EventsChannel = prefix + "task-events"
+
 const prefix = "easel:"
 
 func tag(accountID string) string { return prefix + "{a:" + accountID + "}:" }
@@ -15,9 +20,14 @@ func accountKey(accountID string) string { return tag(accountID) + "acct" }
 // taskKey is the key of a task record.
 func taskKey(accountID, taskID string) string { return tag(accountID) + "t:" + taskID }
 
-// unqueuedKey is the key of an account's tasks that were charged but are not
-// yet known to have a job (task id → creation time, Unix ms).
-func unqueuedKey(accountID string) string { return tag(accountID) + "unqueued" }
+// checksKey is the key of an account's queue checks: pending tasks whose
+// job is to be checked for (task id → when, Unix ms).
+func checksKey(accountID string) string { return tag(accountID) + "unqueued" }
+
+// noKey is a key of the account's slot that is never written: what a
+// script is given for a key it does not use this time (all of a script's
+// keys must share a slot on a cluster).
+func noKey(accountID string) string { return tag(accountID) + "none" }
 
 // inflightKey is the key of an account's unfinished tasks.
 func inflightKey(accountID string) string { return tag(accountID) + "inflight" }
@@ -62,15 +72,9 @@ func probeKey(tag, instance string) string {
 // lockKey is the key of a named lease.
 func lockKey(name string) string { return prefix + "lock:" + name }
 
-// Rate-limit classes: creates and queries are limited separately.
-const (
-	RateCreate = "create"
-	RateQuery  = "query"
-)
-
-// RateBucket is the name of the rate-limit bucket of an API key (by its hash)
-// for a class of request. go-redis/redis_rate stores it under "rate:" + the
-// name.
+// RateBucket is the name of the rate-limit bucket of an API key (by its
+// hash) for a class of request ("create", "query"). go-redis/redis_rate
+// stores it under "rate:" + the name.
 func RateBucket(class, keyHash string) string { return prefix + class + ":" + keyHash }
 
 // hooksKey is the key of an account's webhook outbox: deliveries due
@@ -90,3 +94,7 @@ func webhookLogKey(accountID, taskID string) string { return tag(accountID) + "w
 // dequeued and the dequeue rate's samples), for queue positions. The
 // queue's own hash tag keeps it on one slot.
 func queueKey(queue string) string { return prefix + "q:{" + queue + "}" }
+
+// webhookSecretKey is the key of an account's webhook signing secrets (a
+// hash: the current one, the previous one and until when it is valid).
+func webhookSecretKey(accountID string) string { return tag(accountID) + "whsec" }

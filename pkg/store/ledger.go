@@ -9,38 +9,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 )
 
-// Ledger entry fields: written by ledgerEntry (Go) and luaLedger (the task
-// scripts' debits and refunds, and AddCredits).
-const (
-	fLedgerKind    = "kind"
-	fLedgerAmount  = "amount"
-	fLedgerBalance = "balance"
-	fLedgerTask    = "task"
-	fLedgerNote    = "note"
-)
-
-// Ledger entry kinds.
-const (
-	KindDebit  = "debit"  // a task's price, at creation
-	KindRefund = "refund" // a failed task's price, back
-	KindCredit = "credit" // an operator's top-up or correction
-)
-
-// luaLedger appends a credit movement to a ledger stream; task and note may
-// be empty.
-const luaLedger = `
-local function ledger(key, kind, amount, balance, task, note)
-  local e = {'kind', kind, 'amount', amount, 'balance', balance}
-  if task ~= '' then e[#e+1] = 'task'; e[#e+1] = task end
-  if note ~= '' then e[#e+1] = 'note'; e[#e+1] = note end
-  redis.call('XADD', key, '*', unpack(e))
-end
-`
-
-// ledgerEntry is luaLedger's XADD, for Go transactions.
+// ledgerEntry is lib.lua's ledger(), for Go transactions.
 func ledgerEntry(accountID, kind string, amount, balance int64, taskID, note string) *redis.XAddArgs {
 	v := []any{fLedgerKind, kind, fLedgerAmount, amount, fLedgerBalance, balance}
 	if taskID != "" {
@@ -52,69 +25,66 @@ func ledgerEntry(accountID, kind string, amount, balance int64, taskID, note str
 	return &redis.XAddArgs{Stream: ledgerKey(accountID), Values: v}
 }
 
-// LedgerEntry is one credit movement.
-type LedgerEntry struct {
-	ID      string    `json:"id"`
-	Time    time.Time `json:"time"`
-	Kind    string    `json:"kind"`
-	Amount  int64     `json:"amount"` // signed: debits are negative
-	Balance int64     `json:"balance"`
-	TaskID  string    `json:"task_id,omitempty"`
-	Note    string    `json:"note,omitempty"`
+var addCreditsLua = newScript("add_credits", map[string]int64{"ADDED": 1, "NO_ACCOUNT": -1, "BELOW_ZERO": 0})
+
+type creditKeys struct {
+	Account string `lua:"account"`
+	Ledger  string `lua:"ledger"`
 }
 
-// addCredits adds ARGV[1] (maybe negative) unless the balance would go below
-// zero; returns {ok, balance}: -1 no account, 0 refused, 1 done.
-var addCredits = redis.NewScript(luaLedger + `
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, 0} end
-local bal = tonumber(redis.call('HGET', KEYS[1], 'credits') or '0')
-local n = tonumber(ARGV[1])
-if bal + n < 0 then return {0, bal} end
-bal = redis.call('HINCRBY', KEYS[1], 'credits', n)
-ledger(KEYS[2], 'credit', n, bal, '', ARGV[2])
-return {1, bal}
-`)
+func (k creditKeys) list() []string { return []string{k.Account, k.Ledger} }
 
-// AddCredits adds n credits (negative for a correction) and returns the new
-// balance. A correction that would take the balance below zero is refused.
-func (s *Store) AddCredits(ctx context.Context, id string, n int64, note string) (int64, error) {
-	if n == 0 {
-		return 0, invalid("the amount must not be zero")
-	}
-	if n > 1e12 || n < -1e12 {
-		return 0, invalid("the amount is out of range")
+type addCreditsArgs struct {
+	Amount int64  `lua:"amount"`
+	Note   string `lua:"note"`
+}
+
+func (a addCreditsArgs) list() []any { return []any{a.Amount, a.Note} }
+
+// AddCredits adds n credits (negative for a correction) and returns the
+// new balance. A correction that would take the balance below zero is
+// refused.
+func (s *Accounts) AddCredits(ctx context.Context, id string, n int64, note string) (int64, error) {
+	if err := account.CheckCredits(n); err != nil {
+		return 0, err
 	}
 	if note == "" {
 		note = "operator adjustment"
 	}
-	res, err := s.eval(ctx, addCredits, []string{accountKey(id), ledgerKey(id)}, n, note).Int64Slice()
+	res, err := addCreditsLua.run(ctx, s.db, creditKeys{Account: accountKey(id), Ledger: ledgerKey(id)}.list(), addCreditsArgs{Amount: n, Note: note}.list())
 	if err != nil {
 		return 0, fmt.Errorf("store: credits %s: %w", id, err)
 	}
-	switch res[0] {
+	r := addCreditsLua.reply(res)
+	code, err := r.code()
+	if err != nil {
+		return 0, err
+	}
+	switch code {
 	case -1:
 		return 0, &apperr.NotFoundError{Kind: "account", ID: id}
 	case 0:
-		return res[1], invalid("the balance is %d; subtracting %d would take it below 0", res[1], -n)
+		return r.int(1), apperr.Errorf(apperr.Invalid, "the balance is %d; subtracting %d would take it below 0", r.int(1), -n)
 	}
-	return res[1], nil
+	return r.int(1), nil
 }
 
-// Ledger returns up to limit of the account's credit movements, newest first.
-func (s *Store) Ledger(ctx context.Context, id string, limit int64) ([]LedgerEntry, error) {
-	if _, err := s.Account(ctx, id); err != nil {
+// Ledger returns up to limit of the account's credit movements, newest
+// first.
+func (s *Accounts) Ledger(ctx context.Context, id string, limit int64) ([]account.LedgerEntry, error) {
+	if _, err := s.Get(ctx, id); err != nil {
 		return nil, err
 	}
 	if limit <= 0 {
 		limit = 100
 	}
-	msgs, err := s.rdb.XRevRangeN(ctx, ledgerKey(id), "+", "-", limit).Result()
+	msgs, err := s.db.rdb.XRevRangeN(ctx, ledgerKey(id), "+", "-", limit).Result()
 	if err != nil {
 		return nil, fmt.Errorf("store: ledger %s: %w", id, err)
 	}
-	out := make([]LedgerEntry, 0, len(msgs))
+	out := make([]account.LedgerEntry, 0, len(msgs))
 	for _, m := range msgs {
-		e := LedgerEntry{ID: m.ID}
+		e := account.LedgerEntry{ID: m.ID}
 		if ms, _, ok := strings.Cut(m.ID, "-"); ok {
 			if v, err := strconv.ParseInt(ms, 10, 64); err == nil {
 				e.Time = time.UnixMilli(v)

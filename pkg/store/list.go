@@ -13,29 +13,17 @@ import (
 	"github.com/easelhq/easel/pkg/task"
 )
 
-// TaskFilter picks which of an account's tasks ListTasks returns.
-type TaskFilter struct {
-	// Status and Model, when not empty, must match.
-	Status task.Status
-	Model  string
-	// Limit is the most tasks returned (at least 1).
-	Limit int
-	// Cursor continues an earlier listing (its next cursor); "" starts
-	// from the newest task.
-	Cursor string
-}
-
 // listScanMax bounds the index entries one listing reads: a filter that
 // matches few tasks returns a short page with a cursor instead of reading
 // the whole index.
 const listScanMax = 1000
 
-// ListTasks returns an account's tasks, newest first, from its index (the
+// List returns an account's tasks, newest first, from its index (the
 // tasks created in the last 24 hours plus their deadline), and the cursor of
 // the next page ("" after the last). A page may hold fewer than Limit tasks
 // and still have a next cursor: the filter read listScanMax entries without
 // filling it. A cursor that is not one of ours is apperr.Invalid.
-func (s *Store) ListTasks(ctx context.Context, accountID string, f TaskFilter) ([]*task.Task, string, error) {
+func (s *Tasks) List(ctx context.Context, accountID string, f task.Filter) ([]*task.Task, string, error) {
 	max := "+inf"
 	var afterID string
 	var afterScore int64
@@ -57,7 +45,7 @@ func (s *Store) ListTasks(ctx context.Context, accountID string, f TaskFilter) (
 		// Entries at the cursor's own time that come before it (in this
 		// order: ids descending) are skipped; a page asks for a margin.
 		batch := min(listScanMax-scanned, limit-len(out)+16)
-		zs, err := s.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+		zs, err := s.db.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
 			Key: tasksIndexKey(accountID), Start: max, Stop: "-inf", ByScore: true, Rev: true, Count: int64(batch),
 			Offset: int64(scanned),
 		}).Result()
@@ -70,7 +58,7 @@ func (s *Store) ListTasks(ctx context.Context, accountID string, f TaskFilter) (
 		}
 		scanned += len(zs)
 		cmds := make([]*redis.MapStringStringCmd, len(zs))
-		if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if _, err := s.db.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, z := range zs {
 				cmds[i] = p.HGetAll(ctx, taskKey(accountID, z.Member.(string)))
 			}
@@ -108,7 +96,7 @@ func (s *Store) ListTasks(ctx context.Context, accountID string, f TaskFilter) (
 	}
 	if len(stale) > 0 {
 		// Best effort: the next listing skips them again if this fails.
-		_ = s.rdb.ZRem(ctx, tasksIndexKey(accountID), stale...).Err()
+		_ = s.db.rdb.ZRem(ctx, tasksIndexKey(accountID), stale...).Err()
 	}
 	next := ""
 	if id, ok := last.Member.(string); ok && more {

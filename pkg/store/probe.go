@@ -16,12 +16,12 @@ import (
 // down, or one that keeps redirecting. On a cluster it checks every master:
 // each must say the cluster is ok and take a write of a key in its own
 // slots. For readiness checks.
-func (s *Store) Probe(ctx context.Context, instance string) error {
-	cc, ok := s.rdb.(*redis.ClusterClient)
+func (db *DB) Probe(ctx context.Context, instance string) error {
+	cc, ok := db.rdb.(*redis.ClusterClient)
 	if !ok {
-		return s.rdb.Set(ctx, probeKey("", instance), s.now().UnixMilli(), 30*time.Second).Err()
+		return db.rdb.Set(ctx, probeKey("", instance), db.now().UnixMilli(), 30*time.Second).Err()
 	}
-	tags, err := s.probeTags(ctx, cc)
+	tags, err := db.probeTags(ctx, cc)
 	if err != nil {
 		return err
 	}
@@ -38,7 +38,7 @@ func (s *Store) Probe(ctx context.Context, instance string) error {
 		return err
 	}
 	for _, tag := range tags {
-		if err := cc.Set(ctx, probeKey(tag, instance), s.now().UnixMilli(), 30*time.Second).Err(); err != nil {
+		if err := cc.Set(ctx, probeKey(tag, instance), db.now().UnixMilli(), 30*time.Second).Err(); err != nil {
 			return err
 		}
 	}
@@ -53,16 +53,16 @@ type probeTags struct {
 	tags   []string
 }
 
-func (s *Store) probeTags(ctx context.Context, cc *redis.ClusterClient) ([]string, error) {
+func (db *DB) probeTags(ctx context.Context, cc *redis.ClusterClient) ([]string, error) {
 	slots, err := cc.ClusterSlots(ctx).Result()
 	if err != nil {
 		return nil, err
 	}
 	layout := fmt.Sprint(slots)
-	s.probes.mu.Lock()
-	defer s.probes.mu.Unlock()
-	if s.probes.layout == layout {
-		return s.probes.tags, nil
+	db.probes.mu.Lock()
+	defer db.probes.mu.Unlock()
+	if db.probes.layout == layout {
+		return db.probes.tags, nil
 	}
 	// 256 candidates, their slots computed by the server in one round trip:
 	// a master owning a third of the slots misses all of them with
@@ -86,6 +86,6 @@ func (s *Store) probeTags(ctx context.Context, cc *redis.ClusterClient) ([]strin
 			}
 		}
 	}
-	s.probes.layout, s.probes.tags = layout, tags
+	db.probes.layout, db.probes.tags = layout, tags
 	return tags, nil
 }

@@ -208,8 +208,9 @@ type Task struct {
 	Refunded bool
 	// Callback is where the task's webhooks go (none when its URL is "").
 	Callback Callback
-	// QueueSeq is the task's sequence number in its queue, for its queue
-	// position while pending (0: none taken).
+	// Queue and QueueSeq are the queue a pending task waits in and its
+	// sequence number there, for its queue position ("" and 0: none).
+	Queue    string
 	QueueSeq int64
 }
 

@@ -12,12 +12,14 @@ import (
 	"github.com/easelhq/easel/pkg/task"
 )
 
-// Store reads and writes Easel's Redis data. It is safe for concurrent use.
-type Store struct {
+// DB is Easel's Redis: the connection and the settings every store on it
+// shares (Tasks, Accounts, Hooks, Queues, Leases). It is safe for
+// concurrent use.
+type DB struct {
 	rdb redis.UniversalClient
 	ttl time.Duration // of finished task records
 	now func() time.Time
-	// durability: see WithMinReplicas.
+	// durability: see Options.MinReplicas.
 	minReplicas int
 	waitFor     time.Duration
 	// loaded: scripts known loaded on a node (node address + SHA), with
@@ -26,41 +28,49 @@ type Store struct {
 	probes probeTags
 }
 
-// New returns a store on rdb.
-func New(rdb redis.UniversalClient) *Store {
-	return &Store{rdb: rdb, ttl: task.ResultTTL, now: time.Now}
+// Options are a DB's settings; the zero value is a DB that waits for no
+// replica, on the wall clock.
+type Options struct {
+	// MinReplicas makes every change that moves credits or ends a task
+	// wait, with Redis WAIT on the same connection, until that many
+	// replicas have it, for at most ReplicaWait; if they do not confirm in
+	// time the change is reported as ErrNotReplicated (the caller undoes
+	// what it can and answers 503). A change a client was told about then
+	// survives a failover to any of those replicas. 0 turns it off.
+	MinReplicas int
+	ReplicaWait time.Duration
+	// Now is the clock (nil: time.Now); tests set it.
+	Now func() time.Time
 }
 
-// WithMinReplicas makes every change that moves credits or ends a task wait,
-// with Redis WAIT on the same connection, until n replicas have it, for at
-// most waitFor; if they do not confirm in time the change is reported as
-// ErrNotReplicated (the caller undoes what it can and answers 503). A change
-// a client was told about then survives a failover to any of those
-// replicas. 0 turns it off.
-func (s *Store) WithMinReplicas(n int, waitFor time.Duration) *Store {
-	s.minReplicas, s.waitFor = n, waitFor
-	return s
+// NewDB returns a DB on rdb, which the caller keeps and closes.
+func NewDB(rdb redis.UniversalClient, o Options) *DB {
+	db := &DB{rdb: rdb, ttl: task.ResultTTL, now: o.Now, minReplicas: o.MinReplicas, waitFor: o.ReplicaWait}
+	if db.now == nil {
+		db.now = time.Now
+	}
+	return db
 }
 
 // ErrNotReplicated: a change was made on the primary but not confirmed by
-// enough replicas in time (WithMinReplicas).
+// enough replicas in time (Options.MinReplicas).
 var ErrNotReplicated = apperr.Transient(errors.New("store: not confirmed by enough replicas"), apperr.Unavailable,
 	"Redis could not confirm the change on enough replicas; try again")
 
 // eval runs a script on keys; with durability on, on the node of keys[0]
 // followed by WAIT on the same connection.
-func (s *Store) eval(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	if s.minReplicas <= 0 {
-		return script.Run(ctx, s.rdb, keys, args...)
+func (db *DB) eval(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if db.minReplicas <= 0 {
+		return script.Run(ctx, db.rdb, keys, args...)
 	}
 	fail := func(err error) *redis.Cmd {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
 		return cmd
 	}
-	var node redis.Cmdable = s.rdb
+	var node redis.Cmdable = db.rdb
 	nodeAddr := ""
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+	if cc, ok := db.rdb.(*redis.ClusterClient); ok {
 		n, err := cc.MasterForKey(ctx, keys[0])
 		if err != nil {
 			return fail(err)
@@ -71,17 +81,17 @@ func (s *Store) eval(ctx context.Context, script *redis.Script, keys []string, a
 	// NOSCRIPT reply: that reply would come after a WAIT that, with the
 	// replicas missing, waits its whole timeout for nothing.
 	loadedKey := nodeAddr + "/" + script.Hash()
-	if _, ok := s.loaded.Load(loadedKey); !ok {
+	if _, ok := db.loaded.Load(loadedKey); !ok {
 		if err := script.Load(ctx, node).Err(); err != nil {
 			return fail(err)
 		}
-		s.loaded.Store(loadedKey, true)
+		db.loaded.Store(loadedKey, true)
 	}
 	run := func() (*redis.Cmd, *redis.Cmd, error) {
 		var res, wait *redis.Cmd
 		_, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
 			res = script.EvalSha(ctx, p, keys, args...)
-			wait = p.Do(ctx, "WAIT", s.minReplicas, s.waitFor.Milliseconds())
+			wait = p.Do(ctx, "WAIT", db.minReplicas, db.waitFor.Milliseconds())
 			return nil
 		})
 		return res, wait, err
@@ -97,18 +107,16 @@ func (s *Store) eval(ctx context.Context, script *redis.Script, keys []string, a
 	if err != nil && res.Err() != nil {
 		return res
 	}
-	if n, werr := wait.Int(); werr != nil || n < s.minReplicas {
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(ErrNotReplicated)
-		return cmd
+	if n, werr := wait.Int(); werr != nil || n < db.minReplicas {
+		return fail(ErrNotReplicated)
 	}
 	return res
 }
 
 // hgetAll reads several hashes in one round trip (per slot, on a cluster).
-func (s *Store) hgetAll(ctx context.Context, keys []string) ([]map[string]string, error) {
+func (db *DB) hgetAll(ctx context.Context, keys []string) ([]map[string]string, error) {
 	cmds := make([]*redis.MapStringStringCmd, len(keys))
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	if _, err := db.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
 			cmds[i] = p.HGetAll(ctx, k)
 		}
@@ -121,4 +129,10 @@ func (s *Store) hgetAll(ctx context.Context, keys []string) ([]map[string]string
 		out[i] = c.Val()
 	}
 	return out, nil
+}
+
+// cluster reports whether the DB is on a Redis Cluster.
+func (db *DB) cluster() bool {
+	_, ok := db.rdb.(*redis.ClusterClient)
+	return ok
 }

@@ -1,0 +1,176 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/easelhq/easel/pkg/account"
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/catalog"
+)
+
+// Accounts keeps accounts: their records, credits and ledgers, and their
+// API keys (apikeys.go).
+type Accounts struct{ db *DB }
+
+// NewAccounts returns the account store on db.
+func NewAccounts(db *DB) *Accounts { return &Accounts{db: db} }
+
+func joinTiers(ts []catalog.Tier) string {
+	s := make([]string, len(ts))
+	for i, t := range ts {
+		s[i] = string(t)
+	}
+	return strings.Join(s, ",")
+}
+
+// Create makes an active account.
+func (s *Accounts) Create(ctx context.Context, spec account.Spec) (*account.Account, error) {
+	spec, err := spec.Check()
+	if err != nil {
+		return nil, err
+	}
+	id, err := account.NewID()
+	if err != nil {
+		return nil, err
+	}
+	a := &account.Account{
+		ID: id, Name: spec.Name, Status: account.Active, Credits: spec.Credits, Models: spec.Models,
+		RateLimit: spec.RateLimit, QueryRateLimit: spec.QueryRateLimit, MaxInflight: spec.MaxInflight,
+		CreatedAt: s.db.now().Truncate(time.Millisecond),
+	}
+	// The index of every account and the account live in two hash slots
+	// (two nodes of a cluster): the index first. A crash between the two
+	// leaves an id in the index with no account, which every reader of the
+	// index skips; the account, written last in one transaction with its
+	// first ledger entry, exists only once it is listed.
+	if err := s.db.rdb.ZAdd(ctx, accountsKey(), redis.Z{Score: float64(a.CreatedAt.UnixMilli()), Member: a.ID}).Err(); err != nil {
+		return nil, fmt.Errorf("store: index account: %w", err)
+	}
+	if _, err := s.db.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, accountKey(a.ID),
+			fAcctName, a.Name, fAcctStatus, string(a.Status), fAcctCreated, a.CreatedAt.UnixMilli(),
+			fAcctCredits, a.Credits, fAcctModels, joinTiers(a.Models),
+			fAcctRate, a.RateLimit, fAcctQRate, a.QueryRateLimit, fAcctInflight, a.MaxInflight)
+		if a.Credits > 0 {
+			p.XAdd(ctx, ledgerEntry(a.ID, account.Credit, a.Credits, a.Credits, "", "initial credits"))
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("store: create account: %w", err)
+	}
+	return a, nil
+}
+
+// Get returns an account; *apperr.NotFoundError when there is none.
+func (s *Accounts) Get(ctx context.Context, id string) (*account.Account, error) {
+	m, err := s.db.rdb.HGetAll(ctx, accountKey(id)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: account %s: %w", id, err)
+	}
+	if len(m) == 0 {
+		return nil, &apperr.NotFoundError{Kind: "account", ID: id}
+	}
+	return decodeAccount(id, m), nil
+}
+
+func decodeAccount(id string, m map[string]string) *account.Account {
+	atoi := func(k string) int { n, _ := strconv.Atoi(m[k]); return n }
+	ms, _ := strconv.ParseInt(m[fAcctCreated], 10, 64)
+	credits, _ := strconv.ParseInt(m[fAcctCredits], 10, 64)
+	a := &account.Account{
+		ID: id, Name: m[fAcctName], Status: account.Status(m[fAcctStatus]), Credits: credits,
+		RateLimit: atoi(fAcctRate), QueryRateLimit: atoi(fAcctQRate), MaxInflight: atoi(fAcctInflight),
+		CreatedAt: time.UnixMilli(ms),
+	}
+	if v := m[fAcctModels]; v != "" {
+		for _, t := range strings.Split(v, ",") {
+			a.Models = append(a.Models, catalog.Tier(t))
+		}
+	}
+	return a
+}
+
+// List returns every account, oldest first.
+func (s *Accounts) List(ctx context.Context) ([]*account.Account, error) {
+	ids, err := s.db.rdb.ZRange(ctx, accountsKey(), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: accounts: %w", err)
+	}
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = accountKey(id)
+	}
+	records, err := s.db.hgetAll(ctx, keys)
+	if err != nil {
+		return nil, fmt.Errorf("store: accounts: %w", err)
+	}
+	out := make([]*account.Account, 0, len(ids))
+	for i, id := range ids {
+		if m := records[i]; len(m) > 0 {
+			out = append(out, decodeAccount(id, m))
+		}
+	}
+	return out, nil
+}
+
+var updateAccountLua = newScript("update_account", map[string]int64{"UPDATED": 1, "NO_ACCOUNT": 0})
+
+type accountKeys struct {
+	Account string `lua:"account"`
+}
+
+func (k accountKeys) list() []string { return []string{k.Account} }
+
+// update sets fields of an existing account record (field, value, ...).
+func (s *Accounts) update(ctx context.Context, id string, fields ...any) error {
+	// The script's one argument is the list of fields and values.
+	res, err := s.db.eval(ctx, updateAccountLua.rs, accountKeys{Account: accountKey(id)}.list(), fields...).Slice()
+	if err != nil {
+		return fmt.Errorf("store: update account %s: %w", id, err)
+	}
+	code, err := updateAccountLua.reply(res).code()
+	if err != nil {
+		return err
+	}
+	if code == 0 {
+		return &apperr.NotFoundError{Kind: "account", ID: id}
+	}
+	return nil
+}
+
+// SetStatus enables or disables an account.
+func (s *Accounts) SetStatus(ctx context.Context, id string, st account.Status) error {
+	if err := account.CheckStatus(st); err != nil {
+		return err
+	}
+	return s.update(ctx, id, fAcctStatus, string(st))
+}
+
+// SetLimits changes an account's limits and returns the account.
+func (s *Accounts) SetLimits(ctx context.Context, id string, l account.LimitsUpdate) (*account.Account, error) {
+	if err := l.Check(); err != nil {
+		return nil, err
+	}
+	var fields []any
+	for _, f := range []struct {
+		field string
+		v     *int
+	}{{fAcctRate, l.RateLimit}, {fAcctQRate, l.QueryRateLimit}, {fAcctInflight, l.MaxInflight}} {
+		if f.v != nil {
+			fields = append(fields, f.field, *f.v)
+		}
+	}
+	if l.Models != nil {
+		fields = append(fields, fAcctModels, joinTiers(*l.Models))
+	}
+	if err := s.update(ctx, id, fields...); err != nil {
+		return nil, err
+	}
+	return s.Get(ctx, id)
+}

@@ -1,0 +1,110 @@
+package store
+
+// Hash fields: every field a record holds, named once here. The Lua
+// scripts name them too; script_test.go fails when a script uses a name
+// that is not here.
+
+// Task record fields. Short names keep a record small; Redis stores a
+// small hash as one compact listpack.
+const (
+	fTaskType     = "type"
+	fTaskModel    = "model"
+	fTaskStatus   = "status"
+	fTaskProgress = "progress"
+	fTaskCreated  = "ctime"
+	fTaskStarted  = "stime"
+	fTaskEnded    = "etime"
+	fTaskResults  = "results" // JSON array of task.Result
+	fTaskErrCode  = "ecode"
+	fTaskErrMsg   = "emsg"
+	fTaskPrice    = "price"
+	fTaskRefunded = "refunded"
+	fTaskJob      = "job"     // the job's payload, while the task is pending
+	fTaskRun      = "run"     // the run (jobs.RunID) that owns the task
+	fTaskLive     = "live"    // 1 while the owning run has not let go
+	fTaskCrashes  = "crashes" // runs whose worker died holding the task
+	fTaskCallback = "cb"      // the webhook URL, if any
+	fTaskEvents   = "cbev"    // the webhook event types, comma separated
+	fTaskQueue    = "q"       // the queue a pending task waits in
+	fTaskQueueSeq = "qseq"    // its sequence number there
+)
+
+var taskFields = []string{fTaskType, fTaskModel, fTaskStatus, fTaskProgress, fTaskCreated, fTaskStarted, fTaskEnded,
+	fTaskResults, fTaskErrCode, fTaskErrMsg, fTaskPrice, fTaskRefunded, fTaskJob, fTaskRun, fTaskLive, fTaskCrashes,
+	fTaskCallback, fTaskEvents, fTaskQueue, fTaskQueueSeq}
+
+// Account record fields.
+const (
+	fAcctName     = "name"
+	fAcctStatus   = "status"
+	fAcctCreated  = "ctime"
+	fAcctCredits  = "credits"
+	fAcctModels   = "models" // comma-separated tiers; empty: all
+	fAcctRate     = "rate"
+	fAcctQRate    = "qrate"
+	fAcctInflight = "inflight_max"
+)
+
+var accountFields = []string{fAcctName, fAcctStatus, fAcctCreated, fAcctCredits, fAcctModels, fAcctRate, fAcctQRate, fAcctInflight}
+
+// API key record fields.
+const (
+	fKeyAccount = "acct"
+	fKeyHash    = "hash"
+	fKeyPrefix  = "prefix"
+	fKeyCreated = "ctime"
+	fKeyRevoked = "revoked" // 0, or when it was revoked (Unix ms)
+)
+
+var keyFields = []string{fKeyAccount, fKeyHash, fKeyPrefix, fKeyCreated, fKeyRevoked}
+
+// Idempotency-Key record fields.
+const (
+	fIdemBody  = "body"  // the request body's digest
+	fIdemTask  = "task"  // the task it created
+	fIdemState = "state" // creating, then done
+	fIdemAt    = "at"    // when the create began, Unix ms
+)
+
+var idemFields = []string{fIdemBody, fIdemTask, fIdemState, fIdemAt}
+
+// Queue numbers' fields.
+const (
+	fQueueEnq = "enq" // tasks that joined the queue
+	fQueueDeq = "deq" // tasks that left it
+	// The rate's samples: the dequeued count n1 at t1, and the one before.
+	fQueueT0, fQueueN0, fQueueT1, fQueueN1 = "t0", "n0", "t1", "n1"
+)
+
+var queueFields = []string{fQueueEnq, fQueueDeq, fQueueT0, fQueueN0, fQueueT1, fQueueN1}
+
+// Ledger entry fields.
+const (
+	fLedgerKind    = "kind"
+	fLedgerAmount  = "amount"
+	fLedgerBalance = "balance"
+	fLedgerTask    = "task"
+	fLedgerNote    = "note"
+)
+
+var ledgerFields = []string{fLedgerKind, fLedgerAmount, fLedgerBalance, fLedgerTask, fLedgerNote}
+
+// Webhook secrets' fields.
+const (
+	fSecretCurrent  = "cur"
+	fSecretPrevious = "prev"
+	fSecretUntil    = "until" // Unix ms
+)
+
+var secretFields = []string{fSecretCurrent, fSecretPrevious, fSecretUntil}
+
+// A task's delivery log holds, per delivery ("<event>:<seq>"), its state
+// and creation time ("s:"), its attempts, one JSON object a line ("a:"),
+// and its message ("<url>\n<body>", "m:") while it is retried.
+const (
+	fHookState    = "s:"
+	fHookAttempts = "a:"
+	fHookMessage  = "m:"
+)
+
+var hookLogFields = []string{fHookState, fHookAttempts, fHookMessage}

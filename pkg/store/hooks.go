@@ -1,0 +1,354 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/webhook"
+)
+
+// Hooks keeps what webhook deliveries need: the accounts' signing
+// secrets, each task's delivery log, and the accounts' outboxes of final
+// events (written by the scripts that end a task, emptied as the events
+// are queued).
+type Hooks struct{ db *DB }
+
+// NewHooks returns the webhook store on db.
+func NewHooks(db *DB) *Hooks { return &Hooks{db: db} }
+
+var webhookSecretLua = newScript("webhook_secret", map[string]int64{"FOUND": 1, "NO_ACCOUNT": -1})
+
+type secretKeys struct {
+	Account string `lua:"account"`
+	Secrets string `lua:"secrets"`
+}
+
+func (k secretKeys) list() []string { return []string{k.Account, k.Secrets} }
+
+type webhookSecretArgs struct {
+	Fresh string `lua:"fresh"`
+	Now   int64  `lua:"now"`
+}
+
+func (a webhookSecretArgs) list() []any { return []any{a.Fresh, a.Now} }
+
+// Secret returns an account's webhook signing secret
+// (webhook.NewSecret), made on first use. An unknown account is
+// *apperr.NotFoundError.
+func (s *Hooks) Secret(ctx context.Context, accountID string) (string, error) {
+	secrets, err := s.Secrets(ctx, accountID)
+	if err != nil {
+		return "", err
+	}
+	return secrets[0], nil
+}
+
+// Secrets returns the secrets an account's deliveries are signed with now:
+// the current one (made on first use), then the one it replaced while
+// that is still valid (webhook.SecretOverlap after a rotation).
+func (s *Hooks) Secrets(ctx context.Context, accountID string) ([]string, error) {
+	now := s.db.now()
+	v, err := s.db.rdb.HMGet(ctx, webhookSecretKey(accountID), fSecretCurrent, fSecretPrevious, fSecretUntil).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: webhook secret of %s: %w", accountID, err)
+	}
+	str := func(i int) string { s, _ := v[i].(string); return s }
+	if cur := str(0); cur != "" {
+		out := []string{cur}
+		if until, _ := strconv.ParseInt(str(2), 10, 64); str(1) != "" && until > now.UnixMilli() {
+			out = append(out, str(1))
+		}
+		return out, nil
+	}
+	// First use: make one (the script keeps a secret another process made
+	// meanwhile).
+	fresh, err := webhook.NewSecret()
+	if err != nil {
+		return nil, err
+	}
+	res, err := webhookSecretLua.run(ctx, s.db, secretKeys{Account: accountKey(accountID), Secrets: webhookSecretKey(accountID)}.list(),
+		webhookSecretArgs{Fresh: fresh, Now: now.UnixMilli()}.list())
+	if err != nil {
+		return nil, fmt.Errorf("store: webhook secret of %s: %w", accountID, err)
+	}
+	r := webhookSecretLua.reply(res)
+	if code, err := r.code(); err != nil || code != 1 {
+		return nil, notFoundOr(err, "account", accountID)
+	}
+	out := make([]string, 0, 2)
+	for i := 1; i < len(res); i++ {
+		out = append(out, r.str(i))
+	}
+	return out, nil
+}
+
+var rotateSecretLua = newScript("rotate_secret", map[string]int64{"ROTATED": 1, "NO_ACCOUNT": -1})
+
+type rotateSecretArgs struct {
+	Fresh string `lua:"fresh"`
+	Now   int64  `lua:"now"`
+	Until int64  `lua:"until"`
+}
+
+func (a rotateSecretArgs) list() []any { return []any{a.Fresh, a.Now, a.Until} }
+
+// RotateSecret gives an account a new signing secret and returns it, with
+// the time until which the one it replaces still signs deliveries beside
+// it (webhook.SecretOverlap from now; now if there was none). A secret
+// rotated out earlier stops at once. An unknown account is
+// *apperr.NotFoundError.
+func (s *Hooks) RotateSecret(ctx context.Context, accountID string) (string, time.Time, error) {
+	fresh, err := webhook.NewSecret()
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	now := s.db.now()
+	res, err := rotateSecretLua.run(ctx, s.db, secretKeys{Account: accountKey(accountID), Secrets: webhookSecretKey(accountID)}.list(),
+		rotateSecretArgs{Fresh: fresh, Now: now.UnixMilli(), Until: now.Add(webhook.SecretOverlap).UnixMilli()}.list())
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("store: rotate the webhook secret of %s: %w", accountID, err)
+	}
+	r := rotateSecretLua.reply(res)
+	if code, err := r.code(); err != nil || code != 1 {
+		return "", time.Time{}, notFoundOr(err, "account", accountID)
+	}
+	return fresh, time.UnixMilli(r.int(1)), nil
+}
+
+// notFoundOr is err, or a not-found error of kind id when err is nil.
+func notFoundOr(err error, kind, id string) error {
+	if err != nil {
+		return err
+	}
+	return &apperr.NotFoundError{Kind: kind, ID: id}
+}
+
+func hookID(event string, seq int) string { return event + ":" + strconv.Itoa(seq) }
+
+// outboxMember is a final event's entry in the account's outbox.
+func outboxMember(taskID, event string) string { return taskID + "|" + event }
+
+var hookQueuedLua = newScript("hook_queued", map[string]int64{"LISTED": 1})
+
+type hookQueuedKeys struct {
+	Log    string `lua:"log"`
+	Outbox string `lua:"outbox"`
+}
+
+func (k hookQueuedKeys) list() []string { return []string{k.Log, k.Outbox} }
+
+type hookQueuedArgs struct {
+	Delivery string `lua:"delivery"`
+	Now      int64  `lua:"now"`
+	TTL      int64  `lua:"ttl"`
+	Member   string `lua:"member"`
+}
+
+func (a hookQueuedArgs) list() []any { return []any{a.Delivery, a.Now, a.TTL, a.Member} }
+
+// Queued records that the delivery of an event of a task is queued: a
+// final event leaves the account's outbox (see Due), and the delivery is
+// listed pending until its first attempt. seq tells apart the progress
+// events (their percent; never in the outbox), 0 for the others.
+func (s *Hooks) Queued(ctx context.Context, accountID, taskID, event string, seq int) error {
+	a := hookQueuedArgs{Delivery: hookID(event, seq), Now: s.db.now().UnixMilli(), TTL: webhook.LogTTL.Milliseconds()}
+	if event != task.EventProgress {
+		a.Member = outboxMember(taskID, event)
+	}
+	k := hookQueuedKeys{Log: webhookLogKey(accountID, taskID), Outbox: hooksKey(accountID)}
+	if _, err := hookQueuedLua.run(ctx, s.db, k.list(), a.list()); err != nil {
+		return fmt.Errorf("store: webhook %s of %s: %w", event, taskID, err)
+	}
+	return nil
+}
+
+var hookAttemptLua = newScript("hook_attempt", map[string]int64{"RECORDED": 1, "ENDED": 0})
+
+type hookLogKeys struct {
+	Log string `lua:"log"`
+}
+
+func (k hookLogKeys) list() []string { return []string{k.Log} }
+
+type hookAttemptArgs struct {
+	Delivery string `lua:"delivery"`
+	State    string `lua:"state"`
+	Now      int64  `lua:"now"`
+	Attempt  string `lua:"attempt"`
+	Message  string `lua:"message"`
+	TTL      int64  `lua:"ttl"`
+}
+
+func (a hookAttemptArgs) list() []any {
+	return []any{a.Delivery, a.State, a.Now, a.Attempt, a.Message, a.TTL}
+}
+
+// attemptLine is an attempt as the log keeps it.
+type attemptLine struct {
+	Time    int64  `json:"t"`
+	Status  int    `json:"c,omitempty"`
+	Latency int64  `json:"l"`
+	Error   string `json:"e,omitempty"`
+}
+
+// RecordAttempt adds an attempt to a delivery and moves it to state; msg,
+// when its URL is set, is kept for the retries (a final state drops it).
+// It reports false, recording nothing, when the delivery had ended
+// already (another attempt of a duplicate job ended it).
+func (s *Hooks) RecordAttempt(ctx context.Context, accountID, taskID, event string, seq int, a webhook.Attempt, state webhook.State, msg webhook.Outgoing) (bool, error) {
+	line, err := json.Marshal(attemptLine{Time: a.Time.UnixMilli(), Status: a.StatusCode, Latency: a.Latency.Milliseconds(), Error: a.Error})
+	if err != nil {
+		return false, err
+	}
+	var m string
+	if msg.URL != "" {
+		m = msg.URL + "\n" + string(msg.Body)
+	}
+	res, err := hookAttemptLua.run(ctx, s.db, hookLogKeys{Log: webhookLogKey(accountID, taskID)}.list(), hookAttemptArgs{
+		Delivery: hookID(event, seq), State: string(state), Now: s.db.now().UnixMilli(), Attempt: string(line) + "\n",
+		Message: m, TTL: webhook.LogTTL.Milliseconds(),
+	}.list())
+	if err != nil {
+		return false, fmt.Errorf("store: webhook %s of %s: %w", event, taskID, err)
+	}
+	code, err := hookAttemptLua.reply(res).code()
+	return code == 1, err
+}
+
+// Outgoing returns a delivery's state ("" if it was never listed) and the
+// message kept for its retries (empty before its first attempt and once
+// it has ended).
+func (s *Hooks) Outgoing(ctx context.Context, accountID, taskID, event string, seq int) (webhook.State, webhook.Outgoing, error) {
+	id := hookID(event, seq)
+	v, err := s.db.rdb.HMGet(ctx, webhookLogKey(accountID, taskID), fHookState+id, fHookMessage+id).Result()
+	if err != nil {
+		return "", webhook.Outgoing{}, fmt.Errorf("store: webhook %s of %s: %w", event, taskID, err)
+	}
+	st, _ := v[0].(string)
+	state, _, _ := strings.Cut(st, " ")
+	var msg webhook.Outgoing
+	if m, _ := v[1].(string); m != "" {
+		u, body, _ := strings.Cut(m, "\n")
+		msg = webhook.Outgoing{URL: u, Body: []byte(body)}
+	}
+	return webhook.State(state), msg, nil
+}
+
+// Deliveries returns the deliveries of a task's events, oldest first:
+// those recorded, and the final events still waiting in the outbox to be
+// queued (pending).
+func (s *Hooks) Deliveries(ctx context.Context, accountID, taskID string) ([]webhook.Delivery, error) {
+	finals := []string{task.EventCompleted, task.EventFailed, task.EventCanceled}
+	var log *redis.MapStringStringCmd
+	outbox := make([]*redis.FloatCmd, len(finals))
+	if _, err := s.db.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		log = p.HGetAll(ctx, webhookLogKey(accountID, taskID))
+		for i, ev := range finals {
+			outbox[i] = p.ZScore(ctx, hooksKey(accountID), outboxMember(taskID, ev))
+		}
+		return nil
+	}); err != nil && err != redis.Nil {
+		return nil, fmt.Errorf("store: webhooks of %s: %w", taskID, err)
+	}
+	byID := map[string]*webhook.Delivery{}
+	for field, v := range log.Val() {
+		kind, id, ok := strings.Cut(field, ":")
+		if !ok {
+			continue
+		}
+		event, seqText, _ := strings.Cut(id, ":")
+		seq, err := strconv.Atoi(seqText)
+		if err != nil {
+			continue
+		}
+		d := byID[id]
+		if d == nil {
+			d = &webhook.Delivery{Event: event, Seq: seq, State: webhook.StatePending}
+			byID[id] = d
+		}
+		switch kind + ":" {
+		case fHookState:
+			st, ms, _ := strings.Cut(v, " ")
+			d.State = webhook.State(st)
+			if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
+				d.Created = time.UnixMilli(n)
+			}
+		case fHookAttempts:
+			for _, line := range strings.Split(strings.TrimSuffix(v, "\n"), "\n") {
+				var a attemptLine
+				if json.Unmarshal([]byte(line), &a) != nil {
+					continue
+				}
+				d.Attempts = append(d.Attempts, webhook.Attempt{Time: time.UnixMilli(a.Time), StatusCode: a.Status, Latency: time.Duration(a.Latency) * time.Millisecond, Error: a.Error})
+			}
+		}
+	}
+	for i, ev := range finals {
+		id := hookID(ev, 0)
+		if score, err := outbox[i].Result(); err == nil && byID[id] == nil {
+			byID[id] = &webhook.Delivery{Event: ev, State: webhook.StatePending, Created: time.UnixMilli(int64(score))}
+		}
+	}
+	out := make([]webhook.Delivery, 0, len(byID))
+	for _, d := range byID {
+		if d.Created.IsZero() && len(d.Attempts) > 0 {
+			d.Created = d.Attempts[0].Time
+		}
+		out = append(out, *d)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if !a.Created.Equal(b.Created) {
+			return a.Created.Before(b.Created)
+		}
+		if ai, bi := slices.Index(task.Events, a.Event), slices.Index(task.Events, b.Event); ai != bi {
+			return ai > bi // progress before the end
+		}
+		return a.Seq < b.Seq
+	})
+	return out, nil
+}
+
+// HookDue is a final event of a task waiting in its account's outbox.
+type HookDue struct {
+	AccountID, TaskID, Event string
+	// Due is when the task ended.
+	Due time.Time
+}
+
+// Due lists up to limit final events, across all accounts, that became
+// due before before and are still in their account's outbox: the scripts
+// that end a task put the event there, and queueing its delivery takes it
+// off (Queued), so what stays there a while is an event whose queueing
+// failed or never happened (its worker or gateway stopped).
+func (s *Hooks) Due(ctx context.Context, before time.Time, limit int64) ([]HookDue, error) {
+	ids, due, err := s.db.dueByAccount(ctx, hooksKey, "("+strconv.FormatInt(before.UnixMilli(), 10), limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: webhooks due: %w", err)
+	}
+	var out []HookDue
+	for i, id := range ids {
+		for _, z := range due[i] {
+			m, _ := z.Member.(string)
+			taskID, event, ok := strings.Cut(m, "|")
+			if !ok {
+				continue
+			}
+			out = append(out, HookDue{AccountID: id, TaskID: taskID, Event: event, Due: time.UnixMilli(int64(z.Score))})
+			if int64(len(out)) >= limit {
+				return out, nil
+			}
+		}
+	}
+	return out, nil
+}

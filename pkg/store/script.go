@@ -1,0 +1,154 @@
+package store
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The Lua scripts: one file each under lua/, lib.lua put before each. A
+// script's file opens with its contract, one line per key and argument in
+// order,
+//
+//	-- KEYS[1] -> task: the task record
+//	-- ARGV[1] -> now: Unix ms
+//
+// which it then binds to named locals, and ends in a reply whose first
+// element is one of the codes it names (never a bare number). On the Go
+// side each script is called through one typed function: a struct of its
+// keys and one of its arguments in, in the header's order (their `lua`
+// tags are the header's names), a reply struct out. script_test.go holds
+// the two sides to each other: headers against structs, the codes a
+// script returns against the codes Go declares, every quoted name a
+// script uses against the hash fields and values Go declares.
+//
+//go:embed lua/*.lua
+var luaFiles embed.FS
+
+// luaScript is a script loaded from lua/<name>.lua.
+type luaScript struct {
+	name string
+	// keys and argv are the names of KEYS and ARGV, in order, from the
+	// header.
+	keys, argv []string
+	// codes are the reply codes Go declares for it, by their Lua names.
+	codes map[string]int64
+	body  string // the script's own text, lib.lua not included
+	rs    *redis.Script
+}
+
+var headerLine = regexp.MustCompile(`^-- (KEYS|ARGV)\[(\d+)\] -> ([a-z_]+)(?::|$)`)
+
+// newScript loads lua/<name>.lua. It panics on a file that is missing or
+// whose header is out of order: the package would not work at all, and
+// every test of it says so at once.
+func newScript(name string, codes map[string]int64) *luaScript {
+	lib, err := luaFiles.ReadFile("lua/lib.lua")
+	if err != nil {
+		panic(err)
+	}
+	body, err := luaFiles.ReadFile("lua/" + name + ".lua")
+	if err != nil {
+		panic(err)
+	}
+	s := &luaScript{name: name, codes: codes, body: string(body)}
+	for _, line := range strings.Split(s.body, "\n") {
+		if !strings.HasPrefix(line, "-- KEYS[") && !strings.HasPrefix(line, "-- ARGV[") {
+			continue
+		}
+		m := headerLine.FindStringSubmatch(line)
+		if m == nil {
+			panic(fmt.Sprintf("store: %s.lua: malformed header line %q", name, line))
+		}
+		n, _ := strconv.Atoi(m[2])
+		list := &s.keys
+		if m[1] == "ARGV" {
+			list = &s.argv
+		}
+		if n != len(*list)+1 {
+			panic(fmt.Sprintf("store: %s.lua: %s[%d] out of order", name, m[1], n))
+		}
+		*list = append(*list, m[3])
+	}
+	s.rs = redis.NewScript(string(lib) + "\n" + s.body)
+	return s
+}
+
+// Reply codes of the scripts that change a task's state: the task.Outcome
+// values, by their names in lib.lua.
+var outcomeCodes = map[string]int64{
+	"APPLIED": 0, "FINAL": 1, "MISSING": 2, "SUPERSEDED": 3, "POISONED": 4, "BUSY": 5,
+}
+
+// outcomes are the outcome codes a script returns.
+func outcomes(names ...string) map[string]int64 {
+	out := make(map[string]int64, len(names))
+	for _, n := range names {
+		v, ok := outcomeCodes[n]
+		if !ok {
+			panic("store: no outcome " + n)
+		}
+		out[n] = v
+	}
+	return out
+}
+
+// run runs the script, checking that it was given as many keys and
+// arguments as its header names.
+func (s *luaScript) run(ctx context.Context, db *DB, keys []string, argv []any) ([]any, error) {
+	if len(keys) != len(s.keys) || len(argv) != len(s.argv) {
+		return nil, fmt.Errorf("store: %s.lua takes %d keys and %d arguments, given %d and %d", s.name, len(s.keys), len(s.argv), len(keys), len(argv))
+	}
+	res, err := db.eval(ctx, s.rs, keys, argv...).Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(res) == 0 {
+		return nil, fmt.Errorf("store: %s.lua: empty reply", s.name)
+	}
+	return res, nil
+}
+
+// reply reads a script's reply: its code, then its other elements.
+type reply struct {
+	script *luaScript
+	v      []any
+}
+
+func (s *luaScript) reply(v []any) reply { return reply{s, v} }
+
+// code is the reply's first element, which must be one of the script's
+// codes.
+func (r reply) code() (int64, error) {
+	c, ok := r.v[0].(int64)
+	if !ok {
+		return 0, fmt.Errorf("store: %s.lua: reply %v", r.script.name, r.v)
+	}
+	for _, v := range r.script.codes {
+		if v == c {
+			return c, nil
+		}
+	}
+	return 0, fmt.Errorf("store: %s.lua: undeclared reply code %d", r.script.name, c)
+}
+
+func (r reply) int(i int) int64 {
+	if i >= len(r.v) {
+		return 0
+	}
+	n, _ := r.v[i].(int64)
+	return n
+}
+
+func (r reply) str(i int) string {
+	if i >= len(r.v) {
+		return ""
+	}
+	s, _ := r.v[i].(string)
+	return s
+}
