@@ -25,6 +25,7 @@ import (
 	"github.com/easelhq/easel/api-gateway/internal/taskid"
 	"github.com/easelhq/easel/api-gateway/internal/tasks"
 	"github.com/easelhq/easel/api-gateway/internal/watch"
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/prom"
@@ -73,16 +74,17 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		return err
 	}
 	// The request path uses the plain client: go-redis's autopipeliner ignores
-	// a request's deadline (a hung Redis held requests up to 1.6 s past it),
-	// and it no longer bought throughput (BENCHMARKS.md).
-	st := store.New(rdb).WithMinReplicas(cfg.RedisMinReplicas, cfg.ReplicaWait())
+	// a request's deadline (a hung Redis held requests up to 1.6 s past it;
+	// what it costs in throughput is in BENCHMARKS.md).
+	db := store.NewDB(rdb, store.Options{MinReplicas: cfg.RedisMinReplicas, ReplicaWait: cfg.ReplicaWait()})
+	taskStore, accounts, hooks := store.NewTasks(db), store.NewAccounts(db), store.NewHooks(db)
 	// Ready once Redis answered at start, then while it takes writes.
 	var started atomic.Bool
 	ready := func(ctx context.Context) error {
 		if !started.Load() {
 			return errors.New("starting: waiting for Redis")
 		}
-		return st.Probe(ctx, instance)
+		return db.Probe(ctx, instance)
 	}
 
 	// The process's own registry: nothing registers globally.
@@ -95,26 +97,24 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		metricsOnAPI = metricsHandler
 	}
 
-	queues := map[string]string{}
-	for _, m := range cat.Models() {
-		queues[m.ID] = jobs.Queue(m.Tier)
-	}
-	svc := tasks.NewService(st, jobs.NewEnqueuer(rdb), taskid.New(cfg.ModelFamily), prices,
-		tasks.Config{Deadline: cfg.TaskDeadline, MaxInflight: cfg.MaxInflight, Queues: queues}).WithMeter(meter)
+	svc := tasks.NewService(tasks.Deps{
+		Store: taskStore, Queues: store.NewQueues(db), Outbox: hooks, Queue: jobs.NewEnqueuer(rdb),
+		IDs: taskid.New(cfg.ModelFamily), Prices: prices,
+	}, tasks.Config{Deadline: cfg.TaskDeadline, MaxInflight: cfg.MaxInflight})
 	// One subscription to the task events for every waiting request of
 	// this gateway (query's wait, the stream).
 	hub := watch.New()
 	hubCtx, stopHub := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHub()
-	go hub.Run(hubCtx, st, log)
+	go hub.Run(hubCtx, taskStore, log)
 	var admin *api.AdminDeps
 	if cfg.AdminToken != "" {
-		admin = &api.AdminDeps{Token: cfg.AdminToken, Accounts: st, Catalog: cat}
+		admin = &api.AdminDeps{Token: cfg.AdminToken, Accounts: accounts, Secrets: hooks, Catalog: cat}
 	}
 	handler := api.New(api.Deps{
 		Log:     log,
 		Tasks:   svc,
-		Auth:    auth.New(st, 100_000, cfg.AuthCacheTTL),
+		Auth:    auth.New(accounts, 100_000, cfg.AuthCacheTTL),
 		Limiter: ratelimit.New(rdb),
 		Limits:  api.Limits{Create: cfg.RateLimit, Query: cfg.QueryRateLimit},
 		// What requests get while the limiter cannot reach Redis.
@@ -136,7 +136,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		MetricsHandler: metricsOnAPI,
 		Watch:          hub,
 		// A task's webhook deliveries (GET /v1/task/webhooks).
-		Webhooks: st,
+		Webhooks: hooks,
 	})
 
 	if ln == nil {
@@ -173,7 +173,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 
 	// Serving already (/healthz answers, /readyz says not ready), wait for
 	// Redis, then do what needs it.
-	if err := start(ctx, cfg, deps, st, log); err != nil {
+	if err := start(ctx, cfg, deps, accounts, log); err != nil {
 		_ = srv.Close()
 		return err
 	}
@@ -243,7 +243,7 @@ func (o *opsServer) stop() {
 }
 
 // start waits for Redis and makes the dev key work, if one is set.
-func start(ctx context.Context, cfg Config, deps *service.Deps, st *store.Store, log *zap.Logger) error {
+func start(ctx context.Context, cfg Config, deps *service.Deps, accounts *store.Accounts, log *zap.Logger) error {
 	if err := deps.WaitRedis(ctx, cfg.Common, log); err != nil {
 		return err
 	}
@@ -251,7 +251,7 @@ func start(ctx context.Context, cfg Config, deps *service.Deps, st *store.Store,
 		return nil
 	}
 	// Generous limits, so local load tests are not throttled.
-	a, err := st.EnsureKey(ctx, cfg.DevAPIKey, store.NewAccount{Name: "dev", Credits: cfg.DevCredits,
+	a, err := accounts.EnsureKey(ctx, cfg.DevAPIKey, account.Spec{Name: "dev", Credits: cfg.DevCredits,
 		RateLimit: 1000, QueryRateLimit: 5000, MaxInflight: 5000})
 	if err != nil {
 		return fmt.Errorf("EASEL_DEV_API_KEY: %w", err)

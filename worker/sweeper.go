@@ -31,16 +31,16 @@ const (
 	recoverBatch = 1000
 )
 
-// sweepStore is what the recovery needs of the store.
+// sweepStore is what the recovery needs of the task store.
 type sweepStore interface {
-	TryLock(ctx context.Context, name string, ttl time.Duration) (bool, error)
 	Overdue(ctx context.Context, limit int64) ([]store.Overdue, error)
-	Expire(ctx context.Context, o store.Overdue) (store.Outcome, error)
+	Expire(ctx context.Context, o store.Overdue) (store.Change, error)
 	QueueChecks(ctx context.Context, now time.Time, limit int64) ([]store.QueueCheck, error)
 	ScheduleQueueCheck(ctx context.Context, accountID, taskID string, at time.Time) error
 	DropQueueCheck(ctx context.Context, accountID, taskID string) error
-	Takeover(ctx context.Context, accountID, taskID, orphan string, next func(crashes int) string) (store.Outcome, string, error)
-	Task(ctx context.Context, accountID, taskID string) (*task.Task, error)
+	Takeover(ctx context.Context, accountID, taskID, orphan string, next func(crashes int) string) (store.Change, string, error)
+	// Get reads a task the recovery failed back, for its model.
+	Get(ctx context.Context, accountID, taskID string) (*task.Task, error)
 }
 
 // sweepMetrics records the tasks the recovery fails.
@@ -62,16 +62,21 @@ type sweepQueue interface {
 }
 
 // sweeper recovers what crashes leave behind. Every worker runs one; one at
-// a time does a round, under a lease.
+// a time does a round, under a lease (everyUnderLease).
 type sweeper struct {
 	st          sweepStore
 	q           sweepQueue
+	hooks       hookNotifier
 	queues      []string
-	every       time.Duration
 	log         *zap.Logger
 	metrics     sweepMetrics
 	now         func() time.Time
 	lastOverdue time.Time
+}
+
+// hookNotifier queues a webhook event the store said is due (hooks.Notify).
+type hookNotifier interface {
+	Notify(ctx context.Context, accountID, taskID, event string, seq int)
 }
 
 // sweepReport counts what a round did.
@@ -79,47 +84,33 @@ type sweepReport struct {
 	queued, takenOver, poisoned, expired int
 }
 
-func newSweeper(st sweepStore, q sweepQueue, every time.Duration, log *zap.Logger) *sweeper {
-	return &sweeper{st: st, q: q, queues: jobs.Queues(), every: every, log: log, metrics: noSweepMetrics{}, now: time.Now}
+func newSweeper(st sweepStore, q sweepQueue, hooks hookNotifier, metrics sweepMetrics, log *zap.Logger) *sweeper {
+	if metrics == nil {
+		metrics = noSweepMetrics{}
+	}
+	return &sweeper{st: st, q: q, hooks: hooks, queues: jobs.Queues(), log: log, metrics: metrics, now: time.Now}
 }
 
-// failed records a task the recovery failed, and its refund, from its
-// record.
-func (s *sweeper) failed(ctx context.Context, log *zap.Logger, accountID, taskID string, code apperr.Code) {
-	t, err := s.st.Task(ctx, accountID, taskID)
+// failed records a task the recovery failed, and its refund, and queues
+// its webhook event if the store said one is due.
+func (s *sweeper) failed(ctx context.Context, log *zap.Logger, accountID, taskID string, c store.Change, code apperr.Code) {
+	if c.Hooked {
+		s.hooks.Notify(ctx, accountID, taskID, task.EventFailed, 0)
+	}
+	t, err := s.st.Get(ctx, accountID, taskID)
 	if err != nil {
 		log.Debug("recovery: could not read a failed task back; it is not counted in the metrics", zap.Error(err))
 		return
 	}
 	s.metrics.Finished(t.Model, processor.Failed, string(code))
-	if t.Refunded && t.Price > 0 {
-		s.metrics.Refunded(t.Model, t.Price)
+	if c.Refunded > 0 {
+		s.metrics.Refunded(t.Model, c.Refunded)
 	}
 }
 
-// run does a round every period until ctx is done.
-func (s *sweeper) run(ctx context.Context) {
-	t := time.NewTicker(s.every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.round(ctx)
-	}
-}
-
-// round does one round, if this worker gets the lease.
+// round does one round; everyUnderLease runs it on one worker at a time.
 func (s *sweeper) round(ctx context.Context) sweepReport {
 	var r sweepReport
-	// The lease runs out a little before the next round, so a worker that
-	// died holding it does not hold up the next.
-	got, err := s.st.TryLock(ctx, "sweeper", s.every-s.every/10)
-	if err != nil || !got {
-		return r
-	}
 	r.queued = s.checkQueued(ctx)
 	r.takenOver, r.poisoned = s.takeOverOrphans(ctx)
 	if s.now().Sub(s.lastOverdue) >= overdueEvery {
@@ -193,26 +184,26 @@ func (s *sweeper) takeOverOrphans(ctx context.Context) (takenOver, poisoned int)
 	for _, o := range orphans {
 		j := o.Job
 		log := s.log.With(zap.String("task_id", j.TaskID), zap.String("account_id", j.AccountID), zap.String("run", o.Run))
-		out, run, err := s.st.Takeover(ctx, j.AccountID, j.TaskID, o.Run, func(n int) string { return jobs.RunID(j.TaskID, n) })
+		c, run, err := s.st.Takeover(ctx, j.AccountID, j.TaskID, o.Run, func(n int) string { return jobs.RunID(j.TaskID, n) })
 		if err != nil {
 			log.Warn("recovery: takeover", zap.Error(err))
 			continue
 		}
-		switch out {
-		case store.Applied, store.Superseded:
+		switch c.Outcome {
+		case task.Applied, task.Superseded:
 			// The owning run is to be queued (again, harmlessly, if it is).
 			if err := s.q.EnqueueGenerateImage(ctx, j, run); err != nil {
 				log.Warn("recovery: could not queue the new run; will try again", zap.String("new_run", run), zap.Error(err))
 				continue
 			}
-			if out == store.Applied {
+			if c.Outcome == task.Applied {
 				takenOver++
 				log.Warn("recovery: the worker running this task died; a new run takes it over", zap.String("new_run", run))
 			}
-		case store.Poisoned:
+		case task.Poisoned:
 			poisoned++
 			log.Warn("task failed: it stopped its worker twice, and was refunded instead of run again")
-			s.failed(ctx, log, j.AccountID, j.TaskID, task.WorkerCrashed)
+			s.failed(ctx, log, j.AccountID, j.TaskID, c, task.WorkerCrashed)
 		}
 	}
 	return takenOver, poisoned
@@ -229,17 +220,41 @@ func (s *sweeper) expireOverdue(ctx context.Context) int {
 	}
 	failed := 0
 	for _, o := range overdue {
-		out, err := s.st.Expire(ctx, o)
+		c, err := s.st.Expire(ctx, o)
 		if err != nil {
 			s.log.Warn("recovery: could not expire a task", zap.String("task_id", o.TaskID), zap.Error(err))
 			continue
 		}
-		if out == store.Applied {
+		if c.Outcome == task.Applied {
 			failed++
 			log := s.log.With(zap.String("task_id", o.TaskID), zap.String("account_id", o.AccountID))
 			log.Warn("task failed: past its deadline with no worker on it; refunded")
-			s.failed(ctx, log, o.AccountID, o.TaskID, task.Timeout)
+			s.failed(ctx, log, o.AccountID, o.TaskID, c, task.Timeout)
 		}
 	}
 	return failed
+}
+
+// leaser takes named leases (store.Leases).
+type leaser interface {
+	TryLock(ctx context.Context, name string, ttl time.Duration) (bool, error)
+}
+
+// everyUnderLease runs round every period until ctx is done, on one worker
+// at a time: a round runs only on the worker that takes the lease name,
+// which runs out a little before the next round, so a worker that died
+// holding it does not hold up the next.
+func everyUnderLease(ctx context.Context, l leaser, name string, every time.Duration, round func(ctx context.Context)) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if got, err := l.TryLock(ctx, name, every-every/10); err == nil && got {
+			round(ctx)
+		}
+	}
 }

@@ -38,21 +38,24 @@ const (
 	hookCheckInterval = time.Second
 )
 
-// hookStore is what webhook deliveries need of the store.
+// hookStore is what webhook deliveries need of the webhook store
+// (store.Hooks): it is also the outbox queueing records into.
 type hookStore interface {
-	Task(ctx context.Context, accountID, taskID string) (*task.Task, error)
-	WebhookSecrets(ctx context.Context, accountID string) ([]string, error)
-	HookMessageOf(ctx context.Context, accountID, taskID, event string, seq int) (store.HookState, store.HookMessage, error)
-	RecordHookAttempt(ctx context.Context, accountID, taskID, event string, seq int, a store.HookAttempt, state store.HookState, msg store.HookMessage) (bool, error)
-	HookQueued(ctx context.Context, accountID, taskID, event string) error
-	HookPending(ctx context.Context, accountID, taskID, event string, seq int) error
-	HooksDue(ctx context.Context, before time.Time, limit int64) ([]store.HookDue, error)
-	TryLock(ctx context.Context, name string, ttl time.Duration) (bool, error)
+	jobs.Outbox
+	Secrets(ctx context.Context, accountID string) ([]string, error)
+	Outgoing(ctx context.Context, accountID, taskID, event string, seq int) (webhook.State, webhook.Outgoing, error)
+	RecordAttempt(ctx context.Context, accountID, taskID, event string, seq int, a webhook.Attempt, state webhook.State, msg webhook.Outgoing) (bool, error)
+	Due(ctx context.Context, before time.Time, limit int64) ([]store.HookDue, error)
 }
 
-// hookQueue queues deliveries.
+// taskReader reads a task's record: a delivery's body is the record.
+type taskReader interface {
+	Get(ctx context.Context, accountID, taskID string) (*task.Task, error)
+}
+
+// hookQueue queues deliveries (jobs.Enqueuer).
 type hookQueue interface {
-	EnqueueWebhook(ctx context.Context, accountID, taskID, event string, seq int) error
+	QueueHook(ctx context.Context, o jobs.Outbox, d jobs.DeliverWebhook) error
 }
 
 // hookSender makes one delivery attempt (webhook.Client).
@@ -63,6 +66,7 @@ type hookSender interface {
 // hooks queues and delivers webhook events.
 type hooks struct {
 	st       hookStore
+	tasks    taskReader
 	q        hookQueue
 	send     hookSender
 	signer   taskview.Signer
@@ -71,29 +75,20 @@ type hooks struct {
 	now      func() time.Time
 }
 
-func newHooks(st hookStore, q hookQueue, send hookSender, signer taskview.Signer, schedule webhook.Schedule, log *zap.Logger) *hooks {
-	return &hooks{st: st, q: q, send: send, signer: signer, schedule: schedule, log: log, now: time.Now}
+func newHooks(st hookStore, tasks taskReader, q hookQueue, send hookSender, signer taskview.Signer, schedule webhook.Schedule, log *zap.Logger) *hooks {
+	return &hooks{st: st, tasks: tasks, q: q, send: send, signer: signer, schedule: schedule, log: log, now: time.Now}
 }
 
-// Notify queues the delivery of an event of a task (processor.Hooks). It
-// takes at most notifyTimeout; a final event it could not queue is left
-// in the outbox for the recovery, a progress event is dropped.
+// Notify queues the delivery of an event of a task that the store said is
+// due (processor.Hooks). It takes at most notifyTimeout; a final event it
+// could not queue is left in the outbox for the recovery, a progress
+// event is dropped.
 func (h *hooks) Notify(ctx context.Context, accountID, taskID, event string, seq int) {
 	ctx, cancel := context.WithTimeout(ctx, notifyTimeout)
 	defer cancel()
-	log := h.log.With(zap.String("task_id", taskID), zap.String("account_id", accountID), zap.String("event", event))
-	if err := h.q.EnqueueWebhook(ctx, accountID, taskID, event, seq); err != nil {
-		log.Warn("webhook: could not queue an event; a final one is queued later from the outbox, a progress one is dropped", zap.Error(err))
-		return
-	}
-	var err error
-	if event == task.EventProgress {
-		err = h.st.HookPending(ctx, accountID, taskID, event, seq)
-	} else {
-		err = h.st.HookQueued(ctx, accountID, taskID, event)
-	}
-	if err != nil {
-		log.Warn("webhook: queued an event but could not record it; the recovery may queue it again (a no-op)", zap.Error(err))
+	if err := h.q.QueueHook(ctx, h.st, jobs.DeliverWebhook{AccountID: accountID, TaskID: taskID, Event: event, Seq: seq}); err != nil {
+		h.log.Warn("webhook: could not queue an event; a final one is queued later from the outbox, a progress one is dropped",
+			zap.String("task_id", taskID), zap.String("account_id", accountID), zap.String("event", event), zap.Error(err))
 	}
 }
 
@@ -127,7 +122,7 @@ var errGiveUp = errors.New("webhook given up")
 // another error to be retried.
 func (h *hooks) deliver(ctx context.Context, d jobs.DeliverWebhook, retried int) error {
 	log := h.log.With(zap.String("task_id", d.TaskID), zap.String("account_id", d.AccountID), zap.String("event", d.Event), zap.Int("seq", d.Seq), zap.Int("attempt", retried+1))
-	state, msg, err := h.st.HookMessageOf(ctx, d.AccountID, d.TaskID, d.Event, d.Seq)
+	state, msg, err := h.st.Outgoing(ctx, d.AccountID, d.TaskID, d.Event, d.Seq)
 	if err != nil {
 		return err
 	}
@@ -138,21 +133,16 @@ func (h *hooks) deliver(ctx context.Context, d jobs.DeliverWebhook, retried int)
 	if msg.URL == "" {
 		// First attempt: the message is the task's record now, kept for
 		// the retries.
-		var ok bool
-		if msg, ok, err = h.message(ctx, d); err != nil {
+		if msg, err = h.message(ctx, d); err != nil {
 			var nf *apperr.NotFoundError
 			if !errors.As(err, &nf) {
 				return err
 			}
-			h.record(ctx, log, d, store.HookAttempt{Time: h.now(), Error: "the task's record expired before the event could be delivered"}, store.HookFailed, store.HookMessage{})
+			h.record(ctx, log, d, webhook.Attempt{Time: h.now(), Error: "the task's record expired before the event could be delivered"}, webhook.StateFailed, webhook.Outgoing{})
 			return fmt.Errorf("%w: task record gone", errGiveUp)
 		}
-		if !ok {
-			log.Debug("webhook: the task's callback does not want this event")
-			return nil
-		}
 	}
-	secrets, err := h.st.WebhookSecrets(ctx, d.AccountID)
+	secrets, err := h.st.Secrets(ctx, d.AccountID)
 	if err != nil {
 		return err
 	}
@@ -167,20 +157,20 @@ func (h *hooks) deliver(ctx context.Context, d jobs.DeliverWebhook, retried int)
 		// recorded; Asynq runs the job again.
 		return ctx.Err()
 	}
-	a := store.HookAttempt{Time: start, StatusCode: res.StatusCode, Latency: res.Latency, Error: res.Error}
+	a := webhook.Attempt{Time: start, StatusCode: res.StatusCode, Latency: res.Latency, Error: res.Error}
 	switch {
 	case res.Outcome == webhook.Delivered:
-		h.record(ctx, log, d, a, store.HookDelivered, store.HookMessage{})
+		h.record(ctx, log, d, a, webhook.StateDelivered, webhook.Outgoing{})
 		log.Debug("webhook delivered", zap.Int("status", res.StatusCode), zap.Duration("latency", res.Latency))
 		return nil
 	case res.Outcome == webhook.Retry && retried < h.schedule.Retries():
-		if !h.record(ctx, log, d, a, store.HookRetrying, msg) {
+		if !h.record(ctx, log, d, a, webhook.StateRetrying, msg) {
 			return nil // a duplicate ended it meanwhile
 		}
 		log.Info("webhook not delivered; will retry", zap.Int("status", res.StatusCode), zap.String("error", res.Error))
 		return &retryLater{why: res.Error, after: res.RetryAfter}
 	}
-	h.record(ctx, log, d, a, store.HookFailed, store.HookMessage{})
+	h.record(ctx, log, d, a, webhook.StateFailed, webhook.Outgoing{})
 	log.Warn("webhook not delivered; giving up", zap.Int("status", res.StatusCode), zap.String("error", res.Error), zap.Stringer("outcome", res.Outcome))
 	return fmt.Errorf("%w: %s", errGiveUp, res.Error)
 }
@@ -188,8 +178,8 @@ func (h *hooks) deliver(ctx context.Context, d jobs.DeliverWebhook, retried int)
 // record adds an attempt to the delivery's log, and reports whether the
 // delivery was still going (false: a duplicate ended it, or the log could
 // not be written, which is logged).
-func (h *hooks) record(ctx context.Context, log *zap.Logger, d jobs.DeliverWebhook, a store.HookAttempt, state store.HookState, msg store.HookMessage) bool {
-	ok, err := h.st.RecordHookAttempt(ctx, d.AccountID, d.TaskID, d.Event, d.Seq, a, state, msg)
+func (h *hooks) record(ctx context.Context, log *zap.Logger, d jobs.DeliverWebhook, a webhook.Attempt, state webhook.State, msg webhook.Outgoing) bool {
+	ok, err := h.st.RecordAttempt(ctx, d.AccountID, d.TaskID, d.Event, d.Seq, a, state, msg)
 	if err != nil {
 		log.Warn("webhook: could not record an attempt", zap.String("state", string(state)), zap.Error(err))
 		return true
@@ -197,15 +187,16 @@ func (h *hooks) record(ctx context.Context, log *zap.Logger, d jobs.DeliverWebho
 	return ok
 }
 
-// message renders the message of an event from the task's record; false
-// when the task's callback does not want the event.
-func (h *hooks) message(ctx context.Context, d jobs.DeliverWebhook) (store.HookMessage, bool, error) {
-	t, err := h.st.Task(ctx, d.AccountID, d.TaskID)
+// message renders the message of an event from the task's record. The
+// store decided the callback wants the event when it was queued: this only
+// reads where it goes.
+func (h *hooks) message(ctx context.Context, d jobs.DeliverWebhook) (webhook.Outgoing, error) {
+	t, err := h.tasks.Get(ctx, d.AccountID, d.TaskID)
 	if err != nil {
-		return store.HookMessage{}, false, err
+		return webhook.Outgoing{}, err
 	}
-	if !t.Callback.Wants(d.Event) {
-		return store.HookMessage{}, false, nil
+	if t.Callback.URL == "" {
+		return webhook.Outgoing{}, &apperr.NotFoundError{Kind: "callback of task", ID: d.TaskID}
 	}
 	at := t.CompleteTime
 	if d.Event == task.EventProgress || at.IsZero() {
@@ -213,32 +204,25 @@ func (h *hooks) message(ctx context.Context, d jobs.DeliverWebhook) (store.HookM
 	}
 	body, err := webhook.Body(d.Event, at, taskview.New(t, h.signer))
 	if err != nil {
-		return store.HookMessage{}, false, err
+		return webhook.Outgoing{}, err
 	}
-	return store.HookMessage{URL: t.Callback.URL, Body: body}, true, nil
+	return webhook.Outgoing{URL: t.Callback.URL, Body: body}, nil
 }
 
-// recoverRound queues the final events left in the outbox for longer than
-// hookGrace, if this worker gets the round's lease, and returns how many.
-func (h *hooks) recoverRound(ctx context.Context, every time.Duration) int {
-	got, err := h.st.TryLock(ctx, "webhooks", every-every/10)
-	if err != nil || !got {
-		return 0
-	}
-	due, err := h.st.HooksDue(ctx, h.now().Add(-hookGrace), recoverBatch)
+// recoverRound queues the final events left in the outbox for longer
+// than hookGrace, and returns how many; everyUnderLease runs it on one
+// worker at a time.
+func (h *hooks) recoverRound(ctx context.Context) int {
+	due, err := h.st.Due(ctx, h.now().Add(-hookGrace), recoverBatch)
 	if err != nil {
 		h.log.Warn("webhook recovery: outbox", zap.Error(err))
 		return 0
 	}
 	n := 0
 	for _, e := range due {
-		log := h.log.With(zap.String("task_id", e.TaskID), zap.String("account_id", e.AccountID), zap.String("event", e.Event))
-		if err := h.q.EnqueueWebhook(ctx, e.AccountID, e.TaskID, e.Event, 0); err != nil {
-			log.Warn("webhook recovery: could not queue an event; will try again", zap.Error(err))
-			continue
-		}
-		if err := h.st.HookQueued(ctx, e.AccountID, e.TaskID, e.Event); err != nil {
-			log.Warn("webhook recovery: outbox", zap.Error(err))
+		if err := h.q.QueueHook(ctx, h.st, jobs.DeliverWebhook{AccountID: e.AccountID, TaskID: e.TaskID, Event: e.Event}); err != nil {
+			h.log.Warn("webhook recovery: could not queue an event; will try again",
+				zap.String("task_id", e.TaskID), zap.String("account_id", e.AccountID), zap.String("event", e.Event), zap.Error(err))
 			continue
 		}
 		n++
@@ -247,18 +231,4 @@ func (h *hooks) recoverRound(ctx context.Context, every time.Duration) int {
 		h.log.Info("webhook recovery: queued events left in the outbox", zap.Int("events", n))
 	}
 	return n
-}
-
-// recoverLoop does a recovery round every period until ctx is done.
-func (h *hooks) recoverLoop(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		h.recoverRound(ctx, every)
-	}
 }

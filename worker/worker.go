@@ -98,7 +98,8 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	// connection there is little to batch, and go-redis's autopipeliner
 	// (used by the gateway) cost the worker more in hand-offs than it saved
 	// (drain throughput 4,120 → 4,512 /s without it, see BENCHMARKS.md).
-	st := store.New(rdb).WithMinReplicas(cfg.RedisMinReplicas, cfg.ReplicaWait())
+	db := store.NewDB(rdb, store.Options{MinReplicas: cfg.RedisMinReplicas, ReplicaWait: cfg.ReplicaWait()})
+	tasks, leases := store.NewTasks(db), store.NewLeases(db)
 	retry := processor.Retry{
 		MaxAttempts: cfg.RetryMaxAttempts,
 		MaxElapsed:  cfg.RetryMaxElapsed,
@@ -107,19 +108,20 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	}
 	reg, meter := newMetrics(rdb, cat)
 	enq := jobs.NewEnqueuer(rdb)
-	hk := newHooks(st, enq,
+	hk := newHooks(store.NewHooks(db), tasks, enq,
 		webhook.NewClient(webhook.Options{Policy: cfg.EgressPolicy(), Timeout: cfg.WebhookTimeout}),
 		signedurl.New(resultSecret(cfg, log), cfg.PublicURL),
 		webhook.DefaultSchedule(cfg.WebhookRetryInitial), log)
-	proc := processor.New(st, blobs, metrics.Generator(gen, provider, meter), fetcher, cat, log, retry).WithMetrics(meter).WithMaxRunning(cfg.AccountMaxRunning).WithHooks(hk)
+	popts := processor.Options{Retry: retry, Metrics: meter, Hooks: hk, MaxRunning: cfg.AccountMaxRunning}
 	limits, err := quota.ParseLimits(cfg.UpstreamRPM, cfg.UpstreamConcurrency)
 	if err != nil {
 		return err
 	}
 	if len(limits) > 0 {
-		proc.WithQuota(upstreamQuota{quota.New(rdb, limits, quota.Options{})})
+		popts.Quota = upstreamQuota{quota.New(rdb, limits, quota.Options{})}
 		log.Info("upstream quota", zap.String("limits", limits.String()))
 	}
+	proc := processor.New(tasks, blobs, metrics.Generator(gen, provider, meter), fetcher, cat, log, popts)
 
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:       cfg.Concurrency,
@@ -141,9 +143,6 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 			log.Error("undecodable job; archiving it", zap.String("task_id", id), zap.Error(err))
 			return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 		}
-		if d, ok := ctx.Deadline(); ok && job.Deadline.IsZero() {
-			job.Deadline = d // a job queued before the deadline travelled with it
-		}
 		run, _ := asynq.GetTaskID(ctx)
 		retry, _ := asynq.GetRetryCount(ctx)
 		maxRetry, _ := asynq.GetMaxRetry(ctx)
@@ -162,7 +161,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		if !started.Load() {
 			return errors.New("starting")
 		}
-		return st.Probe(ctx, instance)
+		return db.Probe(ctx, instance)
 	}
 	health := service.NewHTTPServer(healthHandler(ready, prom.Handler(reg)), 10*time.Second, cfg.HTTPIdleTimeout, log)
 	healthErr := make(chan error, 1)
@@ -203,7 +202,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		backgroundDone.Add(1)
 		go func() {
 			defer backgroundDone.Done()
-			hk.recoverLoop(background, hookRecoverEvery)
+			everyUnderLease(background, leases, "webhooks", hookRecoverEvery, func(ctx context.Context) { hk.recoverRound(ctx) })
 		}()
 	}
 	go func() {
@@ -212,9 +211,8 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	}()
 	go func() {
 		defer backgroundDone.Done()
-		sw := newSweeper(st, enq, recoverEvery, log)
-		sw.metrics = meter
-		sw.run(background)
+		sw := newSweeper(tasks, enq, hk, meter, log)
+		everyUnderLease(background, leases, "sweeper", recoverEvery, func(ctx context.Context) { sw.round(ctx) })
 	}()
 
 	var runErr error

@@ -49,7 +49,8 @@ type GenerateImage struct {
 	TaskID    string
 	AccountID string
 	// Input is the client's request with its defaults applied
-	// (task.Input.WithDefaults).
+	// (task.Input.WithDefaults); its Callback stays with the task record,
+	// never in the job.
 	Input      task.Input
 	CreateTime time.Time
 	// Deadline is when the task must end (the Asynq job's deadline).
@@ -95,6 +96,8 @@ func (j GenerateImage) check() error {
 	switch {
 	case j.TaskID == "" || j.AccountID == "":
 		return fmt.Errorf("jobs: a job needs a task id and an account id")
+	case j.Deadline.IsZero():
+		return fmt.Errorf("jobs: task %s: no deadline", j.TaskID)
 	case in.Model.ID == "" || tierToProto(in.Model.Tier) == jobv1.Tier_TIER_UNSPECIFIED:
 		return fmt.Errorf("jobs: task %s: unknown model %q of tier %q", j.TaskID, in.Model.ID, in.Model.Tier)
 	case !catalog.ValidImageSize(in.ImageSize):
@@ -109,28 +112,24 @@ func (j GenerateImage) check() error {
 
 // EncodeGenerateImage returns a job's payload: what NewGenerateImageTask
 // queues, and what the task store keeps with a pending task so that a job a
-// gateway could not queue can be queued later (DecodeGenerateImage).
+// gateway could not queue can be queued later (DecodeGenerateImage). The
+// input's callback is not in it: the task record keeps it.
 func EncodeGenerateImage(j GenerateImage) ([]byte, error) {
 	if err := j.check(); err != nil {
 		return nil, err
 	}
-	if j.Deadline.IsZero() {
-		return nil, fmt.Errorf("jobs: task %s: no deadline", j.TaskID)
-	}
 	in := j.Input
 	b, err := proto.Marshal(&jobv1.GenerateImage{
-		TaskId:         j.TaskID,
-		AccountId:      j.AccountID,
-		Model:          in.Model.ID,
-		Tier:           tierToProto(in.Model.Tier),
-		Prompt:         in.Prompt,
-		AspectRatio:    in.AspectRatio,
-		ImageSize:      in.ImageSize,
-		ImageUrls:      in.ImageURLs,
-		CreateTimeMs:   j.CreateTime.UnixMilli(),
-		DeadlineMs:     j.Deadline.UnixMilli(),
-		CallbackUrl:    in.Callback.URL,
-		CallbackEvents: in.Callback.Events,
+		TaskId:       j.TaskID,
+		AccountId:    j.AccountID,
+		Model:        in.Model.ID,
+		Tier:         tierToProto(in.Model.Tier),
+		Prompt:       in.Prompt,
+		AspectRatio:  in.AspectRatio,
+		ImageSize:    in.ImageSize,
+		ImageUrls:    in.ImageURLs,
+		CreateTimeMs: j.CreateTime.UnixMilli(),
+		DeadlineMs:   j.Deadline.UnixMilli(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: encode %s: %w", j.TaskID, err)
@@ -181,12 +180,9 @@ func DecodeGenerateImage(payload []byte) (GenerateImage, error) {
 			AspectRatio: p.GetAspectRatio(),
 			ImageSize:   p.GetImageSize(),
 			ImageURLs:   p.GetImageUrls(),
-			Callback:    task.Callback{URL: p.GetCallbackUrl(), Events: p.GetCallbackEvents()},
 		},
 		CreateTime: time.UnixMilli(p.GetCreateTimeMs()),
 	}
-	// Jobs queued before the deadline travelled in the payload have none
-	// here; their Asynq deadline still applies.
 	if ms := p.GetDeadlineMs(); ms > 0 {
 		j.Deadline = time.UnixMilli(ms)
 	}
@@ -274,9 +270,6 @@ func (e *Enqueuer) Orphans(ctx context.Context, queues []string) ([]Orphan, erro
 				j, err := DecodeGenerateImage(ti.Payload)
 				if err != nil {
 					continue // not ours to recover; Asynq will archive it
-				}
-				if j.Deadline.IsZero() {
-					j.Deadline = ti.Deadline
 				}
 				out = append(out, Orphan{Run: ti.ID, Job: j})
 			}

@@ -66,6 +66,7 @@ func TestRejects(t *testing.T) {
 		"empty":          asynq.NewTask(TypeGenerateImage, nil),
 		"no model":       asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.Model = "" })),
 		"unknown tier 9": asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.Tier = 9 })),
+		"no deadline":    asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.DeadlineMs = 0 })),
 	}
 	for name, at := range tests {
 		if _, err := ParseGenerateImage(at); err == nil {
@@ -78,10 +79,15 @@ func TestRejects(t *testing.T) {
 	if _, err := NewGenerateImageTask(GenerateImage{TaskID: "t", AccountID: "a", Input: task.Input{Model: pro, ImageSize: "1K", AspectRatio: "1:1"}}, "t"); err == nil {
 		t.Error("built a task without a deadline")
 	}
-	// A payload from before the deadline field parses, without one.
-	old, err := ParseGenerateImage(asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.DeadlineMs = 0 })))
-	if err != nil || !old.Deadline.IsZero() {
-		t.Errorf("a payload without a deadline: %+v, %v", old, err)
+	// The callback never travels in the job: the task record keeps it.
+	cb := GenerateImage{TaskID: "t", AccountID: "a", Deadline: time.UnixMilli(5), Input: task.Input{Model: pro, ImageSize: "1K", AspectRatio: "1:1",
+		Callback: task.Callback{URL: "https://hooks.example/x", Events: task.DefaultEvents}}}
+	b, err := EncodeGenerateImage(cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back, err := DecodeGenerateImage(b); err != nil || back.Input.Callback.URL != "" || len(back.Input.Callback.Events) != 0 {
+		t.Errorf("the callback travelled in the job: %+v, %v", back.Input.Callback, err)
 	}
 }
 

@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,8 +9,10 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/easelhq/easel/pkg/task"
+	jobv1 "github.com/easelhq/easel/proto/easel/job/v1"
 )
 
 // TypeDeliverWebhook is the Asynq type of a webhook delivery.
@@ -32,8 +33,8 @@ const WebhookMaxRetry = 100
 const webhookTimeout = 2 * time.Minute
 
 // DeliverWebhook is the job of delivering one event of a task to its
-// callback URL. The worker reads the rest (the URL, the record) from the
-// task.
+// callback URL (its payload: proto/easel/job/v1 DeliverWebhook). The
+// worker reads the rest (the URL, the record) from the task.
 type DeliverWebhook struct {
 	AccountID string
 	TaskID    string
@@ -42,14 +43,6 @@ type DeliverWebhook struct {
 	// Seq tells apart the progress events of a task (their percent); 0 for
 	// the others.
 	Seq int
-}
-
-// webhookWire is the job's payload: small JSON.
-type webhookWire struct {
-	AccountID string `json:"a"`
-	TaskID    string `json:"t"`
-	Event     string `json:"e"`
-	Seq       int    `json:"s,omitempty"`
 }
 
 func (d DeliverWebhook) check() error {
@@ -77,7 +70,7 @@ func NewDeliverWebhookTask(d DeliverWebhook) (*asynq.Task, error) {
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(webhookWire{AccountID: d.AccountID, TaskID: d.TaskID, Event: d.Event, Seq: d.Seq})
+	b, err := proto.Marshal(&jobv1.DeliverWebhook{AccountId: d.AccountID, TaskId: d.TaskID, Event: d.Event, Seq: int32(d.Seq)})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: encode webhook of %s: %w", d.TaskID, err)
 	}
@@ -94,48 +87,39 @@ func ParseDeliverWebhook(t *asynq.Task) (DeliverWebhook, error) {
 	if t.Type() != TypeDeliverWebhook {
 		return DeliverWebhook{}, fmt.Errorf("jobs: task type %q is not %q", t.Type(), TypeDeliverWebhook)
 	}
-	var w webhookWire
-	if err := json.Unmarshal(t.Payload(), &w); err != nil {
+	var w jobv1.DeliverWebhook
+	if err := proto.Unmarshal(t.Payload(), &w); err != nil {
 		return DeliverWebhook{}, fmt.Errorf("jobs: decode webhook payload: %w", err)
 	}
-	d := DeliverWebhook{AccountID: w.AccountID, TaskID: w.TaskID, Event: w.Event, Seq: w.Seq}
+	d := DeliverWebhook{AccountID: w.GetAccountId(), TaskID: w.GetTaskId(), Event: w.GetEvent(), Seq: int(w.GetSeq())}
 	if err := d.check(); err != nil {
 		return DeliverWebhook{}, err
 	}
 	return d, nil
 }
 
-// EnqueueWebhook queues the delivery of an event of a task. An event
-// queued already (waiting, running or waiting for a retry) is not queued
-// again, and is no error.
-func (e *Enqueuer) EnqueueWebhook(ctx context.Context, accountID, taskID, event string, seq int) error {
-	t, err := NewDeliverWebhookTask(DeliverWebhook{AccountID: accountID, TaskID: taskID, Event: event, Seq: seq})
+// Outbox records which webhook deliveries are queued (the store's Hooks):
+// a final event queued leaves the account's outbox, where the scripts that
+// end a task put it.
+type Outbox interface {
+	Queued(ctx context.Context, accountID, taskID, event string, seq int) error
+}
+
+// QueueHook queues the delivery of an event of a task and records it in
+// the outbox: the one way a delivery is queued (by the worker that ended
+// or advanced the task, the gateway after a cancel, the recovery of the
+// outbox). An event queued already (waiting, running or waiting for a
+// retry) is not queued again. If it fails, a final event stays in the
+// outbox and the workers' recovery queues it a few seconds later.
+func (e *Enqueuer) QueueHook(ctx context.Context, o Outbox, d DeliverWebhook) error {
+	t, err := NewDeliverWebhookTask(d)
 	if err != nil {
 		return err
 	}
 	switch _, err := e.client.EnqueueContext(ctx, t); {
 	case errors.Is(err, asynq.ErrTaskIDConflict):
-		return nil
 	case err != nil:
-		return fmt.Errorf("jobs: enqueue webhook %s: %w", WebhookID(taskID, event, seq), err)
+		return fmt.Errorf("jobs: enqueue webhook %s: %w", WebhookID(d.TaskID, d.Event, d.Seq), err)
 	}
-	return nil
-}
-
-// HookOutbox is the store's outbox of a task's final events (package
-// store): an event queued is taken off it.
-type HookOutbox interface {
-	HookQueued(ctx context.Context, accountID, taskID, event string) error
-}
-
-// QueueFinalHook queues the delivery of a task's final event (completed,
-// failed, canceled) and takes it off the account's outbox: what a service
-// that ended a task calls (the gateway after a cancel, the worker after a
-// run). If it fails, the workers' recovery queues the event from the
-// outbox a few seconds later.
-func (e *Enqueuer) QueueFinalHook(ctx context.Context, outbox HookOutbox, accountID, taskID, event string) error {
-	if err := e.EnqueueWebhook(ctx, accountID, taskID, event, 0); err != nil {
-		return err
-	}
-	return outbox.HookQueued(ctx, accountID, taskID, event)
+	return o.Queued(ctx, d.AccountID, d.TaskID, d.Event, d.Seq)
 }

@@ -3,11 +3,15 @@ package jobs
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/hibiken/asynq"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/easelhq/easel/pkg/task"
+	jobv1 "github.com/easelhq/easel/proto/easel/job/v1"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
@@ -41,10 +45,13 @@ func TestDeliverWebhookRefused(t *testing.T) {
 			t.Errorf("NewDeliverWebhookTask(%+v): no error", d)
 		}
 	}
+	enc := func(p *jobv1.DeliverWebhook) []byte { b, _ := proto.Marshal(p); return b }
 	for _, bad := range []*asynq.Task{
-		asynq.NewTask(TypeGenerateImage, []byte(`{"a":"a","t":"t","e":"task.completed"}`)),
-		asynq.NewTask(TypeDeliverWebhook, []byte(`not json`)),
-		asynq.NewTask(TypeDeliverWebhook, []byte(`{"a":"a","t":"t","e":"task.nope"}`)),
+		asynq.NewTask(TypeGenerateImage, enc(&jobv1.DeliverWebhook{AccountId: "a", TaskId: "t", Event: task.EventCompleted})),
+		asynq.NewTask(TypeDeliverWebhook, []byte{0xff, 0xff, 0xff}),
+		asynq.NewTask(TypeDeliverWebhook, enc(&jobv1.DeliverWebhook{AccountId: "a", TaskId: "t", Event: "task.nope"})),
+		asynq.NewTask(TypeDeliverWebhook, enc(&jobv1.DeliverWebhook{AccountId: "a", Event: task.EventCompleted})),
+		asynq.NewTask(TypeDeliverWebhook, enc(&jobv1.DeliverWebhook{AccountId: "a", TaskId: "t", Event: task.EventProgress, Seq: -3})),
 	} {
 		if _, err := ParseDeliverWebhook(bad); err == nil {
 			t.Errorf("ParseDeliverWebhook(%s %s): no error", bad.Type(), bad.Payload())
@@ -57,34 +64,35 @@ type outbox struct {
 	err   error
 }
 
-func (o *outbox) HookQueued(_ context.Context, accountID, taskID, event string) error {
-	o.calls = append(o.calls, accountID+"/"+taskID+"/"+event)
+func (o *outbox) Queued(_ context.Context, accountID, taskID, event string, seq int) error {
+	o.calls = append(o.calls, fmt.Sprintf("%s/%s/%s/%d", accountID, taskID, event, seq))
 	return o.err
 }
 
 // An event is queued once, on its own queue, whoever queues it and however
-// often; the other events of the task each get their own job.
-func TestEnqueueWebhook(t *testing.T) {
+// often; the other events of the task each get their own job; each queueing
+// is recorded in the outbox.
+func TestQueueHook(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	e := NewEnqueuer(rdb)
 	ctx := context.Background()
-	for _, step := range []struct {
+	ob := &outbox{}
+	steps := []struct {
 		event string
 		seq   int
 	}{
 		{task.EventProgress, 10}, {task.EventProgress, 10}, {task.EventProgress, 20},
 		{task.EventCompleted, 0}, {task.EventCompleted, 0},
-	} {
-		if err := e.EnqueueWebhook(ctx, "acct_a", "task_lumen_1", step.event, step.seq); err != nil {
-			t.Fatalf("EnqueueWebhook(%s, %d): %v", step.event, step.seq, err)
+	}
+	var wantCalls []string
+	for _, step := range steps {
+		if err := e.QueueHook(ctx, ob, DeliverWebhook{AccountID: "acct_a", TaskID: "task_lumen_1", Event: step.event, Seq: step.seq}); err != nil {
+			t.Fatalf("QueueHook(%s, %d): %v", step.event, step.seq, err)
 		}
+		wantCalls = append(wantCalls, fmt.Sprintf("acct_a/task_lumen_1/%s/%d", step.event, step.seq))
 	}
-	ob := &outbox{}
-	if err := e.QueueFinalHook(ctx, ob, "acct_a", "task_lumen_1", task.EventCompleted); err != nil {
-		t.Fatal(err)
-	}
-	if len(ob.calls) != 1 || ob.calls[0] != "acct_a/task_lumen_1/task.completed" {
-		t.Errorf("outbox calls %v", ob.calls)
+	if !slices.Equal(ob.calls, wantCalls) {
+		t.Errorf("outbox calls %v; want %v", ob.calls, wantCalls)
 	}
 	infos, err := asynq.NewInspectorFromRedisClient(rdb).ListPendingTasks(WebhookQueue)
 	if err != nil {
@@ -109,11 +117,11 @@ func TestEnqueueWebhook(t *testing.T) {
 
 	// A failed enqueue leaves the event on the outbox for the recovery.
 	ob = &outbox{}
-	if err := e.QueueFinalHook(ctx, ob, "acct_a", "task_lumen_2", "task.nope"); err == nil || len(ob.calls) != 0 {
-		t.Errorf("QueueFinalHook of a bad event: %v, outbox calls %v", err, ob.calls)
+	if err := e.QueueHook(ctx, ob, DeliverWebhook{AccountID: "acct_a", TaskID: "task_lumen_2", Event: "task.nope"}); err == nil || len(ob.calls) != 0 {
+		t.Errorf("QueueHook of a bad event: %v, outbox calls %v", err, ob.calls)
 	}
 	ob = &outbox{err: errors.New("redis down")}
-	if err := e.QueueFinalHook(ctx, ob, "acct_a", "task_lumen_2", task.EventFailed); err == nil {
-		t.Error("QueueFinalHook hid the outbox's error")
+	if err := e.QueueHook(ctx, ob, DeliverWebhook{AccountID: "acct_a", TaskID: "task_lumen_2", Event: task.EventFailed}); err == nil {
+		t.Error("QueueHook hid the outbox's error")
 	}
 }

@@ -114,3 +114,11 @@ type QueuePosition struct {
 	ETA   time.Duration
 	Known bool
 }
+
+// Created is what a create did: the task made (or, Replayed, the one an
+// earlier create under the same Idempotency-Key made), and its price.
+type Created struct {
+	ID       string
+	Price    int64
+	Replayed bool
+}

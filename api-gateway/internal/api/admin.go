@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -10,21 +11,44 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
 
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/logging"
-	"github.com/easelhq/easel/pkg/store"
 )
+
+// AdminAccounts is what the admin API does with accounts, their keys and
+// their credits.
+type AdminAccounts interface {
+	Create(ctx context.Context, spec account.Spec) (*account.Account, error)
+	List(ctx context.Context) ([]*account.Account, error)
+	Get(ctx context.Context, id string) (*account.Account, error)
+	SetLimits(ctx context.Context, id string, l account.LimitsUpdate) (*account.Account, error)
+	SetStatus(ctx context.Context, id string, st account.Status) error
+	AddCredits(ctx context.Context, id string, n int64, note string) (int64, error)
+	Ledger(ctx context.Context, id string, limit int64) ([]account.LedgerEntry, error)
+	CreateKey(ctx context.Context, accountID string) (string, *account.Key, error)
+	Keys(ctx context.Context, accountID string) ([]*account.Key, error)
+	RevokeKey(ctx context.Context, keyOrPrefix string) (*account.Key, error)
+}
+
+// AdminSecrets shows and rotates accounts' webhook signing secrets.
+type AdminSecrets interface {
+	Secret(ctx context.Context, accountID string) (string, error)
+	RotateSecret(ctx context.Context, accountID string) (string, time.Time, error)
+}
 
 // AdminDeps enables the admin API.
 type AdminDeps struct {
 	// Token is the Bearer token every admin request must carry.
 	Token    string
-	Accounts *store.Store
+	Accounts AdminAccounts
+	Secrets  AdminSecrets
 	Catalog  *catalog.Catalog
 }
 
@@ -40,8 +64,8 @@ func registerAdmin(g *echo.Group, d *AdminDeps) {
 	g.GET("/accounts", a.listAccounts)
 	g.GET("/accounts/:id", a.showAccount)
 	g.PATCH("/accounts/:id/limits", a.setLimits)
-	g.POST("/accounts/:id/disable", a.setStatus(store.Disabled))
-	g.POST("/accounts/:id/enable", a.setStatus(store.Active))
+	g.POST("/accounts/:id/disable", a.setStatus(account.Disabled))
+	g.POST("/accounts/:id/enable", a.setStatus(account.Active))
 	g.POST("/accounts/:id/credits", a.addCredits)
 	g.GET("/accounts/:id/ledger", a.ledger)
 	g.POST("/accounts/:id/keys", a.createKey)
@@ -129,7 +153,7 @@ func (a *admin) createAccount(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	acct, err := a.Accounts.CreateAccount(c.Request().Context(), store.NewAccount{
+	acct, err := a.Accounts.Create(c.Request().Context(), account.Spec{
 		Name: req.Name, Credits: req.Credits, Models: tiers,
 		RateLimit: deref(req.RateLimit), QueryRateLimit: deref(req.QueryRateLimit), MaxInflight: deref(req.MaxInflight),
 	})
@@ -140,7 +164,7 @@ func (a *admin) createAccount(c echo.Context) error {
 }
 
 func (a *admin) listAccounts(c echo.Context) error {
-	list, err := a.Accounts.Accounts(c.Request().Context())
+	list, err := a.Accounts.List(c.Request().Context())
 	if err != nil {
 		return err
 	}
@@ -148,7 +172,7 @@ func (a *admin) listAccounts(c echo.Context) error {
 }
 
 func (a *admin) showAccount(c echo.Context) error {
-	acct, err := a.Accounts.Account(c.Request().Context(), c.Param("id"))
+	acct, err := a.Accounts.Get(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -165,7 +189,7 @@ func (a *admin) setLimits(c echo.Context) error {
 	if err := bind(c, &req); err != nil {
 		return err
 	}
-	l := store.Limits{RateLimit: req.RateLimit, QueryRateLimit: req.QueryRateLimit, MaxInflight: req.MaxInflight}
+	l := account.LimitsUpdate{RateLimit: req.RateLimit, QueryRateLimit: req.QueryRateLimit, MaxInflight: req.MaxInflight}
 	if req.Models != nil {
 		tiers, err := a.tiers(*req.Models)
 		if err != nil {
@@ -180,13 +204,13 @@ func (a *admin) setLimits(c echo.Context) error {
 	return ok(c, acct)
 }
 
-func (a *admin) setStatus(st store.AccountStatus) echo.HandlerFunc {
+func (a *admin) setStatus(st account.Status) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ctx := c.Request().Context()
-		if err := a.Accounts.SetAccountStatus(ctx, c.Param("id"), st); err != nil {
+		if err := a.Accounts.SetStatus(ctx, c.Param("id"), st); err != nil {
 			return err
 		}
-		acct, err := a.Accounts.Account(ctx, c.Param("id"))
+		acct, err := a.Accounts.Get(ctx, c.Param("id"))
 		if err != nil {
 			return err
 		}
@@ -279,7 +303,7 @@ type webhookSecretReply struct {
 // read.
 func (a *admin) webhookSecret(c echo.Context) error {
 	id := c.Param("id")
-	secret, err := a.Accounts.WebhookSecret(c.Request().Context(), id)
+	secret, err := a.Secrets.Secret(c.Request().Context(), id)
 	if err != nil {
 		return err
 	}
@@ -291,7 +315,7 @@ func (a *admin) webhookSecret(c echo.Context) error {
 // old one signs beside it for another 24 hours.
 func (a *admin) rotateWebhookSecret(c echo.Context) error {
 	id := c.Param("id")
-	secret, until, err := a.Accounts.RotateWebhookSecret(c.Request().Context(), id)
+	secret, until, err := a.Secrets.RotateSecret(c.Request().Context(), id)
 	if err != nil {
 		return err
 	}

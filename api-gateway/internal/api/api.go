@@ -23,26 +23,25 @@ import (
 	"github.com/easelhq/easel/api-gateway/internal/metrics"
 	"github.com/easelhq/easel/api-gateway/internal/ratelimit"
 	"github.com/easelhq/easel/api-gateway/internal/watch"
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/logging"
-	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/pkg/taskview"
 )
 
 // Tasks creates and reads tasks.
 type Tasks interface {
-	// CreateIdempotent creates a task; under an idempotency key (idem.Key
-	// not empty) a repeat of an earlier create returns its task id and
-	// replayed true.
-	CreateIdempotent(ctx context.Context, accountID string, in task.Input, idem task.Idempotency) (id string, replayed bool, err error)
+	// Create creates a task; under an idempotency key (idem.Key not empty)
+	// a repeat of an earlier create returns its task, Replayed.
+	Create(ctx context.Context, accountID string, in task.Input, idem task.Idempotency) (task.Created, error)
 	Get(ctx context.Context, accountID, taskID string) (*task.Task, error)
-	Cancel(ctx context.Context, accountID, taskID string) (store.Canceled, error)
-	List(ctx context.Context, accountID string, f store.TaskFilter) ([]*task.Task, string, error)
+	Cancel(ctx context.Context, accountID, taskID string) (task.Cancellation, error)
+	List(ctx context.Context, accountID string, f task.Filter) ([]*task.Task, string, error)
 	// GetPositioned is Get with a pending task's place in its queue (nil:
 	// none known).
-	GetPositioned(ctx context.Context, accountID, taskID string) (*task.Task, *store.QueuePosition, error)
+	GetPositioned(ctx context.Context, accountID, taskID string) (*task.Task, *task.QueuePosition, error)
 }
 
 // Signer makes and checks result URLs.
@@ -140,51 +139,75 @@ const (
 // would let it escape its limit. With RateLimitFailOpen it goes on,
 // unlimited and without X-RateLimit headers. Either way the failure is
 // logged once per burst, not once per request.
-func (h *handlers) limit(class string) echo.MiddlewareFunc {
+func (h *handlers) limit(class ratelimit.Class) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		if class == ratelimit.Create {
+			// A create refused here is a create all the same: counted,
+			// before its model is known.
+			allow := h.allow(class)
+			return func(c echo.Context) error {
+				if err := allow(c); err != nil {
+					h.Metrics.Create(metrics.UnknownModel, createOutcome(err))
+					return err
+				}
+				return next(c)
+			}
+		}
+		allow := h.allow(class)
 		return func(c echo.Context) error {
-			acct := accountOf(c)
-			perSecond := h.Limits.Create
-			if class == store.RateQuery {
-				perSecond = h.Limits.Query
-				if acct.QueryRateLimit > 0 {
-					perSecond = acct.QueryRateLimit
-				}
-			} else if acct.RateLimit > 0 {
-				perSecond = acct.RateLimit
-			}
-			ctx := c.Request().Context()
-			res, err := h.Limiter.Allow(ctx, store.RateBucket(class, c.Get(ctxKeyHash).(string)), perSecond)
-			if err != nil {
-				if h.RateLimitFailOpen {
-					h.limiterDown.Fail(logging.From(ctx), err, zap.String("choice", "failing open: requests go on unlimited"))
-					return next(c)
-				}
-				h.limiterDown.Fail(logging.From(ctx), err, zap.String("choice", "failing closed: requests are refused, 503"))
-				return logged{apperr.Transient(err, apperr.Unavailable, "the service is unavailable, try again")}
-			}
-			if h.limiterDown.Failing() { // else no logger is built: the common case
-				h.limiterDown.OK(logging.From(ctx))
-			}
-			hdr := c.Response().Header()
-			hdr.Set("X-RateLimit-Limit", strconv.Itoa(res.Limit))
-			hdr.Set("X-RateLimit-Remaining", strconv.Itoa(res.Remaining))
-			hdr.Set("X-RateLimit-Reset", strconv.Itoa(ceilSeconds(res.ResetAfter)))
-			if !res.Allowed {
-				limit := metrics.LimitCreate
-				if class == store.RateQuery {
-					limit = metrics.LimitQuery
-				}
-				h.Metrics.RateLimited(limit)
-				hdr.Set("Retry-After", strconv.Itoa(max(ceilSeconds(res.RetryAfter), 1)))
-				what := "task creations"
-				if class == store.RateQuery {
-					what = "queries"
-				}
-				return apperr.Errorf(apperr.LimitExceeded, "rate limit exceeded: at most %d %s per second per API key; retry after %s", res.Limit, what, res.RetryAfter.Round(time.Millisecond))
+			if err := allow(c); err != nil {
+				return err
 			}
 			return next(c)
 		}
+	}
+}
+
+// allow applies the key's rate limit for a class of request: nil lets
+// the request go on.
+func (h *handlers) allow(class ratelimit.Class) func(c echo.Context) error {
+	return func(c echo.Context) error {
+		acct := accountOf(c)
+		perSecond := h.Limits.Create
+		if class == ratelimit.Query {
+			perSecond = h.Limits.Query
+			if acct.QueryRateLimit > 0 {
+				perSecond = acct.QueryRateLimit
+			}
+		} else if acct.RateLimit > 0 {
+			perSecond = acct.RateLimit
+		}
+		ctx := c.Request().Context()
+		res, err := h.Limiter.Allow(ctx, ratelimit.Bucket(class, c.Get(ctxKeyHash).(string)), perSecond)
+		if err != nil {
+			if h.RateLimitFailOpen {
+				h.limiterDown.Fail(logging.From(ctx), err, zap.String("choice", "failing open: requests go on unlimited"))
+				return nil
+			}
+			h.limiterDown.Fail(logging.From(ctx), err, zap.String("choice", "failing closed: requests are refused, 503"))
+			return logged{apperr.Transient(err, apperr.Unavailable, "the service is unavailable, try again")}
+		}
+		if h.limiterDown.Failing() { // else no logger is built: the common case
+			h.limiterDown.OK(logging.From(ctx))
+		}
+		hdr := c.Response().Header()
+		hdr.Set("X-RateLimit-Limit", strconv.Itoa(res.Limit))
+		hdr.Set("X-RateLimit-Remaining", strconv.Itoa(res.Remaining))
+		hdr.Set("X-RateLimit-Reset", strconv.Itoa(ceilSeconds(res.ResetAfter)))
+		if !res.Allowed {
+			limit := metrics.LimitCreate
+			if class == ratelimit.Query {
+				limit = metrics.LimitQuery
+			}
+			h.Metrics.RateLimited(limit)
+			hdr.Set("Retry-After", strconv.Itoa(max(ceilSeconds(res.RetryAfter), 1)))
+			what := "task creations"
+			if class == ratelimit.Query {
+				what = "queries"
+			}
+			return apperr.Errorf(apperr.LimitExceeded, "rate limit exceeded: at most %d %s per second per API key; retry after %s", res.Limit, what, res.RetryAfter.Round(time.Millisecond))
+		}
+		return nil
 	}
 }
 
@@ -199,9 +222,6 @@ func New(d Deps) *echo.Echo {
 	}
 	if d.Metrics == nil {
 		d.Metrics = metrics.New(nil)
-	}
-	if d.Tasks != nil {
-		d.Tasks = probedTasks{d.Tasks}
 	}
 	if d.Watch == nil {
 		d.Watch = watch.New()
@@ -246,12 +266,12 @@ func New(d Deps) *echo.Echo {
 	e.GET("/playground/*", h.playground)
 
 	v1 := e.Group("/v1")
-	v1.POST("/task/create", h.create, h.deadline, h.authenticate, h.countCreate, h.limit(store.RateCreate))
-	v1.GET("/task/query", h.query, h.deadline, h.authenticate, h.limit(store.RateQuery))
-	v1.GET("/task/webhooks", h.webhooks, h.deadline, h.authenticate, h.limit(store.RateQuery))
-	v1.POST("/task/cancel", h.cancel, h.deadline, h.authenticate, h.limit(store.RateQuery))
-	v1.GET("/task/list", h.list, h.deadline, h.authenticate, h.limit(store.RateQuery))
-	v1.GET("/task/stream", h.stream, h.deadline, h.authenticate, h.limit(store.RateQuery))
+	v1.POST("/task/create", h.create, h.deadline, h.authenticate, h.limit(ratelimit.Create))
+	v1.GET("/task/query", h.query, h.deadline, h.authenticate, h.limit(ratelimit.Query))
+	v1.GET("/task/webhooks", h.webhooks, h.deadline, h.authenticate, h.limit(ratelimit.Query))
+	v1.POST("/task/cancel", h.cancel, h.deadline, h.authenticate, h.limit(ratelimit.Query))
+	v1.GET("/task/list", h.list, h.deadline, h.authenticate, h.limit(ratelimit.Query))
+	v1.GET("/task/stream", h.stream, h.deadline, h.authenticate, h.limit(ratelimit.Query))
 	v1.GET("/files/*", h.download)
 	v1.HEAD("/files/*", h.download)
 	if d.Admin != nil {
@@ -363,7 +383,7 @@ func (h *handlers) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			return err
 		}
-		c.Set(ctxKeyHash, store.HashKey(key))
+		c.Set(ctxKeyHash, account.HashKey(key))
 		logging.AddFields(c.Request().Context(), zap.String("account_id", acct.ID))
 		c.Set(ctxAccount, acct)
 		return next(c)
@@ -399,7 +419,7 @@ func (h *handlers) deadline(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // authenticateKey reads the Bearer key and resolves it.
-func (h *handlers) authenticateKey(c echo.Context) (*store.Account, string, error) {
+func (h *handlers) authenticateKey(c echo.Context) (*account.Account, string, error) {
 	hdr := c.Request().Header.Get(echo.HeaderAuthorization)
 	if hdr == "" {
 		return nil, "", apperr.New(apperr.Unauthenticated, "missing Authorization header: send Authorization: Bearer <API key>")
@@ -413,8 +433,8 @@ func (h *handlers) authenticateKey(c echo.Context) (*store.Account, string, erro
 	return acct, key, err
 }
 
-func accountOf(c echo.Context) *store.Account {
-	return c.Get(ctxAccount).(*store.Account)
+func accountOf(c echo.Context) *account.Account {
+	return c.Get(ctxAccount).(*account.Account)
 }
 
 func (h *handlers) healthz(c echo.Context) error {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/easelhq/easel/api-gateway/internal/metrics"
 	"github.com/easelhq/easel/pkg/apperr"
-	"github.com/easelhq/easel/pkg/task"
 )
 
 // observe counts every request and times it, by route pattern (never the
@@ -42,53 +41,6 @@ func methodLabel(m string) string {
 		return m
 	}
 	return "other"
-}
-
-// createProbe carries, from the task service's call back to countCreate,
-// the model of a create that got that far.
-type createProbe struct {
-	model    string
-	replayed bool // an idempotent repeat: no task was made
-}
-
-type createProbeKey struct{}
-
-// probedTasks notes each create's model on its request's probe.
-type probedTasks struct{ Tasks }
-
-func (t probedTasks) CreateIdempotent(ctx context.Context, accountID string, in task.Input, idem task.Idempotency) (string, bool, error) {
-	if p, ok := ctx.Value(createProbeKey{}).(*createProbe); ok {
-		p.model = in.Model.ID
-		id, replayed, err := t.Tasks.CreateIdempotent(ctx, accountID, in, idem)
-		p.replayed = replayed
-		return id, replayed, err
-	}
-	return t.Tasks.CreateIdempotent(ctx, accountID, in, idem)
-}
-
-// countCreate counts an authenticated create by model and outcome. A
-// create refused before its model was read (rate limit, malformed body) is
-// counted under metrics.UnknownModel.
-func (h *handlers) countCreate(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		p := &createProbe{}
-		r := c.Request()
-		c.SetRequest(r.WithContext(context.WithValue(r.Context(), createProbeKey{}, p)))
-		err := next(c)
-		model := p.model
-		if model == "" {
-			model = metrics.UnknownModel
-		}
-		outcome := createOutcome(err)
-		if p.replayed && err == nil {
-			outcome = metrics.Replayed
-		}
-		h.Metrics.Create(model, outcome)
-		if errors.As(err, new(*apperr.InflightLimitError)) {
-			h.Metrics.RateLimited(metrics.LimitInflight)
-		}
-		return err
-	}
 }
 
 // createOutcome names what became of a create that returned err.

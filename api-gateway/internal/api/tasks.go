@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/textproto"
 	"path"
@@ -15,10 +16,10 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/easelhq/easel/api-gateway/internal/createreq"
+	"github.com/easelhq/easel/api-gateway/internal/metrics"
 	"github.com/easelhq/easel/api-gateway/internal/taskid"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/blob"
-	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/pkg/taskview"
 )
@@ -27,29 +28,48 @@ type createData struct {
 	TaskID string `json:"task_id"`
 }
 
-// create handles POST /v1/task/create.
+// create handles POST /v1/task/create, and counts it: by model (unknown
+// until the body is read) and outcome, with the credits it debited.
 func (h *handlers) create(c echo.Context) error {
+	model := metrics.UnknownModel
+	created, err := h.createTask(c, &model)
+	outcome := createOutcome(err)
+	switch {
+	case err == nil && created.Replayed:
+		outcome = metrics.Replayed
+	case err == nil:
+		h.Metrics.Debited(model, created.Price)
+	case errors.As(err, new(*apperr.InflightLimitError)):
+		h.Metrics.RateLimited(metrics.LimitInflight)
+	}
+	h.Metrics.Create(model, outcome)
+	if err != nil {
+		return err
+	}
+	if created.Replayed {
+		c.Response().Header().Set(HeaderIdempotentReplayed, "true")
+	}
+	return c.JSON(http.StatusOK, envelope{Code: http.StatusOK, Msg: "success", Data: createData{TaskID: created.ID}})
+}
+
+// createTask decodes a create and makes the task; *model is set once the
+// body names one.
+func (h *handlers) createTask(c echo.Context, model *string) (task.Created, error) {
 	r := c.Request()
 	body, err := jsonBody(c)
 	if err != nil {
-		return err
+		return task.Created{}, err
 	}
 	idem, err := idempotency(r.Header.Values(HeaderIdempotencyKey), body)
 	if err != nil {
-		return err
+		return task.Created{}, err
 	}
 	req, err := h.Decoder.Decode(body)
 	if err != nil {
-		return err
+		return task.Created{}, err
 	}
-	id, replayed, err := h.Tasks.CreateIdempotent(r.Context(), accountOf(c).ID, req, idem)
-	if err != nil {
-		return err
-	}
-	if replayed {
-		c.Response().Header().Set(HeaderIdempotentReplayed, "true")
-	}
-	return c.JSON(http.StatusOK, envelope{Code: http.StatusOK, Msg: "success", Data: createData{TaskID: id}})
+	*model = req.Model.ID
+	return h.Tasks.Create(r.Context(), accountOf(c).ID, req, idem)
 }
 
 // Idempotent creates: a client that sends the same Idempotency-Key again
@@ -179,7 +199,7 @@ type listData struct {
 
 // list handles GET /v1/task/list?status=&model=&limit=&cursor=.
 func (h *handlers) list(c echo.Context) error {
-	f := store.TaskFilter{Limit: listDefault, Cursor: c.QueryParam("cursor")}
+	f := task.Filter{Limit: listDefault, Cursor: c.QueryParam("cursor")}
 	if s := c.QueryParam("status"); s != "" {
 		if !slices.Contains(task.Statuses, task.Status(s)) {
 			return apperr.Errorf(apperr.Invalid, "status must be one of %s", joinStatuses())

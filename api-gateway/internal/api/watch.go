@@ -13,7 +13,6 @@ import (
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/logging"
-	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/pkg/taskview"
 )
@@ -55,7 +54,7 @@ func (h *handlers) readContext(base context.Context) (context.Context, context.C
 }
 
 // read reads a task and its queue position, with a budget of its own.
-func (h *handlers) read(base context.Context, accountID, id string) (*task.Task, *store.QueuePosition, error) {
+func (h *handlers) read(base context.Context, accountID, id string) (*task.Task, *task.QueuePosition, error) {
 	ctx, cancel := h.readContext(base)
 	defer cancel()
 	return h.Tasks.GetPositioned(ctx, accountID, id)
@@ -129,12 +128,12 @@ func (h *handlers) readFailed(base context.Context, err error) error {
 }
 
 // answerTask writes a task record, with its queue position if pending.
-func (h *handlers) answerTask(c echo.Context, t *task.Task, pos *store.QueuePosition) error {
+func (h *handlers) answerTask(c echo.Context, t *task.Task, pos *task.QueuePosition) error {
 	c.Response().Header().Set("Cache-Control", "no-store")
 	return c.JSON(http.StatusOK, h.record(t, pos))
 }
 
-func (h *handlers) record(t *task.Task, p *store.QueuePosition) taskview.Record {
+func (h *handlers) record(t *task.Task, p *task.QueuePosition) taskview.Record {
 	v := h.view(t)
 	if p != nil && t.Status == task.Pending {
 		pos := p.Position

@@ -9,15 +9,14 @@ import (
 
 	"github.com/easelhq/easel/api-gateway/internal/taskid"
 	"github.com/easelhq/easel/pkg/apperr"
-	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/webhook"
 )
 
 // WebhookLog reads the record of a task's webhook deliveries.
 type WebhookLog interface {
-	// HookDeliveries returns the deliveries of a task's events, oldest
-	// first, with their attempts.
-	HookDeliveries(ctx context.Context, accountID, taskID string) ([]store.HookDelivery, error)
+	// Deliveries returns the deliveries of a task's events, oldest first,
+	// with their attempts.
+	Deliveries(ctx context.Context, accountID, taskID string) ([]webhook.Delivery, error)
 }
 
 // webhooksReply is the body of GET /v1/task/webhooks.
@@ -71,7 +70,7 @@ func (h *handlers) webhooks(c echo.Context) error {
 		reply.Events = append(reply.Events, t.Callback.Events...)
 	}
 	if h.Webhooks != nil {
-		ds, err := h.Webhooks.HookDeliveries(ctx, acct, id)
+		ds, err := h.Webhooks.Deliveries(ctx, acct, id)
 		if err != nil {
 			var coded apperr.Coded
 			if !errors.As(err, &coded) {

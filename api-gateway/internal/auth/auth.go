@@ -13,18 +13,18 @@ import (
 	"github.com/hashicorp/golang-lru/v2/expirable"
 
 	"github.com/easelhq/easel/pkg/apperr"
-	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/account"
 )
 
 // Authenticator resolves an API key to its account: the one interface of
 // authentication on the gateway, which the store, the cache and the HTTP
 // middleware share.
 type Authenticator interface {
-	Authenticate(ctx context.Context, key string) (*store.Account, error)
+	Authenticate(ctx context.Context, key string) (*account.Account, error)
 }
 
 type entry struct {
-	acct *store.Account
+	acct *account.Account
 	err  error
 }
 
@@ -57,7 +57,7 @@ func refusal(err error) bool {
 }
 
 // Authenticate resolves key.
-func (c *Cache) Authenticate(ctx context.Context, key string) (*store.Account, error) {
+func (c *Cache) Authenticate(ctx context.Context, key string) (*account.Account, error) {
 	var h [32]byte
 	if c.lru != nil {
 		// Keys are cached under their hash: no key lingers in memory in clear.

@@ -21,6 +21,8 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/easelhq/easel/pkg/store"
 )
 
 // Leasing parameters.
@@ -130,3 +132,15 @@ func result(r *redis_rate.Result, perSecond, leased int) Result {
 		ResetAfter: r.ResetAfter,
 	}
 }
+
+// Class is a class of request, limited on its own: creates and the rest.
+type Class string
+
+// Classes.
+const (
+	Create Class = "create"
+	Query  Class = "query"
+)
+
+// Bucket is the bucket of an API key (by its hash) for a class of request.
+func Bucket(class Class, keyHash string) string { return store.RateBucket(string(class), keyHash) }

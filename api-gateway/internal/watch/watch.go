@@ -15,7 +15,7 @@ import (
 
 // Events is the store's stream of task changes.
 type Events interface {
-	WatchTasks(ctx context.Context, fn func(store.TaskEvent), resync func()) error
+	Watch(ctx context.Context, fn func(store.TaskEvent), resync func()) error
 }
 
 // Hub fans task events out to waiters.
@@ -50,7 +50,7 @@ func (h *Hub) Subscribed() <-chan struct{} { return h.subscribed }
 // subscribing again after a failure.
 func (h *Hub) Run(ctx context.Context, ev Events, log *zap.Logger) {
 	for ctx.Err() == nil {
-		err := ev.WatchTasks(ctx, h.publish, func() {
+		err := ev.Watch(ctx, h.publish, func() {
 			h.once.Do(func() { close(h.subscribed) })
 			h.wakeAll()
 		})

@@ -28,8 +28,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/logging"
-	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/tools/devredis"
 )
 
@@ -159,7 +159,7 @@ func stackEnv() (map[string]string, func(), error) {
 		env["EASEL_SIGNING_SECRET"] = hex.EncodeToString(b)
 	}
 	if env["EASEL_DEV_API_KEY"] == "" {
-		key, err := store.NewKey()
+		key, err := account.NewKey()
 		if err != nil {
 			return nil, cleanup, err
 		}

@@ -28,6 +28,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/redisconn"
@@ -94,14 +95,15 @@ type cli struct {
 	getenv   func(string) string
 	jsonOut  bool
 	redisURL string
-	store    *store.Store
+	accounts *store.Accounts
+	hooks    *store.Hooks
 	catalog  *catalog.Catalog
 	close    func()
 }
 
 // open connects to Redis on first use.
 func (c *cli) open(ctx context.Context) error {
-	if c.store != nil {
+	if c.accounts != nil {
 		return nil
 	}
 	url := c.redisURL
@@ -123,7 +125,8 @@ func (c *cli) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.store, c.catalog, c.close = store.New(rdb), cat, func() { _ = rdb.Close() }
+	db := store.NewDB(rdb, store.Options{})
+	c.accounts, c.hooks, c.catalog, c.close = store.NewAccounts(db), store.NewHooks(db), cat, func() { _ = rdb.Close() }
 	return nil
 }
 
@@ -188,7 +191,7 @@ func modelsText(ts []catalog.Tier) string {
 	return strings.Join(s, ",")
 }
 
-func (c *cli) printAccount(a *store.Account) error {
+func (c *cli) printAccount(a *account.Account) error {
 	if c.jsonOut {
 		return c.printJSON(a)
 	}
@@ -201,7 +204,7 @@ func (c *cli) printAccount(a *store.Account) error {
 func (c *cli) accountCommands() *cobra.Command {
 	cmd := &cobra.Command{Use: "account", Short: "Create, show, list, limit, disable and enable accounts"}
 
-	var n store.NewAccount
+	var n account.Spec
 	var models string
 	create := &cobra.Command{
 		Use:   "create --name NAME [--credits N] [--rate-limit PER_SECOND] [--max-inflight N]",
@@ -215,7 +218,7 @@ func (c *cli) accountCommands() *cobra.Command {
 			if n.Models, err = c.tiers(models); err != nil {
 				return err
 			}
-			a, err := c.store.CreateAccount(cmd.Context(), n)
+			a, err := c.accounts.Create(cmd.Context(), n)
 			if err != nil {
 				return err
 			}
@@ -236,7 +239,7 @@ func (c *cli) accountCommands() *cobra.Command {
 	show := &cobra.Command{
 		Use: "show ID", Short: "Show an account", Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a, err := c.store.Account(cmd.Context(), args[0])
+			a, err := c.accounts.Get(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -247,13 +250,13 @@ func (c *cli) accountCommands() *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List accounts", Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			all, err := c.store.Accounts(cmd.Context())
+			all, err := c.accounts.List(cmd.Context())
 			if err != nil {
 				return err
 			}
 			if c.jsonOut {
 				if all == nil {
-					all = []*store.Account{}
+					all = []*account.Account{}
 				}
 				return c.printJSON(all)
 			}
@@ -273,7 +276,7 @@ func (c *cli) accountCommands() *cobra.Command {
 		Short: "Change an account's limits (0: back to the deployment default)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var l store.Limits
+			var l account.LimitsUpdate
 			if cmd.Flags().Changed("rate-limit") {
 				l.RateLimit = &rate
 			}
@@ -290,10 +293,10 @@ func (c *cli) accountCommands() *cobra.Command {
 				}
 				l.Models = &ts
 			}
-			if l == (store.Limits{}) {
+			if l == (account.LimitsUpdate{}) {
 				return usageError{"give at least one of --rate-limit, --query-rate-limit, --max-inflight, --models"}
 			}
-			a, err := c.store.SetLimits(cmd.Context(), args[0], l)
+			a, err := c.accounts.SetLimits(cmd.Context(), args[0], l)
 			if err != nil {
 				return err
 			}
@@ -305,14 +308,14 @@ func (c *cli) accountCommands() *cobra.Command {
 	limits.Flags().IntVar(&inflight, "max-inflight", 0, "tasks pending or processing at once")
 	limits.Flags().StringVar(&limitModels, "models", "", "models the account may use: all, or a comma list")
 
-	status := func(use string, st store.AccountStatus, short string) *cobra.Command {
+	status := func(use string, st account.Status, short string) *cobra.Command {
 		return &cobra.Command{
 			Use: use + " ID", Short: short, Args: exactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				if err := c.store.SetAccountStatus(cmd.Context(), args[0], st); err != nil {
+				if err := c.accounts.SetStatus(cmd.Context(), args[0], st); err != nil {
 					return err
 				}
-				a, err := c.store.Account(cmd.Context(), args[0])
+				a, err := c.accounts.Get(cmd.Context(), args[0])
 				if err != nil {
 					return err
 				}
@@ -321,8 +324,8 @@ func (c *cli) accountCommands() *cobra.Command {
 		}
 	}
 	cmd.AddCommand(create, show, list, limits,
-		status("disable", store.Disabled, "Disable an account: its keys stop working (403)"),
-		status("enable", store.Active, "Enable a disabled account"))
+		status("disable", account.Disabled, "Disable an account: its keys stop working (403)"),
+		status("enable", account.Active, "Enable a disabled account"))
 	return cmd
 }
 
@@ -366,7 +369,7 @@ func (c *cli) creditsCommands() *cobra.Command {
 			if err := c.open(cmd.Context()); err != nil {
 				return err
 			}
-			bal, err := c.store.AddCredits(cmd.Context(), pos[0], n, note)
+			bal, err := c.accounts.AddCredits(cmd.Context(), pos[0], n, note)
 			if err != nil {
 				return err
 			}
@@ -390,7 +393,7 @@ func (c *cli) keyCommands() *cobra.Command {
 			if acct == "" {
 				return usageError{"--account is required"}
 			}
-			key, k, err := c.store.CreateKey(cmd.Context(), acct)
+			key, k, err := c.accounts.CreateKey(cmd.Context(), acct)
 			if err != nil {
 				return err
 			}
@@ -410,13 +413,13 @@ func (c *cli) keyCommands() *cobra.Command {
 			if listAcct == "" {
 				return usageError{"--account is required"}
 			}
-			keys, err := c.store.Keys(cmd.Context(), listAcct)
+			keys, err := c.accounts.Keys(cmd.Context(), listAcct)
 			if err != nil {
 				return err
 			}
 			if c.jsonOut {
 				if keys == nil {
-					keys = []*store.Key{}
+					keys = []*account.Key{}
 				}
 				return c.printJSON(keys)
 			}
@@ -437,7 +440,7 @@ func (c *cli) keyCommands() *cobra.Command {
 	revoke := &cobra.Command{
 		Use: "revoke KEY_OR_PREFIX", Short: "Revoke a key, given whole or by its listed prefix", Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			k, err := c.store.RevokeKey(cmd.Context(), args[0])
+			k, err := c.accounts.RevokeKey(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -457,13 +460,13 @@ func (c *cli) ledgerCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use: "ledger ID [--limit N]", Short: "Print an account's credit movements, newest first", Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			entries, err := c.store.Ledger(cmd.Context(), args[0], limit)
+			entries, err := c.accounts.Ledger(cmd.Context(), args[0], limit)
 			if err != nil {
 				return err
 			}
 			if c.jsonOut {
 				if entries == nil {
-					entries = []store.LedgerEntry{}
+					entries = []account.LedgerEntry{}
 				}
 				return c.printJSON(entries)
 			}
@@ -489,13 +492,13 @@ func (c *cli) webhookSecretCommand() *cobra.Command {
 			id := args[0]
 			out := map[string]any{"account_id": id}
 			if rotate {
-				secret, until, err := c.store.RotateWebhookSecret(cmd.Context(), id)
+				secret, until, err := c.hooks.RotateSecret(cmd.Context(), id)
 				if err != nil {
 					return err
 				}
 				out["secret"], out["previous_valid_until"] = secret, until.UnixMilli()
 			} else {
-				secret, err := c.store.WebhookSecret(cmd.Context(), id)
+				secret, err := c.hooks.Secret(cmd.Context(), id)
 				if err != nil {
 					return err
 				}

@@ -28,17 +28,18 @@ import (
 	"github.com/easelhq/easel/worker/imagegen"
 )
 
-// Store changes task state.
+// Store changes task state (store.Tasks). Each change says what it did:
+// the outcome, the credits it refunded, whether a webhook event of the
+// task is due.
 type Store interface {
-	StartTaskWith(ctx context.Context, accountID, taskID, run string, p store.Place) (store.Outcome, error)
-	ReleaseTask(ctx context.Context, accountID, taskID, run string) error
-	SetProgress(ctx context.Context, accountID, taskID, run string, pct int) error
-	CompleteTask(ctx context.Context, accountID, taskID, run string, results []task.Result) (store.Outcome, time.Time, error)
-	FailTask(ctx context.Context, accountID, taskID, run string, f task.Failure) (store.Outcome, error)
-	// Task reads a task back: what a failed task's refund was.
-	Task(ctx context.Context, accountID, taskID string) (*task.Task, error)
-	// Dequeued counts tasks out of their queue, for queue positions.
-	Dequeued(ctx context.Context, queue string, n int) error
+	Start(ctx context.Context, accountID, taskID, run string, p store.Place) (store.Change, error)
+	Release(ctx context.Context, accountID, taskID, run string) error
+	Progress(ctx context.Context, accountID, taskID, run string, pct int) (hook bool, err error)
+	Complete(ctx context.Context, accountID, taskID, run string, results []task.Result) (store.Change, error)
+	Fail(ctx context.Context, accountID, taskID, run string, f task.Failure) (store.Change, error)
+	// Get reads a task back: whether a run stopped by its context was
+	// canceled by its owner.
+	Get(ctx context.Context, accountID, taskID string) (*task.Task, error)
 }
 
 // Stages of a task, timed by Metrics.Stage.
@@ -72,11 +73,11 @@ const (
 	Canceled = "canceled"
 )
 
-// Hooks delivers a task's webhook events: Notify queues the delivery of
-// event (a task.Event*; seq tells apart the progress events of one task,
-// 0 for the others). It must not hold the run for long: a delivery it
-// could not queue is queued later from the store's outbox (final events)
-// or dropped (progress).
+// Hooks queues the delivery of a task's webhook events: the store decides
+// which events a task's callback wants, and the processor queues those it
+// says are due. Notify must not hold the run for long: a final event it
+// could not queue stays in the store's outbox for the recovery, a progress
+// event is dropped.
 type Hooks interface {
 	Notify(ctx context.Context, accountID, taskID, event string, seq int)
 }
@@ -105,58 +106,6 @@ type Fetcher interface {
 	Fetch(ctx context.Context, urls []string) ([]imagegen.Source, error)
 }
 
-// Processor runs tasks.
-type Processor struct {
-	store   Store
-	blobs   Blobs
-	gen     imagegen.Generator
-	fetch   Fetcher
-	catalog *catalog.Catalog
-	log     *zap.Logger
-	retry   Retry
-	metrics Metrics
-	// quota spaces and bounds the upstream calls of all workers together.
-	quota Quota
-	hooks Hooks
-	// maxRunning is the most generations of one account running at once
-	// across every worker (0: no limit).
-	maxRunning int
-	now        func() time.Time
-	// touched remembers blobs this worker refreshed lately, so a blob
-	// produced again and again is touched once in a while, not each time.
-	touched *lru.Cache[string, time.Time]
-}
-
-// New returns a processor.
-func New(store Store, blobs Blobs, gen imagegen.Generator, fetch Fetcher, cat *catalog.Catalog, log *zap.Logger, retry Retry) *Processor {
-	if retry.MaxAttempts < 1 {
-		retry.MaxAttempts = 1
-	}
-	touched, _ := lru.New[string, time.Time](1024)
-	return &Processor{store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, retry: retry, metrics: noMetrics{}, hooks: noHooks{}, now: time.Now, touched: touched}
-}
-
-// WithHooks makes the processor deliver tasks' webhook events through h,
-// and returns p.
-func (p *Processor) WithHooks(h Hooks) *Processor {
-	p.hooks = h
-	return p
-}
-
-// notify delivers an event of the job's task if its callback wants it.
-func (p *Processor) notify(ctx context.Context, job jobs.GenerateImage, event string, seq int) {
-	if job.Input.Callback.Wants(event) {
-		p.hooks.Notify(context.WithoutCancel(ctx), job.AccountID, job.TaskID, event, seq)
-	}
-}
-
-// WithMaxRunning lets one account run at most n generations at once across
-// every worker (0: no limit), and returns p.
-func (p *Processor) WithMaxRunning(n int) *Processor {
-	p.maxRunning = n
-	return p
-}
-
 // Quota is the upstream quota all workers share (package quota): a call
 // waits for a slot, and a 429 slows every worker's calls to the model.
 type Quota interface {
@@ -164,22 +113,58 @@ type Quota interface {
 	Throttled(ctx context.Context, model string, retryAfter time.Duration) error
 }
 
-// WithQuota makes every generation call wait for q, and returns p.
-func (p *Processor) WithQuota(q Quota) *Processor {
-	p.quota = q
-	return p
+// Options are a processor's dependencies beyond what it cannot work
+// without; zero fields do nothing.
+type Options struct {
+	Retry   Retry
+	Metrics Metrics
+	Hooks   Hooks
+	// Quota spaces and bounds the upstream calls of all workers together
+	// (nil: none).
+	Quota Quota
+	// MaxRunning is the most generations of one account running at once
+	// across every worker (0: no limit).
+	MaxRunning int
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+}
+
+// Processor runs tasks.
+type Processor struct {
+	Options
+	store   Store
+	blobs   Blobs
+	gen     imagegen.Generator
+	fetch   Fetcher
+	catalog *catalog.Catalog
+	log     *zap.Logger
+	// touched remembers blobs this worker refreshed lately, so a blob
+	// produced again and again is touched once in a while, not each time.
+	touched *lru.Cache[string, time.Time]
+}
+
+// New returns a processor.
+func New(store Store, blobs Blobs, gen imagegen.Generator, fetch Fetcher, cat *catalog.Catalog, log *zap.Logger, o Options) *Processor {
+	if o.Retry.MaxAttempts < 1 {
+		o.Retry.MaxAttempts = 1
+	}
+	if o.Metrics == nil {
+		o.Metrics = noMetrics{}
+	}
+	if o.Hooks == nil {
+		o.Hooks = noHooks{}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	touched, _ := lru.New[string, time.Time](1024)
+	return &Processor{Options: o, store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, touched: touched}
 }
 
 // ErrAccountBusy is what Process returns for a job whose account has its
 // share of the workers running already: the job goes back to its queue for
 // a moment, which is no failure and uses none of its retries.
 var ErrAccountBusy = errors.New("the account has its share of generations running; the job waits for a place")
-
-// WithMetrics makes the processor record what it does on m.
-func (p *Processor) WithMetrics(m Metrics) *Processor {
-	p.metrics = m
-	return p
-}
 
 // Attempt says which run of a job this is: Run is its Asynq TaskID
 // (jobs.RunID: the task id, or a later run's after a worker died), Retry
@@ -205,199 +190,214 @@ const (
 	progressStored    = 95
 )
 
-// releaseTask records that run let go of its task alive (ReleaseTask), so
-// that its next start is not counted as a crash.
-func (p *Processor) releaseTask(ctx context.Context, acct, id, run string) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	if err := p.store.ReleaseTask(rctx, acct, id, run); err != nil {
-		logging.From(ctx).Warn("could not release the task", zap.Error(err))
+// Process runs a job: it starts the task, runs the generation, and
+// finishes the task with its outcome. It returns nil when the job is
+// finished with, whatever the task's outcome; an error means "run it
+// again": a transient failure with retries left, or a worker shutting
+// down. Every line it logs, and every line logged through its context,
+// carries the task id, account and attempt.
+func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Attempt) error {
+	r, err := p.start(ctx, job, at)
+	if r == nil {
+		return err
 	}
+	defer p.Metrics.Running(r.model)()
+	results, err := p.run(r.ctx, job, r.progress)
+	return r.finish(results, err)
 }
 
-// Process runs a job. It returns nil when the job is finished with, whatever
-// the task's outcome; an error means "run it again": a transient failure with
-// retries left, or a worker shutting down. Every line it logs, and every line
-// logged through its context, carries the task id, account and attempt.
-func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Attempt) error {
+// running is a task this run started: what its progress and its finish
+// need.
+type running struct {
+	p            *Processor
+	ctx          context.Context
+	log          *zap.Logger
+	acct, id     string
+	run, model   string
+	at           Attempt
+	started      time.Time
+	mu           sync.Mutex
+	lastProgress time.Time
+}
+
+// start starts the task for this run: nil when there is nothing to run
+// (with the error to return to the queue, if any).
+func (p *Processor) start(ctx context.Context, job jobs.GenerateImage, at Attempt) (*running, error) {
 	acct, id, run := job.AccountID, job.TaskID, at.Run
 	if run == "" {
 		run = jobs.RunID(id, 0)
 	}
 	ctx = logging.WithLogger(ctx, p.log, zap.String("task_id", id), zap.String("account_id", acct), zap.String("run", run), zap.Int("attempt", at.Retry+1))
-	log := logging.From(ctx)
-	model := job.Input.Model.ID
+	r := &running{p: p, ctx: ctx, log: logging.From(ctx), acct: acct, id: id, run: run, model: job.Input.Model.ID, at: at}
 
-	// A fair share: an account runs at most maxRunning generations at once
+	// A fair share: an account runs at most MaxRunning generations at once
 	// on all workers together, so one account's slow tasks (a source that
 	// drips, a long prompt queue) cannot hold every worker while others
 	// wait. The place is taken in the start's own step (no extra round
-	// trip), given back by the completion, the failure or the hand-back;
-	// a job that finds none changes nothing and waits its turn on the
-	// queue.
-	place := store.Place{Limit: p.maxRunning, Until: job.Deadline}
-	if place.Until.IsZero() {
-		place.Until = p.now().Add(time.Hour)
-	}
-	place.Until = place.Until.Add(time.Minute)
+	// trip), given back by the completion, the failure or the release; a
+	// job that finds none changes nothing and waits its turn on the queue.
+	place := store.Place{Limit: p.MaxRunning, Until: job.Deadline.Add(time.Minute)}
 	if at.Last() {
 		// No retry is left to wait with: Asynq would archive a job that
 		// waited for a place, and its task would hang until its deadline.
 		// The last try runs past the account's share.
 		place.Limit = 0
 	}
-	outcome, err := p.store.StartTaskWith(ctx, acct, id, run, place)
+	c, err := p.store.Start(ctx, acct, id, run, place)
 	if err != nil {
-		log.Warn("could not mark the task processing", zap.Error(err))
+		r.log.Warn("could not mark the task processing", zap.Error(err))
 		// The start may have been applied all the same (its reply lost,
 		// or Redis applied it but its replicas did not confirm it): this
 		// run hands the task back alive, so that its retry is no crash.
-		p.releaseTask(ctx, acct, id, run)
-		return err
+		r.release()
+		return nil, err
 	}
-	switch outcome {
-	case store.Busy:
-		log.Debug("the account has its share running; the job waits")
-		return ErrAccountBusy
-	case store.Missing:
-		log.Warn("task record is gone (expired or never written); dropping the job")
-		return nil
-	case store.AlreadyFinal:
-		log.Info("task already finished; dropping the duplicate job")
-		return nil
-	case store.Superseded:
-		log.Info("another run owns this task (this one's worker was taken for dead); dropping the job")
-		return nil
-	case store.Poisoned:
-		log.Warn("task failed: it stopped its worker twice, and was refunded instead of run again", zap.String("code", string(task.WorkerCrashed)))
-		p.failed(ctx, acct, id, model, string(task.WorkerCrashed))
-		p.notify(ctx, job, task.EventFailed, 0)
-		return nil
+	switch c.Outcome {
+	case task.Busy:
+		r.log.Debug("the account has its share running; the job waits")
+		return nil, ErrAccountBusy
+	case task.Missing:
+		r.log.Warn("task record is gone (expired or never written); dropping the job")
+		return nil, nil
+	case task.AlreadyFinal:
+		r.log.Info("task already finished; dropping the duplicate job")
+		return nil, nil
+	case task.Superseded:
+		r.log.Info("another run owns this task (this one's worker was taken for dead); dropping the job")
+		return nil, nil
+	case task.Poisoned:
+		r.log.Warn("task failed: it stopped its worker twice, and was refunded instead of run again", zap.String("code", string(task.WorkerCrashed)))
+		r.failed(c, string(task.WorkerCrashed))
+		return nil, nil
 	}
-	// Handing the task back to the queue alive (a retry, a shutdown) is no
-	// crash: say so, so that its next start is not counted as one.
-	release := func() { p.releaseTask(ctx, acct, id, run) }
-	log.Debug("task processing", zap.String("model", model))
-	started := p.now()
+	r.log.Debug("task processing", zap.String("model", r.model))
+	r.started = p.Now()
+	r.lastProgress = r.started
 	// The first start of the first run: what came before was the queue. A
 	// retry's or a later run's wait would count earlier runs too.
 	if at.Retry == 0 && run == jobs.RunID(id, 0) && !job.CreateTime.IsZero() {
-		p.metrics.QueueWait(model, started.Sub(job.CreateTime))
-		// The tasks behind it move up (queue positions). Off the run's
-		// path: the generation does not wait for it.
-		go func() {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			defer cancel()
-			if err := p.store.Dequeued(dctx, jobs.Queue(job.Input.Model.Tier), 1); err != nil {
-				log.Debug("could not count the task out of its queue", zap.Error(err))
-			}
-		}()
+		p.Metrics.QueueWait(r.model, r.started.Sub(job.CreateTime))
 	}
-	defer p.metrics.Running(model)()
-	// handBack counts a job handed back to its queue to run again.
-	handBack := func() {
-		if !at.Last() {
-			p.metrics.Retried(model)
-		}
-	}
+	return r, nil
+}
 
-	// Progress is written at most every progressEvery: a task that takes
-	// a long time shows it rising, a fast one costs no extra writes.
-	var mu sync.Mutex
-	lastWrite := started
-	progress := func(pct int) {
-		mu.Lock()
-		now := p.now()
-		if now.Sub(lastWrite) < progressEvery {
-			mu.Unlock()
-			return
-		}
-		lastWrite = now
-		mu.Unlock()
-		if err := p.store.SetProgress(ctx, acct, id, run, pct); err != nil {
-			if ctx.Err() == nil {
-				log.Warn("could not record progress", zap.Int("progress", pct), zap.Error(err))
-			}
-			return
-		}
-		p.notify(ctx, job, task.EventProgress, pct)
+// progress records the task's progress at most every progressEvery: a
+// task that takes a long time shows it rising, a fast one costs no extra
+// writes.
+func (r *running) progress(pct int) {
+	r.mu.Lock()
+	now := r.p.Now()
+	if now.Sub(r.lastProgress) < progressEvery {
+		r.mu.Unlock()
+		return
 	}
+	r.lastProgress = now
+	r.mu.Unlock()
+	hook, err := r.p.store.Progress(r.ctx, r.acct, r.id, r.run, pct)
+	if err != nil {
+		if r.ctx.Err() == nil {
+			r.log.Warn("could not record progress", zap.Int("progress", pct), zap.Error(err))
+		}
+		return
+	}
+	if hook {
+		r.p.Hooks.Notify(context.WithoutCancel(r.ctx), r.acct, r.id, task.EventProgress, pct)
+	}
+}
 
-	results, err := p.run(ctx, job, progress)
+// finish ends the run with the generation's outcome: the task completed,
+// failed, or handed back to its queue to run again.
+func (r *running) finish(results []task.Result, err error) error {
+	p, ctx, log := r.p, r.ctx, r.log
 	if err == nil {
-		o, _, err := p.store.CompleteTask(context.WithoutCancel(ctx), acct, id, run, results)
+		c, err := p.store.Complete(context.WithoutCancel(ctx), r.acct, r.id, r.run, results)
 		if err != nil {
 			log.Error("could not mark the task completed", zap.Error(err))
-			release()
-			handBack()
+			r.handBack()
 			return err
 		}
-		if o == store.Applied {
-			p.metrics.Finished(model, Completed, "")
-			p.notify(ctx, job, task.EventCompleted, 0)
+		if c.Outcome == task.Applied {
+			p.Metrics.Finished(r.model, Completed, "")
+			r.notifyEnd(c, task.EventCompleted)
 		}
-		log.Info("task completed", zap.Int("results", len(results)), zap.Duration("took", p.now().Sub(started)), zap.Stringer("outcome", o))
+		log.Info("task completed", zap.Int("results", len(results)), zap.Duration("took", p.Now().Sub(r.started)), zap.Stringer("outcome", c.Outcome))
 		return nil
 	}
-
 	// Canceled by its owner (the gateway's cancel stops the run through
 	// Asynq): the task is final already, and refunded as the cancel said.
-	if errors.Is(ctx.Err(), context.Canceled) && p.canceled(ctx, acct, id) {
+	if errors.Is(ctx.Err(), context.Canceled) && r.canceled() {
 		log.Info("task canceled by its owner; the run stops")
-		p.metrics.Finished(model, Canceled, "")
+		p.Metrics.Finished(r.model, Canceled, "")
 		return nil
 	}
 	// Shutting down: Asynq puts the job back; leave the task processing.
 	if errors.Is(ctx.Err(), context.Canceled) {
 		log.Info("task interrupted by shutdown; it will run again")
-		release()
+		r.release()
 		return err
 	}
 	f, retryable := classify(ctx, err)
-	if retryable && !at.Last() {
+	if retryable && !r.at.Last() {
 		log.Warn("task attempt failed; retrying", zap.String("code", f.Code), zap.Error(err))
-		release()
-		handBack()
+		r.handBack()
 		return err
 	}
-	o, ferr := p.store.FailTask(context.WithoutCancel(ctx), acct, id, run, f)
+	c, ferr := p.store.Fail(context.WithoutCancel(ctx), r.acct, r.id, r.run, f)
 	if ferr != nil {
 		log.Error("could not mark the task failed", zap.Error(ferr), zap.NamedError("cause", err))
-		release()
-		handBack()
+		r.handBack()
 		return ferr
 	}
-	if o == store.Applied {
-		p.failed(ctx, acct, id, model, f.Code)
-		p.notify(ctx, job, task.EventFailed, 0)
+	if c.Outcome == task.Applied {
+		r.failed(c, f.Code)
 	}
-	log.Warn("task failed", zap.String("code", f.Code), zap.String("message", f.Message), zap.Error(err), zap.Stringer("outcome", o))
+	log.Warn("task failed", zap.String("code", f.Code), zap.String("message", f.Message), zap.Error(err), zap.Stringer("outcome", c.Outcome))
 	return nil
 }
 
-// failed records a task this run failed (or found poisoned), and its
-// refund, which the store made with the failure: the task's record says
-// how much it was.
-func (p *Processor) failed(ctx context.Context, acct, id, model, code string) {
-	p.metrics.Finished(model, Failed, code)
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+// release records that the run let go of its task alive (store Release),
+// so that its next start is not counted as a crash.
+func (r *running) release() {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 2*time.Second)
 	defer cancel()
-	t, err := p.store.Task(rctx, acct, id)
-	if err != nil {
-		logging.From(ctx).Debug("could not read the failed task back; its refund is not counted in the metrics", zap.Error(err))
-		return
+	if err := r.p.store.Release(rctx, r.acct, r.id, r.run); err != nil {
+		r.log.Warn("could not release the task", zap.Error(err))
 	}
-	if t.Refunded && t.Price > 0 {
-		p.metrics.Refunded(model, t.Price)
+}
+
+// handBack releases the task for its job to run again, counted as a retry
+// when one follows.
+func (r *running) handBack() {
+	r.release()
+	if !r.at.Last() {
+		r.p.Metrics.Retried(r.model)
+	}
+}
+
+// failed records a task this run failed (or found poisoned), its refund,
+// and queues its webhook event if the store said one is due.
+func (r *running) failed(c store.Change, code string) {
+	r.p.Metrics.Finished(r.model, Failed, code)
+	if c.Refunded > 0 {
+		r.p.Metrics.Refunded(r.model, c.Refunded)
+	}
+	r.notifyEnd(c, task.EventFailed)
+}
+
+// notifyEnd queues the task's final webhook event, if the change put one
+// in the outbox.
+func (r *running) notifyEnd(c store.Change, event string) {
+	if c.Hooked {
+		r.p.Hooks.Notify(context.WithoutCancel(r.ctx), r.acct, r.id, event, 0)
 	}
 }
 
 // canceled reports whether the task's record says it was canceled: what
 // tells a run stopped by its owner from one stopped by a shutdown.
-func (p *Processor) canceled(ctx context.Context, acct, id string) bool {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+func (r *running) canceled() bool {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 2*time.Second)
 	defer cancel()
-	t, err := p.store.Task(rctx, acct, id)
+	t, err := r.p.store.Get(rctx, r.acct, r.id)
 	return err == nil && t.Status == task.Canceled
 }
 
@@ -434,12 +434,12 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 		ImageSize:   in.ImageSize,
 	}
 	if len(in.ImageURLs) > 0 {
-		start := p.now()
+		start := p.Now()
 		sources, err := p.fetch.Fetch(ctx, in.ImageURLs)
 		if err != nil {
 			return nil, err
 		}
-		p.metrics.Stage(model.ID, StageFetch, p.now().Sub(start))
+		p.Metrics.Stage(model.ID, StageFetch, p.Now().Sub(start))
 		req.Sources = sources
 		req.AspectRatio = in.OutputAspectRatio(sources[0].Width, sources[0].Height)
 	}
@@ -451,7 +451,7 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 	progress(progressFetched)
 
 	span := progressGenerated - progressFetched
-	start := p.now()
+	start := p.Now()
 	images, err := p.generate(ctx, req, func(pct int) {
 		progress(progressFetched + min(max(pct, 0), 99)*span/100)
 	})
@@ -461,10 +461,10 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 	if len(images) == 0 {
 		return nil, apperr.New(task.GenerationFailed, "the model returned no image")
 	}
-	p.metrics.Stage(model.ID, StageGenerate, p.now().Sub(start))
+	p.Metrics.Stage(model.ID, StageGenerate, p.Now().Sub(start))
 	progress(progressGenerated)
 
-	start = p.now()
+	start = p.Now()
 	results := make([]task.Result, 0, len(images))
 	for _, img := range images {
 		key, err := p.keep(ctx, img)
@@ -473,7 +473,7 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 		}
 		results = append(results, task.Result{Key: key, ContentType: img.MIME, Size: int64(len(img.Data)), Width: img.Width, Height: img.Height})
 	}
-	p.metrics.Stage(model.ID, StageStore, p.now().Sub(start))
+	p.Metrics.Stage(model.ID, StageStore, p.Now().Sub(start))
 	progress(progressStored)
 	return results, nil
 }
@@ -487,11 +487,11 @@ func (p *Processor) generate(ctx context.Context, req imagegen.Request, progress
 	// The retry budget (MaxElapsed) counts the calls and the waits between
 	// them, not the time spent waiting for the shared upstream quota: a task
 	// that queued two minutes for its turn still gets its retries.
-	start := p.now()
+	start := p.Now()
 	var queued time.Duration
 	var last error
 	images, err := backoff.Retry(ctx, func() ([]imagegen.Image, error) {
-		if attempts > 0 && p.now().Sub(start)-queued > p.retry.MaxElapsed {
+		if attempts > 0 && p.Now().Sub(start)-queued > p.Retry.MaxElapsed {
 			return nil, backoff.Permanent(last)
 		}
 		attempts++
@@ -503,12 +503,12 @@ func (p *Processor) generate(ctx context.Context, req imagegen.Request, progress
 		}
 		return imgs, err
 	},
-		backoff.WithBackOff(p.retry.backOff()),
-		backoff.WithMaxTries(uint(p.retry.MaxAttempts)),
+		backoff.WithBackOff(p.Retry.backOff()),
+		backoff.WithMaxTries(uint(p.Retry.MaxAttempts)),
 		backoff.WithMaxElapsedTime(0), // the budget above
 		backoff.WithNotify(func(err error, wait time.Duration) {
 			log.Warn("generation failed; retrying", zap.Int("attempt", attempts), zap.Duration("wait", wait), zap.Error(err))
-			p.metrics.Retried(req.Model.ID)
+			p.Metrics.Retried(req.Model.ID)
 		}),
 	)
 	if err != nil && apperr.IsRetryable(err) && ctx.Err() == nil {
@@ -522,13 +522,13 @@ func (p *Processor) generate(ctx context.Context, req imagegen.Request, progress
 // callUpstream makes one generation call within the shared upstream quota,
 // and says how long it waited for the quota.
 func (p *Processor) callUpstream(ctx context.Context, req imagegen.Request, progress func(int)) ([]imagegen.Image, time.Duration, error) {
-	if p.quota == nil {
+	if p.Quota == nil {
 		imgs, err := p.gen.Generate(ctx, req, progress)
 		return imgs, 0, err
 	}
-	asked := p.now()
-	release, err := p.quota.Acquire(ctx, req.Model.ID)
-	waited := p.now().Sub(asked)
+	asked := p.Now()
+	release, err := p.Quota.Acquire(ctx, req.Model.ID)
+	waited := p.Now().Sub(asked)
 	if err != nil {
 		return nil, waited, err // the task's deadline, or Redis unavailable: retryable
 	}
@@ -537,7 +537,7 @@ func (p *Processor) callUpstream(ctx context.Context, req imagegen.Request, prog
 		return p.gen.Generate(ctx, req, progress)
 	}()
 	if errors.Is(err, imagegen.ErrThrottled) {
-		if terr := p.quota.Throttled(ctx, req.Model.ID, 0); terr != nil {
+		if terr := p.Quota.Throttled(ctx, req.Model.ID, 0); terr != nil {
 			logging.From(ctx).Warn("could not slow the other workers down after a 429", zap.Error(terr))
 		}
 	}
@@ -554,7 +554,7 @@ func (p *Processor) keep(ctx context.Context, img imagegen.Image) (string, error
 		s := sha256.Sum256(img.Data)
 		sum = &s
 	}
-	now := p.now()
+	now := p.Now()
 	key := blob.ResultKey(now, *sum, img.MIME)
 	if last, ok := p.touched.Get(key); ok && now.Sub(last) < touchEvery {
 		return key, nil

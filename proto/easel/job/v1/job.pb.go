@@ -100,15 +100,11 @@ type GenerateImage struct {
 	// Creation time in Unix milliseconds.
 	CreateTimeMs int64 `protobuf:"varint,9,opt,name=create_time_ms,json=createTimeMs,proto3" json:"create_time_ms,omitempty"`
 	// When the task must end, in Unix milliseconds: the job's Asynq deadline,
-	// kept in the payload so a job queued again (by the reconciler, or after
-	// its worker died) keeps it.
-	DeadlineMs int64 `protobuf:"varint,10,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`
-	// Where the task's webhook deliveries go; empty for none.
-	CallbackUrl string `protobuf:"bytes,11,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
-	// The event types to deliver ("task.completed", "task.progress", ...).
-	CallbackEvents []string `protobuf:"bytes,12,rep,name=callback_events,json=callbackEvents,proto3" json:"callback_events,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// kept in the payload so a job queued again (by the recovery, or after
+	// its worker died) keeps it. Required.
+	DeadlineMs    int64 `protobuf:"varint,10,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateImage) Reset() {
@@ -211,25 +207,88 @@ func (x *GenerateImage) GetDeadlineMs() int64 {
 	return 0
 }
 
-func (x *GenerateImage) GetCallbackUrl() string {
+// DeliverWebhook is the payload of a "webhook:deliver" job: one event of a
+// task to deliver to its callback. The worker reads the rest (the URL, the
+// record) from the task.
+type DeliverWebhook struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The account that owns the task.
+	AccountId string `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// The task whose event it is.
+	TaskId string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// The event type: "task.completed", "task.failed", "task.canceled" or
+	// "task.progress".
+	Event string `protobuf:"bytes,3,opt,name=event,proto3" json:"event,omitempty"`
+	// Tells apart the progress events of a task (their percent); 0 for the
+	// others.
+	Seq           int32 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliverWebhook) Reset() {
+	*x = DeliverWebhook{}
+	mi := &file_easel_job_v1_job_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliverWebhook) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliverWebhook) ProtoMessage() {}
+
+func (x *DeliverWebhook) ProtoReflect() protoreflect.Message {
+	mi := &file_easel_job_v1_job_proto_msgTypes[1]
 	if x != nil {
-		return x.CallbackUrl
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliverWebhook.ProtoReflect.Descriptor instead.
+func (*DeliverWebhook) Descriptor() ([]byte, []int) {
+	return file_easel_job_v1_job_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DeliverWebhook) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
 	}
 	return ""
 }
 
-func (x *GenerateImage) GetCallbackEvents() []string {
+func (x *DeliverWebhook) GetTaskId() string {
 	if x != nil {
-		return x.CallbackEvents
+		return x.TaskId
 	}
-	return nil
+	return ""
+}
+
+func (x *DeliverWebhook) GetEvent() string {
+	if x != nil {
+		return x.Event
+	}
+	return ""
+}
+
+func (x *DeliverWebhook) GetSeq() int32 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
 }
 
 var File_easel_job_v1_job_proto protoreflect.FileDescriptor
 
 const file_easel_job_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x16easel/job/v1/job.proto\x12\feasel.job.v1\"\x91\x03\n" +
+	"\x16easel/job/v1/job.proto\x12\feasel.job.v1\"\xf0\x02\n" +
 	"\rGenerateImage\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1d\n" +
 	"\n" +
@@ -245,9 +304,13 @@ const file_easel_job_v1_job_proto_rawDesc = "" +
 	"\x0ecreate_time_ms\x18\t \x01(\x03R\fcreateTimeMs\x12\x1f\n" +
 	"\vdeadline_ms\x18\n" +
 	" \x01(\x03R\n" +
-	"deadlineMs\x12!\n" +
-	"\fcallback_url\x18\v \x01(\tR\vcallbackUrl\x12'\n" +
-	"\x0fcallback_events\x18\f \x03(\tR\x0ecallbackEvents*=\n" +
+	"deadlineMsJ\x04\b\v\x10\fJ\x04\b\f\x10\rR\fcallback_urlR\x0fcallback_events\"p\n" +
+	"\x0eDeliverWebhook\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x14\n" +
+	"\x05event\x18\x03 \x01(\tR\x05event\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x05R\x03seq*=\n" +
 	"\x04Tier\x12\x14\n" +
 	"\x10TIER_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rTIER_STANDARD\x10\x01\x12\f\n" +
@@ -266,10 +329,11 @@ func file_easel_job_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_easel_job_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_easel_job_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
+var file_easel_job_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_easel_job_v1_job_proto_goTypes = []any{
-	(Tier)(0),             // 0: easel.job.v1.Tier
-	(*GenerateImage)(nil), // 1: easel.job.v1.GenerateImage
+	(Tier)(0),              // 0: easel.job.v1.Tier
+	(*GenerateImage)(nil),  // 1: easel.job.v1.GenerateImage
+	(*DeliverWebhook)(nil), // 2: easel.job.v1.DeliverWebhook
 }
 var file_easel_job_v1_job_proto_depIdxs = []int32{
 	0, // 0: easel.job.v1.GenerateImage.tier:type_name -> easel.job.v1.Tier
@@ -291,7 +355,7 @@ func file_easel_job_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_easel_job_v1_job_proto_rawDesc), len(file_easel_job_v1_job_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   1,
+			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
