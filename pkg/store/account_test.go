@@ -8,16 +8,18 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
-
-	"github.com/easelhq/easel/tools/testkit/redistest"
 )
+
+// base62 is the alphabet of an API key's random part.
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 func TestNewKey(t *testing.T) {
 	seen := map[string]bool{}
 	for i := 0; i < 1000; i++ {
-		k, err := NewKey()
+		k, err := account.NewKey()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,11 +39,11 @@ func TestNewKey(t *testing.T) {
 }
 
 func TestAuthenticate(t *testing.T) {
-	srv := redistest.Start(t)
+	st, srv := blankStore(t, Options{})
 	rdb := srv.Client(t)
-	s := New(rdb)
+	s := st.accounts
 	ctx := context.Background()
-	a, err := s.CreateAccount(ctx, NewAccount{Name: "acme"})
+	a, err := s.Create(ctx, account.Spec{Name: "acme"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +51,7 @@ func TestAuthenticate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := s.CreateAccount(ctx, NewAccount{Name: "off"})
+	b, _ := s.Create(ctx, account.Spec{Name: "off"})
 	offKey, _, err := s.CreateKey(ctx, b.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -58,10 +60,10 @@ func TestAuthenticate(t *testing.T) {
 	if _, err := s.RevokeKey(ctx, revokedKey); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetAccountStatus(ctx, b.ID, Disabled); err != nil {
+	if err := s.SetStatus(ctx, b.ID, account.Disabled); err != nil {
 		t.Fatal(err)
 	}
-	other, _ := NewKey()
+	other, _ := account.NewKey()
 
 	tests := []struct {
 		name string
@@ -101,11 +103,11 @@ func TestAuthenticate(t *testing.T) {
 			}
 		}
 	}
-	if rdb.Exists(ctx, apiKeyKey(HashKey(key))).Val() != 1 {
+	if rdb.Exists(ctx, apiKeyKey(account.HashKey(key))).Val() != 1 {
 		t.Error("key record not stored under its hash")
 	}
 	// Re-enabling restores access.
-	if err := s.SetAccountStatus(ctx, b.ID, Active); err != nil {
+	if err := s.SetStatus(ctx, b.ID, account.Active); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Authenticate(ctx, offKey); err != nil {
@@ -116,37 +118,35 @@ func TestAuthenticate(t *testing.T) {
 // A Redis failure is no refusal: it must not read as an unknown key (which
 // a cache would remember); the gateway calls it unavailable.
 func TestRedisDownIsNoRefusal(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	s := New(rdb)
-	_ = rdb.Close()
-	key, _ := NewKey()
-	_, err := s.Authenticate(context.Background(), key)
+	st, _ := blankStore(t, Options{})
+	_ = st.rdb.Close()
+	key, _ := account.NewKey()
+	_, err := st.accounts.Authenticate(context.Background(), key)
 	if err == nil || apperr.CodeOf(err) != apperr.Internal {
 		t.Errorf("with Redis closed: %v; want the Redis error, uncoded", err)
 	}
 }
 
 func TestValidation(t *testing.T) {
-	srv := redistest.Start(t)
-	s := New(srv.Client(t))
+	st, _ := blankStore(t, Options{})
+	s := st.accounts
 	ctx := context.Background()
-	if _, err := s.CreateAccount(ctx, NewAccount{Name: "  "}); apperr.CodeOf(err) != apperr.Invalid {
+	if _, err := s.Create(ctx, account.Spec{Name: "  "}); apperr.CodeOf(err) != apperr.Invalid {
 		t.Errorf("blank name: %v", err)
 	}
-	if _, err := s.CreateAccount(ctx, NewAccount{Name: "x", Credits: -1}); apperr.CodeOf(err) != apperr.Invalid {
+	if _, err := s.Create(ctx, account.Spec{Name: "x", Credits: -1}); apperr.CodeOf(err) != apperr.Invalid {
 		t.Errorf("negative credits: %v", err)
 	}
-	if _, err := s.CreateAccount(ctx, NewAccount{Name: "x", RateLimit: -5}); apperr.CodeOf(err) != apperr.Invalid {
+	if _, err := s.Create(ctx, account.Spec{Name: "x", RateLimit: -5}); apperr.CodeOf(err) != apperr.Invalid {
 		t.Errorf("negative rate limit: %v", err)
 	}
-	if _, err := s.CreateAccount(ctx, NewAccount{Name: "x", Models: []catalog.Tier{"turbo"}}); apperr.CodeOf(err) != apperr.Invalid {
+	if _, err := s.Create(ctx, account.Spec{Name: "x", Models: []catalog.Tier{"turbo"}}); apperr.CodeOf(err) != apperr.Invalid {
 		t.Errorf("unknown tier: %v", err)
 	}
 	if _, err := s.AddKey(ctx, "acct_missing", "esk_0123456789012345678901234567890123456789"); apperr.CodeOf(err) != apperr.NotFound {
 		t.Errorf("key for a missing account: %v", err)
 	}
-	a, _ := s.CreateAccount(ctx, NewAccount{Name: "x"})
+	a, _ := s.Create(ctx, account.Spec{Name: "x"})
 	if _, err := s.AddKey(ctx, a.ID, "has space in it, long enough"); apperr.CodeOf(err) != apperr.Invalid {
 		t.Errorf("key with spaces: %v", err)
 	}
@@ -156,14 +156,14 @@ func TestValidation(t *testing.T) {
 	if _, err := s.AddKey(ctx, a.ID, "esk_0123456789012345678901234567890123456789"); apperr.CodeOf(err) != apperr.Invalid {
 		t.Errorf("same key twice: %v", err)
 	}
-	if err := s.SetAccountStatus(ctx, a.ID, "paused"); apperr.CodeOf(err) != apperr.Invalid {
+	if err := s.SetStatus(ctx, a.ID, "paused"); apperr.CodeOf(err) != apperr.Invalid {
 		t.Errorf("unknown status: %v", err)
 	}
 }
 
 func TestEnsureKey(t *testing.T) {
-	srv := redistest.Start(t)
-	s := New(srv.Client(t))
+	st, srv := blankStore(t, Options{})
+	s := st.accounts
 	ctx := context.Background()
 	key := "esk_local_dev_key_0123456789"
 	// Every gateway replica runs EnsureKey at start, at the same time.
@@ -173,7 +173,7 @@ func TestEnsureKey(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a, err := s.EnsureKey(ctx, key, NewAccount{Name: "dev", Credits: 500})
+			a, err := s.EnsureKey(ctx, key, account.Spec{Name: "dev", Credits: 500})
 			if err != nil {
 				t.Error(err)
 				return
@@ -200,46 +200,46 @@ func TestEnsureKey(t *testing.T) {
 	if n := len(srv.Client(t).Keys(ctx, "easel:{a:*}:acct").Val()); n != 1 {
 		t.Errorf("%d accounts; want 1", n)
 	}
-	if list, _ := s.Accounts(ctx); len(list) != 1 {
+	if list, _ := s.List(ctx); len(list) != 1 {
 		t.Errorf("List has %d accounts; want 1", len(list))
 	}
-	if _, err := s.EnsureKey(ctx, "short", NewAccount{Name: "dev"}); apperr.CodeOf(err) != apperr.Invalid {
+	if _, err := s.EnsureKey(ctx, "short", account.Spec{Name: "dev"}); apperr.CodeOf(err) != apperr.Invalid {
 		t.Errorf("short key: %v", err)
 	}
 }
 
 func TestAccountsAndLimits(t *testing.T) {
-	srv := redistest.Start(t)
-	s := New(srv.Client(t))
+	st, srv := blankStore(t, Options{})
+	s := st.accounts
 	ctx := context.Background()
-	a, err := s.CreateAccount(ctx, NewAccount{Name: " Acme Inc ", Credits: 100, RateLimit: 5, MaxInflight: 3, Models: []catalog.Tier{catalog.Pro}})
+	a, err := s.Create(ctx, account.Spec{Name: " Acme Inc ", Credits: 100, RateLimit: 5, MaxInflight: 3, Models: []catalog.Tier{catalog.Pro}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Account(ctx, a.ID)
+	got, err := s.Get(ctx, a.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Name != "Acme Inc" || got.Credits != 100 || got.RateLimit != 5 || got.QueryRateLimit != 0 || got.MaxInflight != 3 ||
-		got.Status != Active || !slices.Equal(got.Models, []catalog.Tier{catalog.Pro}) || got.CreatedAt.IsZero() {
+		got.Status != account.Active || !slices.Equal(got.Models, []catalog.Tier{catalog.Pro}) || got.CreatedAt.IsZero() {
 		t.Errorf("account %+v", got)
 	}
 	q := 40
 	models := []catalog.Tier{}
-	got, err = s.SetLimits(ctx, a.ID, Limits{QueryRateLimit: &q, Models: &models})
+	got, err = s.SetLimits(ctx, a.ID, account.LimitsUpdate{QueryRateLimit: &q, Models: &models})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.QueryRateLimit != 40 || got.RateLimit != 5 || len(got.Models) != 0 {
 		t.Errorf("after SetLimits: %+v", got)
 	}
-	if _, err := s.SetLimits(ctx, a.ID, Limits{}); apperr.CodeOf(err) != apperr.Invalid {
+	if _, err := s.SetLimits(ctx, a.ID, account.LimitsUpdate{}); apperr.CodeOf(err) != apperr.Invalid {
 		t.Errorf("empty SetLimits: %v", err)
 	}
-	if _, err := s.SetLimits(ctx, "acct_nope", Limits{QueryRateLimit: &q}); apperr.CodeOf(err) != apperr.NotFound {
+	if _, err := s.SetLimits(ctx, "acct_nope", account.LimitsUpdate{QueryRateLimit: &q}); apperr.CodeOf(err) != apperr.NotFound {
 		t.Errorf("SetLimits of a missing account: %v", err)
 	}
-	if err := s.SetAccountStatus(ctx, "acct_nope", Disabled); apperr.CodeOf(err) != apperr.NotFound {
+	if err := s.SetStatus(ctx, "acct_nope", account.Disabled); apperr.CodeOf(err) != apperr.NotFound {
 		t.Errorf("SetStatus of a missing account: %v", err)
 	}
 	if _, err := srv.Client(t).Exists(ctx, "easel:{a:acct_nope}:acct").Result(); err != nil {
@@ -248,18 +248,18 @@ func TestAccountsAndLimits(t *testing.T) {
 	if n := srv.Client(t).Exists(ctx, "easel:{a:acct_nope}:acct").Val(); n != 0 {
 		t.Error("updating a missing account created it")
 	}
-	b, _ := s.CreateAccount(ctx, NewAccount{Name: "second"})
-	list, err := s.Accounts(ctx)
+	b, _ := s.Create(ctx, account.Spec{Name: "second"})
+	list, err := s.List(ctx)
 	if err != nil || len(list) != 2 || list[0].ID != a.ID || list[1].ID != b.ID {
 		t.Errorf("List = %v, %v", list, err)
 	}
 }
 
 func TestCreditsAndLedger(t *testing.T) {
-	srv := redistest.Start(t)
-	s := New(srv.Client(t))
+	st, _ := blankStore(t, Options{})
+	s := st.accounts
 	ctx := context.Background()
-	a, _ := s.CreateAccount(ctx, NewAccount{Name: "acme", Credits: 10})
+	a, _ := s.Create(ctx, account.Spec{Name: "acme", Credits: 10})
 	if bal, err := s.AddCredits(ctx, a.ID, 90, "top-up"); err != nil || bal != 100 {
 		t.Fatalf("AddCredits = %d, %v", bal, err)
 	}
@@ -288,20 +288,20 @@ func TestCreditsAndLedger(t *testing.T) {
 	}
 	for i, w := range want {
 		e := entries[i]
-		if e.Kind != KindCredit || e.Amount != w.amount || e.Balance != w.balance || e.Note != w.note || e.Time.IsZero() {
+		if e.Kind != account.Credit || e.Amount != w.amount || e.Balance != w.balance || e.Note != w.note || e.Time.IsZero() {
 			t.Errorf("entry %d = %+v; want %+v", i, e, w)
 		}
 	}
-	if got, _ := s.Account(ctx, a.ID); got.Credits != 70 {
+	if got, _ := s.Get(ctx, a.ID); got.Credits != 70 {
 		t.Errorf("balance %d", got.Credits)
 	}
 }
 
 func TestKeys(t *testing.T) {
-	srv := redistest.Start(t)
-	s := New(srv.Client(t))
+	st, _ := blankStore(t, Options{})
+	s := st.accounts
 	ctx := context.Background()
-	a, _ := s.CreateAccount(ctx, NewAccount{Name: "acme"})
+	a, _ := s.Create(ctx, account.Spec{Name: "acme"})
 	k1, info, err := s.CreateKey(ctx, a.ID)
 	if err != nil {
 		t.Fatal(err)

@@ -15,11 +15,10 @@ import (
 // millisecond) included, filters by status and model, skips what expired,
 // and never shows another account's tasks.
 func TestListTasks(t *testing.T) {
-	s, srv := newStore(t)
+	now := time.Now()
+	s, srv := newStoreWith(t, Options{Now: func() time.Time { return now }})
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	now := time.Now()
-	s.now = func() time.Time { return now }
 	var ids []string
 	for i := range 25 {
 		if i%4 == 0 {
@@ -32,16 +31,16 @@ func TestListTasks(t *testing.T) {
 	create(t, s, "acct_b", "task_lumen_999")
 	// Three processing, one of them failed; one record expired.
 	for _, id := range ids[:3] {
-		mustOutcome(t, Applied)(s.StartTask(ctx, "acct_a", id, id))
+		mustOutcome(t, task.Applied)(start(s, "acct_a", id, id))
 	}
-	mustOutcome(t, Applied)(s.FailTask(ctx, "acct_a", ids[0], ids[0], task.Failure{Code: "timeout", Message: "x"}))
+	mustOutcome(t, task.Applied)(s.tasks.Fail(ctx, "acct_a", ids[0], ids[0], task.Failure{Code: "timeout", Message: "x"}))
 	must(t, rdb.Del(ctx, taskKey("acct_a", ids[5])).Err())
 
-	all := func(f TaskFilter) []string {
+	all := func(f task.Filter) []string {
 		t.Helper()
 		var got []string
 		for pages := 0; pages < 50; pages++ {
-			ts, next, err := s.ListTasks(ctx, "acct_a", f)
+			ts, next, err := s.tasks.List(ctx, "acct_a", f)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,15 +70,15 @@ func TestListTasks(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		f    TaskFilter
+		f    task.Filter
 		want []string
 	}{
-		{"pages of 10", TaskFilter{Limit: 10}, newestFirst(ids[5])},
-		{"pages of 1", TaskFilter{Limit: 1}, newestFirst(ids[5])},
-		{"one page", TaskFilter{Limit: 100}, newestFirst(ids[5])},
-		{"processing", TaskFilter{Limit: 10, Status: task.Processing}, []string{ids[2], ids[1]}},
-		{"failed", TaskFilter{Limit: 10, Status: task.Failed}, []string{ids[0]}},
-		{"other model", TaskFilter{Limit: 10, Model: "lumen-3-pro-image-preview"}, nil},
+		{"pages of 10", task.Filter{Limit: 10}, newestFirst(ids[5])},
+		{"pages of 1", task.Filter{Limit: 1}, newestFirst(ids[5])},
+		{"one page", task.Filter{Limit: 100}, newestFirst(ids[5])},
+		{"processing", task.Filter{Limit: 10, Status: task.Processing}, []string{ids[2], ids[1]}},
+		{"failed", task.Filter{Limit: 10, Status: task.Failed}, []string{ids[0]}},
+		{"other model", task.Filter{Limit: 10, Model: "lumen-3-pro-image-preview"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := all(tc.f)
@@ -91,7 +90,7 @@ func TestListTasks(t *testing.T) {
 	if n, _ := rdb.ZScore(ctx, tasksIndexKey("acct_a"), ids[5]).Result(); n != 0 {
 		t.Error("an expired task stayed in the index")
 	}
-	if _, _, err := s.ListTasks(ctx, "acct_a", TaskFilter{Limit: 10, Cursor: "not-a-cursor"}); apperr.CodeOf(err) != apperr.Invalid {
+	if _, _, err := s.tasks.List(ctx, "acct_a", task.Filter{Limit: 10, Cursor: "not-a-cursor"}); apperr.CodeOf(err) != apperr.Invalid {
 		t.Errorf("a bad cursor: %v, want invalid", err)
 	}
 }
@@ -99,29 +98,28 @@ func TestListTasks(t *testing.T) {
 // Queue positions come from two counters; the ETA from the rate tasks
 // leave at.
 func TestQueuePosition(t *testing.T) {
-	s, _ := newStore(t)
-	ctx := context.Background()
 	now := time.Now()
-	s.now = func() time.Time { return now }
+	s, _ := newStoreWith(t, Options{Now: func() time.Time { return now }})
+	ctx := context.Background()
 	var seqs []int64
 	for range 10 {
-		n, err := s.NextQueueSeq(ctx, "standard")
+		n, err := s.db.nextQueueSeq(ctx, "standard")
 		must(t, err)
 		seqs = append(seqs, n)
 	}
-	pos := func(seq int64) QueuePosition {
+	pos := func(seq int64) task.QueuePosition {
 		t.Helper()
-		st, err := s.QueueStatsOf(ctx, "standard")
+		st, err := s.queues.Stats(ctx, "standard")
 		must(t, err)
 		return st.PositionOf(seq, now)
 	}
 	if p := pos(seqs[9]); p.Position != 10 || p.Known {
 		t.Fatalf("before anything left: %+v, want 10 and no ETA", p)
 	}
-	must(t, s.Dequeued(ctx, "standard", 1)) // first sample
+	must(t, s.db.dequeued(ctx, "standard", 1)) // first sample
 	now = now.Add(queueSampleEvery)
-	must(t, s.Dequeued(ctx, "standard", 3)) // 3 in 10 s
-	now = now.Add(10 * time.Second)         // and nothing since: 3 in 20 s
+	must(t, s.db.dequeued(ctx, "standard", 3)) // 3 in 10 s
+	now = now.Add(10 * time.Second)            // and nothing since: 3 in 20 s
 	p := pos(seqs[9])
 	if p.Position != 6 || !p.Known {
 		t.Fatalf("after 4 left: %+v, want 6 with an ETA", p)
@@ -132,7 +130,7 @@ func TestQueuePosition(t *testing.T) {
 	if p := pos(seqs[0]); p.Position != 1 {
 		t.Errorf("a task the counters put behind nobody: %+v, want 1", p)
 	}
-	if st, err := s.QueueStatsOf(ctx, "pro"); err != nil || st.PositionOf(3, now).Position != 3 {
+	if st, err := s.queues.Stats(ctx, "pro"); err != nil || st.PositionOf(3, now).Position != 3 {
 		t.Errorf("an unused queue: %+v, %v", st, err)
 	}
 }
@@ -147,7 +145,7 @@ func TestWatchTasks(t *testing.T) {
 	ready := make(chan struct{}, 10)
 	done := make(chan error, 1)
 	go func() {
-		done <- s.WatchTasks(ctx, func(e TaskEvent) { events <- e }, func() { ready <- struct{}{} })
+		done <- s.tasks.Watch(ctx, func(e TaskEvent) { events <- e }, func() { ready <- struct{}{} })
 	}()
 	select {
 	case <-ready:
@@ -157,12 +155,12 @@ func TestWatchTasks(t *testing.T) {
 	create(t, s, "acct_a", "task_lumen_1")
 	create(t, s, "acct_a", "task_lumen_2")
 	bg := context.Background()
-	mustOutcome(t, Applied)(s.StartTask(bg, "acct_a", "task_lumen_1", "task_lumen_1"))
-	must(t, s.SetProgress(bg, "acct_a", "task_lumen_1", "task_lumen_1", 40))
-	must(t, s.SetProgress(bg, "acct_a", "task_lumen_1", "task_lumen_1", 30)) // no change: no event
-	_, _, err := s.CompleteTask(bg, "acct_a", "task_lumen_1", "task_lumen_1", nil)
+	mustOutcome(t, task.Applied)(start(s, "acct_a", "task_lumen_1", "task_lumen_1"))
+	progress(t, s, "acct_a", "task_lumen_1", "task_lumen_1", 40)
+	progress(t, s, "acct_a", "task_lumen_1", "task_lumen_1", 30) // no change: no event
+	_, err := s.tasks.Complete(bg, "acct_a", "task_lumen_1", "task_lumen_1", nil)
 	must(t, err)
-	_, err = s.CancelTask(bg, "acct_a", "task_lumen_2")
+	_, err = s.tasks.Cancel(bg, "acct_a", "task_lumen_2")
 	must(t, err)
 	want := []string{"task_lumen_1", "task_lumen_1", "task_lumen_1", "task_lumen_2"}
 	for i, w := range want {
@@ -199,31 +197,31 @@ func TestCancelTask(t *testing.T) {
 	}
 	withHook := pending("acct_a", "task_lumen_1")
 	withHook.Callback = task.Callback{URL: "https://example.com/h", Events: task.DefaultEvents}
-	_, err := s.CreateTask(ctx, withHook, std, nil)
+	_, err := s.tasks.Create(ctx, withHook, std, nil)
 	must(t, err)
 	create(t, s, "acct_a", "task_lumen_2")
 	create(t, s, "acct_a", "task_lumen_3")
-	mustOutcome(t, Applied)(s.StartTask(ctx, "acct_a", "task_lumen_2", "run-2"))
-	mustOutcome(t, Applied)(s.StartTask(ctx, "acct_a", "task_lumen_3", "task_lumen_3"))
-	_, _, err = s.CompleteTask(ctx, "acct_a", "task_lumen_3", "task_lumen_3", nil)
+	mustOutcome(t, task.Applied)(start(s, "acct_a", "task_lumen_2", "run-2"))
+	mustOutcome(t, task.Applied)(start(s, "acct_a", "task_lumen_3", "task_lumen_3"))
+	_, err = s.tasks.Complete(ctx, "acct_a", "task_lumen_3", "task_lumen_3", nil)
 	must(t, err)
 	before := balance()
 
 	for _, tc := range []struct {
 		name     string
 		id       string
-		want     Canceled
+		want     task.Cancellation
 		code     apperr.Code
 		notFound bool
 	}{
-		{name: "pending", id: "task_lumen_1", want: Canceled{Was: task.Pending, Refunded: std.Price, Hooked: true}},
-		{name: "processing", id: "task_lumen_2", want: Canceled{Was: task.Processing, Run: "run-2"}},
+		{name: "pending", id: "task_lumen_1", want: task.Cancellation{Was: task.Pending, Refunded: std.Price, Hooked: true}},
+		{name: "processing", id: "task_lumen_2", want: task.Cancellation{Was: task.Processing, Run: "run-2"}},
 		{name: "completed", id: "task_lumen_3", code: apperr.Conflict},
 		{name: "canceled", id: "task_lumen_1", code: apperr.Conflict},
 		{name: "missing", id: "task_lumen_9", notFound: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := s.CancelTask(ctx, "acct_a", tc.id)
+			got, err := s.tasks.Cancel(ctx, "acct_a", tc.id)
 			var nf *apperr.NotFoundError
 			switch {
 			case tc.notFound:
@@ -243,15 +241,15 @@ func TestCancelTask(t *testing.T) {
 		t.Errorf("balance %d, want %d (the pending task's price back, the processing one's not)", got, before+std.Price)
 	}
 	for _, id := range []string{"task_lumen_1", "task_lumen_2"} {
-		tk, err := s.Task(ctx, "acct_a", id)
+		tk, err := s.tasks.Get(ctx, "acct_a", id)
 		must(t, err)
 		if tk.Status != task.Canceled || tk.CompleteTime.IsZero() {
 			t.Errorf("%s: %s at %v, want canceled with an end time", id, tk.Status, tk.CompleteTime)
 		}
 	}
-	mustOutcome(t, AlreadyFinal)(s.StartTask(ctx, "acct_a", "task_lumen_1", "task_lumen_1"))
-	if o, _, err := s.CompleteTask(ctx, "acct_a", "task_lumen_2", "run-2", nil); err != nil || o != AlreadyFinal {
-		t.Errorf("completing a canceled task: %v, %v; want already final", o, err)
+	mustOutcome(t, task.AlreadyFinal)(start(s, "acct_a", "task_lumen_1", "task_lumen_1"))
+	if c, err := s.tasks.Complete(ctx, "acct_a", "task_lumen_2", "run-2", nil); err != nil || c.Outcome != task.AlreadyFinal {
+		t.Errorf("completing a canceled task: %v, %v; want already final", c.Outcome, err)
 	}
 	hooks, err := rdb.ZRange(ctx, hooksKey("acct_a"), 0, -1).Result()
 	must(t, err)
@@ -264,7 +262,7 @@ func TestCancelTask(t *testing.T) {
 }
 
 // A create takes its number in its queue in its own step, and a refused
-// create takes none.
+// create takes none; the record holds its queue and number.
 func TestCreateTakesQueueSeq(t *testing.T) {
 	s, srv := newStore(t)
 	seedAccount(t, srv.Client(t), "poor", 0, "")
@@ -274,22 +272,26 @@ func TestCreateTakesQueueSeq(t *testing.T) {
 	var got []int64
 	for i, acct := range []string{"acct_a", "poor", "acct_b", "poor", "acct_a"} {
 		tk := pending(acct, fmt.Sprintf("task_lumen_%d", i))
-		_, err := s.CreateTask(ctx, tk, c, nil)
+		_, err := s.tasks.Create(ctx, tk, c, nil)
 		if acct == "poor" {
-			if apperr.CodeOf(err) != apperr.InsufficientCredits || tk.QueueSeq != 0 {
-				t.Fatalf("refused create: %v, seq %d", err, tk.QueueSeq)
+			if apperr.CodeOf(err) != apperr.InsufficientCredits || tk.QueueSeq != 0 || tk.Queue != "" {
+				t.Fatalf("refused create: %v, queue %q seq %d", err, tk.Queue, tk.QueueSeq)
 			}
 			continue
 		}
 		must(t, err)
-		stored, err := s.Task(ctx, acct, tk.ID)
+		stored, err := s.tasks.Get(ctx, acct, tk.ID)
 		must(t, err)
-		if stored.QueueSeq != tk.QueueSeq {
-			t.Fatalf("record's seq %d, create's %d", stored.QueueSeq, tk.QueueSeq)
+		if stored.QueueSeq != tk.QueueSeq || stored.Queue != "standard" || tk.Queue != "standard" {
+			t.Fatalf("record's queue %q seq %d, create's %q %d; want standard", stored.Queue, stored.QueueSeq, tk.Queue, tk.QueueSeq)
 		}
 		got = append(got, tk.QueueSeq)
 	}
 	if fmt.Sprint(got) != "[1 2 3]" {
 		t.Fatalf("sequence numbers %v, want [1 2 3]", got)
+	}
+	// A refused create counts nobody out either.
+	if st, err := s.queues.Stats(ctx, "standard"); err != nil || st.Dequeued != 0 {
+		t.Errorf("queue stats %+v, %v; want none dequeued", st, err)
 	}
 }

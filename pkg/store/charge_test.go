@@ -28,7 +28,7 @@ func TestConcurrentCreatesNeverOverdraw(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := s.CreateTask(context.Background(), pending("poor", fmt.Sprintf("task_lumen_%d", i)), std, nil)
+			_, err := s.tasks.Create(context.Background(), pending("poor", fmt.Sprintf("task_lumen_%d", i)), std, nil)
 			mu.Lock()
 			defer mu.Unlock()
 			switch apperr.CodeOf(err) {
@@ -68,7 +68,7 @@ func TestPaymentRequiredWritesNothing(t *testing.T) {
 	s, srv := newStore(t)
 	rdb := srv.Client(t)
 	seedAccount(t, rdb, "poor", 17, "")
-	_, err := s.CreateTask(ctx, pending("poor", "t1"), Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)}, nil)
+	_, err := s.tasks.Create(ctx, pending("poor", "t1"), task.Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)}, nil)
 	var e *apperr.InsufficientCreditsError
 	if !errors.As(err, &e) || e.Price != 18 || e.Balance != 17 {
 		t.Fatalf("Create = %v; want insufficient credits with price 18 and balance 17", err)
@@ -90,10 +90,10 @@ func TestCreateRefusals(t *testing.T) {
 	seedAccount(t, rdb, "small", 100, "")
 	rdb.HSet(ctx, accountKey("small"), "inflight_max", 2)
 
-	pro := Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)}
+	pro := task.Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)}
 	tests := []struct {
 		name, acct string
-		c          Charge
+		c          task.Charge
 		want       error
 	}{
 		{"model not allowed", "stdonly", pro, &apperr.ModelNotAllowedError{Model: "lumen-2.5-flash-image"}},
@@ -103,7 +103,7 @@ func TestCreateRefusals(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := s.CreateTask(ctx, pending(tt.acct, "t"+strconv.Itoa(i)), tt.c, nil)
+			_, err := s.tasks.Create(ctx, pending(tt.acct, "t"+strconv.Itoa(i)), tt.c, nil)
 			if !sameError(err, tt.want) {
 				t.Errorf("Create = %v; want %v", err, tt.want)
 			}
@@ -113,19 +113,18 @@ func TestCreateRefusals(t *testing.T) {
 	t.Run("in-flight limit", func(t *testing.T) {
 		create(t, s, "small", "f1")
 		create(t, s, "small", "f2")
-		_, err := s.CreateTask(ctx, pending("small", "f3"), std, nil)
+		_, err := s.tasks.Create(ctx, pending("small", "f3"), std, nil)
 		var le *apperr.InflightLimitError
 		if !errors.As(err, &le) || le.Limit != 2 {
 			t.Fatalf("third create = %v; want the in-flight limit, naming 2", err)
 		}
 		// Finishing a task frees its slot, whichever way it ends.
-		mustOutcome(t, Applied)(s.StartTask(ctx, "small", "f1", "f1"))
-		o, _, err := s.CompleteTask(ctx, "small", "f1", "f1", nil)
-		mustOutcome(t, Applied)(o, err)
+		mustOutcome(t, task.Applied)(start(s, "small", "f1", "f1"))
+		mustOutcome(t, task.Applied)(s.tasks.Complete(ctx, "small", "f1", "f1", nil))
 		create(t, s, "small", "f3")
-		mustOutcome(t, Applied)(s.FailTask(ctx, "small", "f2", "f2", task.Failure{Code: "x", Message: "y"}))
+		mustOutcome(t, task.Applied)(s.tasks.Fail(ctx, "small", "f2", "f2", task.Failure{Code: "x", Message: "y"}))
 		create(t, s, "small", "f4")
-		if _, err := s.CreateTask(ctx, pending("small", "f5"), std, nil); apperr.CodeOf(err) != apperr.LimitExceeded {
+		if _, err := s.tasks.Create(ctx, pending("small", "f5"), std, nil); apperr.CodeOf(err) != apperr.LimitExceeded {
 			t.Errorf("over the limit again: %v", err)
 		}
 	})
@@ -135,67 +134,81 @@ func TestCreateRefusals(t *testing.T) {
 		c := std
 		c.MaxInflight = 1
 		c.CountUntil = time.Now().Add(-time.Second) // a task no worker will ever finish
-		if _, err := s.CreateTask(ctx, pending("dflt", "g1"), c, nil); err != nil {
+		if _, err := s.tasks.Create(ctx, pending("dflt", "g1"), c, nil); err != nil {
 			t.Fatal(err)
 		}
 		// g1 no longer counts: its time is past.
-		if _, err := s.CreateTask(ctx, pending("dflt", "g2"), Charge{Price: 4, Tier: "standard", MaxInflight: 1, CountUntil: time.Now().Add(time.Hour)}, nil); err != nil {
+		if _, err := s.tasks.Create(ctx, pending("dflt", "g2"), task.Charge{Price: 4, Tier: "standard", MaxInflight: 1, CountUntil: time.Now().Add(time.Hour)}, nil); err != nil {
 			t.Fatalf("stale entry still counted: %v", err)
 		}
-		if _, err := s.CreateTask(ctx, pending("dflt", "g3"), Charge{Price: 4, Tier: "standard", MaxInflight: 1, CountUntil: time.Now().Add(time.Hour)}, nil); apperr.CodeOf(err) != apperr.LimitExceeded {
+		if _, err := s.tasks.Create(ctx, pending("dflt", "g3"), task.Charge{Price: 4, Tier: "standard", MaxInflight: 1, CountUntil: time.Now().Add(time.Hour)}, nil); apperr.CodeOf(err) != apperr.LimitExceeded {
 			t.Errorf("default limit of 1 not applied: %v", err)
 		}
 	})
 }
 
 func TestRefundExactlyOnce(t *testing.T) {
+	fail := func(s *stores, code string) (Change, error) {
+		return s.tasks.Fail(ctx, "r", "t", "t", task.Failure{Code: code, Message: "x"})
+	}
 	tests := []struct {
 		name       string
-		run        func(s *Store)
-		wantCredit int64 // balance after, from 100 with one task of 18
+		run        func(s *stores) int64 // returns the credits the changes reported refunded
+		wantCredit int64                 // balance after, from 100 with one task of 18
 		refunds    int
+		reported   int64 // the credits the changes report refunded
 	}{
-		{"completed: never", func(s *Store) {
-			s.StartTask(ctx, "r", "t", "t")
-			s.CompleteTask(ctx, "r", "t", "t", nil)
-			s.FailTask(ctx, "r", "t", "t", task.Failure{Code: "x", Message: "late"})
-		}, 82, 0},
-		{"failed: once, even failed again", func(s *Store) {
-			s.StartTask(ctx, "r", "t", "t")
-			s.FailTask(ctx, "r", "t", "t", task.Failure{Code: "upstream_unavailable", Message: "x"})
-			s.FailTask(ctx, "r", "t", "t", task.Failure{Code: "timeout", Message: "x"})
-			s.StartTask(ctx, "r", "t", "t") // a redelivered job
-			s.CompleteTask(ctx, "r", "t", "t", nil)
-		}, 100, 1},
-		{"failed while pending", func(s *Store) {
-			s.FailTask(ctx, "r", "t", "t", task.Failure{Code: "timeout", Message: "x"})
-		}, 100, 1},
-		{"aborted after an enqueue failure", func(s *Store) {
-			s.AbortTask(ctx, "r", "t")
-			s.AbortTask(ctx, "r", "t")
-			s.FailTask(ctx, "r", "t", "t", task.Failure{Code: "timeout", Message: "x"})
-		}, 100, 1},
-		{"concurrent failures", func(s *Store) {
+		{"completed: never", func(s *stores) int64 {
+			start(s, "r", "t", "t")
+			s.tasks.Complete(ctx, "r", "t", "t", nil)
+			c, _ := fail(s, "x")
+			return c.Refunded
+		}, 82, 0, 0},
+		{"failed: once, even failed again", func(s *stores) int64 {
+			start(s, "r", "t", "t")
+			c1, _ := fail(s, "upstream_unavailable")
+			c2, _ := fail(s, "timeout")
+			c3, _ := start(s, "r", "t", "t") // a redelivered job
+			s.tasks.Complete(ctx, "r", "t", "t", nil)
+			return c1.Refunded + c2.Refunded + c3.Refunded
+		}, 100, 1, 18},
+		{"failed while pending", func(s *stores) int64 {
+			c, _ := fail(s, "timeout")
+			return c.Refunded
+		}, 100, 1, 18},
+		{"aborted after an enqueue failure", func(s *stores) int64 {
+			s.tasks.Abort(ctx, "r", "t", "")
+			s.tasks.Abort(ctx, "r", "t", "")
+			c, _ := fail(s, "timeout")
+			return c.Refunded // the record is gone: Missing, nothing
+		}, 100, 1, 0},
+		{"concurrent failures", func(s *stores) int64 {
 			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var sum int64
 			for i := 0; i < 20; i++ {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					s.FailTask(ctx, "r", "t", "t", task.Failure{Code: "x", Message: "y"})
+					c, _ := s.tasks.Fail(ctx, "r", "t", "t", task.Failure{Code: "x", Message: "y"})
+					mu.Lock()
+					sum += c.Refunded
+					mu.Unlock()
 				}()
 			}
 			wg.Wait()
-		}, 100, 1},
+			return sum
+		}, 100, 1, 18},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, srv := newStore(t)
 			rdb := srv.Client(t)
 			seedAccount(t, rdb, "r", 100, "")
-			if _, err := s.CreateTask(ctx, pending("r", "t"), Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)}, nil); err != nil {
+			if _, err := s.tasks.Create(ctx, pending("r", "t"), task.Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)}, nil); err != nil {
 				t.Fatal(err)
 			}
-			tt.run(s)
+			reported := tt.run(s)
 			if bal, _ := rdb.HGet(ctx, accountKey("r"), "credits").Int64(); bal != tt.wantCredit {
 				t.Errorf("balance %d; want %d", bal, tt.wantCredit)
 			}
@@ -211,7 +224,10 @@ func TestRefundExactlyOnce(t *testing.T) {
 			if refunds != tt.refunds {
 				t.Errorf("%d refunds; want %d", refunds, tt.refunds)
 			}
-			if got, err := s.Task(ctx, "r", "t"); err == nil && got.Refunded != (tt.refunds == 1) {
+			if reported != tt.reported {
+				t.Errorf("the changes reported %d credits refunded; want %d", reported, tt.reported)
+			}
+			if got, err := s.tasks.Get(ctx, "r", "t"); err == nil && got.Refunded != (tt.refunds == 1) {
 				t.Errorf("refunded flag %v", got.Refunded)
 			}
 		})
@@ -224,20 +240,20 @@ func TestSweepOverdue(t *testing.T) {
 	rdb.ZAdd(ctx, accountsKey(), redis.Z{Score: 1, Member: "late"}, redis.Z{Score: 2, Member: "ontime"})
 	seedAccount(t, rdb, "late", 100, "")
 	seedAccount(t, rdb, "ontime", 100, "")
-	past := Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(-time.Minute)}
-	future := Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)}
+	past := task.Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(-time.Minute)}
+	future := task.Charge{Price: 18, Tier: "pro", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour)}
 	for _, c := range []struct {
 		acct, id string
-		c        Charge
+		c        task.Charge
 	}{{"late", "stuck-processing", past}, {"late", "stuck-pending", past}, {"late", "gone", past}, {"ontime", "running", future}} {
-		if _, err := s.CreateTask(ctx, pending(c.acct, c.id), c.c, nil); err != nil {
+		if _, err := s.tasks.Create(ctx, pending(c.acct, c.id), c.c, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	mustOutcome(t, Applied)(s.StartTask(ctx, "late", "stuck-processing", "stuck-processing"))
+	mustOutcome(t, task.Applied)(start(s, "late", "stuck-processing", "stuck-processing"))
 	rdb.Del(ctx, taskKey("late", "gone")) // the record expired
 
-	overdue, err := s.Overdue(ctx, 100)
+	overdue, err := s.tasks.Overdue(ctx, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,12 +261,22 @@ func TestSweepOverdue(t *testing.T) {
 		t.Fatalf("overdue %v; want the three late tasks", overdue)
 	}
 	for _, o := range overdue {
-		if _, err := s.Expire(ctx, o); err != nil {
+		c, err := s.tasks.Expire(ctx, o)
+		if err != nil {
 			t.Fatal(err)
+		}
+		// Expire says what it did: the two records there failed and
+		// refunded, the one gone missing, nothing refunded.
+		want := Change{Outcome: task.Applied, Refunded: 18}
+		if o.TaskID == "gone" {
+			want = Change{Outcome: task.Missing}
+		}
+		if c.Outcome != want.Outcome || c.Refunded != want.Refunded || c.Hooked || c.At.IsZero() {
+			t.Errorf("Expire(%s) = %+v; want %+v, no hook", o.TaskID, c, want)
 		}
 	}
 	for _, id := range []string{"stuck-processing", "stuck-pending"} {
-		got, err := s.Task(ctx, "late", id)
+		got, err := s.tasks.Get(ctx, "late", id)
 		if err != nil || got.Status != task.Failed || got.Failure.Code != "timeout" || !got.Refunded {
 			t.Errorf("%s: %+v %v", id, got, err)
 		}
@@ -261,10 +287,10 @@ func TestSweepOverdue(t *testing.T) {
 	if n := rdb.ZCard(ctx, inflightKey("late")).Val(); n != 0 {
 		t.Errorf("%d tasks still in flight", n)
 	}
-	if again, _ := s.Overdue(ctx, 100); len(again) != 0 {
+	if again, _ := s.tasks.Overdue(ctx, 100); len(again) != 0 {
 		t.Errorf("overdue after the sweep: %v", again)
 	}
-	if got, _ := s.Task(ctx, "ontime", "running"); got.Status != task.Pending {
+	if got, _ := s.tasks.Get(ctx, "ontime", "running"); got.Status != task.Pending {
 		t.Errorf("a task within its deadline was touched: %s", got.Status)
 	}
 }

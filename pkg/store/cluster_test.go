@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/tools/testkit/redistest"
@@ -18,7 +20,7 @@ import (
 // Everything the store does, on a 3-master Redis Cluster: accounts spread
 // over the masters, and every operation that reads or writes across them
 // (the account index, the key index, the sweeper's scans, per-account task
-// scans, readiness probes) sees all of them.
+// scans and listings, queue numbers, readiness probes) sees all of them.
 func TestOnACluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	opt, err := redis.ParseClusterURL(c.URL)
@@ -27,7 +29,7 @@ func TestOnACluster(t *testing.T) {
 	}
 	cc := redis.NewClusterClient(opt)
 	t.Cleanup(func() { _ = cc.Close() })
-	s := New(cc)
+	s := storesOn(cc, Options{})
 	ctx := context.Background()
 
 	// Twelve accounts: with three masters, some on each (checked).
@@ -35,11 +37,11 @@ func TestOnACluster(t *testing.T) {
 	var accts []acct
 	masters := map[string]int{}
 	for i := 0; i < 12; i++ {
-		a, err := s.CreateAccount(ctx, NewAccount{Name: fmt.Sprint("c", i), Credits: 100})
+		a, err := s.accounts.Create(ctx, account.Spec{Name: fmt.Sprint("c", i), Credits: 100})
 		if err != nil {
 			t.Fatal(err)
 		}
-		k, _, err := s.CreateKey(ctx, a.ID)
+		k, _, err := s.accounts.CreateKey(ctx, a.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,70 +57,79 @@ func TestOnACluster(t *testing.T) {
 	}
 
 	t.Run("accounts and keys", func(t *testing.T) {
-		all, err := s.Accounts(ctx)
+		all, err := s.accounts.List(ctx)
 		if err != nil || len(all) != len(accts) {
 			t.Fatalf("Accounts = %d, %v; want %d", len(all), err, len(accts))
 		}
 		for _, a := range accts {
-			got, err := s.Authenticate(ctx, a.key)
+			got, err := s.accounts.Authenticate(ctx, a.key)
 			if err != nil || got.ID != a.id {
 				t.Errorf("Authenticate(key of %s) = %v, %v", a.id, got, err)
 			}
-			ks, err := s.Keys(ctx, a.id)
+			ks, err := s.accounts.Keys(ctx, a.id)
 			if err != nil || len(ks) != 1 {
 				t.Errorf("Keys(%s) = %v, %v", a.id, ks, err)
 			}
 		}
 		// Revoking by visible prefix crosses from the prefix index to the
 		// key's account.
-		k, err := s.RevokeKey(ctx, accts[0].key[:visiblePrefix])
+		k, err := s.accounts.RevokeKey(ctx, accts[0].key[:account.VisiblePrefix])
 		if err != nil || k == nil {
 			t.Fatalf("RevokeKey by prefix: %v, %v", k, err)
 		}
-		if _, err := s.Authenticate(ctx, accts[0].key); !errors.Is(err, apperr.ErrKeyRevoked) {
+		if _, err := s.accounts.Authenticate(ctx, accts[0].key); !errors.Is(err, apperr.ErrKeyRevoked) {
 			t.Errorf("a revoked key authenticates: %v", err)
 		}
-		if bal, err := s.AddCredits(ctx, accts[1].id, 50, "top-up"); err != nil || bal != 150 {
+		if bal, err := s.accounts.AddCredits(ctx, accts[1].id, 50, "top-up"); err != nil || bal != 150 {
 			t.Errorf("AddCredits = %d, %v", bal, err)
 		}
-		if l, err := s.Ledger(ctx, accts[1].id, 10); err != nil || len(l) != 2 {
+		if l, err := s.accounts.Ledger(ctx, accts[1].id, 10); err != nil || len(l) != 2 {
 			t.Errorf("Ledger = %v, %v; want the initial credits and the top-up", l, err)
 		}
 	})
 
 	t.Run("tasks, recovery and the sweeper", func(t *testing.T) {
-		past := Charge{Price: 4, Tier: "standard", MaxInflight: 10, CountUntil: time.Now().Add(-time.Second)}
+		past := task.Charge{Price: 4, Tier: "standard", MaxInflight: 10, CountUntil: time.Now().Add(-time.Second)}
 		var wantChecks, wantOverdue []string
 		for i, a := range accts[2:] {
 			for _, id := range []string{"done", "failed", "waiting"} {
-				if _, err := s.CreateTask(ctx, pending(a.id, id), std, []byte("job")); err != nil {
+				if _, err := s.tasks.Create(ctx, pending(a.id, id), std, []byte("job")); err != nil {
 					t.Fatal(err)
 				}
 			}
-			mustOutcome(t, Applied)(s.StartTask(ctx, a.id, "done", "done"))
-			must(t, s.SetProgress(ctx, a.id, "done", "done", 50))
-			o, _, err := s.CompleteTask(ctx, a.id, "done", "done", []task.Result{{Key: "k", ContentType: "image/png", Size: 1}})
-			mustOutcome(t, Applied)(o, err)
-			mustOutcome(t, Applied)(s.FailTask(ctx, a.id, "failed", "", task.Failure{Code: "x", Message: "y"}))
+			mustOutcome(t, task.Applied)(start(s, a.id, "done", "done"))
+			progress(t, s, a.id, "done", "done", 50)
+			mustOutcome(t, task.Applied)(s.tasks.Complete(ctx, a.id, "done", "done", []task.Result{{Key: "k", ContentType: "image/png", Size: 1}}))
+			mustOutcome(t, task.Applied)(s.tasks.Fail(ctx, a.id, "failed", "", task.Failure{Code: "x", Message: "y"}))
 			wantChecks = append(wantChecks, a.id+"/waiting")
 			if i%2 == 0 {
-				if _, err := s.CreateTask(ctx, pending(a.id, "late"), past, []byte("job")); err != nil {
+				if _, err := s.tasks.Create(ctx, pending(a.id, "late"), past, []byte("job")); err != nil {
 					t.Fatal(err)
 				}
-				must(t, s.DropQueueCheck(ctx, a.id, "late"))
+				must(t, s.tasks.DropQueueCheck(ctx, a.id, "late"))
 				wantOverdue = append(wantOverdue, a.id+"/late")
 			}
 		}
 
 		for _, a := range accts[2:] {
 			seen := map[string]task.Status{}
-			must(t, s.EachTask(ctx, a.id, func(tk *task.Task) error { seen[tk.ID] = tk.Status; return nil }))
+			must(t, eachTask(ctx, s, a.id, func(tk *task.Task) { seen[tk.ID] = tk.Status }))
 			if seen["done"] != task.Completed || seen["failed"] != task.Failed || seen["waiting"] != task.Pending {
-				t.Errorf("EachTask(%s) = %v", a.id, seen)
+				t.Errorf("the task records of %s = %v", a.id, seen)
+			}
+			// The listing, from the account's index, sees the same.
+			listed, _, err := s.tasks.List(ctx, a.id, task.Filter{Limit: 100})
+			must(t, err)
+			got := map[string]task.Status{}
+			for _, tk := range listed {
+				got[tk.ID] = tk.Status
+			}
+			if fmt.Sprint(got) != fmt.Sprint(seen) {
+				t.Errorf("List(%s) = %v; the records are %v", a.id, got, seen)
 			}
 		}
 
-		checks, err := s.QueueChecks(ctx, time.Now().Add(FirstQueueCheck+time.Second), 1000)
+		checks, err := s.tasks.QueueChecks(ctx, time.Now().Add(FirstQueueCheck+time.Second), 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,14 +144,16 @@ func TestOnACluster(t *testing.T) {
 			t.Errorf("QueueChecks = %v; want %v", gotChecks, wantChecks)
 		}
 
-		od, err := s.Overdue(ctx, 1000)
+		od, err := s.tasks.Overdue(ctx, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var gotOverdue []string
 		for _, o := range od {
 			gotOverdue = append(gotOverdue, o.AccountID+"/"+o.TaskID)
-			mustOutcome(t, Applied)(s.Expire(ctx, o))
+			if c := mustOutcome(t, task.Applied)(s.tasks.Expire(ctx, o)); c.Refunded != past.Price {
+				t.Errorf("Expire(%s) refunded %d; want %d", o.TaskID, c.Refunded, past.Price)
+			}
 		}
 		if !sameSet(gotOverdue, wantOverdue) {
 			t.Errorf("Overdue = %v; want %v", gotOverdue, wantOverdue)
@@ -149,22 +162,75 @@ func TestOnACluster(t *testing.T) {
 			// done and waiting charged; failed, and late where there is one,
 			// refunded.
 			const want = 100 - 2*4
-			if got, err := s.Account(ctx, a.id); err != nil || got.Credits != want {
+			if got, err := s.accounts.Get(ctx, a.id); err != nil || got.Credits != want {
 				t.Errorf("%s: balance %v, %v; want %d", a.id, got, err, want)
 			}
 		}
 
-		ok, err := s.TryLock(ctx, "sweep", time.Minute)
+		ok, err := s.leases.TryLock(ctx, "sweep", time.Minute)
 		if err != nil || !ok {
 			t.Fatalf("TryLock = %v, %v", ok, err)
 		}
-		if ok, _ := s.TryLock(ctx, "sweep", time.Minute); ok {
+		if ok, _ := s.leases.TryLock(ctx, "sweep", time.Minute); ok {
 			t.Error("a held lease was taken twice")
+		}
+		must(t, s.leases.Unlock(ctx, "sweep"))
+		if ok, err := s.leases.TryLock(ctx, "sweep", time.Minute); err != nil || !ok {
+			t.Errorf("TryLock after Unlock = %v, %v", ok, err)
+		}
+	})
+
+	// The queue's numbers live in their own slot: a create takes its number
+	// first, gives it back (counts it out) if refused, and every way out
+	// of pending counts the task out once.
+	t.Run("queue positions", func(t *testing.T) {
+		const queue = "cluster-standard"
+		c := std
+		c.Queue = queue
+		broke := accts[3].id
+		_, err := s.accounts.AddCredits(ctx, broke, -s.mustCredits(t, broke), "empty it")
+		must(t, err)
+		var seqs []int64
+		for i, a := range accts[4:8] {
+			tk := pending(a.id, "queued")
+			_, err := s.tasks.Create(ctx, tk, c, nil)
+			must(t, err)
+			got, err := s.tasks.Get(ctx, a.id, "queued")
+			must(t, err)
+			if tk.Queue != queue || got.Queue != queue || got.QueueSeq != tk.QueueSeq || tk.QueueSeq != int64(i+1) {
+				t.Fatalf("create %d: task %q/%d, record %q/%d; want %s/%d", i, tk.Queue, tk.QueueSeq, got.Queue, got.QueueSeq, queue, i+1)
+			}
+			seqs = append(seqs, tk.QueueSeq)
+		}
+		tk := pending(broke, "refused")
+		if _, err := s.tasks.Create(ctx, tk, c, nil); apperr.CodeOf(err) != apperr.InsufficientCredits || tk.QueueSeq != 0 {
+			t.Fatalf("refused create: %v, seq %d", err, tk.QueueSeq)
+		}
+		if got := dequeuedOf(t, s, queue); got != 1 {
+			t.Fatalf("dequeued %d after a refused create; want its number given back (1)", got)
+		}
+		mustOutcome(t, task.Applied)(start(s, accts[4].id, "queued", "queued"))
+		_, err = s.tasks.Cancel(ctx, accts[5].id, "queued")
+		must(t, err)
+		mustOutcome(t, task.Applied)(s.tasks.Fail(ctx, accts[6].id, "queued", "", task.Failure{Code: "x", Message: "y"}))
+		if got := dequeuedOf(t, s, queue); got != 4 {
+			t.Errorf("dequeued %d; want 4 (the refused create, a start, a cancel, a fail)", got)
+		}
+		for _, a := range accts[4:7] {
+			if v := s.rdb.HMGet(ctx, taskKey(a.id, "queued"), fTaskQueue, fTaskQueueSeq).Val(); v[0] != nil || v[1] != nil {
+				t.Errorf("%s: a task out of pending keeps its queue fields %v", a.id, v)
+			}
+		}
+		// The one left waiting is first.
+		st, err := s.queues.Stats(ctx, queue)
+		must(t, err)
+		if p := st.PositionOf(seqs[3], time.Now()); p.Position != 1 {
+			t.Errorf("the last waiting task's position %+v; want 1", p)
 		}
 	})
 
 	t.Run("readiness", func(t *testing.T) {
-		if err := s.Probe(ctx, "test"); err != nil {
+		if err := s.db.Probe(ctx, "test"); err != nil {
 			t.Fatalf("Probe on a healthy cluster: %v", err)
 		}
 		// Every master was written to.
@@ -183,24 +249,73 @@ func TestOnACluster(t *testing.T) {
 		if err := n0.ClusterDelSlots(ctx, 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		waitProbe(t, s, false, "after a master gave up slot 0")
+		waitProbe(t, s.db, false, "after a master gave up slot 0")
 		if err := n0.ClusterAddSlots(ctx, 0).Err(); err != nil {
 			t.Fatal(err)
 		}
-		waitProbe(t, s, true, "with slot 0 back")
+		waitProbe(t, s.db, true, "with slot 0 back")
 		// A master gone.
 		c.Nodes[2].Stop()
-		waitProbe(t, s, false, "with a master stopped")
+		waitProbe(t, s.db, false, "with a master stopped")
 	})
 }
 
+// mustCredits returns an account's balance.
+func (s *stores) mustCredits(t *testing.T, accountID string) int64 {
+	t.Helper()
+	a, err := s.accounts.Get(context.Background(), accountID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Credits
+}
+
+// eachTask calls fn with every task record of an account, scanning its
+// keys; on a cluster on the node that holds the account's slot, where all
+// its tasks are (SCAN lists one node's keys).
+func eachTask(ctx context.Context, s *stores, accountID string, fn func(*task.Task)) error {
+	pfx := taskKey(accountID, "")
+	var scanner redis.Cmdable = s.rdb
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, pfx)
+		if err != nil {
+			return err
+		}
+		scanner = node
+	}
+	var cursor uint64
+	for {
+		keys, next, err := scanner.Scan(ctx, cursor, pfx+"*", 1000).Result()
+		if err != nil {
+			return err
+		}
+		records, err := s.db.hgetAll(ctx, keys)
+		if err != nil {
+			return err
+		}
+		for i, m := range records {
+			if len(m) == 0 {
+				continue // expired since the scan saw it
+			}
+			tk, err := decodeTask(accountID, strings.TrimPrefix(keys[i], pfx), m)
+			if err != nil {
+				return err
+			}
+			fn(tk)
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
+}
+
 // waitProbe waits up to 10 s for Probe to succeed (ok) or fail.
-func waitProbe(t *testing.T, s *Store, ok bool, when string) {
+func waitProbe(t *testing.T, db *DB, ok bool, when string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := s.Probe(pctx, "test")
+		err := db.Probe(pctx, "test")
 		cancel()
 		if (err == nil) == ok {
 			if err != nil {

@@ -7,8 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
-	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
 // A crash between the steps of a write that spans hash slots (on a cluster,
@@ -16,21 +16,21 @@ import (
 func TestCrashBetweenSteps(t *testing.T) {
 	ctx := context.Background()
 	t.Run("key claimed: indexes written, record not", func(t *testing.T) {
-		srv := redistest.Start(t)
-		s := New(srv.Client(t))
-		a, _ := s.CreateAccount(ctx, NewAccount{Name: "a"})
-		key, _ := NewKey()
-		h := HashKey(key)
+		st, _ := blankStore(t, Options{})
+		s := st.accounts
+		a, _ := s.Create(ctx, account.Spec{Name: "a"})
+		key, _ := account.NewKey()
+		h := account.HashKey(key)
 		// The crash: claim's first step only.
-		s.rdb.SAdd(ctx, accountKeysKey(a.ID), h)
-		s.rdb.SAdd(ctx, keyPrefixKey(key[:visiblePrefix]), h)
+		st.rdb.SAdd(ctx, accountKeysKey(a.ID), h)
+		st.rdb.SAdd(ctx, keyPrefixKey(key[:account.VisiblePrefix]), h)
 		if keys, err := s.Keys(ctx, a.ID); err != nil || len(keys) != 0 {
 			t.Errorf("Keys = %v, %v; a key that never worked is listed", keys, err)
 		}
 		if _, err := s.Authenticate(ctx, key); err != apperr.ErrUnknownKey {
 			t.Errorf("Authenticate = %v; the key must not work", err)
 		}
-		if _, err := s.RevokeKey(ctx, key[:visiblePrefix]); apperr.CodeOf(err) != apperr.NotFound {
+		if _, err := s.RevokeKey(ctx, key[:account.VisiblePrefix]); apperr.CodeOf(err) != apperr.NotFound {
 			t.Errorf("revoke by prefix = %v; want not found", err)
 		}
 		// Done again: it works and is listed once.
@@ -45,12 +45,12 @@ func TestCrashBetweenSteps(t *testing.T) {
 		}
 	})
 	t.Run("key claimed by another account meanwhile", func(t *testing.T) {
-		srv := redistest.Start(t)
-		s := New(srv.Client(t))
-		a, _ := s.CreateAccount(ctx, NewAccount{Name: "a"})
-		b, _ := s.CreateAccount(ctx, NewAccount{Name: "b"})
-		key, _ := NewKey()
-		s.rdb.SAdd(ctx, accountKeysKey(a.ID), HashKey(key)) // a's claim, cut short
+		st, _ := blankStore(t, Options{})
+		s := st.accounts
+		a, _ := s.Create(ctx, account.Spec{Name: "a"})
+		b, _ := s.Create(ctx, account.Spec{Name: "b"})
+		key, _ := account.NewKey()
+		st.rdb.SAdd(ctx, accountKeysKey(a.ID), account.HashKey(key)) // a's claim, cut short
 		if _, err := s.AddKey(ctx, b.ID, key); err != nil {
 			t.Fatal(err)
 		}
@@ -60,24 +60,26 @@ func TestCrashBetweenSteps(t *testing.T) {
 		if keys, _ := s.Keys(ctx, b.ID); len(keys) != 1 {
 			t.Errorf("account b lists %d keys", len(keys))
 		}
-		if k, err := s.RevokeKey(ctx, key[:visiblePrefix]); err != nil || k.AccountID != b.ID {
+		if k, err := s.RevokeKey(ctx, key[:account.VisiblePrefix]); err != nil || k.AccountID != b.ID {
 			t.Errorf("revoke by prefix = %+v, %v", k, err)
 		}
 	})
 	t.Run("account indexed, record not written", func(t *testing.T) {
-		srv := redistest.Start(t)
-		s := New(srv.Client(t))
-		s.rdb.ZAdd(ctx, accountsKey(), redis.Z{Score: 1, Member: "acct_ghost"})
-		real, _ := s.CreateAccount(ctx, NewAccount{Name: "real"})
-		list, err := s.Accounts(ctx)
+		st, _ := blankStore(t, Options{})
+		st.rdb.ZAdd(ctx, accountsKey(), redis.Z{Score: 1, Member: "acct_ghost"})
+		real, _ := st.accounts.Create(ctx, account.Spec{Name: "real"})
+		list, err := st.accounts.List(ctx)
 		if err != nil || len(list) != 1 || list[0].ID != real.ID {
 			t.Errorf("Accounts = %+v, %v; want the real one only", list, err)
 		}
-		if _, err := s.Overdue(ctx, 10); err != nil {
+		if _, err := st.tasks.Overdue(ctx, 10); err != nil {
 			t.Errorf("Overdue: %v", err)
 		}
-		if _, err := s.QueueChecks(ctx, time.Now(), 10); err != nil {
+		if _, err := st.tasks.QueueChecks(ctx, time.Now(), 10); err != nil {
 			t.Errorf("QueueChecks: %v", err)
+		}
+		if _, err := st.hooks.Due(ctx, time.Now(), 10); err != nil {
+			t.Errorf("Due: %v", err)
 		}
 	})
 }

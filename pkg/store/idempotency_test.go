@@ -15,12 +15,11 @@ import (
 // task), another body is a mismatch, a repeat while the first is under way
 // a conflict, and an undone create frees the key.
 func TestIdempotentCreate(t *testing.T) {
-	s, srv := newStore(t)
+	now := time.Now()
+	s, srv := newStoreWith(t, Options{Now: func() time.Time { return now }})
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	now := time.Now()
-	s.now = func() time.Time { return now }
-	charge := func(key, body string) Charge {
+	charge := func(key, body string) task.Charge {
 		c := std
 		c.Idempotency = task.Idempotency{Key: key, BodyHash: body}
 		return c
@@ -30,7 +29,7 @@ func TestIdempotentCreate(t *testing.T) {
 		return n
 	}
 
-	if _, err := s.CreateTask(ctx, pending("acct_a", "task_lumen_1"), charge("k1", "body-1"), nil); err != nil {
+	if _, err := s.tasks.Create(ctx, pending("acct_a", "task_lumen_1"), charge("k1", "body-1"), nil); err != nil {
 		t.Fatal(err)
 	}
 	after := balance("acct_a")
@@ -54,25 +53,25 @@ func TestIdempotentCreate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			now = now.Add(tt.advance)
 			if tt.done {
-				if err := s.IdempotencyDone(ctx, "acct_a", "k1", "task_lumen_1"); err != nil {
+				if err := s.tasks.IdempotencyDone(ctx, "acct_a", "k1", "task_lumen_1"); err != nil {
 					t.Fatal(err)
 				}
 			}
 			before := balance(tt.acct)
-			_, err := s.CreateTask(ctx, pending(tt.acct, tt.id), charge(tt.key, tt.body), nil)
-			var r *Replayed
+			_, err := s.tasks.Create(ctx, pending(tt.acct, tt.id), charge(tt.key, tt.body), nil)
+			var r *task.Replayed
 			switch {
 			case tt.replay != "":
 				if !errors.As(err, &r) || r.TaskID != tt.replay {
-					t.Fatalf("CreateTask = %v; want a replay of %s", err, tt.replay)
+					t.Fatalf("Create = %v; want a replay of %s", err, tt.replay)
 				}
 			case tt.code != "":
 				if apperr.CodeOf(err) != tt.code {
-					t.Fatalf("CreateTask = %v; want %s", err, tt.code)
+					t.Fatalf("Create = %v; want %s", err, tt.code)
 				}
 			default:
 				if err != nil {
-					t.Fatalf("CreateTask = %v; want created", err)
+					t.Fatalf("Create = %v; want created", err)
 				}
 			}
 			created, _ := rdb.Exists(ctx, taskKey(tt.acct, tt.id)).Result()
@@ -92,38 +91,38 @@ func TestIdempotentCreate(t *testing.T) {
 
 	// A gateway that died mid-create leaves the key under way: after the
 	// pending window it replays (the task stands; the recovery queues it).
-	if _, err := s.CreateTask(ctx, pending("acct_a", "task_lumen_7"), charge("k2", "b"), nil); err != nil {
+	if _, err := s.tasks.Create(ctx, pending("acct_a", "task_lumen_7"), charge("k2", "b"), nil); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(idempotencyPending + time.Second)
-	var r *Replayed
-	if _, err := s.CreateTask(ctx, pending("acct_a", "task_lumen_8"), charge("k2", "b"), nil); !errors.As(err, &r) || r.TaskID != "task_lumen_7" {
+	var r *task.Replayed
+	if _, err := s.tasks.Create(ctx, pending("acct_a", "task_lumen_8"), charge("k2", "b"), nil); !errors.As(err, &r) || r.TaskID != "task_lumen_7" {
 		t.Errorf("repeat past the pending window: %v; want a replay of task_lumen_7", err)
 	}
 
 	// An undone create frees its key, in the same step.
-	if _, err := s.CreateTask(ctx, pending("acct_a", "task_lumen_9"), charge("k3", "b"), nil); err != nil {
+	if _, err := s.tasks.Create(ctx, pending("acct_a", "task_lumen_9"), charge("k3", "b"), nil); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := s.AbortTaskWith(ctx, "acct_a", "task_lumen_9", "k3"); !ok || err != nil {
+	if ok, err := s.tasks.Abort(ctx, "acct_a", "task_lumen_9", "k3"); !ok || err != nil {
 		t.Fatalf("abort: %v %v", ok, err)
 	}
-	if _, err := s.CreateTask(ctx, pending("acct_a", "task_lumen_11"), charge("k3", "b"), nil); err != nil {
+	if _, err := s.tasks.Create(ctx, pending("acct_a", "task_lumen_11"), charge("k3", "b"), nil); err != nil {
 		t.Errorf("after the undone create: %v; want created", err)
 	}
 	// An undo that does not apply (a worker started the task meanwhile)
 	// leaves the key: a retry replays the task that runs, never a second.
-	if _, err := s.CreateTask(ctx, pending("acct_a", "task_lumen_12"), charge("k4", "b"), nil); err != nil {
+	if _, err := s.tasks.Create(ctx, pending("acct_a", "task_lumen_12"), charge("k4", "b"), nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.StartTask(ctx, "acct_a", "task_lumen_12", "task_lumen_12"); err != nil {
+	if _, err := start(s, "acct_a", "task_lumen_12", "task_lumen_12"); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := s.AbortTaskWith(ctx, "acct_a", "task_lumen_12", "k4"); ok || err != nil {
+	if ok, err := s.tasks.Abort(ctx, "acct_a", "task_lumen_12", "k4"); ok || err != nil {
 		t.Fatalf("abort of a started task: %v %v; want not applied", ok, err)
 	}
 	now = now.Add(idempotencyPending + time.Second)
-	if _, err := s.CreateTask(ctx, pending("acct_a", "task_lumen_13"), charge("k4", "b"), nil); !errors.As(err, &r) || r.TaskID != "task_lumen_12" {
+	if _, err := s.tasks.Create(ctx, pending("acct_a", "task_lumen_13"), charge("k4", "b"), nil); !errors.As(err, &r) || r.TaskID != "task_lumen_12" {
 		t.Errorf("retry after an undo that did not apply: %v; want a replay of task_lumen_12", err)
 	}
 

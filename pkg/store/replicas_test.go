@@ -40,7 +40,7 @@ func startReplicated(tb testing.TB) (primary, replica *redistest.Server) {
 	}
 }
 
-// With WithMinReplicas, a change is reported done only once the replicas
+// With Options.MinReplicas, a change is reported done only once the replicas
 // have it: read from the replica right after, it is there. Without a
 // replica that confirms, it is ErrNotReplicated (503), and the caller's undo
 // works.
@@ -64,17 +64,17 @@ func TestMinReplicas(t *testing.T) {
 			}
 			rdb := primary.Client(t)
 			seedAccount(t, rdb, "a", 100, "")
-			s := New(rdb).WithMinReplicas(1, 100*time.Millisecond)
+			s := storesOn(rdb, Options{MinReplicas: 1, ReplicaWait: 100 * time.Millisecond})
 			if tc.pause {
 				if err := replica.Proc.Pause(); err != nil {
 					t.Fatal(err)
 				}
 				defer func() { _ = replica.Proc.Resume() }()
 			}
-			bal, err := s.CreateTask(ctx, pending("a", "t1"), std, []byte("job"))
+			bal, err := s.tasks.Create(ctx, pending("a", "t1"), std, []byte("job"))
 			if tc.replicated && !tc.pause {
 				if err != nil || bal != 96 {
-					t.Fatalf("CreateTask = %d, %v", bal, err)
+					t.Fatalf("Create = %d, %v", bal, err)
 				}
 				rc := replica.Client(t)
 				if st := rc.HGet(ctx, taskKey("a", "t1"), fTaskStatus).Val(); st != string(task.Pending) {
@@ -84,18 +84,20 @@ func TestMinReplicas(t *testing.T) {
 					t.Errorf("the replica has the balance at %d", c)
 				}
 				// The state changes that move money wait too.
-				mustOutcome(t, Applied)(s.FailTask(ctx, "a", "t1", "", task.Failure{Code: "x", Message: "y"}))
+				if c := mustOutcome(t, task.Applied)(s.tasks.Fail(ctx, "a", "t1", "", task.Failure{Code: "x", Message: "y"})); c.Refunded != std.Price {
+					t.Errorf("the fail refunded %d; want %d", c.Refunded, std.Price)
+				}
 				if c, _ := rc.HGet(ctx, accountKey("a"), fAcctCredits).Int64(); c != 100 {
 					t.Errorf("the replica has the balance at %d after the refund", c)
 				}
 				return
 			}
 			if !errors.Is(err, ErrNotReplicated) || apperr.CodeOf(err) != apperr.Unavailable {
-				t.Fatalf("CreateTask = %d, %v; want ErrNotReplicated, unavailable", bal, err)
+				t.Fatalf("Create = %d, %v; want ErrNotReplicated, unavailable", bal, err)
 			}
 			// Made on the primary: the caller undoes it.
-			if ok, err := s.AbortTask(ctx, "a", "t1"); !ok && !errors.Is(err, ErrNotReplicated) {
-				t.Fatalf("AbortTask = %v, %v", ok, err)
+			if ok, err := s.tasks.Abort(ctx, "a", "t1", ""); !ok && !errors.Is(err, ErrNotReplicated) {
+				t.Fatalf("Abort = %v, %v", ok, err)
 			}
 			if c, _ := rdb.HGet(ctx, accountKey("a"), fAcctCredits).Int64(); c != 100 {
 				t.Errorf("balance %d after the undo; want 100", c)
@@ -117,14 +119,14 @@ func BenchmarkCreateTaskDurability(b *testing.B) {
 	defer rdb.Close()
 	seedAccount(b, rdb, "a", 1<<60, "")
 	var seq atomic.Int64 // task ids unique across every run of the sub-benchmarks
-	c := Charge{Price: 1, Tier: "standard", CountUntil: time.Now().Add(time.Hour)}
-	create := func(b *testing.B, s *Store) {
-		if _, err := s.CreateTask(context.Background(), pending("a", fmt.Sprint("b", seq.Add(1))), c, []byte("job")); err != nil {
+	c := task.Charge{Price: 1, Tier: "standard", CountUntil: time.Now().Add(time.Hour)}
+	create := func(b *testing.B, s *Tasks) {
+		if _, err := s.Create(context.Background(), pending("a", fmt.Sprint("b", seq.Add(1))), c, []byte("job")); err != nil {
 			b.Error(err)
 		}
 	}
 	for _, n := range []int{0, 1} {
-		s := New(rdb).WithMinReplicas(n, time.Second)
+		s := NewTasks(NewDB(rdb, Options{MinReplicas: n, ReplicaWait: time.Second}))
 		b.Run("serial/min_replicas="+strconv.Itoa(n), func(b *testing.B) {
 			for b.Loop() {
 				create(b, s)

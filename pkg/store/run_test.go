@@ -7,23 +7,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/task"
 )
 
 // balance returns the account's credits and how many refunds its ledger has.
-func balance(t *testing.T, s *Store, acct string) (int64, int) {
+func balance(t *testing.T, s *stores, acct string) (int64, int) {
 	t.Helper()
-	a, err := s.Account(context.Background(), acct)
+	a, err := s.accounts.Get(context.Background(), acct)
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := s.Ledger(context.Background(), acct, 1000)
+	entries, err := s.accounts.Ledger(context.Background(), acct, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	refunds := 0
 	for _, e := range entries {
-		if e.Kind == KindRefund {
+		if e.Kind == account.Refund {
 			refunds++
 		}
 	}
@@ -43,21 +44,22 @@ func TestRunOwnership(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
 	create(t, s, "a", "t")
-	mustOutcome(t, Applied)(s.StartTask(ctx, "a", "t", "t"))
-	mustOutcome(t, Superseded)(s.StartTask(ctx, "a", "t", "t.r1"))
-	must(t, s.SetProgress(ctx, "a", "t", "t.r1", 60))
-	if got, _ := s.Task(ctx, "a", "t"); got.Progress != 0 {
+	mustOutcome(t, task.Applied)(start(s, "a", "t", "t"))
+	mustOutcome(t, task.Superseded)(start(s, "a", "t", "t.r1"))
+	if progress(t, s, "a", "t", "t.r1", 60) {
+		t.Error("another run's progress wants a webhook")
+	}
+	if got, _ := s.tasks.Get(ctx, "a", "t"); got.Progress != 0 {
 		t.Errorf("another run moved progress to %d", got.Progress)
 	}
-	o, _, err := s.CompleteTask(ctx, "a", "t", "t.r1", nil)
-	mustOutcome(t, Superseded)(o, err)
-	mustOutcome(t, Superseded)(s.FailTask(ctx, "a", "t", "t.r1", task.Failure{Code: "x", Message: "y"}))
+	mustOutcome(t, task.Superseded)(s.tasks.Complete(ctx, "a", "t", "t.r1", nil))
+	mustOutcome(t, task.Superseded)(s.tasks.Fail(ctx, "a", "t", "t.r1", task.Failure{Code: "x", Message: "y"}))
 	// The owner can; so can the sweeper, whoever owns the task.
-	must(t, s.SetProgress(ctx, "a", "t", "t", 60))
-	if got, _ := s.Task(ctx, "a", "t"); got.Status != task.Processing || got.Progress != 60 {
+	progress(t, s, "a", "t", "t", 60)
+	if got, _ := s.tasks.Get(ctx, "a", "t"); got.Status != task.Processing || got.Progress != 60 {
 		t.Errorf("task %+v", got)
 	}
-	mustOutcome(t, Applied)(s.FailTask(ctx, "a", "t", "", task.Failure{Code: "timeout", Message: "late"}))
+	mustOutcome(t, task.Applied)(s.tasks.Fail(ctx, "a", "t", "", task.Failure{Code: "timeout", Message: "late"}))
 }
 
 // A run that starts again without having let go crashed its worker; the
@@ -65,49 +67,62 @@ func TestRunOwnership(t *testing.T) {
 func TestCrashesPoisonATask(t *testing.T) {
 	tests := []struct {
 		name    string
-		steps   func(s *Store) []Outcome
-		want    []Outcome
+		steps   func(s *stores) []Change
+		want    []task.Outcome
 		status  task.Status
 		refunds int
 	}{
-		{"released between attempts is no crash", func(s *Store) []Outcome {
-			var out []Outcome
+		{"released between attempts is no crash", func(s *stores) []Change {
+			var out []Change
 			for i := 0; i < 4; i++ {
-				o, _ := s.StartTask(context.Background(), "a", "t", "t")
-				out = append(out, o)
-				_ = s.ReleaseTask(context.Background(), "a", "t", "t")
+				c, _ := start(s, "a", "t", "t")
+				out = append(out, c)
+				_ = s.tasks.Release(context.Background(), "a", "t", "t")
 			}
 			return out
-		}, []Outcome{Applied, Applied, Applied, Applied}, task.Processing, 0},
-		{"two crashes fail the task", func(s *Store) []Outcome {
-			var out []Outcome
+		}, []task.Outcome{task.Applied, task.Applied, task.Applied, task.Applied}, task.Processing, 0},
+		{"two crashes fail the task", func(s *stores) []Change {
+			var out []Change
 			for i := 0; i < 3; i++ {
-				o, _ := s.StartTask(context.Background(), "a", "t", "t")
-				out = append(out, o)
+				c, _ := start(s, "a", "t", "t")
+				out = append(out, c)
 			}
 			return out
-		}, []Outcome{Applied, Applied, Poisoned}, task.Failed, 1},
-		{"a crash, a release, a crash", func(s *Store) []Outcome {
+		}, []task.Outcome{task.Applied, task.Applied, task.Poisoned}, task.Failed, 1},
+		{"a crash, a release, a crash", func(s *stores) []Change {
 			ctx := context.Background()
-			o1, _ := s.StartTask(ctx, "a", "t", "t")
-			o2, _ := s.StartTask(ctx, "a", "t", "t") // crash 1
-			_ = s.ReleaseTask(ctx, "a", "t", "t")
-			o3, _ := s.StartTask(ctx, "a", "t", "t")
-			o4, _ := s.StartTask(ctx, "a", "t", "t") // crash 2
-			o5, _ := s.StartTask(ctx, "a", "t", "t")
-			return []Outcome{o1, o2, o3, o4, o5}
-		}, []Outcome{Applied, Applied, Applied, Poisoned, AlreadyFinal}, task.Failed, 1},
+			c1, _ := start(s, "a", "t", "t")
+			c2, _ := start(s, "a", "t", "t") // crash 1
+			_ = s.tasks.Release(ctx, "a", "t", "t")
+			c3, _ := start(s, "a", "t", "t")
+			c4, _ := start(s, "a", "t", "t") // crash 2
+			c5, _ := start(s, "a", "t", "t")
+			return []Change{c1, c2, c3, c4, c5}
+		}, []task.Outcome{task.Applied, task.Applied, task.Applied, task.Poisoned, task.AlreadyFinal}, task.Failed, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, _ := newStore(t)
 			create(t, s, "a", "t")
 			before, _ := balance(t, s, "a")
-			got := tt.steps(s)
+			changes := tt.steps(s)
+			var got []task.Outcome
+			for _, c := range changes {
+				got = append(got, c.Outcome)
+				// Only the start that poisons the task refunds it; no
+				// callback, so nothing is hooked.
+				var want int64
+				if c.Outcome == task.Poisoned {
+					want = std.Price
+				}
+				if c.Refunded != want || c.Hooked {
+					t.Errorf("start %v refunded %d, hooked %v; want %d, false", c.Outcome, c.Refunded, c.Hooked, want)
+				}
+			}
 			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
 				t.Errorf("outcomes %v; want %v", got, tt.want)
 			}
-			rec, _ := s.Task(context.Background(), "a", "t")
+			rec, _ := s.tasks.Get(context.Background(), "a", "t")
 			if rec.Status != tt.status {
 				t.Errorf("status %s; want %s", rec.Status, tt.status)
 			}
@@ -128,49 +143,60 @@ func TestTakeover(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
 	create(t, s, "a", "t")
-	mustOutcome(t, Applied)(s.StartTask(ctx, "a", "t", "t"))
-	must(t, s.SetProgress(ctx, "a", "t", "t", 40))
+	mustOutcome(t, task.Applied)(start(s, "a", "t", "t"))
+	progress(t, s, "a", "t", "t", 40)
 
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	won := map[Outcome]int{}
+	won := map[task.Outcome]int{}
 	runs := map[string]bool{}
 	for i := 0; i < 8; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			o, run, err := s.Takeover(ctx, "a", "t", "t", runName)
+			c, run, err := s.tasks.Takeover(ctx, "a", "t", "t", runName)
 			if err != nil {
 				t.Error(err)
 			}
+			if c.Refunded != 0 || c.Hooked {
+				t.Errorf("takeover %v refunded %d, hooked %v", c.Outcome, c.Refunded, c.Hooked)
+			}
 			mu.Lock()
-			won[o]++
+			won[c.Outcome]++
 			runs[run] = true
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	if won[Applied] != 1 || won[Superseded] != 7 || len(runs) != 1 || !runs["t.r1"] {
+	if won[task.Applied] != 1 || won[task.Superseded] != 7 || len(runs) != 1 || !runs["t.r1"] {
 		t.Fatalf("outcomes %v, runs %v; want one takeover to t.r1 and the rest told so", won, runs)
 	}
 	// The old run is out; the new one starts where the task was.
-	mustOutcome(t, Superseded)(s.StartTask(ctx, "a", "t", "t"))
-	mustOutcome(t, Applied)(s.StartTask(ctx, "a", "t", "t.r1"))
-	if got, _ := s.Task(ctx, "a", "t"); got.Status != task.Processing || got.Progress != 40 {
+	mustOutcome(t, task.Superseded)(start(s, "a", "t", "t"))
+	mustOutcome(t, task.Applied)(start(s, "a", "t", "t.r1"))
+	if got, _ := s.tasks.Get(ctx, "a", "t"); got.Status != task.Processing || got.Progress != 40 {
 		t.Errorf("after the takeover: %+v; want processing at 40", got)
 	}
 	// Its worker dies too: the second crash fails the task.
-	o, _, err := s.Takeover(ctx, "a", "t", "t.r1", runName)
-	mustOutcome(t, Poisoned)(o, err)
-	if got, _ := s.Task(ctx, "a", "t"); got.Status != task.Failed || got.Failure.Code != string(task.WorkerCrashed) || !got.Refunded {
+	before, _ := balance(t, s, "a")
+	c, run, err := s.tasks.Takeover(ctx, "a", "t", "t.r1", runName)
+	mustOutcome(t, task.Poisoned)(c, err)
+	if c.Refunded != std.Price || c.Hooked || run != "" {
+		t.Errorf("poisoned takeover: refunded %d, hooked %v, run %q; want %d, false, none", c.Refunded, c.Hooked, run, std.Price)
+	}
+	if after, _ := balance(t, s, "a"); after != before+std.Price {
+		t.Errorf("balance %d → %d; want the price back", before, after)
+	}
+	if got, _ := s.tasks.Get(ctx, "a", "t"); got.Status != task.Failed || got.Failure.Code != string(task.WorkerCrashed) || !got.Refunded {
 		t.Errorf("task %+v %+v", got, got.Failure)
 	}
-	o, _, err = s.Takeover(ctx, "a", "t", "t.r1", runName)
-	mustOutcome(t, AlreadyFinal)(o, err)
+	c, _, err = s.tasks.Takeover(ctx, "a", "t", "t.r1", runName)
+	mustOutcome(t, task.AlreadyFinal)(c, err)
+	if c.Refunded != 0 {
+		t.Errorf("a takeover of a final task refunded %d", c.Refunded)
+	}
 }
 
-// A task charged but never queued is found with its job; queued or started
-// tasks are not.
 // Every task is listed for a queue check FirstQueueCheck after its
 // creation, with its job, until a run starts it or it ends; the checker
 // moves a check on or drops it.
@@ -179,21 +205,21 @@ func TestQueueChecks(t *testing.T) {
 	ctx := context.Background()
 	created := time.Now()
 	for _, id := range []string{"waiting", "started", "failed", "moved", "dropped"} {
-		if _, err := s.CreateTask(ctx, pending("a", id), std, []byte("job of "+id)); err != nil {
+		if _, err := s.tasks.Create(ctx, pending("a", id), std, []byte("job of "+id)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	mustOutcome(t, Applied)(s.StartTask(ctx, "a", "started", "started"))
-	mustOutcome(t, Applied)(s.FailTask(ctx, "a", "failed", "", task.Failure{Code: "x", Message: "y"}))
-	must(t, s.ScheduleQueueCheck(ctx, "a", "moved", created.Add(time.Hour)))
-	must(t, s.DropQueueCheck(ctx, "a", "dropped"))
+	mustOutcome(t, task.Applied)(start(s, "a", "started", "started"))
+	mustOutcome(t, task.Applied)(s.tasks.Fail(ctx, "a", "failed", "", task.Failure{Code: "x", Message: "y"}))
+	must(t, s.tasks.ScheduleQueueCheck(ctx, "a", "moved", created.Add(time.Hour)))
+	must(t, s.tasks.DropQueueCheck(ctx, "a", "dropped"))
 	// Moving the check of a task no longer listed does not list it again.
-	must(t, s.ScheduleQueueCheck(ctx, "a", "started", created))
+	must(t, s.tasks.ScheduleQueueCheck(ctx, "a", "started", created))
 
-	if got, _ := s.QueueChecks(ctx, created.Add(FirstQueueCheck-time.Second), 100); len(got) != 0 {
+	if got, _ := s.tasks.QueueChecks(ctx, created.Add(FirstQueueCheck-time.Second), 100); len(got) != 0 {
 		t.Errorf("checks due before FirstQueueCheck: %+v; want none", got)
 	}
-	got, err := s.QueueChecks(ctx, created.Add(FirstQueueCheck+time.Second), 100)
+	got, err := s.tasks.QueueChecks(ctx, created.Add(FirstQueueCheck+time.Second), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +231,7 @@ func TestQueueChecks(t *testing.T) {
 	if v := s.rdb.HGet(ctx, taskKey("a", "started"), fTaskJob).Val(); v != "" {
 		t.Errorf("a started task still holds its job payload: %q", v)
 	}
-	later, _ := s.QueueChecks(ctx, created.Add(2*time.Hour), 100)
+	later, _ := s.tasks.QueueChecks(ctx, created.Add(2*time.Hour), 100)
 	if len(later) != 2 {
 		t.Errorf("checks due in two hours: %+v; want waiting and moved", later)
 	}

@@ -3,10 +3,13 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/task"
@@ -224,6 +227,20 @@ func (s *Tasks) Get(ctx context.Context, accountID, taskID string) (*task.Task, 
 	return decodeTask(accountID, taskID, m)
 }
 
+// MemoryUsage returns the bytes Redis uses for a task's record (MEMORY
+// USAGE), for tools and benchmarks: never the request path. A record that
+// does not exist is *apperr.NotFoundError.
+func (s *Tasks) MemoryUsage(ctx context.Context, accountID, taskID string) (int64, error) {
+	n, err := s.db.rdb.MemoryUsage(ctx, taskKey(accountID, taskID)).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, &apperr.NotFoundError{Kind: "task", ID: taskID}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("store: memory usage of %s: %w", taskID, err)
+	}
+	return n, nil
+}
+
 func decodeTask(accountID, taskID string, m map[string]string) (*task.Task, error) {
 	t := &task.Task{
 		ID:        taskID,
@@ -425,7 +442,8 @@ func (a completeArgs) list() []any { return []any{a.Now, a.TTL, a.Results, a.Tas
 
 // Complete marks the task run owns completed with its results, sets its
 // complete time and restarts the record's 24-hour TTL. A task another run
-// owns is Superseded and stays as it is.
+// owns is Superseded and stays as it is. A task completed while still
+// pending is counted out of its queue.
 func (s *Tasks) Complete(ctx context.Context, accountID, taskID, run string, results []task.Result) (Change, error) {
 	if results == nil {
 		results = []task.Result{}
@@ -446,6 +464,7 @@ func (s *Tasks) Complete(ctx context.Context, accountID, taskID, run string, res
 	if err != nil {
 		return Change{}, err
 	}
+	s.left(ctx, r.str(2))
 	return Change{Outcome: task.Outcome(code), At: now, Hooked: r.int(1) == 1}, nil
 }
 
@@ -619,7 +638,8 @@ func (a takeoverArgs) list() []any {
 // and is to be queued. Superseded: a later run owns it already
 // (returned), and may need queueing again. AlreadyFinal and Missing:
 // nothing to run. Poisoned: the task had crashed its workers too often
-// and was failed (Change.Refunded, Change.Hooked).
+// and was failed (Change.Refunded, Change.Hooked); one still pending (its
+// runs died before starting it) is counted out of its queue.
 func (s *Tasks) Takeover(ctx context.Context, accountID, taskID, orphan string, next func(crashes int) string) (Change, string, error) {
 	v, err := s.db.rdb.HMGet(ctx, taskKey(accountID, taskID), fTaskCrashes).Result()
 	if err != nil {
@@ -640,5 +660,6 @@ func (s *Tasks) Takeover(ctx context.Context, accountID, taskID, orphan string, 
 	if err != nil {
 		return Change{}, "", err
 	}
+	s.left(ctx, r.str(4))
 	return Change{Outcome: task.Outcome(code), At: now, Refunded: r.int(2), Hooked: r.int(3) == 1}, r.str(1), nil
 }

@@ -13,94 +13,93 @@ import (
 )
 
 func TestWebhookSecret(t *testing.T) {
-	s, srv := newStore(t)
-	ctx := context.Background()
 	now := time.UnixMilli(1_800_000_000_000)
-	s.now = func() time.Time { return now }
+	st, srv := newStoreWith(t, Options{Now: func() time.Time { return now }})
+	s := st.hooks
+	ctx := context.Background()
 
 	var nf *apperr.NotFoundError
-	if _, err := s.WebhookSecret(ctx, "acct_nope"); !errors.As(err, &nf) {
+	if _, err := s.Secret(ctx, "acct_nope"); !errors.As(err, &nf) {
 		t.Errorf("secret of an unknown account: %v; want not found", err)
 	}
-	if _, _, err := s.RotateWebhookSecret(ctx, "acct_nope"); !errors.As(err, &nf) {
+	if _, _, err := s.RotateSecret(ctx, "acct_nope"); !errors.As(err, &nf) {
 		t.Errorf("rotating the secret of an unknown account: %v; want not found", err)
 	}
 
-	first, err := s.WebhookSecret(ctx, "acct_a")
+	first, err := s.Secret(ctx, "acct_a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := webhook.Key(first); err != nil {
 		t.Fatalf("secret %q: %v", first, err)
 	}
-	if again, _ := s.WebhookSecret(ctx, "acct_a"); again != first {
+	if again, _ := s.Secret(ctx, "acct_a"); again != first {
 		t.Errorf("second read %q; want the first %q", again, first)
 	}
-	if other, _ := s.WebhookSecret(ctx, "acct_b"); other == first {
+	if other, _ := s.Secret(ctx, "acct_b"); other == first {
 		t.Error("two accounts share a secret")
 	}
-	if got, _ := s.WebhookSecrets(ctx, "acct_a"); len(got) != 1 || got[0] != first {
+	if got, _ := s.Secrets(ctx, "acct_a"); len(got) != 1 || got[0] != first {
 		t.Errorf("secrets %v; want [%s]", got, first)
 	}
 
-	second, until, err := s.RotateWebhookSecret(ctx, "acct_a")
+	second, until, err := s.RotateSecret(ctx, "acct_a")
 	if err != nil || second == first || !strings.HasPrefix(second, webhook.SecretPrefix) || !until.Equal(now.Add(24*time.Hour)) {
 		t.Fatalf("rotate = %q, %v, %v; want a new secret, the old one valid until %v", second, until, err, now.Add(24*time.Hour))
 	}
-	if got, _ := s.WebhookSecret(ctx, "acct_a"); got != second {
+	if got, _ := s.Secret(ctx, "acct_a"); got != second {
 		t.Errorf("current secret %q after the rotation; want %q", got, second)
 	}
-	if got, _ := s.WebhookSecrets(ctx, "acct_a"); len(got) != 2 || got[0] != second || got[1] != first {
+	if got, _ := s.Secrets(ctx, "acct_a"); len(got) != 2 || got[0] != second || got[1] != first {
 		t.Errorf("signing secrets %v; want the new then the old", got)
 	}
 	now = now.Add(24*time.Hour - time.Millisecond)
-	if got, _ := s.WebhookSecrets(ctx, "acct_a"); len(got) != 2 {
+	if got, _ := s.Secrets(ctx, "acct_a"); len(got) != 2 {
 		t.Errorf("signing secrets just before the old one's end: %v", got)
 	}
 	now = now.Add(time.Millisecond)
-	if got, _ := s.WebhookSecrets(ctx, "acct_a"); len(got) != 1 || got[0] != second {
+	if got, _ := s.Secrets(ctx, "acct_a"); len(got) != 1 || got[0] != second {
 		t.Errorf("signing secrets 24 h after the rotation %v; want only the new", got)
 	}
 
 	// Two rotations in a row: only the last replaced secret overlaps.
-	third, _, _ := s.RotateWebhookSecret(ctx, "acct_a")
-	fourth, _, _ := s.RotateWebhookSecret(ctx, "acct_a")
-	if got, _ := s.WebhookSecrets(ctx, "acct_a"); len(got) != 2 || got[0] != fourth || got[1] != third {
+	third, _, _ := s.RotateSecret(ctx, "acct_a")
+	fourth, _, _ := s.RotateSecret(ctx, "acct_a")
+	if got, _ := s.Secrets(ctx, "acct_a"); len(got) != 2 || got[0] != fourth || got[1] != third {
 		t.Errorf("signing secrets after two rotations %v; want [%s %s]", got, fourth, third)
 	}
 
 	// Rotating before any secret was made: nothing to overlap.
 	seedAccount(t, srv.Client(t), "acct_c", 0, "")
-	fresh, until, err := s.RotateWebhookSecret(ctx, "acct_c")
+	fresh, until, err := s.RotateSecret(ctx, "acct_c")
 	if err != nil || !until.Equal(now) {
 		t.Fatalf("first rotation = %q, %v, %v; want the previous secret valid until now", fresh, until, err)
 	}
-	if got, _ := s.WebhookSecrets(ctx, "acct_c"); len(got) != 1 || got[0] != fresh {
+	if got, _ := s.Secrets(ctx, "acct_c"); len(got) != 1 || got[0] != fresh {
 		t.Errorf("signing secrets %v; want [%s]", got, fresh)
 	}
 }
 
 // withCallback creates a pending task of acct_a with a callback wanting
 // events.
-func withCallback(t *testing.T, s *Store, id string, events ...string) {
+func withCallback(t *testing.T, s *stores, id string, events ...string) {
 	t.Helper()
 	p := pending("acct_a", id)
 	if len(events) > 0 {
 		p.Callback = task.Callback{URL: "https://hooks.example.com/easel", Events: events}
 	}
-	if _, err := s.CreateTask(context.Background(), p, std, nil); err != nil {
+	if _, err := s.tasks.Create(context.Background(), p, std, nil); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // The scripts that end a task put its final event in the account's outbox
-// when its callback wants it; HooksDue finds it there until HookQueued
-// takes it off.
+// when its callback wants it, and say so (Hooked); Due finds it there
+// until Queued takes it off.
 func TestHookOutbox(t *testing.T) {
-	s, _ := newStore(t)
-	ctx := context.Background()
 	now := time.UnixMilli(1_800_000_000_000)
-	s.now = func() time.Time { return now }
+	s, _ := newStoreWith(t, Options{Now: func() time.Time { return now }})
+	ctx := context.Background()
 	all := task.DefaultEvents
 
 	withCallback(t, s, "t_done", all...)
@@ -108,26 +107,28 @@ func TestHookOutbox(t *testing.T) {
 	withCallback(t, s, "t_cancel", all...)
 	withCallback(t, s, "t_none")
 	withCallback(t, s, "t_failonly", task.EventFailed)
-	mustOutcome(t, Applied)(s.StartTask(ctx, "acct_a", "t_done", "t_done"))
-	if o, _, err := s.CompleteTask(ctx, "acct_a", "t_done", "t_done", nil); o != Applied || err != nil {
-		t.Fatal(o, err)
+	mustOutcome(t, task.Applied)(start(s, "acct_a", "t_done", "t_done"))
+	if c := mustOutcome(t, task.Applied)(s.tasks.Complete(ctx, "acct_a", "t_done", "t_done", nil)); !c.Hooked || !c.At.Equal(now) {
+		t.Errorf("complete with a callback: %+v; want hooked at %v", c, now)
 	}
 	now = now.Add(time.Second)
-	mustOutcome(t, Applied)(s.FailTask(ctx, "acct_a", "t_fail", "", task.Failure{Code: "timeout", Message: "late"}))
+	if c := mustOutcome(t, task.Applied)(s.tasks.Fail(ctx, "acct_a", "t_fail", "", task.Failure{Code: "timeout", Message: "late"})); !c.Hooked || c.Refunded != std.Price {
+		t.Errorf("fail with a callback: %+v; want hooked and refunded", c)
+	}
 	now = now.Add(time.Second)
-	if _, err := s.CancelTask(ctx, "acct_a", "t_cancel"); err != nil {
-		t.Fatal(err)
+	if c, err := s.tasks.Cancel(ctx, "acct_a", "t_cancel"); err != nil || !c.Hooked {
+		t.Fatal(c, err)
 	}
-	mustOutcome(t, Applied)(s.StartTask(ctx, "acct_a", "t_none", "t_none"))
-	if o, _, err := s.CompleteTask(ctx, "acct_a", "t_none", "t_none", nil); o != Applied || err != nil {
-		t.Fatal(o, err)
+	mustOutcome(t, task.Applied)(start(s, "acct_a", "t_none", "t_none"))
+	if c := mustOutcome(t, task.Applied)(s.tasks.Complete(ctx, "acct_a", "t_none", "t_none", nil)); c.Hooked {
+		t.Error("complete without a callback: hooked")
 	}
-	mustOutcome(t, Applied)(s.StartTask(ctx, "acct_a", "t_failonly", "t_failonly"))
-	if o, _, err := s.CompleteTask(ctx, "acct_a", "t_failonly", "t_failonly", nil); o != Applied || err != nil {
-		t.Fatal(o, err)
+	mustOutcome(t, task.Applied)(start(s, "acct_a", "t_failonly", "t_failonly"))
+	if c := mustOutcome(t, task.Applied)(s.tasks.Complete(ctx, "acct_a", "t_failonly", "t_failonly", nil)); c.Hooked {
+		t.Error("complete of a callback wanting task.failed only: hooked")
 	}
 
-	due, err := s.HooksDue(ctx, now.Add(time.Hour), 100)
+	due, err := s.hooks.Due(ctx, now.Add(time.Hour), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,35 +138,35 @@ func TestHookOutbox(t *testing.T) {
 		{"acct_a", "t_cancel", task.EventCanceled, now},
 	}
 	if !sameDue(due, want) {
-		t.Fatalf("HooksDue = %+v; want %+v", due, want)
+		t.Fatalf("Due = %+v; want %+v", due, want)
 	}
 	// Only what became due before the given time; at most limit.
-	if due, _ := s.HooksDue(ctx, now.Add(-time.Second), 100); !sameDue(due, want[:1]) {
-		t.Errorf("HooksDue(before the failure) = %+v", due)
+	if due, _ := s.hooks.Due(ctx, now.Add(-time.Second), 100); !sameDue(due, want[:1]) {
+		t.Errorf("Due(before the failure) = %+v", due)
 	}
-	if due, _ := s.HooksDue(ctx, now.Add(time.Hour), 2); len(due) != 2 {
-		t.Errorf("HooksDue(limit 2) = %+v", due)
+	if due, _ := s.hooks.Due(ctx, now.Add(time.Hour), 2); len(due) != 2 {
+		t.Errorf("Due(limit 2) = %+v", due)
 	}
 
 	// Listed pending while in the outbox.
-	ds, err := s.HookDeliveries(ctx, "acct_a", "t_done")
-	if err != nil || len(ds) != 1 || ds[0].Event != task.EventCompleted || ds[0].State != HookPending || len(ds[0].Attempts) != 0 {
+	ds, err := s.hooks.Deliveries(ctx, "acct_a", "t_done")
+	if err != nil || len(ds) != 1 || ds[0].Event != task.EventCompleted || ds[0].State != webhook.StatePending || len(ds[0].Attempts) != 0 {
 		t.Fatalf("deliveries of t_done = %+v, %v", ds, err)
 	}
-	if ds, _ := s.HookDeliveries(ctx, "acct_a", "t_none"); len(ds) != 0 {
+	if ds, _ := s.hooks.Deliveries(ctx, "acct_a", "t_none"); len(ds) != 0 {
 		t.Errorf("deliveries of a task without a callback: %+v", ds)
 	}
 
 	for _, d := range want {
-		if err := s.HookQueued(ctx, d.AccountID, d.TaskID, d.Event); err != nil {
+		if err := s.hooks.Queued(ctx, d.AccountID, d.TaskID, d.Event, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if due, _ := s.HooksDue(ctx, now.Add(time.Hour), 100); len(due) != 0 {
-		t.Errorf("HooksDue after queueing = %+v", due)
+	if due, _ := s.hooks.Due(ctx, now.Add(time.Hour), 100); len(due) != 0 {
+		t.Errorf("Due after queueing = %+v", due)
 	}
-	ds, err = s.HookDeliveries(ctx, "acct_a", "t_cancel")
-	if err != nil || len(ds) != 1 || ds[0].Event != task.EventCanceled || ds[0].State != HookPending {
+	ds, err = s.hooks.Deliveries(ctx, "acct_a", "t_cancel")
+	if err != nil || len(ds) != 1 || ds[0].Event != task.EventCanceled || ds[0].State != webhook.StatePending {
 		t.Errorf("deliveries of t_cancel once queued = %+v, %v", ds, err)
 	}
 }
@@ -186,62 +187,61 @@ func sameDue(got, want []HookDue) bool {
 // it is retried and dropped once it ends; an ended delivery records
 // nothing more.
 func TestHookAttempts(t *testing.T) {
-	s, srv := newStore(t)
-	ctx := context.Background()
 	now := time.UnixMilli(1_800_000_000_000)
-	s.now = func() time.Time { return now }
+	s, srv := newStoreWith(t, Options{Now: func() time.Time { return now }})
+	ctx := context.Background()
 	const id = "t_hooks"
 	withCallback(t, s, id, task.Events...)
 
-	if err := s.HookPending(ctx, "acct_a", id, task.EventProgress, 40); err != nil {
+	if err := s.hooks.Queued(ctx, "acct_a", id, task.EventProgress, 40); err != nil {
 		t.Fatal(err)
 	}
-	st, msg, err := s.HookMessageOf(ctx, "acct_a", id, task.EventProgress, 40)
-	if err != nil || st != HookPending || msg.URL != "" {
+	st, msg, err := s.hooks.Outgoing(ctx, "acct_a", id, task.EventProgress, 40)
+	if err != nil || st != webhook.StatePending || msg.URL != "" {
 		t.Fatalf("a pending delivery: %q %+v %v", st, msg, err)
 	}
-	if st, _, _ := s.HookMessageOf(ctx, "acct_a", id, task.EventCompleted, 0); st != "" {
+	if st, _, _ := s.hooks.Outgoing(ctx, "acct_a", id, task.EventCompleted, 0); st != "" {
 		t.Errorf("a delivery never listed has state %q", st)
 	}
 
-	m := HookMessage{URL: "https://hooks.example.com/easel?x=1", Body: []byte(`{"type":"task.progress","data":{"a":"b\nc"}}`)}
+	m := webhook.Outgoing{URL: "https://hooks.example.com/easel?x=1", Body: []byte(`{"type":"task.progress","data":{"a":"b\nc"}}`)}
 	steps := []struct {
-		a     HookAttempt
-		state HookState
-		msg   HookMessage
+		a     webhook.Attempt
+		state webhook.State
+		msg   webhook.Outgoing
 		ok    bool
 	}{
-		{HookAttempt{Time: now, StatusCode: 503, Latency: 12 * time.Millisecond, Error: "the receiver answered HTTP 503"}, HookRetrying, m, true},
-		{HookAttempt{Time: now.Add(5 * time.Second), Latency: 10 * time.Second, Error: "no response within 10s"}, HookRetrying, HookMessage{}, true},
-		{HookAttempt{Time: now.Add(15 * time.Second), StatusCode: 200, Latency: 3 * time.Millisecond}, HookDelivered, HookMessage{}, true},
-		{HookAttempt{Time: now.Add(20 * time.Second), StatusCode: 200}, HookDelivered, HookMessage{}, false},
-		{HookAttempt{Time: now.Add(20 * time.Second), StatusCode: 500}, HookRetrying, m, false},
+		{webhook.Attempt{Time: now, StatusCode: 503, Latency: 12 * time.Millisecond, Error: "the receiver answered HTTP 503"}, webhook.StateRetrying, m, true},
+		{webhook.Attempt{Time: now.Add(5 * time.Second), Latency: 10 * time.Second, Error: "no response within 10s"}, webhook.StateRetrying, webhook.Outgoing{}, true},
+		{webhook.Attempt{Time: now.Add(15 * time.Second), StatusCode: 200, Latency: 3 * time.Millisecond}, webhook.StateDelivered, webhook.Outgoing{}, true},
+		{webhook.Attempt{Time: now.Add(20 * time.Second), StatusCode: 200}, webhook.StateDelivered, webhook.Outgoing{}, false},
+		{webhook.Attempt{Time: now.Add(20 * time.Second), StatusCode: 500}, webhook.StateRetrying, m, false},
 	}
 	for i, step := range steps {
-		ok, err := s.RecordHookAttempt(ctx, "acct_a", id, task.EventProgress, 40, step.a, step.state, step.msg)
+		ok, err := s.hooks.RecordAttempt(ctx, "acct_a", id, task.EventProgress, 40, step.a, step.state, step.msg)
 		if err != nil || ok != step.ok {
 			t.Fatalf("attempt %d: %v, %v; want %v", i, ok, err, step.ok)
 		}
-		st, got, _ := s.HookMessageOf(ctx, "acct_a", id, task.EventProgress, 40)
+		st, got, _ := s.hooks.Outgoing(ctx, "acct_a", id, task.EventProgress, 40)
 		switch {
-		case i < 2 && (st != HookRetrying || got.URL != m.URL || string(got.Body) != string(m.Body)):
+		case i < 2 && (st != webhook.StateRetrying || got.URL != m.URL || string(got.Body) != string(m.Body)):
 			t.Errorf("after attempt %d: %q %+v; want retrying with the message kept", i, st, got)
-		case i >= 2 && (st != HookDelivered || got.URL != ""):
+		case i >= 2 && (st != webhook.StateDelivered || got.URL != ""):
 			t.Errorf("after attempt %d: %q %+v; want delivered, the message dropped", i, st, got)
 		}
 	}
 
 	// A final event given up on at once.
-	if ok, err := s.RecordHookAttempt(ctx, "acct_a", id, task.EventCompleted, 0, HookAttempt{Time: now.Add(time.Minute), StatusCode: 404, Latency: time.Millisecond, Error: "the receiver answered HTTP 404"}, HookFailed, m); !ok || err != nil {
+	if ok, err := s.hooks.RecordAttempt(ctx, "acct_a", id, task.EventCompleted, 0, webhook.Attempt{Time: now.Add(time.Minute), StatusCode: 404, Latency: time.Millisecond, Error: "the receiver answered HTTP 404"}, webhook.StateFailed, m); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 
-	ds, err := s.HookDeliveries(ctx, "acct_a", id)
+	ds, err := s.hooks.Deliveries(ctx, "acct_a", id)
 	if err != nil || len(ds) != 2 {
 		t.Fatalf("deliveries = %+v, %v", ds, err)
 	}
 	p, c := ds[0], ds[1]
-	if p.Event != task.EventProgress || p.Seq != 40 || p.State != HookDelivered || !p.Created.Equal(now) || len(p.Attempts) != 3 {
+	if p.Event != task.EventProgress || p.Seq != 40 || p.State != webhook.StateDelivered || !p.Created.Equal(now) || len(p.Attempts) != 3 {
 		t.Fatalf("progress delivery %+v", p)
 	}
 	for i, want := range steps[:3] {
@@ -249,7 +249,7 @@ func TestHookAttempts(t *testing.T) {
 			t.Errorf("attempt %d = %+v; want %+v", i, got, want.a)
 		}
 	}
-	if c.Event != task.EventCompleted || c.State != HookFailed || len(c.Attempts) != 1 || c.Attempts[0].StatusCode != 404 {
+	if c.Event != task.EventCompleted || c.State != webhook.StateFailed || len(c.Attempts) != 1 || c.Attempts[0].StatusCode != 404 {
 		t.Errorf("completion delivery %+v", c)
 	}
 	ttl := srv.Client(t).PTTL(ctx, webhookLogKey("acct_a", id)).Val()

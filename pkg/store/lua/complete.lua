@@ -13,8 +13,9 @@
 -- ARGV[4] -> task_id
 -- ARGV[5] -> run: the run completing it
 --
--- Returns {outcome, hooked}: APPLIED (hooked 1 when the task.completed
--- event went to the outbox), FINAL, MISSING or SUPERSEDED.
+-- Returns {outcome, hooked, queue left}: APPLIED (hooked 1 when the
+-- task.completed event went to the outbox; the queue of a task completed
+-- while still pending), FINAL, MISSING or SUPERSEDED.
 
 local K = {task = KEYS[1], account = KEYS[2], inflight = KEYS[3], ledger = KEYS[4],
   checks = KEYS[5], running = KEYS[6], outbox = KEYS[7]}
@@ -22,9 +23,9 @@ local now, ttl, results, task_id, run = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV
 
 local v = redis.call('HMGET', K.task, 'status', 'run')
 local st = v[1]
-if not st then return {MISSING, 0} end
-if final(st) then return {FINAL, 0} end
-if v[2] and v[2] ~= '' and v[2] ~= run then return {SUPERSEDED, 0} end
+if not st then return {MISSING, 0, ''} end
+if final(st) then return {FINAL, 0, ''} end
+if v[2] and v[2] ~= '' and v[2] ~= run then return {SUPERSEDED, 0, ''} end
 redis.call('HSET', K.task, 'progress', 100, 'results', results)
-local hooked = ended(K, 'completed', 'task.completed', now, ttl, task_id)
-return {APPLIED, hooked}
+local hooked, q = ended(K, 'completed', 'task.completed', now, ttl, task_id)
+return {APPLIED, hooked, q}
