@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/store"
-	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
@@ -190,8 +190,8 @@ func TestStartsBeforeRedis(t *testing.T) {
 	}
 	waitStatus(t, base+"/readyz", 200, 15*time.Second)
 	// The dev key, set up once Redis came, works.
-	st := store.New(srv.Client(t))
-	if _, err := st.Authenticate(context.Background(), devKey); err != nil {
+	accounts := store.NewAccounts(store.NewDB(srv.Client(t), store.Options{}))
+	if _, err := accounts.Authenticate(context.Background(), devKey); err != nil {
 		t.Errorf("dev key after a late Redis: %v", err)
 	}
 }
@@ -261,9 +261,11 @@ func TestCreateWaitsForReplicas(t *testing.T) {
 	srv := redistest.Start(t, "--repl-diskless-sync-delay", "0")
 	base := startGateway(t, srv.URL, map[string]string{"EASEL_REDIS_MIN_REPLICAS": "1"})
 	waitStatus(t, base+"/readyz", 200, 15*time.Second)
-	st := store.New(srv.Client(t))
+	rdb := srv.Client(t)
+	db := store.NewDB(rdb, store.Options{})
+	accounts, tasks := store.NewAccounts(db), store.NewTasks(db)
 	ctx := context.Background()
-	acct, err := st.Authenticate(ctx, devKey)
+	acct, err := accounts.Authenticate(ctx, devKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,11 +274,10 @@ func TestCreateWaitsForReplicas(t *testing.T) {
 	if code != 503 || hdr.Get("Retry-After") == "" {
 		t.Errorf("create with no replica: %d, Retry-After %q; want 503 with Retry-After", code, hdr.Get("Retry-After"))
 	}
-	if a, _ := st.Account(ctx, acct.ID); a.Credits != acct.Credits {
+	if a, _ := accounts.Get(ctx, acct.ID); a.Credits != acct.Credits {
 		t.Errorf("balance %d after an unconfirmed create; want %d (undone)", a.Credits, acct.Credits)
 	}
-	n := 0
-	if err := st.EachTask(ctx, acct.ID, func(*task.Task) error { n++; return nil }); err != nil || n != 0 {
+	if n, err := taskRecords(ctx, rdb, tasks, acct.ID); err != nil || n != 0 {
 		t.Errorf("%d task records after an unconfirmed create (%v); want none", n, err)
 	}
 
@@ -292,6 +293,10 @@ func TestCreateWaitsForReplicas(t *testing.T) {
 			t.Fatalf("create with a replica: %d", code)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	// The confirmed create left its record, as taskRecords counts it.
+	if n, err := taskRecords(ctx, rdb, tasks, acct.ID); err != nil || n != 1 {
+		t.Errorf("%d task records after a confirmed create (%v); want 1", n, err)
 	}
 }
 
@@ -318,4 +323,26 @@ func TestReadinessOnACluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitStatus(t, base+"/readyz", 200, 10*time.Second)
+}
+
+// taskRecords counts the task records of an account in Redis: every key
+// of the account's task records (its hash tag and "t:"), found by SCAN,
+// that reads as a task. Records a listing would miss count too.
+func taskRecords(ctx context.Context, rdb *redis.Client, tasks *store.Tasks, accountID string) (int, error) {
+	prefix := "easel:{a:" + accountID + "}:t:"
+	n := 0
+	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		t, err := tasks.Get(ctx, accountID, strings.TrimPrefix(iter.Val(), prefix))
+		if apperr.CodeOf(err) == apperr.NotFound {
+			continue // expired since the scan saw it
+		}
+		if err != nil {
+			return n, err
+		}
+		if t.AccountID == accountID {
+			n++
+		}
+	}
+	return n, iter.Err()
 }

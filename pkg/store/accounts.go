@@ -130,7 +130,7 @@ func (k accountKeys) list() []string { return []string{k.Account} }
 // update sets fields of an existing account record (field, value, ...).
 func (s *Accounts) update(ctx context.Context, id string, fields ...any) error {
 	// The script's one argument is the list of fields and values.
-	res, err := s.db.eval(ctx, updateAccountLua.rs, accountKeys{Account: accountKey(id)}.list(), fields...).Slice()
+	res, err := updateAccountLua.rs.Run(ctx, s.db.rdb, accountKeys{Account: accountKey(id)}.list(), fields...).Slice()
 	if err != nil {
 		return fmt.Errorf("store: update account %s: %w", id, err)
 	}

@@ -26,7 +26,7 @@ type Hooks struct{ db *DB }
 // NewHooks returns the webhook store on db.
 func NewHooks(db *DB) *Hooks { return &Hooks{db: db} }
 
-var webhookSecretLua = newScript("webhook_secret", map[string]int64{"FOUND": 1, "NO_ACCOUNT": -1})
+var webhookSecretLua = durableScript("webhook_secret", map[string]int64{"FOUND": 1, "NO_ACCOUNT": -1})
 
 type secretKeys struct {
 	Account string `lua:"account"`
@@ -92,7 +92,7 @@ func (s *Hooks) Secrets(ctx context.Context, accountID string) ([]string, error)
 	return out, nil
 }
 
-var rotateSecretLua = newScript("rotate_secret", map[string]int64{"ROTATED": 1, "NO_ACCOUNT": -1})
+var rotateSecretLua = durableScript("rotate_secret", map[string]int64{"ROTATED": 1, "NO_ACCOUNT": -1})
 
 type rotateSecretArgs struct {
 	Fresh string `lua:"fresh"`

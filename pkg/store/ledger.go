@@ -25,7 +25,7 @@ func ledgerEntry(accountID, kind string, amount, balance int64, taskID, note str
 	return &redis.XAddArgs{Stream: ledgerKey(accountID), Values: v}
 }
 
-var addCreditsLua = newScript("add_credits", map[string]int64{"ADDED": 1, "NO_ACCOUNT": -1, "BELOW_ZERO": 0})
+var addCreditsLua = durableScript("add_credits", map[string]int64{"ADDED": 1, "NO_ACCOUNT": -1, "BELOW_ZERO": 0})
 
 type creditKeys struct {
 	Account string `lua:"account"`

@@ -12,8 +12,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/webhook"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
@@ -140,5 +142,35 @@ func BenchmarkCreateTaskDurability(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// Only changes that move credits or end a task wait for replicas: with
+// MinReplicas and no replica, what does neither (an account's keys and
+// limits, a run letting go, progress, the webhook log) is made at once,
+// while a create is refused.
+func TestMinReplicasOnlyForDurableChanges(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	seedAccount(t, rdb, "acct_a", 1_000, "")
+	s := storesOn(rdb, Options{MinReplicas: 1, ReplicaWait: 50 * time.Millisecond})
+	if _, err := s.accounts.AddKey(ctx, "acct_a", "esk_a_key_claimed_without_replicas"); err != nil {
+		t.Errorf("AddKey waited for a replica: %v", err)
+	}
+	if _, err := s.accounts.SetLimits(ctx, "acct_a", account.LimitsUpdate{RateLimit: new(int)}); err != nil {
+		t.Errorf("SetLimits waited for a replica: %v", err)
+	}
+	if err := s.tasks.Release(ctx, "acct_a", "task_lumen_1", "task_lumen_1"); err != nil {
+		t.Errorf("Release waited for a replica: %v", err)
+	}
+	if _, err := s.hooks.RecordAttempt(ctx, "acct_a", "task_lumen_1", task.EventCompleted, 0, webhook.Attempt{Time: time.Now()}, webhook.StateRetrying, webhook.Outgoing{}); err != nil {
+		t.Errorf("RecordAttempt waited for a replica: %v", err)
+	}
+	if _, err := s.tasks.Create(ctx, pending("acct_a", "task_lumen_1"), std, nil); !errors.Is(err, ErrNotReplicated) {
+		t.Errorf("Create without a replica: %v; want ErrNotReplicated", err)
+	}
+	if _, err := s.accounts.AddCredits(ctx, "acct_a", 5, ""); !errors.Is(err, ErrNotReplicated) {
+		t.Errorf("AddCredits without a replica: %v; want ErrNotReplicated", err)
 	}
 }

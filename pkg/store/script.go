@@ -38,8 +38,12 @@ type luaScript struct {
 	keys, argv []string
 	// codes are the reply codes Go declares for it, by their Lua names.
 	codes map[string]int64
-	body  string // the script's own text, lib.lua not included
-	rs    *redis.Script
+	// durable: a change that moves credits or ends a task, which waits for
+	// the replicas Options.MinReplicas asks for (DB.eval); the others run
+	// at once.
+	durable bool
+	body    string // the script's own text, lib.lua not included
+	rs      *redis.Script
 }
 
 var headerLine = regexp.MustCompile(`^-- (KEYS|ARGV)\[(\d+)\] -> ([a-z_]+)(?::|$)`)
@@ -85,6 +89,14 @@ var outcomeCodes = map[string]int64{
 	"APPLIED": 0, "FINAL": 1, "MISSING": 2, "SUPERSEDED": 3, "POISONED": 4, "BUSY": 5,
 }
 
+// durableScript is newScript for a script that moves credits or ends a
+// task: with Options.MinReplicas its changes wait for the replicas.
+func durableScript(name string, codes map[string]int64) *luaScript {
+	s := newScript(name, codes)
+	s.durable = true
+	return s
+}
+
 // outcomes are the outcome codes a script returns.
 func outcomes(names ...string) map[string]int64 {
 	out := make(map[string]int64, len(names))
@@ -104,7 +116,13 @@ func (s *luaScript) run(ctx context.Context, db *DB, keys []string, argv []any) 
 	if len(keys) != len(s.keys) || len(argv) != len(s.argv) {
 		return nil, fmt.Errorf("store: %s.lua takes %d keys and %d arguments, given %d and %d", s.name, len(s.keys), len(s.argv), len(keys), len(argv))
 	}
-	res, err := db.eval(ctx, s.rs, keys, argv...).Slice()
+	var cmd interface{ Slice() ([]any, error) }
+	if s.durable {
+		cmd = db.eval(ctx, s.rs, keys, argv...)
+	} else {
+		cmd = s.rs.Run(ctx, db.rdb, keys, argv...)
+	}
+	res, err := cmd.Slice()
 	if err != nil {
 		return nil, err
 	}

@@ -59,7 +59,7 @@ const FirstQueueCheck = 10 * time.Second
 // crashMessage is what the owner of a poisoned task reads.
 const crashMessage = "the task stopped its worker twice and was not tried again; if it has source images, try smaller or fewer ones"
 
-var createLua = newScript("create", map[string]int64{
+var createLua = durableScript("create", map[string]int64{
 	"CREATED": createCreated, "REPLAYED": createReplayed, "NO_ACCOUNT": createNoAccount, "DISABLED": createDisabled,
 	"MODEL_NOT_ALLOWED": createModelNotAllowed, "TASK_EXISTS": createTaskExists, "INFLIGHT_LIMIT": createInflightLimit,
 	"NO_CREDITS": createNoCredits, "IDEM_MISMATCH": createIdemMismatch, "IDEM_BUSY": createIdemBusy,
@@ -316,7 +316,7 @@ type Place struct {
 	Until time.Time
 }
 
-var startLua = newScript("start", outcomeCodes)
+var startLua = durableScript("start", outcomeCodes)
 
 type startArgs struct {
 	Now          int64  `lua:"now"`
@@ -428,7 +428,7 @@ func (s *Tasks) Progress(ctx context.Context, accountID, taskID, run string, pct
 	return progressLua.reply(res).int(1) == 1, nil
 }
 
-var completeLua = newScript("complete", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED"))
+var completeLua = durableScript("complete", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED"))
 
 type completeArgs struct {
 	Now     int64  `lua:"now"`
@@ -468,7 +468,7 @@ func (s *Tasks) Complete(ctx context.Context, accountID, taskID, run string, res
 	return Change{Outcome: task.Outcome(code), At: now, Hooked: r.int(1) == 1}, nil
 }
 
-var failLua = newScript("fail", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED"))
+var failLua = durableScript("fail", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED"))
 
 type failArgs struct {
 	Now     int64  `lua:"now"`
@@ -503,7 +503,7 @@ func (s *Tasks) Fail(ctx context.Context, accountID, taskID, run string, f task.
 	return Change{Outcome: task.Outcome(code), At: now, Hooked: r.int(1) == 1, Refunded: r.int(2)}, nil
 }
 
-var cancelLua = newScript("cancel", outcomes("APPLIED", "FINAL", "MISSING"))
+var cancelLua = durableScript("cancel", outcomes("APPLIED", "FINAL", "MISSING"))
 
 type cancelArgs struct {
 	Now    int64  `lua:"now"`
@@ -541,7 +541,7 @@ func (s *Tasks) Cancel(ctx context.Context, accountID, taskID string) (task.Canc
 	return task.Cancellation{}, &apperr.NotFoundError{Kind: "task", ID: taskID}
 }
 
-var abortLua = newScript("abort", map[string]int64{"ABORTED": 0, "NOT_PENDING": 1})
+var abortLua = durableScript("abort", map[string]int64{"ABORTED": 0, "NOT_PENDING": 1})
 
 type abortKeys struct {
 	Task     string `lua:"task"`
@@ -615,7 +615,7 @@ func (s *Tasks) IdempotencyDone(ctx context.Context, accountID, key, taskID stri
 	return nil
 }
 
-var takeoverLua = newScript("takeover", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED", "POISONED"))
+var takeoverLua = durableScript("takeover", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED", "POISONED"))
 
 type takeoverArgs struct {
 	Orphan       string `lua:"orphan"`

@@ -25,6 +25,7 @@ import (
 	"github.com/easelhq/easel/api-gateway/internal/ratelimit"
 	"github.com/easelhq/easel/api-gateway/internal/taskid"
 	"github.com/easelhq/easel/api-gateway/internal/tasks"
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
@@ -46,8 +47,9 @@ type env struct {
 	t        *testing.T
 	srv      *httptest.Server
 	rdb      *redis.Client
-	store    *store.Store
-	accounts *store.Store
+	store    *store.Tasks
+	accounts *store.Accounts
+	hooks    *store.Hooks
 	blobs    *blob.FS
 	signer   *signedurl.Signer
 	keyA     string
@@ -61,9 +63,7 @@ type queueFunc func(ctx context.Context, j jobs.GenerateImage, run string) error
 
 func (f queueFunc) CancelRun(context.Context, string) error { return nil }
 
-func (f queueFunc) QueueFinalHook(context.Context, jobs.HookOutbox, string, string, string) error {
-	return nil
-}
+func (f queueFunc) QueueHook(context.Context, jobs.Outbox, jobs.DeliverWebhook) error { return nil }
 
 func (f queueFunc) EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImage, run string) error {
 	return f(ctx, j, run)
@@ -86,10 +86,11 @@ func newEnvWith(t *testing.T, queue tasks.Queue, log *zap.Logger, edit func(*api
 	t.Helper()
 	r := redistest.Start(t)
 	rdb := r.Client(t)
-	e := &env{t: t, rdb: rdb, store: store.New(rdb), accounts: store.New(rdb), now: time.Now()}
+	db := store.NewDB(rdb, store.Options{})
+	e := &env{t: t, rdb: rdb, store: store.NewTasks(db), accounts: store.NewAccounts(db), hooks: store.NewHooks(db), now: time.Now()}
 	ctx := context.Background()
 	mk := func(name string, disabled bool) (string, string) {
-		a, err := e.accounts.CreateAccount(ctx, store.NewAccount{Name: name, Credits: 10_000})
+		a, err := e.accounts.Create(ctx, account.Spec{Name: name, Credits: 10_000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +99,7 @@ func newEnvWith(t *testing.T, queue tasks.Queue, log *zap.Logger, edit func(*api
 			t.Fatal(err)
 		}
 		if disabled {
-			if err := e.accounts.SetAccountStatus(ctx, a.ID, store.Disabled); err != nil {
+			if err := e.accounts.SetStatus(ctx, a.ID, account.Disabled); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -123,12 +124,15 @@ func newEnvWith(t *testing.T, queue tasks.Queue, log *zap.Logger, edit func(*api
 	e.signer = signedurl.New([]byte("0123456789abcdef0123456789abcdef"), e.srv.URL)
 	prices, _ := pricing.Parse(pricing.Default)
 	deps := api.Deps{
-		Log:     log,
-		Tasks:   tasks.NewService(e.store, queue, taskid.New("lumen"), prices, tasks.Config{Deadline: 10 * time.Minute, MaxInflight: 100, Queues: map[string]string{std: "standard", pro: "pro"}}),
+		Log: log,
+		Tasks: tasks.NewService(tasks.Deps{
+			Store: e.store, Queues: store.NewQueues(db), Outbox: e.hooks, Queue: queue,
+			IDs: taskid.New("lumen"), Prices: prices,
+		}, tasks.Config{Deadline: 10 * time.Minute, MaxInflight: 100}),
 		Auth:    auth.New(e.accounts, 100, 0),
 		Limiter: ratelimit.New(rdb),
 		Limits:  api.Limits{Create: 1000, Query: 1000},
-		Admin:   &api.AdminDeps{Token: adminToken, Accounts: e.accounts, Catalog: cat},
+		Admin:   &api.AdminDeps{Token: adminToken, Accounts: e.accounts, Secrets: e.hooks, Catalog: cat},
 		Decoder: &createreq.Decoder{Catalog: cat},
 		Signer:  e.signer,
 		Blobs:   e.blobs,
@@ -249,13 +253,36 @@ func TestCreateErrors(t *testing.T) {
 		})
 	}
 	// Nothing was written or queued by any of them.
-	n := 0
-	if err := e.store.EachTask(context.Background(), e.acctA, func(*task.Task) error { n++; return nil }); err != nil {
+	n, err := e.taskRecords(e.acctA)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if n != 0 {
 		t.Errorf("%d task records written by refused requests", n)
 	}
+}
+
+// taskRecords counts the task records of an account in Redis: every key
+// of the account's task records (its hash tag and "t:"), found by SCAN,
+// that reads as a task. Records a listing would miss count too.
+func (e *env) taskRecords(accountID string) (int, error) {
+	ctx := context.Background()
+	prefix := "easel:{a:" + accountID + "}:t:"
+	n := 0
+	iter := e.rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		t, err := e.store.Get(ctx, accountID, strings.TrimPrefix(iter.Val(), prefix))
+		if apperr.CodeOf(err) == apperr.NotFound {
+			continue // expired since the scan saw it
+		}
+		if err != nil {
+			return n, err
+		}
+		if t.AccountID == accountID {
+			n++
+		}
+	}
+	return n, iter.Err()
 }
 
 func TestUnknownRoutesAndMethods(t *testing.T) {
@@ -285,6 +312,10 @@ func TestCreateAndQuery(t *testing.T) {
 		t.Fatalf("create body %s", r.body)
 	}
 	id := created.Data.TaskID
+	// One record, as taskRecords (which TestCreateErrors relies on) counts.
+	if n, err := e.taskRecords(e.acctA); err != nil || n != 1 {
+		t.Errorf("%d task records (%v); want 1", n, err)
+	}
 
 	// The job is on the pro queue, under the task id, with the payload.
 	info, err := asynq.NewInspectorFromRedisClient(e.rdb).GetTaskInfo(jobs.Queue(catalog.Pro), id)
@@ -342,17 +373,17 @@ func TestQueryStates(t *testing.T) {
 	}
 
 	processing := newTask()
-	if _, err := e.store.StartTask(ctx, e.acctA, processing, processing); err != nil {
+	if _, err := e.store.Start(ctx, e.acctA, processing, processing, store.Place{}); err != nil {
 		t.Fatal(err)
 	}
-	_ = e.store.SetProgress(ctx, e.acctA, processing, processing, 42)
+	_, _ = e.store.Progress(ctx, e.acctA, processing, processing, 42)
 	got := e.query(e.keyA, processing).json(t)
 	if got["status"] != "processing" || got["progress"] != 42.0 || got["complete_time"] != 0.0 || len(got["results"].([]any)) != 0 {
 		t.Errorf("processing: %v", got)
 	}
 
 	failed := newTask()
-	if _, err := e.store.FailTask(ctx, e.acctA, failed, failed, task.Failure{Code: "content_blocked", Message: "the prompt was blocked"}); err != nil {
+	if _, err := e.store.Fail(ctx, e.acctA, failed, failed, task.Failure{Code: "content_blocked", Message: "the prompt was blocked"}); err != nil {
 		t.Fatal(err)
 	}
 	got = e.query(e.keyA, failed).json(t)
@@ -362,14 +393,15 @@ func TestQueryStates(t *testing.T) {
 	}
 
 	done := newTask()
-	if _, err := e.store.StartTask(ctx, e.acctA, done, done); err != nil {
+	if _, err := e.store.Start(ctx, e.acctA, done, done, store.Place{}); err != nil {
 		t.Fatal(err)
 	}
 	res := []task.Result{{Key: "2026112214/0123456789abcdef0123456789abcdef.png", ContentType: "image/png", Size: 3, Width: 1, Height: 1}}
-	_, at, err := e.store.CompleteTask(ctx, e.acctA, done, done, res)
+	ch, err := e.store.Complete(ctx, e.acctA, done, done, res)
 	if err != nil {
 		t.Fatal(err)
 	}
+	at := ch.At
 	got = e.query(e.keyA, done).json(t)
 	results, _ := got["results"].([]any)
 	if got["status"] != "completed" || got["progress"] != 100.0 || int64(got["complete_time"].(float64)) != at.UnixMilli() || len(results) != 1 {
@@ -399,16 +431,16 @@ func TestEnqueueFailureLeavesNoOrphan(t *testing.T) {
 		t.Error("503 without Retry-After")
 	}
 	// The price was debited and refunded.
-	if a, _ := e.accounts.Account(context.Background(), e.acctA); a.Credits != 10_000 {
+	if a, _ := e.accounts.Get(context.Background(), e.acctA); a.Credits != 10_000 {
 		t.Errorf("balance %d after an enqueue failure; want 10000", a.Credits)
 	}
 	entries, _ := e.accounts.Ledger(context.Background(), e.acctA, 10)
-	if len(entries) != 3 || entries[0].Kind != store.KindRefund || entries[1].Kind != store.KindDebit || entries[0].TaskID != entries[1].TaskID || entries[0].Note != "enqueue_failed" {
+	if len(entries) != 3 || entries[0].Kind != account.Refund || entries[1].Kind != account.Debit || entries[0].TaskID != entries[1].TaskID || entries[0].Note != "enqueue_failed" {
 		t.Fatalf("ledger %+v; want a debit then a refund of one task", entries)
 	}
 	// No orphan: the record of the task that was charged is gone, and it
 	// does not count as in flight.
-	if _, err := e.store.Task(context.Background(), e.acctA, entries[0].TaskID); apperr.CodeOf(err) != apperr.NotFound {
+	if _, err := e.store.Get(context.Background(), e.acctA, entries[0].TaskID); apperr.CodeOf(err) != apperr.NotFound {
 		t.Errorf("orphan task record left: %v", err)
 	}
 	if n, _ := e.store.Inflight(context.Background(), e.acctA); n != 0 {

@@ -12,15 +12,15 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/api-gateway/internal/api"
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/catalog"
-	"github.com/easelhq/easel/pkg/store"
 )
 
 // newAccount makes an account from n and returns its id and a key.
-func (e *env) newAccount(n store.NewAccount) (string, string) {
+func (e *env) newAccount(n account.Spec) (string, string) {
 	e.t.Helper()
 	ctx := context.Background()
-	a, err := e.accounts.CreateAccount(ctx, n)
+	a, err := e.accounts.Create(ctx, n)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func (e *env) newAccount(n store.NewAccount) (string, string) {
 
 func TestPaymentRequired(t *testing.T) {
 	e := newEnv(t, nil)
-	id, key := e.newAccount(store.NewAccount{Name: "poor", Credits: 21})
+	id, key := e.newAccount(account.Spec{Name: "poor", Credits: 21})
 	// A 4K pro task costs 24.
 	r := e.create(key, `{"model":"`+pro+`","task_type":"image","input":{"prompt":"p","image_size":"4K"}}`)
 	assertEnvelope(t, r, 402, "this task costs 24 credits and the balance is 21")
@@ -41,27 +41,27 @@ func TestPaymentRequired(t *testing.T) {
 	if r := e.create(key, okBody); r.status != 200 {
 		t.Fatalf("standard task: %d %s", r.status, r.body)
 	}
-	if a, _ := e.accounts.Account(context.Background(), id); a.Credits != 17 {
+	if a, _ := e.accounts.Get(context.Background(), id); a.Credits != 17 {
 		t.Errorf("balance %d; want 17", a.Credits)
 	}
 	// Query costs nothing.
 	for i := 0; i < 3; i++ {
 		e.query(key, "task_lumen_1")
 	}
-	if a, _ := e.accounts.Account(context.Background(), id); a.Credits != 17 {
+	if a, _ := e.accounts.Get(context.Background(), id); a.Credits != 17 {
 		t.Errorf("balance %d after queries; want 17", a.Credits)
 	}
 }
 
 func TestAccess(t *testing.T) {
 	e := newEnv(t, nil)
-	_, proOnly := e.newAccount(store.NewAccount{Name: "pro-only", Credits: 100, Models: []catalog.Tier{catalog.Pro}})
+	_, proOnly := e.newAccount(account.Spec{Name: "pro-only", Credits: 100, Models: []catalog.Tier{catalog.Pro}})
 	assertEnvelope(t, e.create(proOnly, okBody), 403, "this account may not use model "+std)
 	if r := e.create(proOnly, `{"model":"`+pro+`","task_type":"image","input":{"prompt":"p"}}`); r.status != 200 {
 		t.Errorf("allowed model: %d %s", r.status, r.body)
 	}
 
-	id, key := e.newAccount(store.NewAccount{Name: "revoked", Credits: 100})
+	id, key := e.newAccount(account.Spec{Name: "revoked", Credits: 100})
 	if _, err := e.accounts.RevokeKey(context.Background(), key); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestAccess(t *testing.T) {
 
 func TestRateLimits(t *testing.T) {
 	e := newEnv(t, nil)
-	_, key := e.newAccount(store.NewAccount{Name: "limited", Credits: 1000, RateLimit: 2, QueryRateLimit: 3})
+	_, key := e.newAccount(account.Spec{Name: "limited", Credits: 1000, RateLimit: 2, QueryRateLimit: 3})
 
 	// Every authenticated response carries the headers, errors included.
 	r := e.create(key, `{"model":"nope"}`)
@@ -103,7 +103,7 @@ func TestRateLimits(t *testing.T) {
 
 func TestInflightLimit(t *testing.T) {
 	e := newEnv(t, nil)
-	_, key := e.newAccount(store.NewAccount{Name: "small", Credits: 1000, MaxInflight: 2})
+	_, key := e.newAccount(account.Spec{Name: "small", Credits: 1000, MaxInflight: 2})
 	for i := 0; i < 2; i++ {
 		if r := e.create(key, okBody); r.status != 200 {
 			t.Fatalf("create %d: %d %s", i, r.status, r.body)
@@ -140,7 +140,7 @@ func TestAdminAPI(t *testing.T) {
 	assertEnvelope(t, admin(e, "GET", "/accounts", "wrong", ""), 401, "admin token")
 	assertEnvelope(t, admin(e, "GET", "/accounts", e.keyA, ""), 401, "admin token") // an API key is not an admin token
 
-	var acct store.Account
+	var acct account.Account
 	r := admin(e, "POST", "/accounts", adminToken, `{"name":"acme","credits":50,"rate_limit":7,"max_inflight":4,"models":["`+pro+`"]}`)
 	if err := json.Unmarshal(data(t, r), &acct); err != nil || acct.ID == "" || acct.Credits != 50 || acct.RateLimit != 7 || acct.MaxInflight != 4 || len(acct.Models) != 1 || acct.Models[0] != catalog.Pro {
 		t.Fatalf("created %+v (%v)", acct, err)
@@ -159,7 +159,7 @@ func TestAdminAPI(t *testing.T) {
 	if r := e.create(created.Key, `{"model":"`+pro+`","task_type":"image","input":{"prompt":"p"}}`); r.status != 200 {
 		t.Fatalf("create with the new key: %d %s", r.status, r.body)
 	}
-	var keys []store.Key
+	var keys []account.Key
 	_ = json.Unmarshal(data(t, admin(e, "GET", "/accounts/"+acct.ID+"/keys", adminToken, "")), &keys)
 	if len(keys) != 1 || keys[0].Prefix != created.Prefix || strings.Contains(string(admin(e, "GET", "/accounts/"+acct.ID+"/keys", adminToken, "").body), created.Key) {
 		t.Errorf("keys %+v", keys)
@@ -173,20 +173,20 @@ func TestAdminAPI(t *testing.T) {
 	assertEnvelope(t, admin(e, "POST", "/accounts/"+acct.ID+"/credits", adminToken, `{"amount":-1000}`), 400, "below 0")
 	assertEnvelope(t, admin(e, "POST", "/accounts/"+acct.ID+"/credits", adminToken, `{}`), 400, "amount is required")
 
-	var ledger []store.LedgerEntry
+	var ledger []account.LedgerEntry
 	_ = json.Unmarshal(data(t, admin(e, "GET", "/accounts/"+acct.ID+"/ledger", adminToken, "")), &ledger)
-	if len(ledger) != 3 || ledger[0].Note != "invoice 7" || ledger[1].Kind != store.KindDebit || ledger[1].TaskID == "" || ledger[2].Kind != store.KindCredit {
+	if len(ledger) != 3 || ledger[0].Note != "invoice 7" || ledger[1].Kind != account.Debit || ledger[1].TaskID == "" || ledger[2].Kind != account.Credit {
 		t.Errorf("ledger %+v", ledger)
 	}
 
-	var limited store.Account
+	var limited account.Account
 	_ = json.Unmarshal(data(t, admin(e, "PATCH", "/accounts/"+acct.ID+"/limits", adminToken, `{"query_rate_limit":9,"models":[]}`)), &limited)
 	if limited.QueryRateLimit != 9 || limited.RateLimit != 7 || len(limited.Models) != 0 {
 		t.Errorf("after limits %+v", limited)
 	}
 
 	_ = json.Unmarshal(data(t, admin(e, "POST", "/accounts/"+acct.ID+"/disable", adminToken, "")), &acct)
-	if acct.Status != store.Disabled {
+	if acct.Status != account.Disabled {
 		t.Errorf("status %s", acct.Status)
 	}
 	assertEnvelope(t, e.create(created.Key, okBody), 403, "disabled")
@@ -195,14 +195,14 @@ func TestAdminAPI(t *testing.T) {
 		t.Errorf("re-enabled: %d", r.status)
 	}
 
-	var revoked store.Key
+	var revoked account.Key
 	_ = json.Unmarshal(data(t, admin(e, "POST", "/keys/revoke", adminToken, `{"prefix":"`+created.Prefix+`"}`)), &revoked)
 	if !revoked.Revoked {
 		t.Errorf("revoke %+v", revoked)
 	}
 	assertEnvelope(t, e.create(created.Key, okBody), 401, "revoked")
 
-	var list []store.Account
+	var list []account.Account
 	_ = json.Unmarshal(data(t, admin(e, "GET", "/accounts", adminToken, "")), &list)
 	if len(list) != 4 { // a, b, off from the env, and acme
 		t.Errorf("%d accounts", len(list))

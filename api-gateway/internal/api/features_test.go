@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +18,8 @@ import (
 
 	"github.com/easelhq/easel/api-gateway/internal/api"
 	"github.com/easelhq/easel/api-gateway/internal/watch"
+	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 )
 
@@ -60,15 +64,15 @@ func (e *env) auth(key string) map[string]string {
 func TestCancelRoute(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
-	start, _ := e.accounts.Account(ctx, e.acctA)
+	start, _ := e.accounts.Get(ctx, e.acctA)
 	pendingID := e.newTask(e.keyA)
-	charged, _ := e.accounts.Account(ctx, e.acctA)
+	charged, _ := e.accounts.Get(ctx, e.acctA)
 	price := start.Credits - charged.Credits
 	processingID := e.newTask(e.keyA)
-	if _, err := e.store.StartTask(ctx, e.acctA, processingID, processingID); err != nil {
+	if _, err := e.store.Start(ctx, e.acctA, processingID, processingID, store.Place{}); err != nil {
 		t.Fatal(err)
 	}
-	before, _ := e.accounts.Account(ctx, e.acctA)
+	before, _ := e.accounts.Get(ctx, e.acctA)
 	for _, tc := range []struct {
 		name    string
 		key     string
@@ -121,7 +125,7 @@ func TestCancelRoute(t *testing.T) {
 			}
 		})
 	}
-	after, _ := e.accounts.Account(ctx, e.acctA)
+	after, _ := e.accounts.Get(ctx, e.acctA)
 	if after.Credits != before.Credits+price {
 		t.Errorf("balance %d, want %d: the pending task's price back, not the processing one's", after.Credits, before.Credits+price)
 	}
@@ -224,7 +228,7 @@ func TestQueryWait(t *testing.T) {
 	// A change wakes the wait long before its end.
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		_, _ = e.store.StartTask(ctx, e.acctA, id, id)
+		_, _ = e.store.Start(ctx, e.acctA, id, id, store.Place{})
 	}()
 	r, took = waitQuery(id, "30")
 	if r.status != 200 || r.json(t)["status"] != "processing" || took > 20*time.Second {
@@ -235,7 +239,7 @@ func TestQueryWait(t *testing.T) {
 	}
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		_ = e.store.SetProgress(ctx, e.acctA, id, id, 40)
+		_, _ = e.store.Progress(ctx, e.acctA, id, id, 40)
 	}()
 	r, _ = waitQuery(id, "30")
 	if p, _ := r.json(t)["progress"].(float64); p != 40 {
@@ -243,7 +247,7 @@ func TestQueryWait(t *testing.T) {
 	}
 
 	// A final task answers at once.
-	if _, err := e.store.CancelTask(ctx, e.acctA, first); err != nil {
+	if _, err := e.store.Cancel(ctx, e.acctA, first); err != nil {
 		t.Fatal(err)
 	}
 	r, took = waitQuery(first, "30")
@@ -258,6 +262,49 @@ func TestQueryWait(t *testing.T) {
 	// Another account's task is not found, waiting or not.
 	r = e.do("GET", "/v1/task/query?task_id="+id+"&wait=5", e.auth(e.keyB), "")
 	assertEnvelope(t, r, 404, "not found")
+}
+
+// A pending task's queue position counts the tasks ahead of it that are
+// still waiting: a create undone after it took its number (the queue was
+// down) and a task canceled through the API leave the queue, as the
+// store's scripts count them.
+func TestQueuePositionCountsWhatLeft(t *testing.T) {
+	var queueDown atomic.Bool
+	e := newEnv(t, queueFunc(func(context.Context, jobs.GenerateImage, string) error {
+		if queueDown.Load() {
+			return errors.New("connection refused")
+		}
+		return nil
+	}))
+	position := func(id string) float64 {
+		t.Helper()
+		r := e.query(e.keyA, id)
+		pos, ok := r.json(t)["queue_position"].(float64)
+		if r.status != 200 || !ok {
+			t.Fatalf("query %s: %d %s", id, r.status, r.body)
+		}
+		return pos
+	}
+	first := e.newTask(e.keyA)
+	second := e.newTask(e.keyA)
+	if p := position(second); p != 2 {
+		t.Fatalf("second task at %v; want 2", p)
+	}
+	queueDown.Store(true)
+	assertEnvelope(t, e.create(e.keyA, okBody), 503, "queue is unavailable")
+	queueDown.Store(false)
+	third := e.newTask(e.keyA)
+	time.Sleep(300 * time.Millisecond) // past the service's cache of the queue's numbers
+	if p := position(third); p != 3 {
+		t.Fatalf("third task at %v after an undone create; want 3", p)
+	}
+	if r := e.do("POST", "/v1/task/cancel", e.auth(e.keyA), `{"task_id":"`+first+`"}`); r.status != 200 {
+		t.Fatal(r.status, string(r.body))
+	}
+	time.Sleep(300 * time.Millisecond)
+	if p := position(third); p != 2 {
+		t.Errorf("third task at %v after the first was canceled; want 2", p)
+	}
 }
 
 func TestStream(t *testing.T) {
@@ -313,10 +360,10 @@ func TestStream(t *testing.T) {
 		status string
 		pct    float64
 	}{
-		{func() { _, _ = e.store.StartTask(ctx, e.acctA, id, id) }, "processing", 0},
-		{func() { _ = e.store.SetProgress(ctx, e.acctA, id, id, 55) }, "processing", 55},
+		{func() { _, _ = e.store.Start(ctx, e.acctA, id, id, store.Place{}) }, "processing", 0},
+		{func() { _, _ = e.store.Progress(ctx, e.acctA, id, id, 55) }, "processing", 55},
 		{func() {
-			_, _, _ = e.store.CompleteTask(ctx, e.acctA, id, id, []task.Result{{Key: "2026112314/0123456789abcdef0123456789abcdef.png", ContentType: "image/png"}})
+			_, _ = e.store.Complete(ctx, e.acctA, id, id, []task.Result{{Key: "2026112314/0123456789abcdef0123456789abcdef.png", ContentType: "image/png"}})
 		}, "completed", 100},
 	}
 	var m map[string]any

@@ -12,7 +12,7 @@ import (
 
 	"github.com/easelhq/easel/api-gateway/internal/api"
 	"github.com/easelhq/easel/api-gateway/internal/auth"
-	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/account"
 )
 
 // countingAuth counts the lookups that reach the store.
@@ -21,7 +21,7 @@ type countingAuth struct {
 	calls atomic.Int64
 }
 
-func (c *countingAuth) Authenticate(ctx context.Context, key string) (*store.Account, error) {
+func (c *countingAuth) Authenticate(ctx context.Context, key string) (*account.Account, error) {
 	c.calls.Add(1)
 	return c.next.Authenticate(ctx, key)
 }

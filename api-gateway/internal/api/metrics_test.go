@@ -18,10 +18,10 @@ import (
 	"github.com/easelhq/easel/api-gateway/internal/auth"
 	"github.com/easelhq/easel/api-gateway/internal/metrics"
 	"github.com/easelhq/easel/api-gateway/internal/tasks"
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/prom"
-	"github.com/easelhq/easel/pkg/store"
 )
 
 // counts returns the easel_* series of reg but the histograms' sums, which
@@ -49,14 +49,14 @@ func moved(before, after map[string]float64) map[string]float64 {
 	return d
 }
 
-// meter gives the handler and its task service metrics on reg, as the
-// gateway's Run wires them.
+// meter gives the handler metrics on reg, as the gateway's Run wires
+// them: the handler counts the creates (and the credits they debited)
+// itself.
 func meter(reg *prometheus.Registry, more func(*api.Deps)) func(*api.Deps) {
 	return func(d *api.Deps) {
 		m := metrics.New(reg)
 		m.InitModels([]string{std, pro})
 		d.Metrics = m
-		d.Tasks = d.Tasks.(*tasks.Service).WithMeter(m)
 		if more != nil {
 			more(d)
 		}
@@ -91,10 +91,10 @@ func debited(model string) string { return `easel_credits_debited_total{model="`
 func TestRequestMetrics(t *testing.T) {
 	const create, query = api.PathCreate, api.PathQuery
 	proBody := `{"model":"` + pro + `","task_type":"image","input":{"prompt":"p","image_size":"4K"}}`
-	key := func(t *testing.T, e *env, n store.NewAccount) string {
+	key := func(t *testing.T, e *env, n account.Spec) string {
 		t.Helper()
 		n.Name = "metrics"
-		a, err := e.accounts.CreateAccount(context.Background(), n)
+		a, err := e.accounts.Create(context.Background(), n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,28 +147,28 @@ func TestRequestMetrics(t *testing.T) {
 			expect(t, e.do("POST", create, map[string]string{"Authorization": "Bearer " + e.keyA, "Content-Type": "text/plain"}, okBody), 415)
 		}, want: with(requests(create, "POST", "415", 1), map[string]float64{created("unknown", "invalid"): 1})},
 		{name: "insufficient credits", do: func(t *testing.T, e *env) {
-			expect(t, e.create(key(t, e, store.NewAccount{Credits: 3}), okBody), 402)
+			expect(t, e.create(key(t, e, account.Spec{Credits: 3}), okBody), 402)
 		}, want: with(requests(create, "POST", "402", 1), map[string]float64{created(std, "insufficient_credits"): 1})},
 		{name: "create rate", do: func(t *testing.T, e *env) {
-			k := key(t, e, store.NewAccount{Credits: 100, RateLimit: 1})
+			k := key(t, e, account.Spec{Credits: 100, RateLimit: 1})
 			expect(t, e.create(k, okBody), 200)
 			expect(t, e.create(k, okBody), 429)
 		}, want: with(requests(create, "POST", "200", 1), requests(create, "POST", "429", 1), map[string]float64{
 			created(std, "created"): 1, debited(std): 4, created("unknown", "rate_limited"): 1, `easel_rate_limit_refusals_total{limit="create"}`: 1})},
 		{name: "query rate", do: func(t *testing.T, e *env) {
-			k := key(t, e, store.NewAccount{Credits: 100, QueryRateLimit: 1})
+			k := key(t, e, account.Spec{Credits: 100, QueryRateLimit: 1})
 			expect(t, e.query(k, "task_lumen_1"), 404)
 			expect(t, e.query(k, "task_lumen_1"), 429)
 		}, want: with(requests(query, "GET", "404", 1), requests(query, "GET", "429", 1),
 			map[string]float64{`easel_rate_limit_refusals_total{limit="query"}`: 1})},
 		{name: "in-flight limit", do: func(t *testing.T, e *env) {
-			k := key(t, e, store.NewAccount{Credits: 100, MaxInflight: 1})
+			k := key(t, e, account.Spec{Credits: 100, MaxInflight: 1})
 			expect(t, e.create(k, okBody), 200)
 			expect(t, e.create(k, okBody), 429)
 		}, want: with(requests(create, "POST", "200", 1), requests(create, "POST", "429", 1), map[string]float64{
 			created(std, "created"): 1, debited(std): 4, created(std, "rate_limited"): 1, `easel_rate_limit_refusals_total{limit="inflight"}`: 1})},
 		{name: "model not allowed", do: func(t *testing.T, e *env) {
-			expect(t, e.create(key(t, e, store.NewAccount{Credits: 100, Models: []catalog.Tier{catalog.Standard}}), proBody), 403)
+			expect(t, e.create(key(t, e, account.Spec{Credits: 100, Models: []catalog.Tier{catalog.Standard}}), proBody), 403)
 		}, want: with(requests(create, "POST", "403", 1), map[string]float64{created(pro, "forbidden"): 1})},
 		{name: "queue down: not created, not debited",
 			queue: queueFunc(func(context.Context, jobs.GenerateImage, string) error { return errors.New("down") }),

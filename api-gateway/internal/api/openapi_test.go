@@ -25,7 +25,6 @@ import (
 	"github.com/easelhq/easel/api-gateway/internal/api"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/signedurl"
-	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/pkg/taskview"
 	"github.com/easelhq/easel/pkg/webhook"
@@ -585,16 +584,16 @@ func TestOpenAPIWebhooksMatchPkgWebhook(t *testing.T) {
 			t.Errorf("no webhook %s in the document", ev)
 		}
 	}
-	// The delivery states of the log are the store's.
+	// The delivery states of the log are package webhook's.
 	var states []string
 	for _, n := range m.Components.Schemas.GetOrZero("WebhookDelivery").Schema().Properties.GetOrZero("state").Schema().Enum {
 		states = append(states, n.Value)
 	}
-	want := []string{string(store.HookPending), string(store.HookDelivered), string(store.HookRetrying), string(store.HookFailed)}
+	want := []string{string(webhook.StatePending), string(webhook.StateDelivered), string(webhook.StateRetrying), string(webhook.StateFailed)}
 	slices.Sort(states)
 	slices.Sort(want)
 	if !slices.Equal(states, want) {
-		t.Errorf("WebhookDelivery.state enum %v; the store's states are %v", states, want)
+		t.Errorf("WebhookDelivery.state enum %v; the delivery states are %v", states, want)
 	}
 	types := m.Components.Schemas.GetOrZero("EventType").Schema()
 	var enum []string

@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/api-gateway/internal/api"
+	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/pkg/webhook"
@@ -20,22 +22,22 @@ import (
 // hookLog is the handler's WebhookLog, bound to the env's store once it
 // exists; err, when set, is what it fails with.
 type hookLog struct {
-	st  *store.Store
+	st  *store.Hooks
 	err error
 }
 
-func (l *hookLog) HookDeliveries(ctx context.Context, accountID, taskID string) ([]store.HookDelivery, error) {
+func (l *hookLog) Deliveries(ctx context.Context, accountID, taskID string) ([]webhook.Delivery, error) {
 	if l.err != nil {
 		return nil, l.err
 	}
-	return l.st.HookDeliveries(ctx, accountID, taskID)
+	return l.st.Deliveries(ctx, accountID, taskID)
 }
 
 func newHookEnv(t *testing.T) (*env, *hookLog) {
 	t.Helper()
 	log := &hookLog{}
 	e := newEnvWith(t, nil, zap.NewNop(), func(d *api.Deps) { d.Webhooks = log })
-	log.st = e.store
+	log.st = e.hooks
 	return e, log
 }
 
@@ -79,15 +81,15 @@ func TestWebhooksRoute(t *testing.T) {
 	// The worker runs it: a progress event, then the completion, which
 	// waits in the outbox (pending) until it is queued and attempted.
 	acct := e.acctA
-	if o, err := e.store.StartTask(ctx, acct, id, id); o != store.Applied || err != nil {
-		t.Fatal(o, err)
+	if c, err := e.store.Start(ctx, acct, id, id, store.Place{}); c.Outcome != task.Applied || err != nil {
+		t.Fatal(c.Outcome, err)
 	}
-	if err := e.store.HookPending(ctx, acct, id, task.EventProgress, 40); err != nil {
+	if err := e.hooks.Queued(ctx, acct, id, task.EventProgress, 40); err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	if o, _, err := e.store.CompleteTask(ctx, acct, id, id, nil); o != store.Applied || err != nil {
-		t.Fatal(o, err)
+	if c, err := e.store.Complete(ctx, acct, id, id, nil); c.Outcome != task.Applied || err != nil {
+		t.Fatal(c.Outcome, err)
 	}
 	var got struct {
 		Deliveries []map[string]any `json:"deliveries"`
@@ -105,12 +107,12 @@ func TestWebhooksRoute(t *testing.T) {
 	}
 
 	// Attempts: the completion failed once, then went through.
-	attempts := []store.HookAttempt{
+	attempts := []webhook.Attempt{
 		{Time: t0.Add(time.Second), StatusCode: 503, Latency: 12 * time.Millisecond, Error: "the receiver answered HTTP 503"},
 		{Time: t0.Add(6 * time.Second), StatusCode: 200, Latency: 3 * time.Millisecond},
 	}
-	for i, st := range []store.HookState{store.HookRetrying, store.HookDelivered} {
-		if _, err := e.store.RecordHookAttempt(ctx, acct, id, task.EventCompleted, 0, attempts[i], st, store.HookMessage{URL: hook, Body: []byte("{}")}); err != nil {
+	for i, st := range []webhook.State{webhook.StateRetrying, webhook.StateDelivered} {
+		if _, err := e.hooks.RecordAttempt(ctx, acct, id, task.EventCompleted, 0, attempts[i], st, webhook.Outgoing{URL: hook, Body: []byte("{}")}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -161,6 +163,45 @@ func TestWebhooksRoute(t *testing.T) {
 	assertEnvelope(t, e.webhooks(e.keyA, id), 503, "unavailable")
 }
 
+// A cancel through the API queues the task.canceled delivery its callback
+// wants at once, and takes it off the account's outbox, where the
+// recovery would otherwise find it.
+func TestCancelQueuesItsWebhook(t *testing.T) {
+	e, _ := newHookEnv(t)
+	ctx := context.Background()
+	id := e.createID(e.keyA, `{"model":"`+std+`","task_type":"image","input":{"prompt":"p"},"callBackUrl":"https://hooks.example.com/easel","callback_events":["task.canceled"]}`)
+	if r := e.do("POST", "/v1/task/cancel", e.auth(e.keyA), `{"task_id":"`+id+`"}`); r.status != 200 {
+		t.Fatalf("cancel: %d %s", r.status, r.body)
+	}
+	info, err := asynq.NewInspectorFromRedisClient(e.rdb).GetTaskInfo(jobs.WebhookQueue, jobs.WebhookID(id, task.EventCanceled, 0))
+	if err != nil {
+		t.Fatalf("the task.canceled delivery was not queued: %v", err)
+	}
+	d, err := jobs.ParseDeliverWebhook(asynq.NewTask(info.Type, info.Payload))
+	if want := (jobs.DeliverWebhook{AccountID: e.acctA, TaskID: id, Event: task.EventCanceled}); err != nil || d != want {
+		t.Errorf("delivery job %+v, %v; want %+v", d, err, want)
+	}
+	due, err := e.hooks.Due(ctx, time.Now().Add(time.Hour), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range due {
+		if h.TaskID == id {
+			t.Errorf("the queued delivery is still in the outbox: %+v", h)
+		}
+	}
+	var got struct {
+		Deliveries []map[string]any `json:"deliveries"`
+	}
+	if err := json.Unmarshal(e.webhooks(e.keyA, id).body, &got); err != nil || len(got.Deliveries) != 1 {
+		t.Fatalf("deliveries %+v %v", got, err)
+	}
+	want := map[string]any{"webhook_id": webhook.MessageID(id, task.EventCanceled, 0), "type": "task.canceled", "state": "pending", "attempts": []any{}}
+	if g, w := hookJSON(t, got.Deliveries[0]), hookJSON(t, want); g != w {
+		t.Errorf("delivery = %s; want %s", g, w)
+	}
+}
+
 func hookJSON(t *testing.T, v any) string {
 	t.Helper()
 	b, err := json.Marshal(v)
@@ -192,7 +233,7 @@ func TestAdminWebhookSecret(t *testing.T) {
 	if _, err := webhook.Key(first.Secret); err != nil {
 		t.Errorf("secret %q: %v", first.Secret, err)
 	}
-	if cur, _ := e.store.WebhookSecret(context.Background(), e.acctA); cur != first.Secret {
+	if cur, _ := e.hooks.Secret(context.Background(), e.acctA); cur != first.Secret {
 		t.Errorf("the store's secret %q; the API showed %q", cur, first.Secret)
 	}
 	var again reply
@@ -215,7 +256,7 @@ func TestAdminWebhookSecret(t *testing.T) {
 	if after.Secret != rotated.Secret {
 		t.Errorf("after the rotation the secret is %q; want %q", after.Secret, rotated.Secret)
 	}
-	if secrets, _ := e.store.WebhookSecrets(context.Background(), e.acctA); len(secrets) != 2 || secrets[1] != first.Secret {
+	if secrets, _ := e.hooks.Secrets(context.Background(), e.acctA); len(secrets) != 2 || secrets[1] != first.Secret {
 		t.Errorf("signing secrets %v; want the new and the old", secrets)
 	}
 

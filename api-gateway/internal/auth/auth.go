@@ -12,8 +12,8 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
 
-	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/account"
+	"github.com/easelhq/easel/pkg/apperr"
 )
 
 // Authenticator resolves an API key to its account: the one interface of

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/tools/testkit/redistest"
@@ -13,11 +14,11 @@ import (
 
 func TestRevocationWithinTTL(t *testing.T) {
 	srv := redistest.Start(t)
-	st := store.New(srv.Client(t))
+	st := store.NewAccounts(store.NewDB(srv.Client(t), store.Options{}))
 	ctx := context.Background()
-	a, _ := st.CreateAccount(ctx, store.NewAccount{Name: "acme"})
+	a, _ := st.Create(ctx, account.Spec{Name: "acme"})
 	key, _, _ := st.CreateKey(ctx, a.ID)
-	other, _ := st.CreateAccount(ctx, store.NewAccount{Name: "other"})
+	other, _ := st.Create(ctx, account.Spec{Name: "other"})
 	otherKey, _, _ := st.CreateKey(ctx, other.ID)
 
 	const ttl = 300 * time.Millisecond
@@ -32,7 +33,7 @@ func TestRevocationWithinTTL(t *testing.T) {
 	if _, err := st.RevokeKey(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SetAccountStatus(ctx, other.ID, store.Disabled); err != nil {
+	if err := st.SetStatus(ctx, other.ID, account.Disabled); err != nil {
 		t.Fatal(err)
 	}
 	// Poll until both changes show; they must within the TTL.
@@ -60,9 +61,9 @@ type flaky struct {
 	err   error
 }
 
-func (f *flaky) Authenticate(context.Context, string) (*store.Account, error) {
+func (f *flaky) Authenticate(context.Context, string) (*account.Account, error) {
 	f.calls++
-	return &store.Account{ID: "acct_x"}, f.err
+	return &account.Account{ID: "acct_x"}, f.err
 }
 
 func TestCaching(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/easelhq/easel/api-gateway/internal/pricing"
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
@@ -18,20 +19,33 @@ import (
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
-// queue records the jobs it is given, or fails.
+// queue records the jobs, the webhook deliveries and the stopped runs it
+// is given, or fails.
 type queue struct {
 	mu        sync.Mutex
 	jobs      []jobs.GenerateImage
 	deadlines []time.Time
+	hooks     []jobs.DeliverWebhook
+	outboxes  []jobs.Outbox
+	stopped   []string
 	err       error
 	// block, when set, makes an enqueue wait for it to close, after
 	// signalling entered.
 	block, entered chan struct{}
 }
 
-func (q *queue) CancelRun(context.Context, string) error { return nil }
+func (q *queue) CancelRun(_ context.Context, run string) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.stopped = append(q.stopped, run)
+	return nil
+}
 
-func (q *queue) QueueFinalHook(context.Context, jobs.HookOutbox, string, string, string) error {
+func (q *queue) QueueHook(_ context.Context, o jobs.Outbox, d jobs.DeliverWebhook) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.hooks = append(q.hooks, d)
+	q.outboxes = append(q.outboxes, o)
 	return nil
 }
 
@@ -70,35 +84,41 @@ var (
 )
 
 type fixture struct {
-	svc   *Service
-	st    *store.Store
-	q     *queue
-	ids   *ids
-	acct  string
-	close func() // closes the service's Redis client
+	svc      *Service
+	st       *store.Tasks
+	accounts *store.Accounts
+	q        *queue
+	ids      *ids
+	acct     string
+	close    func() // closes the service's Redis client
 }
 
 func newFixture(t *testing.T, credits int64) *fixture {
 	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	st := store.New(rdb)
-	a, err := st.CreateAccount(context.Background(), store.NewAccount{Name: "t", Credits: credits})
+	db := store.NewDB(rdb, store.Options{})
+	accounts := store.NewAccounts(db)
+	a, err := accounts.Create(context.Background(), account.Spec{Name: "t", Credits: credits})
 	if err != nil {
 		t.Fatal(err)
 	}
 	prices, _ := pricing.Parse(pricing.Default)
-	f := &fixture{st: st, q: &queue{entered: make(chan struct{})}, ids: &ids{}, acct: a.ID}
+	f := &fixture{st: store.NewTasks(db), accounts: accounts, q: &queue{entered: make(chan struct{})}, ids: &ids{}, acct: a.ID}
 	// The service gets its own client, so a test can break it alone.
 	svcRDB := srv.Client(t)
-	f.svc = NewService(store.New(svcRDB), f.q, f.ids, prices, Config{Deadline: 10 * time.Minute, MaxInflight: 5})
+	svcDB := store.NewDB(svcRDB, store.Options{})
+	f.svc = NewService(Deps{
+		Store: store.NewTasks(svcDB), Queues: store.NewQueues(svcDB), Outbox: store.NewHooks(svcDB),
+		Queue: f.q, IDs: f.ids, Prices: prices,
+	}, Config{Deadline: 10 * time.Minute, MaxInflight: 5})
 	f.close = func() { _ = svcRDB.Close() }
 	return f
 }
 
 func (f *fixture) balance(t *testing.T) int64 {
 	t.Helper()
-	a, err := f.st.Account(context.Background(), f.acct)
+	a, err := f.accounts.Get(context.Background(), f.acct)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,12 +130,16 @@ func TestCreate(t *testing.T) {
 	ctx := context.Background()
 	in := task.Input{Model: pro, Prompt: "a cat", AspectRatio: "16:9", ImageSize: "4K"}
 	before := time.Now()
-	id, err := f.svc.Create(ctx, f.acct, in)
+	c, err := f.svc.Create(ctx, f.acct, in, task.Idempotency{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := c.ID
+	if c.Price != 24 || c.Replayed {
+		t.Errorf("Create = %+v; want price 24, not replayed", c)
+	}
 	// The record: pending, charged the pro 4K price.
-	rec, err := f.st.Task(ctx, f.acct, id)
+	rec, err := f.st.Get(ctx, f.acct, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +180,7 @@ func TestCreateLeavesTheJobForTheReconciler(t *testing.T) {
 	f.q.block = make(chan struct{})
 	errc := make(chan error, 1)
 	go func() {
-		_, err := f.svc.Create(ctx, f.acct, task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"})
+		_, err := f.svc.Create(ctx, f.acct, task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}, task.Idempotency{})
 		errc <- err
 	}()
 	<-f.q.entered // charged and recorded; the enqueue hangs: the process "dies" here
@@ -180,8 +204,8 @@ func TestCreateLeavesTheJobForTheReconciler(t *testing.T) {
 // read timeout after Redis ran the script.
 type lostReply struct{ Store }
 
-func (l lostReply) CreateTask(ctx context.Context, t *task.Task, c store.Charge, job []byte) (int64, error) {
-	if _, err := l.Store.CreateTask(ctx, t, c, job); err != nil {
+func (l lostReply) Create(ctx context.Context, t *task.Task, c task.Charge, job []byte) (int64, error) {
+	if _, err := l.Store.Create(ctx, t, c, job); err != nil {
 		return 0, err
 	}
 	return 0, fmt.Errorf("store: create %s: read tcp: i/o timeout", t.ID)
@@ -203,7 +227,7 @@ func TestCreateFailures(t *testing.T) {
 			}
 		}, 3},
 		{"a disabled account", 100, func(f *fixture) {
-			_ = f.st.SetAccountStatus(context.Background(), f.acct, store.Disabled)
+			_ = f.accounts.SetStatus(context.Background(), f.acct, account.Disabled)
 		}, func(t *testing.T, err error) {
 			if !errors.Is(err, apperr.ErrAccountDisabled) {
 				t.Errorf("err %v", err)
@@ -220,7 +244,7 @@ func TestCreateFailures(t *testing.T) {
 			}
 		}, 100},
 		{"the store's reply lost after its script ran: unavailable, undone", 100, func(f *fixture) {
-			f.svc.store = lostReply{f.svc.store}
+			f.svc.Store = lostReply{f.svc.Store}
 		}, func(t *testing.T, err error) {
 			if apperr.CodeOf(err) != apperr.Unavailable || !apperr.IsRetryable(err) {
 				t.Errorf("err %v; want a retryable Unavailable", err)
@@ -238,9 +262,9 @@ func TestCreateFailures(t *testing.T) {
 			if tt.setup != nil {
 				tt.setup(f)
 			}
-			id, err := f.svc.Create(context.Background(), f.acct, in)
-			if err == nil || id != "" {
-				t.Fatalf("Create = %q, %v; want an error", id, err)
+			c, err := f.svc.Create(context.Background(), f.acct, in, task.Idempotency{})
+			if err == nil || c != (task.Created{}) {
+				t.Fatalf("Create = %+v, %v; want an error", c, err)
 			}
 			tt.check(t, err)
 			if b := f.balance(t); b != tt.balance {
@@ -259,14 +283,15 @@ func TestCreateFailures(t *testing.T) {
 func TestGet(t *testing.T) {
 	f := newFixture(t, 100)
 	ctx := context.Background()
-	id, err := f.svc.Create(ctx, f.acct, task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"})
+	c, err := f.svc.Create(ctx, f.acct, task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}, task.Idempotency{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	id := c.ID
 	if got, err := f.svc.Get(ctx, f.acct, id); err != nil || got.ID != id {
 		t.Fatalf("Get = %+v, %v", got, err)
 	}
-	other, _ := f.st.CreateAccount(ctx, store.NewAccount{Name: "other"})
+	other, _ := f.accounts.Create(ctx, account.Spec{Name: "other"})
 	for name, acct := range map[string]string{"another account's": other.ID, "an unknown account's": "acct_none"} {
 		if _, err := f.svc.Get(ctx, acct, id); apperr.CodeOf(err) != apperr.NotFound {
 			t.Errorf("%s view: %v; want NotFound", name, err)
@@ -275,5 +300,63 @@ func TestGet(t *testing.T) {
 	f.close()
 	if _, err := f.svc.Get(ctx, f.acct, id); apperr.CodeOf(err) != apperr.Unavailable {
 		t.Errorf("with Redis gone: %v; want Unavailable", err)
+	}
+}
+
+// Cancel refunds a pending task and queues the task.canceled webhook its
+// callback wants, through the outbox; a processing one has its run
+// stopped, and is not refunded.
+func TestCancel(t *testing.T) {
+	f := newFixture(t, 100)
+	ctx := context.Background()
+	in := task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K",
+		Callback: task.Callback{URL: "https://hooks.example.com/x", Events: []string{task.EventCanceled}}}
+	pending, err := f.svc.Create(ctx, f.acct, in, task.Idempotency{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.svc.Cancel(ctx, f.acct, pending.ID)
+	if err != nil || c.Was != task.Pending || c.Refunded != pending.Price || !c.Hooked || c.Run != "" {
+		t.Fatalf("Cancel(pending) = %+v, %v; want pending, refunded %d, hooked, no run", c, err, pending.Price)
+	}
+	if b := f.balance(t); b != 100 {
+		t.Errorf("balance %d; want 100", b)
+	}
+	want := jobs.DeliverWebhook{AccountID: f.acct, TaskID: pending.ID, Event: task.EventCanceled}
+	if len(f.q.hooks) != 1 || f.q.hooks[0] != want || f.q.outboxes[0] != f.svc.Outbox {
+		t.Errorf("webhooks queued %+v; want %+v through the service's outbox", f.q.hooks, want)
+	}
+	if len(f.q.stopped) != 0 {
+		t.Errorf("runs stopped for a pending task: %v", f.q.stopped)
+	}
+
+	processing, err := f.svc.Create(ctx, f.acct, task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}, task.Idempotency{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := jobs.RunID(processing.ID, 0)
+	if ch, err := f.st.Start(ctx, f.acct, processing.ID, run, store.Place{}); err != nil || ch.Outcome != task.Applied {
+		t.Fatalf("Start = %+v, %v", ch, err)
+	}
+	c, err = f.svc.Cancel(ctx, f.acct, processing.ID)
+	if err != nil || c.Was != task.Processing || c.Refunded != 0 || c.Hooked || c.Run != run {
+		t.Fatalf("Cancel(processing) = %+v, %v; want processing, not refunded, no webhook, run %s", c, err, run)
+	}
+	if len(f.q.stopped) != 1 || f.q.stopped[0] != run {
+		t.Errorf("runs stopped %v; want [%s]", f.q.stopped, run)
+	}
+	if len(f.q.hooks) != 1 {
+		t.Errorf("a webhook queued for a task whose callback wants none: %+v", f.q.hooks)
+	}
+	if b := f.balance(t); b != 100-processing.Price {
+		t.Errorf("balance %d; want %d", b, 100-processing.Price)
+	}
+
+	// Final: a conflict; another account's: not found.
+	if _, err := f.svc.Cancel(ctx, f.acct, pending.ID); apperr.CodeOf(err) != apperr.Conflict {
+		t.Errorf("Cancel(canceled) = %v; want Conflict", err)
+	}
+	if _, err := f.svc.Cancel(ctx, "acct_none", processing.ID); apperr.CodeOf(err) != apperr.NotFound {
+		t.Errorf("another account's Cancel = %v; want NotFound", err)
 	}
 }
