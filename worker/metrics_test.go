@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
@@ -116,11 +117,10 @@ func TestSweepMetrics(t *testing.T) {
 			ctx := context.Background()
 			j := e.charge(t, "task_lumen_1", time.Now().Add(time.Hour))
 			for _, run := range []string{j.TaskID, j.TaskID + ".r1"} {
-				if o, err := e.st.StartTask(ctx, e.acct, j.TaskID, run); err != nil || o != store.Applied {
-					t.Fatal(o, err)
+				if c, err := e.tasks.Start(ctx, e.acct, j.TaskID, run, store.Place{}); err != nil || c.Outcome != task.Applied {
+					t.Fatal(c, err)
 				}
 				s.q = &orphanQueue{orphans: []jobs.Orphan{{Run: run, Job: j}}}
-				_ = e.st.Unlock(ctx, "sweeper")
 				s.round(ctx)
 			}
 		}, map[string]float64{failed("worker_crashed"): 1, refunded: 10}},
@@ -133,8 +133,7 @@ func TestSweepMetrics(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newSweepEnv(t)
 			reg := prometheus.NewRegistry()
-			s := e.sweeper(nil)
-			s.metrics = metrics.New(reg)
+			s := newSweeper(e.tasks, e.q, e.notes, metrics.New(reg), zap.NewNop())
 			tt.round(t, e, s)
 			got, err := prom.Series(reg)
 			if err != nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -18,6 +19,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/easelhq/easel/pkg/account"
+	"github.com/easelhq/easel/pkg/blob"
+	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/egress"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/signedurl"
@@ -26,6 +30,9 @@ import (
 	"github.com/easelhq/easel/pkg/taskview"
 	"github.com/easelhq/easel/pkg/webhook"
 	"github.com/easelhq/easel/tools/testkit/redistest"
+	"github.com/easelhq/easel/worker/imagegen/procedural"
+	"github.com/easelhq/easel/worker/internal/fetch"
+	"github.com/easelhq/easel/worker/internal/processor"
 )
 
 // hookReceiver is a webhook endpoint answering its scripted statuses in
@@ -71,7 +78,9 @@ func (r *hookReceiver) requests() []hookRequest {
 }
 
 type hookEnv struct {
-	st     *store.Store
+	tasks  *store.Tasks
+	hooks  *store.Hooks
+	leases *store.Leases
 	rdb    *redis.Client
 	q      *jobs.Enqueuer
 	acct   string
@@ -82,44 +91,50 @@ type hookEnv struct {
 func newHookEnv(t *testing.T) *hookEnv {
 	t.Helper()
 	rdb := redistest.Start(t).Client(t)
-	st := store.New(rdb)
-	a, err := st.CreateAccount(context.Background(), store.NewAccount{Name: "hooks", Credits: 1000})
+	db := store.NewDB(rdb, store.Options{})
+	a, err := store.NewAccounts(db).Create(context.Background(), account.Spec{Name: "hooks", Credits: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &hookEnv{st: st, rdb: rdb, q: jobs.NewEnqueuer(rdb), acct: a.ID, signer: signedurl.New([]byte("0123456789abcdef0123456789abcdef"), "https://img.example.com")}
+	e := &hookEnv{tasks: store.NewTasks(db), hooks: store.NewHooks(db), leases: store.NewLeases(db), rdb: rdb, q: jobs.NewEnqueuer(rdb), acct: a.ID,
+		signer: signedurl.New([]byte("0123456789abcdef0123456789abcdef"), "https://img.example.com")}
 	client := webhook.NewClient(webhook.Options{Policy: egress.Policy{AllowPrivate: true}, Timeout: time.Second})
-	e.h = newHooks(st, e.q, client, e.signer, webhook.Schedule{Initial: 10 * time.Millisecond, Max: 40 * time.Millisecond, Span: 100 * time.Millisecond}, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
+	e.h = newHooks(e.hooks, e.tasks, e.q, client, e.signer, webhook.Schedule{Initial: 10 * time.Millisecond, Max: 40 * time.Millisecond, Span: 100 * time.Millisecond}, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
 	return e
 }
 
 // completed makes a task of the account with a callback to url wanting
-// events, and completes it.
+// events, and completes it; the store must say the completion's webhook
+// event is due exactly when the callback wants it.
 func (e *hookEnv) completed(t *testing.T, id, url string, events ...string) *task.Task {
 	t.Helper()
 	ctx := context.Background()
 	rec := &task.Task{ID: id, AccountID: e.acct, Type: task.Type, Model: "lumen-2.5-flash-image", CreateTime: time.Now(),
 		Callback: task.Callback{URL: url, Events: events}}
-	if _, err := e.st.CreateTask(ctx, rec, store.Charge{Price: 4, Tier: "standard", CountUntil: time.Now().Add(time.Hour)}, nil); err != nil {
+	if _, err := e.tasks.Create(ctx, rec, task.Charge{Price: 4, Tier: "standard", CountUntil: time.Now().Add(time.Hour)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if o, err := e.st.StartTask(ctx, e.acct, id, id); o != store.Applied || err != nil {
-		t.Fatal(o, err)
+	if c, err := e.tasks.Start(ctx, e.acct, id, id, store.Place{}); c.Outcome != task.Applied || err != nil {
+		t.Fatal(c, err)
 	}
 	results := []task.Result{{Key: "2026112214/abc.png", ContentType: "image/png", Size: 10, Width: 1, Height: 1}}
-	if o, _, err := e.st.CompleteTask(ctx, e.acct, id, id, results); o != store.Applied || err != nil {
-		t.Fatal(o, err)
+	c, err := e.tasks.Complete(ctx, e.acct, id, id, results)
+	if c.Outcome != task.Applied || err != nil {
+		t.Fatal(c, err)
 	}
-	got, err := e.st.Task(ctx, e.acct, id)
+	if want := url != "" && slices.Contains(events, task.EventCompleted); c.Hooked != want {
+		t.Fatalf("completion of a task whose callback wants %v: hooked %v, want %v", events, c.Hooked, want)
+	}
+	got, err := e.tasks.Get(ctx, e.acct, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return got
 }
 
-func (e *hookEnv) deliveries(t *testing.T, id string) []store.HookDelivery {
+func (e *hookEnv) deliveries(t *testing.T, id string) []webhook.Delivery {
 	t.Helper()
-	ds, err := e.st.HookDeliveries(context.Background(), e.acct, id)
+	ds, err := e.hooks.Deliveries(context.Background(), e.acct, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +147,7 @@ func TestHookDeliver(t *testing.T) {
 	type step struct {
 		retried   int
 		wantErr   string // "" nil, "retry", "skip"
-		wantState store.HookState
+		wantState webhook.State
 		after     time.Duration // a retry's Retry-After
 	}
 	tests := []struct {
@@ -141,13 +156,13 @@ func TestHookDeliver(t *testing.T) {
 		steps   []step
 		hits    int
 	}{
-		{"delivered at once", []string{"200"}, []step{{0, "", store.HookDelivered, 0}}, 1},
-		{"503, then 204", []string{"503", "204"}, []step{{0, "retry", store.HookRetrying, 0}, {1, "", store.HookDelivered, 0}}, 2},
-		{"429 with Retry-After, then 200", []string{"429,30", "200"}, []step{{0, "retry", store.HookRetrying, 30 * time.Second}, {1, "", store.HookDelivered, 0}}, 2},
-		{"400 is not retried", []string{"400"}, []step{{0, "skip", store.HookFailed, 0}}, 1},
-		{"302 is not followed", []string{"302"}, []step{{0, "skip", store.HookFailed, 0}}, 1},
-		{"500 until the retries run out", []string{"500"}, []step{{0, "retry", store.HookRetrying, 0}, {1, "retry", store.HookRetrying, 0}, {2, "retry", store.HookRetrying, 0}, {3, "retry", store.HookRetrying, 0}, {4, "skip", store.HookFailed, 0}}, 5},
-		{"a duplicate job after the end does nothing", []string{"200"}, []step{{0, "", store.HookDelivered, 0}, {0, "", store.HookDelivered, 0}}, 1},
+		{"delivered at once", []string{"200"}, []step{{0, "", webhook.StateDelivered, 0}}, 1},
+		{"503, then 204", []string{"503", "204"}, []step{{0, "retry", webhook.StateRetrying, 0}, {1, "", webhook.StateDelivered, 0}}, 2},
+		{"429 with Retry-After, then 200", []string{"429,30", "200"}, []step{{0, "retry", webhook.StateRetrying, 30 * time.Second}, {1, "", webhook.StateDelivered, 0}}, 2},
+		{"400 is not retried", []string{"400"}, []step{{0, "skip", webhook.StateFailed, 0}}, 1},
+		{"302 is not followed", []string{"302"}, []step{{0, "skip", webhook.StateFailed, 0}}, 1},
+		{"500 until the retries run out", []string{"500"}, []step{{0, "retry", webhook.StateRetrying, 0}, {1, "retry", webhook.StateRetrying, 0}, {2, "retry", webhook.StateRetrying, 0}, {3, "retry", webhook.StateRetrying, 0}, {4, "skip", webhook.StateFailed, 0}}, 5},
+		{"a duplicate job after the end does nothing", []string{"200"}, []step{{0, "", webhook.StateDelivered, 0}, {0, "", webhook.StateDelivered, 0}}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -182,7 +197,7 @@ func TestHookDeliver(t *testing.T) {
 			if len(ds[0].Attempts) != tt.hits {
 				t.Errorf("%d attempts recorded; want %d", len(ds[0].Attempts), tt.hits)
 			}
-			secret, _ := e.st.WebhookSecret(context.Background(), e.acct)
+			secret, _ := e.hooks.Secret(context.Background(), e.acct)
 			want, _ := json.Marshal(taskview.New(tk, e.signer))
 			for i, r := range reqs {
 				if err := webhook.Verify(secret, r.header, r.body, time.Now()); err != nil {
@@ -220,8 +235,8 @@ func TestHookDeliver(t *testing.T) {
 func TestHookDeliverRotatedSecret(t *testing.T) {
 	e := newHookEnv(t)
 	ctx := context.Background()
-	old, _ := e.st.WebhookSecret(ctx, e.acct)
-	cur, _, err := e.st.RotateWebhookSecret(ctx, e.acct)
+	old, _ := e.hooks.Secret(ctx, e.acct)
+	cur, _, err := e.hooks.RotateSecret(ctx, e.acct)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,15 +253,82 @@ func TestHookDeliverRotatedSecret(t *testing.T) {
 	}
 }
 
-// Nothing is sent for an event the callback does not want, and a task whose
-// record is gone is given up on, recorded.
+// pending makes a pending task of the account with a callback to url
+// wanting events (the record keeps it), and returns its job.
+func (e *hookEnv) pending(t *testing.T, id, url string, events ...string) jobs.GenerateImage {
+	t.Helper()
+	now := time.Now()
+	rec := &task.Task{ID: id, AccountID: e.acct, Type: task.Type, Model: "lumen-2.5-flash-image", CreateTime: now,
+		Callback: task.Callback{URL: url, Events: events}}
+	if _, err := e.tasks.Create(context.Background(), rec, task.Charge{Price: 4, Tier: "standard", CountUntil: now.Add(time.Hour)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return jobs.GenerateImage{TaskID: id, AccountID: e.acct, CreateTime: now, Deadline: now.Add(time.Hour),
+		Input: task.Input{Model: catalog.Model{ID: "lumen-2.5-flash-image", Tier: catalog.Standard}, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}}
+}
+
+// processor is the worker's processor on e's task store, queueing webhook
+// events through e.h, as Run wires it.
+func (e *hookEnv) processor(t *testing.T) *processor.Processor {
+	t.Helper()
+	blobs, err := blob.OpenFS(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = blobs.Close() })
+	gen, err := procedural.New(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := catalog.New("lumen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return processor.New(e.tasks, blobs, gen, fetch.New(fetch.Options{}), cat, zap.NewNop(), processor.Options{Hooks: e.h})
+}
+
+// webhookJobs lists the ids of the deliveries waiting on the webhook
+// queue.
+func (e *hookEnv) webhookJobs(t *testing.T) map[string]bool {
+	t.Helper()
+	infos, err := asynq.NewInspectorFromRedisClient(e.rdb).ListPendingTasks(jobs.WebhookQueue)
+	if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, ti := range infos {
+		out[ti.ID] = true
+	}
+	return out
+}
+
+// Nothing is queued, or sent, for an event the callback does not want:
+// the store decides which events are due as it ends the task, and the run
+// that ended it queues those only. A task whose record is gone is given up
+// on, recorded.
 func TestHookDeliverNothingToSend(t *testing.T) {
 	e := newHookEnv(t)
 	ctx := context.Background()
 	rc := newHookReceiver(t, "200")
-	tk := e.completed(t, "task_lumen_1", rc.srv.URL, task.EventFailed)
-	if err := e.h.deliver(ctx, jobs.DeliverWebhook{AccountID: e.acct, TaskID: tk.ID, Event: task.EventCompleted}, 0); err != nil {
-		t.Errorf("deliver of an unwanted event = %v", err)
+	proc := e.processor(t)
+	unwanted := e.pending(t, "task_lumen_1", rc.srv.URL, task.EventFailed)
+	wanted := e.pending(t, "task_lumen_2", rc.srv.URL, task.DefaultEvents...)
+	for _, j := range []jobs.GenerateImage{unwanted, wanted} {
+		if err := proc.Process(ctx, j, processor.Attempt{Run: j.TaskID, MaxRetry: 3}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := e.tasks.Get(ctx, e.acct, j.TaskID); got.Status != task.Completed {
+			t.Fatalf("%s: %s; want completed", j.TaskID, got.Status)
+		}
+	}
+	if q := e.webhookJobs(t); len(q) != 1 || !q[jobs.WebhookID("task_lumen_2", task.EventCompleted, 0)] {
+		t.Errorf("queued %v; want task_lumen_2's completion only", q)
+	}
+	if ds := e.deliveries(t, "task_lumen_1"); len(ds) != 0 {
+		t.Errorf("deliveries of an event the callback does not want: %+v", ds)
+	}
+	if due, _ := e.hooks.Due(ctx, time.Now().Add(time.Hour), 10); len(due) != 0 {
+		t.Errorf("outbox %+v; want nothing left", due)
 	}
 	err := e.h.deliver(ctx, jobs.DeliverWebhook{AccountID: e.acct, TaskID: "task_lumen_gone", Event: task.EventCompleted}, 0)
 	if !errors.Is(err, errGiveUp) {
@@ -255,14 +337,14 @@ func TestHookDeliverNothingToSend(t *testing.T) {
 	if n := len(rc.requests()); n != 0 {
 		t.Errorf("%d requests", n)
 	}
-	if ds := e.deliveries(t, "task_lumen_gone"); len(ds) != 1 || ds[0].State != store.HookFailed || ds[0].Attempts[0].Error == "" {
+	if ds := e.deliveries(t, "task_lumen_gone"); len(ds) != 1 || ds[0].State != webhook.StateFailed || ds[0].Attempts[0].Error == "" {
 		t.Errorf("deliveries of the task gone: %+v", ds)
 	}
 }
 
 type failingQueue struct{}
 
-func (failingQueue) EnqueueWebhook(context.Context, string, string, string, int) error {
+func (failingQueue) QueueHook(context.Context, jobs.Outbox, jobs.DeliverWebhook) error {
 	return errors.New("queue down")
 }
 
@@ -272,21 +354,10 @@ func (failingQueue) EnqueueWebhook(context.Context, string, string, string, int)
 func TestHookNotifyAndRecovery(t *testing.T) {
 	e := newHookEnv(t)
 	ctx := context.Background()
-	insp := asynq.NewInspectorFromRedisClient(e.rdb)
-	queued := func() map[string]bool {
-		infos, err := insp.ListPendingTasks(jobs.WebhookQueue)
-		if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
-			t.Fatal(err)
-		}
-		out := map[string]bool{}
-		for _, ti := range infos {
-			out[ti.ID] = true
-		}
-		return out
-	}
+	queued := func() map[string]bool { return e.webhookJobs(t) }
 	e.completed(t, "task_lumen_1", "https://hooks.example.com/", task.Events...)
 	e.completed(t, "task_lumen_2", "https://hooks.example.com/", task.Events...)
-	if due, _ := e.st.HooksDue(ctx, time.Now().Add(time.Hour), 10); len(due) != 2 {
+	if due, _ := e.hooks.Due(ctx, time.Now().Add(time.Hour), 10); len(due) != 2 {
 		t.Fatalf("outbox %+v; want both completions", due)
 	}
 
@@ -295,35 +366,71 @@ func TestHookNotifyAndRecovery(t *testing.T) {
 	if q := queued(); len(q) != 2 || !q["wh:task_lumen_1:task.completed:0"] || !q["wh:task_lumen_1:task.progress:50"] {
 		t.Errorf("queued %v", q)
 	}
-	if ds := e.deliveries(t, "task_lumen_1"); len(ds) != 2 || ds[0].State != store.HookPending || ds[1].State != store.HookPending {
+	if ds := e.deliveries(t, "task_lumen_1"); len(ds) != 2 || ds[0].State != webhook.StatePending || ds[1].State != webhook.StatePending {
 		t.Errorf("deliveries %+v; want two pending", ds)
 	}
 
-	down := newHooks(e.st, failingQueue{}, nil, e.signer, e.h.schedule, e.h.log)
+	down := newHooks(e.hooks, e.tasks, failingQueue{}, nil, e.signer, e.h.schedule, e.h.log)
 	down.Notify(ctx, e.acct, "task_lumen_2", task.EventCompleted, 0)
-	due, _ := e.st.HooksDue(ctx, time.Now().Add(time.Hour), 10)
+	due, _ := e.hooks.Due(ctx, time.Now().Add(time.Hour), 10)
 	if len(due) != 1 || due[0].TaskID != "task_lumen_2" {
 		t.Fatalf("outbox after a failed Notify %+v; want task_lumen_2's completion", due)
 	}
 
 	// Too young for the recovery; then old enough.
-	if n := e.h.recoverRound(ctx, 50*time.Millisecond); n != 0 {
+	if n := e.h.recoverRound(ctx); n != 0 {
 		t.Errorf("recovery queued %d events younger than %v", n, hookGrace)
 	}
-	time.Sleep(50 * time.Millisecond) // the round's lease
 	e.h.now = func() time.Time { return time.Now().Add(hookGrace + time.Second) }
-	if n := e.h.recoverRound(ctx, 50*time.Millisecond); n != 1 {
+	if n := e.h.recoverRound(ctx); n != 1 {
 		t.Errorf("recovery queued %d events; want 1", n)
 	}
 	if q := queued(); !q["wh:task_lumen_2:task.completed:0"] {
 		t.Errorf("queued %v after the recovery", q)
 	}
-	if due, _ := e.st.HooksDue(ctx, time.Now().Add(time.Hour), 10); len(due) != 0 {
+	if due, _ := e.hooks.Due(ctx, time.Now().Add(time.Hour), 10); len(due) != 0 {
 		t.Errorf("outbox after the recovery %+v", due)
 	}
-	// One worker at a time: a second round within the lease does nothing.
-	if n := e.h.recoverRound(ctx, time.Minute); n != 0 {
-		t.Errorf("a round within another's lease queued %d", n)
+
+	// One worker at a time: the recovery's rounds run under the
+	// "webhooks" lease; while another worker holds it, they do nothing,
+	// and once it runs out they queue what the outbox holds.
+	e.completed(t, "task_lumen_3", "https://hooks.example.com/", task.Events...)
+	const held = 300 * time.Millisecond
+	if got, err := e.leases.TryLock(ctx, "webhooks", held); err != nil || !got {
+		t.Fatalf("TryLock = %v, %v", got, err)
+	}
+	taken := time.Now()
+	var mu sync.Mutex
+	var rounds []time.Time
+	loopCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		everyUnderLease(loopCtx, e.leases, "webhooks", 20*time.Millisecond, func(ctx context.Context) {
+			mu.Lock()
+			rounds = append(rounds, time.Now())
+			mu.Unlock()
+			e.h.recoverRound(ctx)
+		})
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !queued()["wh:task_lumen_3:task.completed:0"] {
+		if time.Now().After(deadline) {
+			t.Fatal("the recovery loop never queued the event once the lease ran out")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	<-done
+	if len(rounds) == 0 {
+		t.Fatal("the event was queued with no round run")
+	}
+	if first := rounds[0].Sub(taken); first < held-5*time.Millisecond {
+		t.Errorf("the first round ran %v after another worker took the lease for %v", first, held)
+	}
+	if due, _ := e.hooks.Due(ctx, time.Now().Add(time.Hour), 10); len(due) != 0 {
+		t.Errorf("outbox after the recovery loop %+v", due)
 	}
 }
 
@@ -349,7 +456,7 @@ func TestHookServer(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		ds := e.deliveries(t, "task_lumen_1")
-		if len(ds) == 1 && ds[0].State == store.HookDelivered {
+		if len(ds) == 1 && ds[0].State == webhook.StateDelivered {
 			if len(ds[0].Attempts) != 3 || ds[0].Attempts[0].StatusCode != 500 || ds[0].Attempts[2].StatusCode != 200 {
 				t.Errorf("attempts %+v", ds[0].Attempts)
 			}
@@ -381,7 +488,7 @@ func TestHookServer(t *testing.T) {
 	if n := len(bad.requests()); n != 1 {
 		t.Errorf("%d requests to a receiver answering 404; want 1", n)
 	}
-	if ds := e.deliveries(t, "task_lumen_2"); len(ds) != 1 || ds[0].State != store.HookFailed {
+	if ds := e.deliveries(t, "task_lumen_2"); len(ds) != 1 || ds[0].State != webhook.StateFailed {
 		t.Errorf("deliveries %+v", ds)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/worker/imagegen"
 )
@@ -59,7 +60,7 @@ func TestCanceledRunStops(t *testing.T) {
 			go func() { done <- f.proc.Process(ctx, j, Attempt{MaxRetry: 3}) }()
 			<-started
 			if tc.cancelTask {
-				c, err := f.store.CancelTask(context.Background(), f.acct, j.TaskID)
+				c, err := f.store.Cancel(context.Background(), f.acct, j.TaskID)
 				if err != nil || c.Was != task.Processing || c.Refunded != 0 {
 					t.Fatalf("cancel = %+v, %v; want processing, nothing refunded", c, err)
 				}
@@ -88,7 +89,7 @@ func TestCanceledPendingTaskNeverRuns(t *testing.T) {
 		return nil, errors.New("must not run")
 	}))
 	j := f.job(t, "task_lumen_2", std, nil)
-	c, err := f.store.CancelTask(context.Background(), f.acct, j.TaskID)
+	c, err := f.store.Cancel(context.Background(), f.acct, j.TaskID)
 	if err != nil || c.Was != task.Pending || c.Refunded != price {
 		t.Fatalf("cancel = %+v, %v; want pending, %d refunded", c, err, price)
 	}
@@ -103,18 +104,23 @@ func TestCanceledPendingTaskNeverRuns(t *testing.T) {
 	}
 }
 
-// Hooks hear the events the task's callback asks for, and only those.
+// Hooks hear the events the task's callback asks for, and only those: the
+// store decides which are due (the callback is in the task's record, not
+// in the job), and the processor notifies those.
 func TestHooksHearWantedEvents(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		events []string
-		fail   bool
-		want   []string
+		name    string
+		events  []string
+		fail    bool
+		crashes int // runs that died holding the task before this one
+		want    []string
 	}{
-		{"final only", task.DefaultEvents, false, []string{task.EventCompleted}},
-		{"failed", task.DefaultEvents, true, []string{task.EventFailed}},
-		{"progress too", task.Events, false, []string{task.EventProgress + "@1", task.EventCompleted}},
-		{"no callback", nil, false, nil},
+		{"final only", task.DefaultEvents, false, 0, []string{task.EventCompleted}},
+		{"failed", task.DefaultEvents, true, 0, []string{task.EventFailed}},
+		{"progress too", task.Events, false, 0, []string{task.EventProgress + "@1", task.EventCompleted}},
+		{"crashed its workers twice", task.DefaultEvents, false, 2, []string{task.EventFailed}},
+		{"not the event that happened", []string{task.EventFailed}, false, 0, nil},
+		{"no callback", nil, false, 0, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var gen imagegen.Generator // nil: the procedural generator
@@ -126,19 +132,27 @@ func TestHooksHearWantedEvents(t *testing.T) {
 			f := newFixture(t, gen)
 			var mu sync.Mutex
 			clock := time.Now()
-			f.proc.now = func() time.Time { // a second passes at each reading: every progress write is due
+			f.proc.Now = func() time.Time { // a second passes at each reading: every progress write is due
 				mu.Lock()
 				defer mu.Unlock()
 				clock = clock.Add(time.Second)
 				return clock
 			}
 			hooks := &hookLog{}
-			f.proc.WithHooks(hooks)
-			j := f.job(t, "task_lumen_3", std, func(in *task.Input) {
-				if tc.events != nil {
-					in.Callback = task.Callback{URL: "https://hooks.example.com/x", Events: tc.events}
+			f.proc.Hooks = hooks
+			var cb task.Callback
+			if tc.events != nil {
+				cb = task.Callback{URL: "https://hooks.example.com/x", Events: tc.events}
+			}
+			j := f.jobWith(t, "task_lumen_3", std, cb, "", nil)
+			if j.Input.Callback.URL != "" {
+				t.Fatalf("the job carries the callback %+v; the record keeps it", j.Input.Callback)
+			}
+			for range tc.crashes {
+				if c, err := f.store.Start(context.Background(), f.acct, j.TaskID, j.TaskID, store.Place{}); err != nil || c.Outcome != task.Applied {
+					t.Fatal(c, err)
 				}
-			})
+			}
 			if err := f.proc.Process(context.Background(), j, Attempt{MaxRetry: 0}); err != nil {
 				t.Fatal(err)
 			}

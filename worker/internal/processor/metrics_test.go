@@ -50,7 +50,7 @@ func (f *fixture) metered() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	f.proc.gen = metrics.Generator(f.proc.gen, "test", m)
-	f.proc.WithMetrics(m)
+	f.proc.Metrics = m
 	return reg
 }
 
@@ -123,8 +123,8 @@ func TestMetrics(t *testing.T) {
 		{name: "crashed its workers twice: failed and refunded", gen: ok, attempt: Attempt{Retry: 2, MaxRetry: 3},
 			before: func(t *testing.T, f *fixture, j jobs.GenerateImage) {
 				for range 2 { // two runs that die after starting
-					if o, err := f.store.StartTask(context.Background(), f.acct, j.TaskID, j.TaskID); err != nil || o != store.Applied {
-						t.Fatal(o, err)
+					if c, err := f.store.Start(context.Background(), f.acct, j.TaskID, j.TaskID, store.Place{}); err != nil || c.Outcome != task.Applied {
+						t.Fatal(c, err)
 					}
 				}
 			},

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
@@ -48,16 +49,16 @@ const (
 // recorder is the real task store, with the progress values it was given
 // written down.
 type recorder struct {
-	*store.Store
+	*store.Tasks
 	mu       sync.Mutex
 	progress []int
 }
 
-func (r *recorder) SetProgress(ctx context.Context, a, id, run string, pct int) error {
+func (r *recorder) Progress(ctx context.Context, a, id, run string, pct int) (bool, error) {
 	r.mu.Lock()
 	r.progress = append(r.progress, pct)
 	r.mu.Unlock()
-	return r.Store.SetProgress(ctx, a, id, run, pct)
+	return r.Tasks.Progress(ctx, a, id, run, pct)
 }
 
 type genFunc func(ctx context.Context, req imagegen.Request, progress func(int)) ([]imagegen.Image, error)
@@ -70,14 +71,16 @@ type fixture struct {
 	proc     *Processor
 	store    *recorder
 	blobs    *blob.FS
-	accounts *store.Store
+	db       *store.DB
+	accounts *store.Accounts
 	acct     string
 }
 
 func newFixture(t *testing.T, gen imagegen.Generator) *fixture {
 	t.Helper()
 	srv := redistest.Start(t)
-	rec := &recorder{Store: store.New(srv.Client(t))}
+	db := store.NewDB(srv.Client(t), store.Options{})
+	rec := &recorder{Tasks: store.NewTasks(db)}
 	blobs, err := blob.OpenFS(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -92,20 +95,20 @@ func newFixture(t *testing.T, gen imagegen.Generator) *fixture {
 	}
 	cat, _ := catalog.New("lumen")
 	f := fetch.New(fetch.Options{Policy: egress.Policy{AllowPrivate: true}, Timeout: 5 * time.Second})
-	accounts := store.New(srv.Client(t))
-	a, err := accounts.CreateAccount(context.Background(), store.NewAccount{Name: "test", Credits: startCredits})
+	accounts := store.NewAccounts(db)
+	a, err := accounts.Create(context.Background(), account.Spec{Name: "test", Credits: startCredits})
 	if err != nil {
 		t.Fatal(err)
 	}
 	retry := Retry{MaxAttempts: 3, MaxElapsed: 5 * time.Second, Initial: time.Millisecond, MaxInterval: 5 * time.Millisecond}
-	return &fixture{proc: New(rec, blobs, gen, f, cat, zap.NewNop(), retry), store: rec, blobs: blobs, accounts: accounts, acct: a.ID}
+	return &fixture{proc: New(rec, blobs, gen, f, cat, zap.NewNop(), Options{Retry: retry}), store: rec, blobs: blobs, db: db, accounts: accounts, acct: a.ID}
 }
 
 // credits returns the balance and the number of refunds in the ledger.
 func (f *fixture) credits(t *testing.T) (int64, int) {
 	t.Helper()
 	ctx := context.Background()
-	a, err := f.accounts.Account(ctx, f.acct)
+	a, err := f.accounts.Get(ctx, f.acct)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +118,7 @@ func (f *fixture) credits(t *testing.T) (int64, int) {
 	}
 	refunds := 0
 	for _, e := range entries {
-		if e.Kind == store.KindRefund {
+		if e.Kind == account.Refund {
 			refunds++
 		}
 	}
@@ -125,16 +128,24 @@ func (f *fixture) credits(t *testing.T) (int64, int) {
 // job writes a pending record and returns its job.
 func (f *fixture) job(t *testing.T, id, model string, mod func(*task.Input)) jobs.GenerateImage {
 	t.Helper()
+	return f.jobWith(t, id, model, task.Callback{}, "", mod)
+}
+
+// jobWith writes a pending record with a callback (the record keeps it:
+// the job does not carry it) in queue ("": none), and returns its job.
+func (f *fixture) jobWith(t *testing.T, id, model string, cb task.Callback, queue string, mod func(*task.Input)) jobs.GenerateImage {
+	t.Helper()
 	tier := catalog.Standard
 	if model == pro {
 		tier = catalog.Pro
 	}
-	_, err := f.store.CreateTask(context.Background(), &task.Task{ID: id, AccountID: f.acct, Type: task.Type, Model: model, CreateTime: time.Now()},
-		store.Charge{Price: price, Tier: string(tier), MaxInflight: 100, CountUntil: time.Now().Add(time.Hour)}, nil)
+	now := time.Now()
+	_, err := f.store.Create(context.Background(), &task.Task{ID: id, AccountID: f.acct, Type: task.Type, Model: model, CreateTime: now, Callback: cb},
+		task.Charge{Price: price, Tier: string(tier), MaxInflight: 100, CountUntil: now.Add(time.Hour), Queue: queue}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := jobs.GenerateImage{TaskID: id, AccountID: f.acct, CreateTime: time.Now(),
+	j := jobs.GenerateImage{TaskID: id, AccountID: f.acct, CreateTime: now, Deadline: now.Add(time.Hour),
 		Input: task.Input{Model: catalog.Model{ID: model, Tier: tier}, Prompt: "a cat", AspectRatio: "1:1", ImageSize: "1K"}}
 	if mod != nil {
 		mod(&j.Input)
@@ -144,7 +155,7 @@ func (f *fixture) job(t *testing.T, id, model string, mod func(*task.Input)) job
 
 func (f *fixture) get(t *testing.T, id string) *task.Task {
 	t.Helper()
-	got, err := f.store.Task(context.Background(), f.acct, id)
+	got, err := f.store.Get(context.Background(), f.acct, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +460,7 @@ func TestRetriesStopAtMaxElapsed(t *testing.T) {
 		calls++
 		return nil, apperr.Transient(errors.New("500"), task.UpstreamUnavailable, "down")
 	}))
-	f.proc.retry = Retry{MaxAttempts: 100, MaxElapsed: 50 * time.Millisecond, Initial: 20 * time.Millisecond, MaxInterval: 20 * time.Millisecond}
+	f.proc.Retry = Retry{MaxAttempts: 100, MaxElapsed: 50 * time.Millisecond, Initial: 20 * time.Millisecond, MaxInterval: 20 * time.Millisecond}
 	j := f.job(t, "task_lumen_4", std, nil)
 	start := time.Now()
 	if err := f.proc.Process(context.Background(), j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
@@ -484,11 +495,11 @@ func TestDuplicateAndOrphanJobs(t *testing.T) {
 	}
 	// A job whose record is gone (expired, or removed after an enqueue
 	// failure) is dropped without recreating it.
-	orphan := jobs.GenerateImage{TaskID: "task_lumen_8", AccountID: f.acct, Input: task.Input{Model: catalog.Model{ID: std, Tier: catalog.Standard}, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}}
+	orphan := jobs.GenerateImage{TaskID: "task_lumen_8", AccountID: f.acct, Deadline: time.Now().Add(time.Hour), Input: task.Input{Model: catalog.Model{ID: std, Tier: catalog.Standard}, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}}
 	if err := f.proc.Process(context.Background(), orphan, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.store.Task(context.Background(), f.acct, "task_lumen_8"); apperr.CodeOf(err) != apperr.NotFound {
+	if _, err := f.store.Get(context.Background(), f.acct, "task_lumen_8"); apperr.CodeOf(err) != apperr.NotFound {
 		t.Errorf("orphan job created a record: %v", err)
 	}
 	if calls != 1 {
@@ -548,7 +559,7 @@ func TestRefundAcrossRetries(t *testing.T) {
 			for _, r := range tt.runs {
 				if r.crash {
 					// All a crashed run leaves behind: the task marked processing.
-					if _, err := f.store.StartTask(context.Background(), f.acct, "task_lumen_42", "task_lumen_42"); err != nil {
+					if _, err := f.store.Start(context.Background(), f.acct, "task_lumen_42", "task_lumen_42", store.Place{}); err != nil {
 						t.Fatal(err)
 					}
 					continue
@@ -580,7 +591,7 @@ func TestRefundAcrossRetries(t *testing.T) {
 func TestTaskLogLines(t *testing.T) {
 	f := newFixture(t, nil)
 	core, logs := observer.New(zap.InfoLevel)
-	f.proc = New(f.store, f.blobs, f.proc.gen, f.proc.fetch, f.proc.catalog, zap.New(core, zap.AddCaller()), f.proc.retry)
+	f.proc = New(f.store, f.blobs, f.proc.gen, f.proc.fetch, f.proc.catalog, zap.New(core, zap.AddCaller()), f.proc.Options)
 	j := f.job(t, "task_lumen_7", std, nil)
 	if err := f.proc.Process(context.Background(), j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
@@ -645,8 +656,8 @@ func TestCrashedRunsAndSupersededRuns(t *testing.T) {
 
 	j := f.job(t, "task_lumen_50", std, nil)
 	for i := 0; i < 2; i++ { // two runs that die after starting
-		if o, err := f.store.StartTask(ctx, f.acct, j.TaskID, j.TaskID); err != nil || o != store.Applied {
-			t.Fatalf("start %d: %v %v", i, o, err)
+		if c, err := f.store.Start(ctx, f.acct, j.TaskID, j.TaskID, store.Place{}); err != nil || c.Outcome != task.Applied {
+			t.Fatalf("start %d: %v %v", i, c.Outcome, err)
 		}
 	}
 	if err := f.proc.Process(ctx, j, Attempt{Retry: 2, MaxRetry: 3, Run: j.TaskID}); err != nil {
@@ -659,11 +670,11 @@ func TestCrashedRunsAndSupersededRuns(t *testing.T) {
 
 	// Run 1 took the task over: run 0, coming back late, is dropped.
 	j2 := f.job(t, "task_lumen_51", std, nil)
-	if _, err := f.store.StartTask(ctx, f.acct, j2.TaskID, j2.TaskID); err != nil {
-		t.Fatal(err)
+	if c, err := f.store.Start(ctx, f.acct, j2.TaskID, j2.TaskID, store.Place{}); err != nil || c.Outcome != task.Applied {
+		t.Fatal(c, err)
 	}
-	if o, run, err := f.store.Takeover(ctx, f.acct, j2.TaskID, j2.TaskID, func(n int) string { return jobs.RunID(j2.TaskID, n) }); err != nil || o != store.Applied {
-		t.Fatalf("takeover: %v %s %v", o, run, err)
+	if c, run, err := f.store.Takeover(ctx, f.acct, j2.TaskID, j2.TaskID, func(n int) string { return jobs.RunID(j2.TaskID, n) }); err != nil || c.Outcome != task.Applied {
+		t.Fatalf("takeover: %v %s %v", c.Outcome, run, err)
 	}
 	if err := f.proc.Process(ctx, j2, Attempt{Retry: 1, MaxRetry: 3, Run: j2.TaskID}); err != nil {
 		t.Fatal(err)
@@ -676,5 +687,53 @@ func TestCrashedRunsAndSupersededRuns(t *testing.T) {
 	}
 	if got := f.get(t, j2.TaskID); got.Status != task.Completed || calls != 1 {
 		t.Errorf("the new run: %s after %d generations; want completed after 1", got.Status, calls)
+	}
+}
+
+// Queue positions: the store counts a task out of its queue when a run
+// starts it (the processor no longer does), once, whatever runs follow.
+func TestStartCountsTaskOutOfQueue(t *testing.T) {
+	f := newFixture(t, genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
+		return []imagegen.Image{{Data: []byte("\x89PNG"), MIME: "image/png", Width: 1, Height: 1}}, nil
+	}))
+	ctx := context.Background()
+	queue := jobs.Queue(catalog.Standard)
+	queues := store.NewQueues(f.db)
+	dequeued := func() int64 {
+		t.Helper()
+		st, err := queues.Stats(ctx, queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Dequeued
+	}
+	first := f.jobWith(t, "task_lumen_100", std, task.Callback{}, queue, nil)
+	second := f.jobWith(t, "task_lumen_101", std, task.Callback{}, queue, nil)
+	behind := f.get(t, second.TaskID)
+	if behind.Queue != queue || behind.QueueSeq != 2 {
+		t.Fatalf("second task in queue %q as %d; want %q as 2", behind.Queue, behind.QueueSeq, queue)
+	}
+	if n := dequeued(); n != 0 {
+		t.Fatalf("%d counted out before any start", n)
+	}
+	if err := f.proc.Process(ctx, first, Attempt{Run: first.TaskID, MaxRetry: 3}); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := queues.Stats(ctx, queue)
+	if st.Dequeued != 1 {
+		t.Errorf("%d counted out after one task started; want 1", st.Dequeued)
+	}
+	if p := st.PositionOf(behind.QueueSeq, time.Now()); p.Position != 1 {
+		t.Errorf("the task behind stands at %d; want 1", p.Position)
+	}
+	// A duplicate of the finished job counts nothing more.
+	if err := f.proc.Process(ctx, first, Attempt{Run: first.TaskID, Retry: 1, MaxRetry: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.proc.Process(ctx, second, Attempt{Run: second.TaskID, MaxRetry: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if n := dequeued(); n != 2 {
+		t.Errorf("%d counted out after two tasks started (one of them twice); want 2", n)
 	}
 }

@@ -53,7 +53,7 @@ func TestUpstreamQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := quota.New(redistest.Start(t).Client(t), limits, quota.Options{Cooldown: 500 * time.Millisecond})
-	f.proc.WithQuota(sharedQuota{q})
+	f.proc.Quota = sharedQuota{q}
 	ctx := context.Background()
 
 	var wg sync.WaitGroup
@@ -99,10 +99,10 @@ func TestQuotaWaitIsNotRetryTime(t *testing.T) {
 		}
 		return []imagegen.Image{{Data: []byte("\x89PNG"), MIME: "image/png", Width: 1, Height: 1}}, nil
 	}))
-	f.proc.retry.MaxElapsed = 300 * time.Millisecond
+	f.proc.Retry.MaxElapsed = 300 * time.Millisecond
 	limits, _ := quota.ParseLimits("", "*=1")
 	q := quota.New(redistest.Start(t).Client(t), limits, quota.Options{Cooldown: 100 * time.Millisecond})
-	f.proc.WithQuota(sharedQuota{q})
+	f.proc.Quota = sharedQuota{q}
 	ctx := context.Background()
 	// Another worker holds the one slot for longer than the whole budget.
 	other, err := q.Acquire(ctx, std)

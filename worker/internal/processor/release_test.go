@@ -12,7 +12,7 @@ import (
 	"github.com/easelhq/easel/worker/imagegen"
 )
 
-// unconfirmedStarts applies the first n StartTask calls but answers them
+// unconfirmedStarts applies the first n Start calls but answers them
 // with an error, as a start whose reply was lost, or that Redis applied but
 // its replicas did not confirm (EASEL_REDIS_MIN_REPLICAS), is answered.
 type unconfirmedStarts struct {
@@ -20,13 +20,13 @@ type unconfirmedStarts struct {
 	n int
 }
 
-func (u *unconfirmedStarts) StartTaskWith(ctx context.Context, acct, id, run string, p store.Place) (store.Outcome, error) {
-	o, err := u.Store.StartTaskWith(ctx, acct, id, run, p)
+func (u *unconfirmedStarts) Start(ctx context.Context, acct, id, run string, p store.Place) (store.Change, error) {
+	c, err := u.Store.Start(ctx, acct, id, run, p)
 	if err == nil && u.n > 0 {
 		u.n--
-		return o, apperr.Transient(errors.New("store: not confirmed by enough replicas"), apperr.Unavailable, "try again")
+		return c, apperr.Transient(errors.New("store: not confirmed by enough replicas"), apperr.Unavailable, "try again")
 	}
-	return o, err
+	return c, err
 }
 
 // A start that failed in reply only is no crash: the run hands the task
@@ -61,14 +61,14 @@ func TestAccountShare(t *testing.T) {
 	f := newFixture(t, genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
 		return []imagegen.Image{{Data: []byte("\x89PNG"), MIME: "image/png", Width: 1, Height: 1}}, nil
 	}))
-	f.proc.WithMaxRunning(2)
+	f.proc.MaxRunning = 2
 	ctx := context.Background()
 	place := store.Place{Limit: 2, Until: time.Now().Add(time.Minute)}
 	// Two of the account's tasks running, on other workers.
 	for _, other := range []string{"task_lumen_70", "task_lumen_71"} {
 		j := f.job(t, other, std, nil)
-		if o, err := f.accounts.StartTaskWith(ctx, f.acct, j.TaskID, j.TaskID, place); o != store.Applied || err != nil {
-			t.Fatalf("start %s: %v %v", other, o, err)
+		if c, err := f.store.Start(ctx, f.acct, j.TaskID, j.TaskID, place); c.Outcome != task.Applied || err != nil {
+			t.Fatalf("start %s: %v %v", other, c.Outcome, err)
 		}
 	}
 	j := f.job(t, "task_lumen_72", std, nil)
@@ -87,7 +87,7 @@ func TestAccountShare(t *testing.T) {
 	if got := f.get(t, j.TaskID); got.Status != task.Pending {
 		t.Errorf("a job that waits for a place changed its task to %s", got.Status)
 	}
-	if _, _, err := f.accounts.CompleteTask(ctx, f.acct, "task_lumen_70", "task_lumen_70", nil); err != nil {
+	if _, err := f.store.Complete(ctx, f.acct, "task_lumen_70", "task_lumen_70", nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.proc.Process(ctx, j, Attempt{Run: j.TaskID}); err != nil {
@@ -96,7 +96,7 @@ func TestAccountShare(t *testing.T) {
 	if got := f.get(t, j.TaskID); got.Status != task.Completed {
 		t.Errorf("task %s once a place was free", got.Status)
 	}
-	if n, _ := f.accounts.Running(ctx, f.acct); n != 1 {
+	if n, _ := f.store.Running(ctx, f.acct); n != 1 {
 		t.Errorf("%d places held after the task finished; want 1 (the other task's)", n)
 	}
 }
