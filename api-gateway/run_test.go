@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
@@ -325,24 +325,20 @@ func TestReadinessOnACluster(t *testing.T) {
 	waitStatus(t, base+"/readyz", 200, 10*time.Second)
 }
 
-// taskRecords counts the task records of an account in Redis: every key
-// of the account's task records (its hash tag and "t:"), found by SCAN,
-// that reads as a task. Records a listing would miss count too.
-func taskRecords(ctx context.Context, rdb *redis.Client, tasks *store.Tasks, accountID string) (int, error) {
-	prefix := "easel:{a:" + accountID + "}:t:"
-	n := 0
-	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		t, err := tasks.Get(ctx, accountID, strings.TrimPrefix(iter.Val(), prefix))
-		if apperr.CodeOf(err) == apperr.NotFound {
-			continue // expired since the scan saw it
-		}
+// taskRecords counts the task records of an account, paging its listing:
+// the create script writes a record and its index entry in one step, and
+// an undo removes both in one step, so the listing sees every record.
+func taskRecords(ctx context.Context, _ *redis.Client, tasks *store.Tasks, accountID string) (int, error) {
+	n, cursor := 0, ""
+	for {
+		page, next, err := tasks.List(ctx, accountID, task.Filter{Limit: 100, Cursor: cursor})
 		if err != nil {
 			return n, err
 		}
-		if t.AccountID == accountID {
-			n++
+		n += len(page)
+		if next == "" {
+			return n, nil
 		}
+		cursor = next
 	}
-	return n, iter.Err()
 }

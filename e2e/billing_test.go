@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/account"
 )
 
 // TestConcurrentCreatesNeverOverdraw: 200 creates at once on an account
 // whose balance covers exactly 50 tasks.
 func TestConcurrentCreatesNeverOverdraw(t *testing.T) {
 	s := startStack(t, stackOptions{})
-	id, key := s.newAccount(t, store.NewAccount{Name: "fifty", Credits: 50 * 4, RateLimit: 10_000, MaxInflight: 10_000})
+	id, key := s.newAccount(t, account.Spec{Name: "fifty", Credits: 50 * 4, RateLimit: 10_000, MaxInflight: 10_000})
 	const n = 200
 	statuses := make(chan int, n)
 	var wg sync.WaitGroup
@@ -42,14 +42,14 @@ func TestConcurrentCreatesNeverOverdraw(t *testing.T) {
 		t.Errorf("statuses %v; want 50 × 200 and 150 × 402", count)
 	}
 	ctx := context.Background()
-	a, err := s.accounts.Account(ctx, id)
+	a, err := s.accounts.Get(ctx, id)
 	if err != nil || a.Credits != 0 {
 		t.Errorf("balance %d, %v; want 0", a.Credits, err)
 	}
 	entries, _ := s.accounts.Ledger(ctx, id, 1000)
 	debits, tasks := 0, map[string]bool{}
 	for _, e := range entries {
-		if e.Kind == store.KindDebit && e.Amount == -4 {
+		if e.Kind == account.Debit && e.Amount == -4 {
 			debits++
 			tasks[e.TaskID] = true
 		}
@@ -61,20 +61,20 @@ func TestConcurrentCreatesNeverOverdraw(t *testing.T) {
 
 func TestFailedTaskIsRefunded(t *testing.T) {
 	s := startStack(t, stackOptions{})
-	id, key := s.newAccount(t, store.NewAccount{Name: "refund", Credits: 100})
+	id, key := s.newAccount(t, account.Spec{Name: "refund", Credits: 100})
 	src := sourceServer(t)
 	c := newClient(t, s.base, key)
 	task := c.create(createBody(pro, `{"prompt":"p","image_size":"4K","image_urls":["`+src.URL+`/0x0.png"]}`))
-	if a, _ := s.accounts.Account(context.Background(), id); a.Credits != 76 {
+	if a, _ := s.accounts.Get(context.Background(), id); a.Credits != 76 {
 		t.Errorf("balance %d after a 4K pro create; want 76", a.Credits)
 	}
 	rec, _, _ := c.poll(task, 30*time.Second)
 	if rec.Status != "failed" {
 		t.Fatalf("task %s", rec.Status)
 	}
-	a, _ := s.accounts.Account(context.Background(), id)
+	a, _ := s.accounts.Get(context.Background(), id)
 	entries, _ := s.accounts.Ledger(context.Background(), id, 10)
-	if a.Credits != 100 || len(entries) != 3 || entries[0].Kind != store.KindRefund || entries[0].TaskID != task || entries[0].Amount != 24 || entries[0].Note != "source_fetch_failed" {
+	if a.Credits != 100 || len(entries) != 3 || entries[0].Kind != account.Refund || entries[0].TaskID != task || entries[0].Amount != 24 || entries[0].Note != "source_fetch_failed" {
 		t.Errorf("balance %d, ledger %+v", a.Credits, entries)
 	}
 }
@@ -112,7 +112,7 @@ func TestEaselctl(t *testing.T) {
 	if rec, _, _ := c.poll(task, 30*time.Second); rec.Status != "completed" {
 		t.Fatalf("task %s", rec.Status)
 	}
-	var entries []store.LedgerEntry
+	var entries []account.LedgerEntry
 	if err := json.Unmarshal([]byte(ctl("ledger", id, "--json")), &entries); err != nil || len(entries) != 3 || entries[0].TaskID != task || entries[0].Amount != -4 || entries[0].Balance != 34 {
 		t.Errorf("ledger %+v %v", entries, err)
 	}
@@ -137,7 +137,7 @@ func TestEaselctl(t *testing.T) {
 	t.Logf("revocation took effect after %v", time.Since(revoked).Round(time.Millisecond))
 
 	// A disabled account is refused with 403, likewise within 5 s.
-	acctID, key2 := s.newAccount(t, store.NewAccount{Name: "to-disable", Credits: 10})
+	acctID, key2 := s.newAccount(t, account.Spec{Name: "to-disable", Credits: 10})
 	if !strings.Contains(ctl("account", "list"), acctID) {
 		t.Error("account list lacks an account")
 	}

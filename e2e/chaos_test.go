@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/redisconn"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
@@ -55,13 +56,14 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rdb.Close()
-	st := store.New(rdb)
+	db := store.NewDB(rdb, store.Options{})
+	accounts, tasksStore := store.NewAccounts(db), store.NewTasks(db)
 	const credits = 10_000_000
-	acct, err := st.CreateAccount(context.Background(), store.NewAccount{Name: "chaos", Credits: credits, RateLimit: 100_000, MaxInflight: 100_000})
+	acct, err := accounts.Create(context.Background(), account.Spec{Name: "chaos", Credits: credits, RateLimit: 100_000, MaxInflight: 100_000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _, err := st.CreateKey(context.Background(), acct.ID)
+	key, _, err := accounts.CreateKey(context.Background(), acct.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +169,7 @@ func TestChaos(t *testing.T) {
 	var tasks map[string]*task.Task
 	settled := false
 	for time.Since(loadStopped) < bound {
-		tasks = allTasks(t, st, acct.ID)
+		tasks = allTasks(t, tasksStore, acct.ID)
 		if len(tasks) > 0 && unfinished(tasks) == 0 {
 			settled = true
 			break
@@ -193,16 +195,16 @@ func TestChaos(t *testing.T) {
 	if !settled {
 		t.Errorf("%d tasks still unfinished %s after the load stopped", unfinished(tasks), bound)
 	}
-	entries, err := st.Ledger(context.Background(), acct.ID, 1_000_000)
+	entries, err := accounts.Ledger(context.Background(), acct.ID, 1_000_000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	debits, refunds := map[string]int{}, map[string]int{}
 	for _, e := range entries {
 		switch e.Kind {
-		case store.KindDebit:
+		case account.Debit:
 			debits[e.TaskID]++
-		case store.KindRefund:
+		case account.Refund:
 			refunds[e.TaskID]++
 		}
 	}
@@ -243,7 +245,7 @@ func TestChaos(t *testing.T) {
 			}
 		}
 	}
-	a, err := st.Account(context.Background(), acct.ID)
+	a, err := accounts.Get(context.Background(), acct.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,10 +354,10 @@ func (l *loadRecord) summary() string {
 	return strings.Join(parts, ", ")
 }
 
-func allTasks(t *testing.T, st *store.Store, acct string) map[string]*task.Task {
+func allTasks(t *testing.T, tasks *store.Tasks, acct string) map[string]*task.Task {
 	t.Helper()
-	out := map[string]*task.Task{}
-	if err := st.EachTask(context.Background(), acct, func(tk *task.Task) error { out[tk.ID] = tk; return nil }); err != nil {
+	out, err := accountTasks(context.Background(), tasks, acct)
+	if err != nil {
 		t.Logf("reading tasks: %v", err)
 	}
 	return out

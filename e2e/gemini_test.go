@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/account"
 )
 
 // fakeGemini speaks the Gemini API's generateContent JSON. What it answers
@@ -114,7 +114,7 @@ func TestGeminiGenerator(t *testing.T) {
 		"EASEL_RETRY_MAX_ATTEMPTS":     "3",
 		"EASEL_TASK_DEADLINE":          "2s",
 	}})
-	id, key := s.newAccount(t, store.NewAccount{Name: "gemini", Credits: 1000, RateLimit: 100})
+	id, key := s.newAccount(t, account.Spec{Name: "gemini", Credits: 1000, RateLimit: 100})
 	c := newClient(t, s.base, key)
 	src := sourceServer(t)
 
@@ -152,7 +152,7 @@ func TestGeminiGenerator(t *testing.T) {
 			entries, _ := s.accounts.Ledger(context.Background(), id, 1000)
 			refunds := 0
 			for _, e := range entries {
-				if e.Kind == store.KindRefund && e.TaskID == task {
+				if e.Kind == account.Refund && e.TaskID == task {
 					refunds++
 				}
 			}

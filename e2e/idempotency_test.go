@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/easelhq/easel/pkg/store"
-	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/account"
 )
 
 // Idempotent creates over HTTP: many concurrent requests with one key make
@@ -20,7 +19,7 @@ import (
 func TestIdempotentCreates(t *testing.T) {
 	s := startStack(t, stackOptions{})
 	const credits = 1000
-	acct, key := s.newAccount(t, store.NewAccount{Name: "idem", Credits: credits, RateLimit: 10000})
+	acct, key := s.newAccount(t, account.Spec{Name: "idem", Credits: credits, RateLimit: 10000})
 	c := newClient(t, s.base, key)
 	body := createBody(std, `{"prompt":"once"}`)
 	idem := map[string]string{"Idempotency-Key": "order-42/attempt"}
@@ -68,16 +67,15 @@ func TestIdempotentCreates(t *testing.T) {
 	if st != 200 || h.Get("Idempotent-Replayed") != "true" || !strings.Contains(string(b), id) {
 		t.Errorf("repeat: %d %s, Idempotent-Replayed %q; want 200 with %s replayed", st, b, h.Get("Idempotent-Replayed"), id)
 	}
-	a, err := s.accounts.Account(context.Background(), acct)
+	a, err := s.accounts.Get(context.Background(), acct)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.Credits != credits-4 {
 		t.Errorf("balance %d; want %d, one charge", a.Credits, credits-4)
 	}
-	tasks := 0
-	if err := s.accounts.EachTask(context.Background(), acct, func(*task.Task) error { tasks++; return nil }); err != nil || tasks != 1 {
-		t.Errorf("%d tasks (%v); want 1", tasks, err)
+	if tasks, err := accountTasks(context.Background(), s.tasks, acct); err != nil || len(tasks) != 1 {
+		t.Errorf("%d tasks (%v); want 1", len(tasks), err)
 	}
 	if rec, _, _ := c.poll(id, 30*time.Second); rec.Status != "completed" {
 		t.Errorf("the task: %s", rec.Status)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/account"
 )
 
 // scrapeMetrics reads a /metrics endpoint in Prometheus's text format into
@@ -82,7 +82,7 @@ func expectMetrics(t *testing.T, what string, scrape func() map[string]float64, 
 func TestMetricsEndToEnd(t *testing.T) {
 	ops := freeAddr(t)
 	s := startStack(t, stackOptions{workers: 2, simDelay: 50 * time.Millisecond, env: map[string]string{"EASEL_METRICS_ADDR": ops}})
-	acct, key := s.newAccount(t, store.NewAccount{Name: "metrics", Credits: 10_000, RateLimit: 1000, MaxInflight: 100})
+	acct, key := s.newAccount(t, account.Spec{Name: "metrics", Credits: 10_000, RateLimit: 1000, MaxInflight: 100})
 	src := sourceServer(t)
 	c := newClient(t, s.base, key)
 
@@ -131,9 +131,9 @@ func TestMetricsEndToEnd(t *testing.T) {
 	var ledgerDebits, ledgerRefunds float64
 	for _, e := range entries {
 		switch e.Kind {
-		case store.KindDebit:
+		case account.Debit:
 			ledgerDebits -= float64(e.Amount)
-		case store.KindRefund:
+		case account.Refund:
 			ledgerRefunds += float64(e.Amount)
 		}
 	}

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
-	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 )
 
@@ -18,8 +18,7 @@ import (
 func TestRecoveryQueuesAndExpires(t *testing.T) {
 	s := startStack(t, stackOptions{simDelay: 100 * time.Millisecond})
 	ctx := context.Background()
-	acct, _ := s.newAccount(t, store.NewAccount{Name: "recovery", Credits: 100})
-	st := s.accounts
+	acct, _ := s.newAccount(t, account.Spec{Name: "recovery", Credits: 100})
 	charge := func(id string, countUntil time.Time) {
 		now := time.Now()
 		j := jobs.GenerateImage{TaskID: id, AccountID: acct, CreateTime: now, Deadline: now.Add(time.Minute),
@@ -29,7 +28,7 @@ func TestRecoveryQueuesAndExpires(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec := &task.Task{ID: id, AccountID: acct, Type: task.Type, Model: std, CreateTime: now}
-		if _, err := st.CreateTask(ctx, rec, store.Charge{Price: 4, Tier: "standard", MaxInflight: 10, CountUntil: countUntil}, payload); err != nil {
+		if _, err := s.tasks.Create(ctx, rec, task.Charge{Price: 4, Tier: "standard", MaxInflight: 10, CountUntil: countUntil}, payload); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -37,13 +36,13 @@ func TestRecoveryQueuesAndExpires(t *testing.T) {
 	charge("task_lumen_9000000000000000002", time.Now().Add(-time.Second)) // overdue: nothing will run it
 	// The overdue one must not be started by its job either: no queue check
 	// for it, and no job.
-	if err := st.DropQueueCheck(ctx, acct, "task_lumen_9000000000000000002"); err != nil {
+	if err := s.tasks.DropQueueCheck(ctx, acct, "task_lumen_9000000000000000002"); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(75 * time.Second) // the first queue check after 10 s, rounds every 5 s; the overdue sweep every 30 s
 	for {
-		a, _ := st.Task(ctx, acct, "task_lumen_9000000000000000001")
-		b, _ := st.Task(ctx, acct, "task_lumen_9000000000000000002")
+		a, _ := s.tasks.Get(ctx, acct, "task_lumen_9000000000000000001")
+		b, _ := s.tasks.Get(ctx, acct, "task_lumen_9000000000000000002")
 		if a != nil && b != nil && a.Status == task.Completed && b.Status == task.Failed {
 			if b.Failure.Code != string(task.Timeout) || !b.Refunded {
 				t.Errorf("the overdue task: %+v", b.Failure)
@@ -55,7 +54,7 @@ func TestRecoveryQueuesAndExpires(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if a, _ := st.Account(ctx, acct); a.Credits != 100-4 {
+	if a, _ := s.accounts.Get(ctx, acct); a.Credits != 100-4 {
 		t.Errorf("balance %d; want 96 (one task ran, one was refunded)", a.Credits)
 	}
 }

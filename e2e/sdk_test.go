@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/account"
 	easel "github.com/easelhq/easel/sdk/go"
 )
 
@@ -239,7 +239,7 @@ func TestSDK(t *testing.T) {
 	})
 
 	t.Run("429 retried after Retry-After", func(t *testing.T) {
-		_, key := s.newAccount(t, store.NewAccount{Name: "e2e-sdk-slow", Credits: 1000, QueryRateLimit: 1})
+		_, key := s.newAccount(t, account.Spec{Name: "e2e-sdk-slow", Credits: 1000, QueryRateLimit: 1})
 		slow, _ := easel.New(s.base, key)
 		start := time.Now()
 		for range 3 {

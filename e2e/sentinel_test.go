@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/tools/testkit/redisproc"
 	"github.com/easelhq/easel/tools/testkit/redistest"
@@ -121,7 +121,7 @@ func runFailover(t *testing.T, replicas, minReplicas int) failoverReport {
 		"EASEL_LOG_LEVEL":          "error",
 	}})
 	const credits = 1_000_000
-	acct, key := s.newAccount(t, store.NewAccount{Name: "failover", Credits: credits})
+	acct, key := s.newAccount(t, account.Spec{Name: "failover", Credits: credits})
 
 	// Steady load: four clients, each creating a task every 40 ms.
 	ctx, stop := context.WithCancel(context.Background())
@@ -186,11 +186,10 @@ func runFailover(t *testing.T, replicas, minReplicas int) failoverReport {
 
 	// Wait for the acknowledged tasks to finish: a job a failover lost is
 	// queued again by the workers' queue check.
-	tasks := map[string]*task.Task{}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		clear(tasks)
-		if err := s.accounts.EachTask(context.Background(), acct, func(tk *task.Task) error { tasks[tk.ID] = tk; return nil }); err != nil {
+		tasks, err := accountTasks(context.Background(), s.tasks, acct)
+		if err != nil {
 			t.Fatal(err)
 		}
 		r.lost, r.unfinished, r.unfinishedBy, r.firstFailure = 0, 0, map[task.Status]int{}, nil
@@ -235,12 +234,12 @@ func runFailover(t *testing.T, replicas, minReplicas int) failoverReport {
 	}
 	for id, kinds := range moves {
 		slices.Sort(kinds)
-		if !slices.Equal(kinds, []string{store.KindDebit}) && !slices.Equal(kinds, []string{store.KindDebit, store.KindRefund}) {
+		if !slices.Equal(kinds, []string{account.Debit}) && !slices.Equal(kinds, []string{account.Debit, account.Refund}) {
 			t.Logf("task %s: credit moves %v", id, kinds)
 			r.doubleMoves++
 		}
 	}
-	a, err := s.accounts.Account(context.Background(), acct)
+	a, err := s.accounts.Get(context.Background(), acct)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,10 +10,10 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/redisconn"
-	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/worker"
 )
 
@@ -26,7 +26,7 @@ func TestShutdownHandsBackCutTasks(t *testing.T) {
 	// worker's.
 	s := startStack(t, stackOptions{env: map[string]string{"EASEL_QUEUES": "pro"}})
 	const credits = 1000
-	acct, key := s.newAccount(t, store.NewAccount{Name: "shutdown", Credits: credits})
+	acct, key := s.newAccount(t, account.Spec{Name: "shutdown", Credits: credits})
 	c := newClient(t, s.base, key)
 
 	startWorker := func(simDelay string) (stop func() time.Duration) {
@@ -109,7 +109,7 @@ func TestShutdownHandsBackCutTasks(t *testing.T) {
 			t.Errorf("task %s: %s", id, rec.Status)
 		}
 	}
-	a, err := s.accounts.Account(context.Background(), acct)
+	a, err := s.accounts.Get(context.Background(), acct)
 	if err != nil {
 		t.Fatal(err)
 	}

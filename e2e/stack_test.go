@@ -26,8 +26,10 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	gateway "github.com/easelhq/easel/api-gateway"
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/redisconn"
 	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/worker"
 )
 
@@ -44,7 +46,8 @@ type stack struct {
 	redisURL   string
 	env        map[string]string // the services' environment
 	workerAddr []string
-	accounts   *store.Store
+	accounts   *store.Accounts
+	tasks      *store.Tasks
 	key        string // of an active account
 	keyOther   string // of a second active account
 	keyOff     string // of a disabled account
@@ -158,11 +161,12 @@ func startStack(t *testing.T, o stackOptions) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rdb.Close() })
-	s.accounts = store.New(rdb)
-	_, s.key = s.newAccount(t, store.NewAccount{Name: "e2e", Credits: 1_000_000})
-	_, s.keyOther = s.newAccount(t, store.NewAccount{Name: "e2e-other", Credits: 1_000_000})
-	offID, off := s.newAccount(t, store.NewAccount{Name: "e2e-off", Credits: 1_000_000})
-	if err := s.accounts.SetAccountStatus(context.Background(), offID, store.Disabled); err != nil {
+	db := store.NewDB(rdb, store.Options{})
+	s.accounts, s.tasks = store.NewAccounts(db), store.NewTasks(db)
+	_, s.key = s.newAccount(t, account.Spec{Name: "e2e", Credits: 1_000_000})
+	_, s.keyOther = s.newAccount(t, account.Spec{Name: "e2e-other", Credits: 1_000_000})
+	offID, off := s.newAccount(t, account.Spec{Name: "e2e-off", Credits: 1_000_000})
+	if err := s.accounts.SetStatus(context.Background(), offID, account.Disabled); err != nil {
 		t.Fatal(err)
 	}
 	s.keyOff = off
@@ -170,10 +174,10 @@ func startStack(t *testing.T, o stackOptions) *stack {
 }
 
 // newAccount makes an account and a key for it.
-func (s *stack) newAccount(t *testing.T, n store.NewAccount) (string, string) {
+func (s *stack) newAccount(t *testing.T, spec account.Spec) (string, string) {
 	t.Helper()
 	ctx := context.Background()
-	a, err := s.accounts.CreateAccount(ctx, n)
+	a, err := s.accounts.Create(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,6 +186,27 @@ func (s *stack) newAccount(t *testing.T, n store.NewAccount) (string, string) {
 		t.Fatal(err)
 	}
 	return a.ID, k
+}
+
+// accountTasks reads every task of an account, by id, paging through its
+// listing (Tasks.List): the tasks of its index, those created in the last
+// day plus their deadline, which is every task a test makes.
+func accountTasks(ctx context.Context, tasks *store.Tasks, acct string) (map[string]*task.Task, error) {
+	out := map[string]*task.Task{}
+	f := task.Filter{Limit: 1000}
+	for {
+		page, next, err := tasks.List(ctx, acct, f)
+		if err != nil {
+			return out, err
+		}
+		for _, tk := range page {
+			out[tk.ID] = tk
+		}
+		if next == "" {
+			return out, nil
+		}
+		f.Cursor = next
+	}
 }
 
 func waitHTTP(t testing.TB, u string) {

@@ -70,7 +70,7 @@ func TestCancelEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	credits := func() int64 {
-		a, err := s.accounts.Account(ctx, acct.ID)
+		a, err := s.accounts.Get(ctx, acct.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/webhook"
 )
 
@@ -168,7 +168,7 @@ func TestWebhooks(t *testing.T) {
 	s := startStack(t, stackOptions{simDelay: 1500 * time.Millisecond, env: map[string]string{
 		"EASEL_WEBHOOK_RETRY_INITIAL": "300ms", // retries within the test's time
 	}})
-	acct, key := s.newAccount(t, store.NewAccount{Name: "hooks", Credits: 10_000})
+	acct, key := s.newAccount(t, account.Spec{Name: "hooks", Credits: 10_000})
 	secret := adminSecret(t, s.base, acct)
 	sink := newHookSink(t, map[string][]int{"/flaky": {500, 200}, "/bad": {400}})
 	withHook := func(path, extra string) string {

@@ -21,8 +21,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/jobs"
-	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/tools/loadgen"
 )
@@ -305,8 +305,8 @@ func (e *env) fresh(ctx context.Context) error {
 	if err := flushAll(ctx, e.rdb); err != nil { // our own servers, started by startRedis
 		return err
 	}
-	st := store.New(e.rdb)
-	a, err := st.CreateAccount(ctx, store.NewAccount{Name: "bench", Credits: 1e12, RateLimit: 1_000_000, QueryRateLimit: 1_000_000, MaxInflight: 1_000_000})
+	st := e.accounts()
+	a, err := st.Create(ctx, account.Spec{Name: "bench", Credits: 1e12, RateLimit: 1_000_000, QueryRateLimit: 1_000_000, MaxInflight: 1_000_000})
 	if err != nil {
 		return fmt.Errorf("bench account: %w", err)
 	}
@@ -507,11 +507,11 @@ func (e *env) memory(ctx context.Context, before int64, res *results) error {
 	}
 	var sampled, total int64
 	var n int64
-	st := store.New(e.rdb)
-	_ = st.EachTask(ctx, e.acct, func(t *task.Task) error {
+	st := e.tasks()
+	_ = eachTask(ctx, st, e.acct, func(t *task.Task) error {
 		n++
 		if sampled < 200 {
-			if b, err := st.TaskRecordBytes(ctx, e.acct, t.ID); err == nil {
+			if b, err := st.MemoryUsage(ctx, e.acct, t.ID); err == nil {
 				total += b
 				sampled++
 			}
@@ -671,7 +671,7 @@ func (e *env) waitTasks(ctx context.Context, want int, timeout time.Duration) ([
 	// time from the worker: a task leaves its account's in-flight set when
 	// it completes or fails.
 	for e.acct != "" && time.Now().Before(deadline) {
-		n, err := store.New(e.rdb).Inflight(ctx, e.acct)
+		n, err := e.tasks().Inflight(ctx, e.acct)
 		if err != nil {
 			return nil, err
 		}
@@ -684,11 +684,11 @@ func (e *env) waitTasks(ctx context.Context, want int, timeout time.Duration) ([
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	st := store.New(e.rdb)
+	st := e.tasks()
 	for {
 		var out []taskTimes
 		failed := 0
-		_ = st.EachTask(ctx, e.acct, func(t *task.Task) error {
+		_ = eachTask(ctx, st, e.acct, func(t *task.Task) error {
 			switch t.Status {
 			case task.Completed:
 				out = append(out, taskTimes{t.CreateTime.UnixMilli(), t.StartTime.UnixMilli(), t.CompleteTime.UnixMilli()})

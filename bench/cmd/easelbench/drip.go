@@ -25,7 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/account"
 )
 
 // dripTarget is how much slower B's median may be under attack.
@@ -110,12 +110,12 @@ func (e *env) drip(ctx context.Context, res *results) error {
 	if err := e.fresh(ctx); err != nil {
 		return err
 	}
-	st := store.New(e.rdb)
-	b, err := st.CreateAccount(ctx, store.NewAccount{Name: "bench-b", Credits: 1e12, RateLimit: 1_000_000, QueryRateLimit: 1_000_000, MaxInflight: 1_000_000})
+	st := e.tasks()
+	b, err := e.accounts().Create(ctx, account.Spec{Name: "bench-b", Credits: 1e12, RateLimit: 1_000_000, QueryRateLimit: 1_000_000, MaxInflight: 1_000_000})
 	if err != nil {
 		return fmt.Errorf("account B: %w", err)
 	}
-	bKey, _, err := st.CreateKey(ctx, b.ID)
+	bKey, _, err := e.accounts().CreateKey(ctx, b.ID)
 	if err != nil {
 		return fmt.Errorf("account B key: %w", err)
 	}

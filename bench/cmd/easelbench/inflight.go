@@ -54,6 +54,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/tools/loadgen"
@@ -170,7 +171,7 @@ func (e *env) inflight(ctx context.Context, res *results) error {
 	}
 	pid := wk.cmd.Process.Pid
 
-	st := store.New(e.rdb)
+	st := e.tasks()
 	insp := asynq.NewInspectorFromRedisClient(e.rdb)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64}}
 	defer client.CloseIdleConnections()
@@ -242,7 +243,7 @@ func (e *env) inflight(ctx context.Context, res *results) error {
 		return nil
 	}
 	for _, a := range accts {
-		if err := st.EachTask(ctx, a.id, each); err != nil {
+		if err := eachTask(ctx, st, a.id, each); err != nil {
 			return fmt.Errorf("task records: %w", err)
 		}
 	}
@@ -281,10 +282,10 @@ type feedAccount struct {
 // among them.
 func (e *env) feedAccounts(ctx context.Context) ([]feedAccount, error) {
 	n, k := e.o.inflight, e.o.inflightAccounts()
-	st := store.New(e.rdb)
+	st := e.accounts()
 	accts := []feedAccount{{id: e.acct, key: e.keys[0]}}
 	for i := 1; i < k; i++ {
-		a, err := st.CreateAccount(ctx, store.NewAccount{Name: fmt.Sprintf("bench-%d", i), Credits: 1e12, RateLimit: 1_000_000, QueryRateLimit: 1_000_000, MaxInflight: 1_000_000})
+		a, err := st.Create(ctx, account.Spec{Name: fmt.Sprintf("bench-%d", i), Credits: 1e12, RateLimit: 1_000_000, QueryRateLimit: 1_000_000, MaxInflight: 1_000_000})
 		if err != nil {
 			return nil, fmt.Errorf("bench account: %w", err)
 		}
@@ -306,7 +307,7 @@ func (e *env) feedAccounts(ctx context.Context) ([]feedAccount, error) {
 // feed keeps each account's share of e.o.inflight tasks outstanding until
 // ctx is done: it ramps up over one sim delay, then tops up what completed,
 // every 100 ms.
-func (e *env) feed(ctx context.Context, st *store.Store, accts []feedAccount, base string, client *http.Client, t0 time.Time, created *atomic.Int64) error {
+func (e *env) feed(ctx context.Context, st *store.Tasks, accts []feedAccount, base string, client *http.Client, t0 time.Time, created *atomic.Int64) error {
 	ramp := e.o.simDelay
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -354,7 +355,7 @@ func (e *env) feed(ctx context.Context, st *store.Store, accts []feedAccount, ba
 }
 
 // inflightSample reads what is sampled live.
-func (e *env) inflightSample(ctx context.Context, insp *asynq.Inspector, st *store.Store, accts []feedAccount, pid int) (inflightSample, error) {
+func (e *env) inflightSample(ctx context.Context, insp *asynq.Inspector, st *store.Tasks, accts []feedAccount, pid int) (inflightSample, error) {
 	var s inflightSample
 	// The queues something was ever queued on: Easel's, on a private Redis.
 	queues, err := insp.Queues()

@@ -36,8 +36,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/easelhq/easel/pkg/store"
 )
 
 // memoryMaxRSSMB is the memory part's bound on the worker's peak RSS: the
@@ -250,8 +248,7 @@ func (e *env) memoryAttack(ctx context.Context, res *results) error {
 		<-sampled
 		return err
 	}
-	st := store.New(e.rdb)
-	t, seen, werr := waitFinal(ctx, st, e.acct, id, 50*time.Millisecond, 3*time.Minute)
+	t, seen, werr := waitFinal(ctx, e.tasks(), e.acct, id, 50*time.Millisecond, 3*time.Minute)
 	if werr == nil {
 		mr.FinalAfterS = seen.Sub(start).Seconds()
 		time.Sleep(5 * time.Second) // a retry would come now

@@ -316,8 +316,7 @@ loop:
 	qr.RatePerMin = float64(len(calls)) * 60 / el
 	qr.Created, qr.CreateFails = created.Load(), createFails.Load()
 
-	st := store.New(e.rdb)
-	if err := st.EachTask(ctx, e.acct, func(t *task.Task) error {
+	if err := eachTask(ctx, e.tasks(), e.acct, func(t *task.Task) error {
 		switch t.Status {
 		case task.Completed:
 			qr.Completed++
@@ -399,10 +398,10 @@ func createTask(ctx context.Context, client *http.Client, base, key string, body
 
 // waitFinal polls a task's record every poll until it is completed or
 // failed, and returns it with when the poll saw it.
-func waitFinal(ctx context.Context, st *store.Store, acct, id string, poll, timeout time.Duration) (*task.Task, time.Time, error) {
+func waitFinal(ctx context.Context, st *store.Tasks, acct, id string, poll, timeout time.Duration) (*task.Task, time.Time, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		t, err := st.Task(ctx, acct, id)
+		t, err := st.Get(ctx, acct, id)
 		var nf *apperr.NotFoundError
 		if err != nil && !errors.As(err, &nf) {
 			return nil, time.Time{}, err

@@ -14,7 +14,6 @@ import (
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/redisconn"
-	"github.com/easelhq/easel/pkg/store"
 )
 
 // TestRedisEnv sets the benchmark's environment up on each Redis it runs
@@ -76,7 +75,7 @@ func TestRedisEnv(t *testing.T) {
 					t.Fatalf("junk:%d after fresh: exists %d, %v", i, n, err)
 				}
 			}
-			st := store.New(rdb)
+			st := e.accounts()
 			if len(e.keys) != 4 {
 				t.Fatalf("%d keys; want 4", len(e.keys))
 			}
@@ -92,7 +91,7 @@ func TestRedisEnv(t *testing.T) {
 			if err := e.fresh(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := st.Account(ctx, first); apperr.CodeOf(err) != apperr.NotFound {
+			if _, err := st.Get(ctx, first); apperr.CodeOf(err) != apperr.NotFound {
 				t.Errorf("the first account after a second fresh: %v; want not found", err)
 			}
 			for _, k := range firstKeys {

@@ -59,6 +59,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/task"
 )
 
 // The targets.
@@ -354,7 +355,7 @@ func (e *env) waitersRound(ctx context.Context, round int) (waitersRound, error)
 	e.logf("  created in %.1f s", time.Since(t0).Seconds())
 	loadedIDs, quietIDs := ids[:o.waiters], ids[o.waiters:]
 
-	ph := &waitersPhaseRun{e: e, gw: gw, base: base, pprof: "http://" + pprofAddr, st: store.New(e.rdb), round: round}
+	ph := &waitersPhaseRun{e: e, gw: gw, base: base, pprof: "http://" + pprofAddr, st: e.tasks(), round: round}
 	order := []string{"quiet", "loaded"}
 	if round%2 == 0 {
 		order = []string{"loaded", "quiet"}
@@ -454,7 +455,7 @@ type waitersPhaseRun struct {
 	gw    *proc
 	base  string
 	pprof string
-	st    *store.Store
+	st    *store.Tasks
 	round int
 	// profiled: the heap was saved once (--waiters-profile).
 	profiled bool
@@ -497,8 +498,8 @@ func (p *waitersPhaseRun) run(ctx context.Context, ws []*waiter, loaded bool) (w
 		if w.kind != progressChange {
 			continue
 		}
-		if oc, err := p.st.StartTask(ctx, p.e.acct, w.id, waitersRun); err != nil || oc != store.Applied {
-			return out, fmt.Errorf("start %s before the wait: %v %v", w.id, oc, err)
+		if c, err := p.st.Start(ctx, p.e.acct, w.id, waitersRun, store.Place{}); err != nil || c.Outcome != task.Applied {
+			return out, fmt.Errorf("start %s before the wait: %v %v", w.id, c.Outcome, err)
 		}
 	}
 	out.RSSBeforeMB, _ = memStatus(pid)
@@ -601,15 +602,15 @@ func (p *waitersPhaseRun) run(ctx context.Context, ws []*waiter, loaded bool) (w
 		began := time.Now()
 		switch w.kind {
 		case startChange:
-			oc, err := p.st.StartTask(ctx, p.e.acct, w.id, waitersRun)
-			if err == nil && oc != store.Applied {
-				err = fmt.Errorf("outcome %v", oc)
+			c, err := p.st.Start(ctx, p.e.acct, w.id, waitersRun, store.Place{})
+			if err == nil && c.Outcome != task.Applied {
+				err = fmt.Errorf("outcome %v", c.Outcome)
 			}
 			if err != nil {
 				return out, fmt.Errorf("start %s: %w", w.id, err)
 			}
 		case progressChange:
-			if err := p.st.SetProgress(ctx, p.e.acct, w.id, waitersRun, waitersProgress); err != nil {
+			if _, err := p.st.Progress(ctx, p.e.acct, w.id, waitersRun, waitersProgress); err != nil {
 				return out, err
 			}
 		}

@@ -11,8 +11,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/redisconn"
-	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
@@ -38,7 +38,7 @@ func TestCommands(t *testing.T) {
 		t.Fatalf("account create: %+v", r)
 	}
 
-	var a store.Account
+	var a account.Account
 	r = ctl(t, url, "account", "show", id, "--json")
 	if err := json.Unmarshal([]byte(r.stdout), &a); err != nil || a.ID != id || a.Credits != 100 || a.RateLimit != 5 || a.MaxInflight != 3 || len(a.Models) != 1 {
 		t.Fatalf("account show --json: %+v %v", r, err)
@@ -71,7 +71,7 @@ func TestCommands(t *testing.T) {
 		t.Errorf("credits add --json: %+v", r)
 	}
 
-	var entries []store.LedgerEntry
+	var entries []account.LedgerEntry
 	r = ctl(t, url, "ledger", id, "--json")
 	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil || len(entries) != 4 || entries[1].Note != "refund of invoice 3" || entries[1].Amount != -20 {
 		t.Errorf("ledger: %+v %v", r, err)
@@ -80,7 +80,7 @@ func TestCommands(t *testing.T) {
 		t.Errorf("ledger text: %+v", r)
 	}
 
-	var limited store.Account
+	var limited account.Account
 	r = ctl(t, url, "account", "limits", id, "--rate-limit", "9", "--models", "all", "--json")
 	if err := json.Unmarshal([]byte(r.stdout), &limited); err != nil || limited.RateLimit != 9 || limited.MaxInflight != 3 || len(limited.Models) != 0 {
 		t.Errorf("limits: %+v", r)
