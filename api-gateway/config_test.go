@@ -20,7 +20,7 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.HTTPAddr != ":8080" || c.PublicURL != "http://localhost:8080" || c.ModelFamily != "lumen" ||
-		c.TaskDeadline != 10*time.Minute || c.BlobDir != config.DefaultBlobDir() || c.FetchAllowPrivate {
+		c.TaskDeadline != 10*time.Minute || c.BlobURL != "file://"+config.DefaultBlobDir() || c.FetchAllowPrivate {
 		t.Errorf("defaults: %+v", c)
 	}
 	if c.Prices != pricing.Default {

@@ -83,7 +83,7 @@ func TestOperationsListenerTaken(t *testing.T) {
 	defer taken.Close()
 	cfg, err := LoadConfig(map[string]string{
 		"EASEL_REDIS_URL":      redistest.Start(t).URL,
-		"EASEL_BLOB_DIR":       t.TempDir(),
+		"EASEL_BLOB_URL": "file://" + t.TempDir(),
 		"EASEL_HTTP_ADDR":      "127.0.0.1:0",
 		"EASEL_METRICS_ADDR":   taken.Addr().String(),
 		"EASEL_SIGNING_SECRET": strings.Repeat("s", 32),

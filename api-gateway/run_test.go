@@ -30,7 +30,7 @@ func startGateway(t *testing.T, redisURL string, env map[string]string) string {
 	}
 	base := map[string]string{
 		"EASEL_REDIS_URL":      redisURL,
-		"EASEL_BLOB_DIR":       t.TempDir(),
+		"EASEL_BLOB_URL": "file://" + t.TempDir(),
 		"EASEL_HTTP_ADDR":      ln.Addr().String(),
 		"EASEL_SIGNING_SECRET": strings.Repeat("s", 32),
 		"EASEL_DEV_MODE":       "true",

@@ -72,7 +72,7 @@ func TestChaos(t *testing.T) {
 	base := "http://" + gwAddr
 	env := append(cleanEnv(),
 		"EASEL_REDIS_URL="+rp.URL,
-		"EASEL_BLOB_DIR="+filepath.Join(dir, "blobs"),
+		"EASEL_BLOB_URL=file://"+filepath.Join(dir, "blobs"),
 		"EASEL_SIGNING_SECRET="+secret,
 		"EASEL_LOG_LEVEL="+envOr("EASEL_CHAOS_LOG_LEVEL", "warn"),
 		// Three workers of 16 slots, 1 s a task: 48 tasks/s, above the

@@ -13,13 +13,6 @@ import (
 	"github.com/easelhq/easel/worker"
 )
 
-// beingRemoved lists variables the binaries still read but the docs no
-// longer describe, because they are on their way out. TEMPORARY: delete
-// each entry (and this list) when the code stops reading the variable.
-var beingRemoved = []string{
-	"EASEL_BLOB_DIR", // replaced by EASEL_BLOB_URL=file:///path
-}
-
 // TestDocsDocumentConfiguration keeps docs/configuration.md's configuration
 // table and the variables the binaries read in step, both ways.
 func TestDocsDocumentConfiguration(t *testing.T) {
@@ -36,7 +29,7 @@ func TestDocsDocumentConfiguration(t *testing.T) {
 	}
 	names := config.Names(&gateway.Config{}, &worker.Config{})
 	for _, n := range names {
-		if !documented[n] && !slices.Contains(beingRemoved, n) {
+		if !documented[n] {
 			t.Errorf("%s is read by the binaries but missing from docs/configuration.md's table", n)
 		}
 	}
@@ -44,14 +37,6 @@ func TestDocsDocumentConfiguration(t *testing.T) {
 	for n := range documented {
 		if !slices.Contains(names, n) && !slices.Contains(devstackOnly, n) {
 			t.Errorf("docs/configuration.md documents %s, which nothing reads", n)
-		}
-	}
-	for _, n := range beingRemoved {
-		if documented[n] {
-			t.Errorf("docs/configuration.md documents %s, which is being removed", n)
-		}
-		if !slices.Contains(names, n) {
-			t.Errorf("%s is no longer read: delete it from beingRemoved", n)
 		}
 	}
 }

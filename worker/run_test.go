@@ -33,7 +33,7 @@ func runWorker(t *testing.T, redisURL string, env map[string]string) string {
 	}
 	base := map[string]string{
 		"EASEL_REDIS_URL":        redisURL,
-		"EASEL_BLOB_DIR":         t.TempDir(),
+		"EASEL_BLOB_URL": "file://" + t.TempDir(),
 		"EASEL_WORKER_HTTP_ADDR": hl.Addr().String(),
 		"EASEL_LOG_LEVEL":        "warn",
 	}

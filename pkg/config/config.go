@@ -48,12 +48,8 @@ type Common struct {
 	// BlobURL is where result images are kept, for the gateway and the
 	// workers alike: file:///path (a directory they all share) or
 	// s3://bucket/prefix (an S3-compatible bucket, reached with the S3
-	// settings below). Default: the directory BlobDir.
+	// settings below). Default: file:// and DefaultBlobDir.
 	BlobURL string `env:"EASEL_BLOB_URL"`
-	// BlobDir is the older way to name a directory of results
-	// (EASEL_BLOB_DIR=/path is EASEL_BLOB_URL=file:///path); after Validate
-	// it is the directory of a file:// BlobURL, "" for a bucket.
-	BlobDir string `env:"EASEL_BLOB_DIR"`
 	// S3Endpoint is the S3-compatible service's URL (http://minio:9000);
 	// empty for AWS S3.
 	S3Endpoint string `env:"EASEL_S3_ENDPOINT"`
@@ -105,8 +101,7 @@ func (c *Common) BlobConfig() blob.Config {
 	}}
 }
 
-// DefaultBlobDir is the blob directory when neither EASEL_BLOB_URL nor
-// EASEL_BLOB_DIR is set.
+// DefaultBlobDir is the blob directory when EASEL_BLOB_URL is not set.
 func DefaultBlobDir() string { return filepath.Join(os.TempDir(), "easel-blobs") }
 
 // Parse reads a configuration struct from environ (nil means the process
@@ -271,26 +266,15 @@ func Names(configs ...any) []string {
 	return names
 }
 
-// validateBlobs settles BlobURL (and BlobDir) and checks the S3 settings.
+// validateBlobs settles BlobURL and checks the S3 settings.
 func (c *Common) validateBlobs() []error {
 	var errs []error
-	switch {
-	case c.BlobURL != "" && c.BlobDir != "":
-		return []error{errors.New("EASEL_BLOB_URL and EASEL_BLOB_DIR are both set: set EASEL_BLOB_URL only (EASEL_BLOB_DIR=/path is EASEL_BLOB_URL=file:///path)")}
-	case c.BlobURL == "" && c.BlobDir == "":
-		c.BlobDir = DefaultBlobDir()
-		fallthrough
-	case c.BlobURL == "":
-		if !filepath.IsAbs(c.BlobDir) {
-			return []error{fmt.Errorf("EASEL_BLOB_DIR %q: want an absolute path", c.BlobDir)}
-		}
-		c.BlobURL = (&url.URL{Scheme: "file", Path: filepath.ToSlash(c.BlobDir)}).String()
+	if c.BlobURL == "" {
+		c.BlobURL = (&url.URL{Scheme: "file", Path: filepath.ToSlash(DefaultBlobDir())}).String()
 	}
-	loc, err := blob.ParseURL(c.BlobURL)
-	if err != nil {
+	if _, err := blob.ParseURL(c.BlobURL); err != nil {
 		return []error{fmt.Errorf("EASEL_BLOB_URL %q: %w", Redact(c.BlobURL), err)}
 	}
-	c.BlobDir = loc.Dir
 	if c.S3Endpoint != "" {
 		if u, err := url.Parse(c.S3Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
 			errs = append(errs, fmt.Errorf("EASEL_S3_ENDPOINT %q: want http(s)://host[:port], without credentials", Redact(c.S3Endpoint)))

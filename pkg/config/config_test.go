@@ -3,6 +3,7 @@ package config
 import (
 	"testing"
 
+	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/tools/testkit/configtest"
 )
 
@@ -23,7 +24,7 @@ func TestCommonDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.ModelFamily != "lumen" || c.BlobDir != DefaultBlobDir() || c.FetchAllowPrivate || c.LogFormat != "json" || c.ShutdownTimeout.String() != "15s" {
+	if c.ModelFamily != "lumen" || c.BlobURL != "file://"+DefaultBlobDir() || c.FetchAllowPrivate || c.LogFormat != "json" || c.ShutdownTimeout.String() != "15s" {
 		t.Errorf("defaults: %+v", c)
 	}
 }
@@ -47,8 +48,6 @@ func TestCommonErrors(t *testing.T) {
 		{Name: "bad log level", Env: environ("EASEL_LOG_LEVEL", "loud"), Want: "EASEL_LOG_LEVEL"},
 		{Name: "bad pprof addr", Env: environ("EASEL_PPROF_ADDR", "6060"), Want: "EASEL_PPROF_ADDR"},
 		{Name: "a bucket", Env: environ("EASEL_BLOB_URL", "s3://easel-results/prod", "EASEL_S3_ENDPOINT", "https://s3.example.com"), Want: ""},
-		{Name: "blob url and dir", Env: environ("EASEL_BLOB_URL", "file:///a", "EASEL_BLOB_DIR", "/b"), Want: "both set"},
-		{Name: "relative blob dir", Env: environ("EASEL_BLOB_DIR", "blobs"), Want: "EASEL_BLOB_DIR"},
 		{Name: "bad blob scheme", Env: environ("EASEL_BLOB_URL", "gs://bucket"), Want: "EASEL_BLOB_URL"},
 		{Name: "blob url with a secret", Env: environ("EASEL_BLOB_URL", "s3://AKIA:hunter2@bucket"), Want: "EASEL_BLOB_URL"},
 		{Name: "bad s3 endpoint", Env: environ("EASEL_BLOB_URL", "s3://bucket", "EASEL_S3_ENDPOINT", "minio:9000"), Want: "EASEL_S3_ENDPOINT"},
@@ -66,7 +65,8 @@ func TestBlobConfig(t *testing.T) {
 		url, dir string
 	}{
 		{"default", environ(), "file://" + DefaultBlobDir(), DefaultBlobDir()},
-		{"EASEL_BLOB_DIR", environ("EASEL_BLOB_DIR", "/var/lib/easel"), "file:///var/lib/easel", "/var/lib/easel"},
+		// The older EASEL_BLOB_DIR is read no more.
+		{"EASEL_BLOB_DIR", environ("EASEL_BLOB_DIR", "/var/lib/easel"), "file://" + DefaultBlobDir(), DefaultBlobDir()},
 		{"file url", environ("EASEL_BLOB_URL", "file:///srv/results/"), "file:///srv/results/", "/srv/results"},
 		{"bucket", environ("EASEL_BLOB_URL", "s3://easel-results/prod", "EASEL_S3_ENDPOINT", "http://minio:9000", "EASEL_S3_PATH_STYLE", "true",
 			"EASEL_S3_REGION", "eu-west-1", "EASEL_S3_ACCESS_KEY_ID", "id", "EASEL_S3_SECRET_ACCESS_KEY", "secret"), "s3://easel-results/prod", ""},
@@ -77,8 +77,9 @@ func TestBlobConfig(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := c.BlobConfig()
-			if b.URL != tt.url || c.BlobDir != tt.dir {
-				t.Errorf("BlobConfig().URL %q, BlobDir %q; want %q, %q", b.URL, c.BlobDir, tt.url, tt.dir)
+			loc, err := blob.ParseURL(b.URL)
+			if err != nil || b.URL != tt.url || loc.Dir != tt.dir {
+				t.Errorf("BlobConfig().URL %q (directory %q, %v); want %q, %q", b.URL, loc.Dir, err, tt.url, tt.dir)
 			}
 			if tt.name == "bucket" && (b.S3.Endpoint != "http://minio:9000" || !b.S3.PathStyle || b.S3.Region != "eu-west-1" || b.S3.AccessKeyID != "id" || b.S3.SecretAccessKey != "secret") {
 				t.Errorf("S3 options %+v", b.S3)
@@ -89,7 +90,7 @@ func TestBlobConfig(t *testing.T) {
 
 func TestNames(t *testing.T) {
 	names := Names(&Common{})
-	for _, want := range []string{"EASEL_REDIS_URL", "EASEL_BLOB_DIR", "EASEL_FETCH_ALLOW_PRIVATE", "EASEL_MODEL_FAMILY", "EASEL_LOG_LEVEL"} {
+	for _, want := range []string{"EASEL_REDIS_URL", "EASEL_BLOB_URL", "EASEL_FETCH_ALLOW_PRIVATE", "EASEL_MODEL_FAMILY", "EASEL_LOG_LEVEL"} {
 		found := false
 		for _, n := range names {
 			found = found || n == want

@@ -326,7 +326,7 @@ func (e *env) serviceEnv(extra ...string) []string {
 		"PATH=" + os.Getenv("PATH"),
 		"EASEL_REDIS_URL=" + e.redis.url,
 		"EASEL_SIGNING_SECRET=bench-signing-secret-0123456789abcdef",
-		"EASEL_BLOB_DIR=" + filepath.Join(os.TempDir(), "easelbench-blobs"),
+		"EASEL_BLOB_URL=file://" + filepath.Join(os.TempDir(), "easelbench-blobs"),
 		"EASEL_LOG_LEVEL=info",
 		"EASEL_SIM_DELAY=0",
 	}

@@ -166,7 +166,7 @@ func stackEnv() (map[string]string, func(), error) {
 		env["EASEL_DEV_API_KEY"] = key
 	}
 	// Results in a directory of their own, unless a store is named.
-	if env["EASEL_BLOB_URL"] == "" && env["EASEL_BLOB_DIR"] == "" {
+	if env["EASEL_BLOB_URL"] == "" {
 		dir, err := os.MkdirTemp("", "easel-dev-blobs-")
 		if err != nil {
 			return nil, cleanup, err
