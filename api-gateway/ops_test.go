@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/easelhq/easel/tools/testkit/localnet"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
@@ -46,7 +47,7 @@ func TestOperationsListener(t *testing.T) {
 			env["EASEL_METRICS_ON_API"] = "true"
 		}
 		base := startGateway(t, srv.URL, env)
-		waitStatus(t, ops+"/readyz", 200, 15*time.Second)
+		localnet.WaitStatus(t, ops+"/readyz", 200, 15*time.Second)
 		if code, _, _ := status(t, "POST", base+"/v1/task/create", `{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"p"}}`); code != 200 {
 			t.Fatalf("create: %d", code)
 		}
@@ -83,7 +84,7 @@ func TestOperationsListenerTaken(t *testing.T) {
 	defer taken.Close()
 	cfg, err := LoadConfig(map[string]string{
 		"EASEL_REDIS_URL":      redistest.Start(t).URL,
-		"EASEL_BLOB_URL": "file://" + t.TempDir(),
+		"EASEL_BLOB_URL":       "file://" + t.TempDir(),
 		"EASEL_HTTP_ADDR":      "127.0.0.1:0",
 		"EASEL_METRICS_ADDR":   taken.Addr().String(),
 		"EASEL_SIGNING_SECRET": strings.Repeat("s", 32),

@@ -15,6 +15,8 @@ import (
 
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/tools/testkit/configtest"
+	"github.com/easelhq/easel/tools/testkit/localnet"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
@@ -24,13 +26,10 @@ const devKey = "esk_run_test_dev_key_0123456789abcdefghij"
 // base URL once it listens (not necessarily ready).
 func startGateway(t *testing.T, redisURL string, env map[string]string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := localnet.Listen(t)
 	base := map[string]string{
 		"EASEL_REDIS_URL":      redisURL,
-		"EASEL_BLOB_URL": "file://" + t.TempDir(),
+		"EASEL_BLOB_URL":       "file://" + t.TempDir(),
 		"EASEL_HTTP_ADDR":      ln.Addr().String(),
 		"EASEL_SIGNING_SECRET": strings.Repeat("s", 32),
 		"EASEL_DEV_MODE":       "true",
@@ -39,13 +38,7 @@ func startGateway(t *testing.T, redisURL string, env map[string]string) string {
 		// Off: gateways of tests running at once would all claim :9090.
 		"EASEL_METRICS_ADDR": "",
 	}
-	for k, v := range env {
-		base[k] = v
-	}
-	cfg, err := LoadConfig(base)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := configtest.Load(t, LoadConfig, base, env)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)), ln) }()
@@ -78,51 +71,22 @@ func status(t *testing.T, method, url, body string) (int, http.Header, time.Dura
 	return resp.StatusCode, resp.Header, time.Since(start)
 }
 
-func waitStatus(t *testing.T, url string, want int, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		resp, err := client.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == want {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not %d within %s (last: %v %v)", url, want, within, resp, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // Readiness reflects a failed write: a Redis that answers PING but refuses
 // writes (a replica after a failover) takes the gateway out of rotation.
 func TestReadinessNeedsWrites(t *testing.T) {
 	srv := redistest.Start(t)
 	base := startGateway(t, srv.URL, nil)
-	waitStatus(t, base+"/readyz", 200, 15*time.Second)
-	rdb := srv.Client(t)
-	dead, _ := net.Listen("tcp", "127.0.0.1:0")
-	_, port, _ := net.SplitHostPort(dead.Addr().String())
-	dead.Close()
-	if err := rdb.Do(context.Background(), "REPLICAOF", "127.0.0.1", port).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.Ping(context.Background()).Err(); err != nil {
-		t.Fatalf("the replica does not answer PING: %v", err)
-	}
-	waitStatus(t, base+"/readyz", 503, 5*time.Second)
+	localnet.WaitStatus(t, base+"/readyz", 200, 15*time.Second)
+	srv.RefuseWrites(t)
+	localnet.WaitStatus(t, base+"/readyz", 503, 5*time.Second)
 	if code, hdr, _ := status(t, "GET", base+"/readyz", ""); code != 503 || hdr.Get("Retry-After") == "" {
 		t.Errorf("readyz %d, Retry-After %q", code, hdr.Get("Retry-After"))
 	}
 	if code, _, _ := status(t, "GET", base+"/healthz", ""); code != 200 {
 		t.Errorf("healthz %d: liveness does not depend on Redis", code)
 	}
-	if err := rdb.Do(context.Background(), "REPLICAOF", "NO", "ONE").Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitStatus(t, base+"/readyz", 200, 5*time.Second)
+	srv.AcceptWrites(t)
+	localnet.WaitStatus(t, base+"/readyz", 200, 5*time.Second)
 }
 
 // A hung Redis (SIGSTOP) costs a request a 503 with Retry-After within the
@@ -131,7 +95,7 @@ func TestReadinessNeedsWrites(t *testing.T) {
 func TestRedisFaultsFailFast(t *testing.T) {
 	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
 	base := startGateway(t, srv.URL, map[string]string{"EASEL_AUTH_CACHE_TTL": "0s"}) // the default Redis timeout
-	waitStatus(t, base+"/readyz", 200, 15*time.Second)
+	localnet.WaitStatus(t, base+"/readyz", 200, 15*time.Second)
 	body := `{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"p"}}`
 	if code, _, _ := status(t, "POST", base+"/v1/task/create", body); code != 200 {
 		t.Fatalf("create with Redis up: %d", code)
@@ -168,7 +132,7 @@ func TestRedisFaultsFailFast(t *testing.T) {
 		})
 	}
 	// Healed: the gateway serves again, without a restart.
-	waitStatus(t, base+"/readyz", 200, 10*time.Second)
+	localnet.WaitStatus(t, base+"/readyz", 200, 10*time.Second)
 	if code, _, _ := status(t, "POST", base+"/v1/task/create", body); code != 200 {
 		t.Errorf("create after Redis came back: %d", code)
 	}
@@ -180,7 +144,7 @@ func TestStartsBeforeRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Proc.Stop()
 	base := startGateway(t, srv.URL, map[string]string{"EASEL_REDIS_START_TIMEOUT": "60s"})
-	waitStatus(t, base+"/healthz", 200, 10*time.Second)
+	localnet.WaitStatus(t, base+"/healthz", 200, 10*time.Second)
 	time.Sleep(2500 * time.Millisecond) // past the 1.9 s after which it used to exit
 	if code, _, _ := status(t, "GET", base+"/readyz", ""); code != 503 {
 		t.Errorf("readyz %d while Redis is down", code)
@@ -188,7 +152,7 @@ func TestStartsBeforeRedis(t *testing.T) {
 	if err := srv.Proc.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, base+"/readyz", 200, 15*time.Second)
+	localnet.WaitStatus(t, base+"/readyz", 200, 15*time.Second)
 	// The dev key, set up once Redis came, works.
 	accounts := store.NewAccounts(store.NewDB(srv.Client(t), store.Options{}))
 	if _, err := accounts.Authenticate(context.Background(), devKey); err != nil {
@@ -201,7 +165,7 @@ func TestStartsBeforeRedis(t *testing.T) {
 func TestGatewayCapsConnectionsPerClient(t *testing.T) {
 	srv := redistest.Start(t)
 	base := startGateway(t, srv.URL, map[string]string{"EASEL_MAX_CONNS_PER_CLIENT": "5"})
-	waitStatus(t, base+"/readyz", 200, 15*time.Second)
+	localnet.WaitStatus(t, base+"/readyz", 200, 15*time.Second)
 	addr := strings.TrimPrefix(base, "http://")
 	// From an address of its own, so that no other connection of the test
 	// (its readiness polls) counts against the cap.
@@ -260,7 +224,7 @@ func TestConnCaps(t *testing.T) {
 func TestCreateWaitsForReplicas(t *testing.T) {
 	srv := redistest.Start(t, "--repl-diskless-sync-delay", "0")
 	base := startGateway(t, srv.URL, map[string]string{"EASEL_REDIS_MIN_REPLICAS": "1"})
-	waitStatus(t, base+"/readyz", 200, 15*time.Second)
+	localnet.WaitStatus(t, base+"/readyz", 200, 15*time.Second)
 	rdb := srv.Client(t)
 	db := store.NewDB(rdb, store.Options{})
 	accounts, tasks := store.NewAccounts(db), store.NewTasks(db)
@@ -305,7 +269,7 @@ func TestCreateWaitsForReplicas(t *testing.T) {
 func TestReadinessOnACluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	base := startGateway(t, c.URL, nil)
-	waitStatus(t, base+"/readyz", 200, 15*time.Second)
+	localnet.WaitStatus(t, base+"/readyz", 200, 15*time.Second)
 	body := `{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"p"}}`
 	if code, _, _ := status(t, "POST", base+"/v1/task/create", body); code != 200 {
 		t.Fatalf("create on a cluster: %d", code)
@@ -315,14 +279,14 @@ func TestReadinessOnACluster(t *testing.T) {
 	if err := n0.ClusterDelSlots(context.Background(), 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, base+"/readyz", 503, 5*time.Second)
+	localnet.WaitStatus(t, base+"/readyz", 503, 5*time.Second)
 	if code, _, _ := status(t, "GET", base+"/healthz", ""); code != 200 {
 		t.Errorf("healthz %d: liveness does not depend on Redis", code)
 	}
 	if err := n0.ClusterAddSlots(context.Background(), 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, base+"/readyz", 200, 10*time.Second)
+	localnet.WaitStatus(t, base+"/readyz", 200, 10*time.Second)
 }
 
 // taskRecords counts the task records of an account, paging its listing:

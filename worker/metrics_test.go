@@ -21,6 +21,7 @@ import (
 	"github.com/easelhq/easel/pkg/prom"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/tools/testkit/localnet"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 	"github.com/easelhq/easel/worker/internal/metrics"
 )
@@ -57,7 +58,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	srv := redistest.Start(t)
 	// It serves pro only: standard jobs wait.
 	addr := runWorker(t, srv.URL, map[string]string{"EASEL_QUEUES": "pro"})
-	waitStatus(t, "http://"+addr+"/readyz", 200, 10*time.Second)
+	localnet.WaitStatus(t, "http://"+addr+"/readyz", 200, 10*time.Second)
 	q := jobs.NewEnqueuer(srv.Client(t))
 	for _, id := range []string{"task_lumen_1", "task_lumen_2"} {
 		j := jobs.GenerateImage{TaskID: id, AccountID: "a", CreateTime: time.Now(), Deadline: time.Now().Add(time.Hour),

@@ -11,6 +11,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/easelhq/easel/tools/testkit/configtest"
+	"github.com/easelhq/easel/tools/testkit/localnet"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
@@ -19,7 +21,7 @@ import (
 func startWorker(t *testing.T, env map[string]string) string {
 	t.Helper()
 	addr := runWorker(t, redistest.Start(t).URL, env)
-	waitStatus(t, "http://"+addr+"/readyz", 200, 10*time.Second)
+	localnet.WaitStatus(t, "http://"+addr+"/readyz", 200, 10*time.Second)
 	return addr
 }
 
@@ -27,23 +29,10 @@ func startWorker(t *testing.T, env map[string]string) string {
 // once.
 func runWorker(t *testing.T, redisURL string, env map[string]string) string {
 	t.Helper()
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := map[string]string{
-		"EASEL_REDIS_URL":        redisURL,
-		"EASEL_BLOB_URL": "file://" + t.TempDir(),
-		"EASEL_WORKER_HTTP_ADDR": hl.Addr().String(),
-		"EASEL_LOG_LEVEL":        "warn",
-	}
-	for k, v := range env {
-		base[k] = v
-	}
-	cfg, err := LoadConfig(base)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hl := localnet.Listen(t)
+	base := configtest.Env(nil, "EASEL_REDIS_URL", redisURL, "EASEL_BLOB_URL", "file://"+t.TempDir(),
+		"EASEL_WORKER_HTTP_ADDR", hl.Addr().String(), "EASEL_LOG_LEVEL", "warn")
+	cfg := configtest.Load(t, LoadConfig, base, env)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -58,46 +47,20 @@ func runWorker(t *testing.T, redisURL string, env map[string]string) string {
 	return hl.Addr().String()
 }
 
-func waitStatus(t *testing.T, url string, want int, within time.Duration) *http.Response {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == want {
-				return resp
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not %d within %s (last: %v %v)", url, want, within, resp, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // The worker is ready only while Redis takes its writes; not ready, it says
 // when to ask again.
 func TestWorkerReadinessNeedsWrites(t *testing.T) {
 	srv := redistest.Start(t)
 	addr := runWorker(t, srv.URL, nil)
-	waitStatus(t, "http://"+addr+"/readyz", 200, 10*time.Second)
-	rdb := srv.Client(t)
-	dead, _ := net.Listen("tcp", "127.0.0.1:0")
-	_, port, _ := net.SplitHostPort(dead.Addr().String())
-	dead.Close()
-	if err := rdb.Do(context.Background(), "REPLICAOF", "127.0.0.1", port).Err(); err != nil {
-		t.Fatal(err)
-	}
-	resp := waitStatus(t, "http://"+addr+"/readyz", 503, 5*time.Second)
+	localnet.WaitStatus(t, "http://"+addr+"/readyz", 200, 10*time.Second)
+	srv.RefuseWrites(t)
+	resp := localnet.WaitStatus(t, "http://"+addr+"/readyz", 503, 5*time.Second)
 	if resp.Header.Get("Retry-After") == "" {
 		t.Error("the worker's 503 has no Retry-After")
 	}
-	waitStatus(t, "http://"+addr+"/healthz", 200, time.Second)
-	if err := rdb.Do(context.Background(), "REPLICAOF", "NO", "ONE").Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitStatus(t, "http://"+addr+"/readyz", 200, 5*time.Second)
+	localnet.WaitStatus(t, "http://"+addr+"/healthz", 200, time.Second)
+	srv.AcceptWrites(t)
+	localnet.WaitStatus(t, "http://"+addr+"/readyz", 200, 5*time.Second)
 }
 
 // Started before its Redis, the worker waits for it (live, not ready)
@@ -106,13 +69,13 @@ func TestWorkerStartsBeforeRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Proc.Stop()
 	addr := runWorker(t, srv.URL, map[string]string{"EASEL_REDIS_START_TIMEOUT": "60s"})
-	waitStatus(t, "http://"+addr+"/healthz", 200, 10*time.Second)
+	localnet.WaitStatus(t, "http://"+addr+"/healthz", 200, 10*time.Second)
 	time.Sleep(2500 * time.Millisecond) // past the 1.9 s after which it used to exit
-	waitStatus(t, "http://"+addr+"/readyz", 503, time.Second)
+	localnet.WaitStatus(t, "http://"+addr+"/readyz", 503, time.Second)
 	if err := srv.Proc.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, "http://"+addr+"/readyz", 200, 15*time.Second)
+	localnet.WaitStatus(t, "http://"+addr+"/readyz", 200, 15*time.Second)
 }
 
 // The health server closes keep-alive connections left idle, as the

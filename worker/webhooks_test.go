@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -54,7 +53,9 @@ func newHookReceiver(t *testing.T, answers ...string) *hookReceiver {
 	t.Helper()
 	r := &hookReceiver{answers: answers}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		b, _ := io.ReadAll(req.Body)
+		var body bytes.Buffer
+		_, _ = body.ReadFrom(req.Body)
+		b := body.Bytes()
 		r.mu.Lock()
 		i := len(r.got)
 		r.got = append(r.got, hookRequest{header: req.Header.Clone(), body: b})
@@ -276,7 +277,7 @@ func (e *hookEnv) processor(t *testing.T) *processor.Processor {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = blobs.Close() })
-	gen, err := procedural.New(0)
+	gen, err := procedural.New(procedural.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -311,11 +311,7 @@ func resultSecret(cfg Config, log *zap.Logger) []byte {
 func newGenerator(ctx context.Context, cfg Config) (imagegen.Generator, error) {
 	switch cfg.Generator {
 	case "procedural":
-		g, err := procedural.New(cfg.SimDelay)
-		if err != nil {
-			return nil, err
-		}
-		return g.WithDecodeBudget(int64(cfg.DecodeBudgetMB) << 20), nil
+		return procedural.New(procedural.Options{Delay: cfg.SimDelay, DecodeBudget: int64(cfg.DecodeBudgetMB) << 20})
 	case "gemini":
 		models, err := ParseModelMap(cfg.GeminiModels)
 		if err != nil {

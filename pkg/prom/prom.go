@@ -72,3 +72,37 @@ func Series(g prometheus.Gatherer) (map[string]float64, error) {
 	}
 	return out, err
 }
+
+// Namespace starts every Easel metric's name.
+const Namespace = "easel"
+
+// Vecs makes a service's metric vectors, named Namespace_<name>, and
+// registers each on Reg (nil: on no registry, for tests that do not look).
+type Vecs struct{ Reg prometheus.Registerer }
+
+func (v Vecs) register(c prometheus.Collector) {
+	if v.Reg != nil {
+		v.Reg.MustRegister(c)
+	}
+}
+
+// Counter makes a counter vector.
+func (v Vecs) Counter(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+	v.register(c)
+	return c
+}
+
+// Gauge makes a gauge vector.
+func (v Vecs) Gauge(name, help string, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+	v.register(g)
+	return g
+}
+
+// Histogram makes a histogram vector with the given buckets.
+func (v Vecs) Histogram(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets}, labels)
+	v.register(h)
+	return h
+}

@@ -22,32 +22,8 @@ import (
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/prom"
+	"github.com/easelhq/easel/pkg/prom/promtest"
 )
-
-// counts returns the easel_* series of reg but the histograms' sums, which
-// depend on timing.
-func counts(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
-	t.Helper()
-	all, err := prom.Series(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	maps.DeleteFunc(all, func(k string, _ float64) bool {
-		name, _, _ := strings.Cut(k, "{")
-		return !strings.HasPrefix(name, "easel_") || strings.HasSuffix(name, "_sum")
-	})
-	return all
-}
-
-func moved(before, after map[string]float64) map[string]float64 {
-	d := map[string]float64{}
-	for k, v := range after {
-		if v != before[k] {
-			d[k] = v - before[k]
-		}
-	}
-	return d
-}
 
 // meter gives the handler metrics on reg, as the gateway's Run wires
 // them: the handler counts the creates (and the credits they debited)
@@ -195,9 +171,9 @@ func TestRequestMetrics(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			e := newEnvWith(t, tt.queue, zap.NewNop(), meter(reg, tt.edit))
-			before := counts(t, reg)
+			before := promtest.Counts(t, reg)
 			tt.do(t, e)
-			if got := moved(before, counts(t, reg)); !maps.Equal(got, tt.want) {
+			if got := promtest.Moved(before, promtest.Counts(t, reg)); !maps.Equal(got, tt.want) {
 				t.Errorf("moved %v\nwant  %v", got, tt.want)
 			}
 		})
@@ -215,7 +191,7 @@ func TestMetricsOnAPI(t *testing.T) {
 	if r.status != 200 || !strings.Contains(string(r.body), `easel_tasks_created_total{model="`+std+`",outcome="created"} 1`) {
 		t.Fatalf("/metrics: %d %s", r.status, r.body)
 	}
-	if got := counts(t, reg)[`easel_http_requests_total{code="200",method="GET",route="/metrics"}`]; got != 1 {
+	if got := promtest.Counts(t, reg)[`easel_http_requests_total{code="200",method="GET",route="/metrics"}`]; got != 1 {
 		t.Errorf("scrapes counted %v; want 1", got)
 	}
 }

@@ -13,10 +13,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-)
 
-// Namespace prefixes every Easel metric.
-const Namespace = "easel"
+	"github.com/easelhq/easel/pkg/prom"
+)
 
 // Outcomes of a create (easel_tasks_created_total's outcome label).
 const (
@@ -62,46 +61,26 @@ const Unmatched = "unmatched"
 
 // Metrics are the gateway's metrics.
 type Metrics struct {
-	requests     *prometheus.CounterVec
-	duration     *prometheus.HistogramVec
-	creates      *prometheus.CounterVec
-	authRefusals *prometheus.CounterVec
-	rateRefusals *prometheus.CounterVec
-	debited      *prometheus.CounterVec
+	requests, creates, authRefusals, rateRefusals, debited *prometheus.CounterVec
+	duration                                               *prometheus.HistogramVec
 }
 
 // New makes the gateway's metrics and registers them on reg (nil: on no
 // registry, for tests that do not look at them).
 func New(reg prometheus.Registerer) *Metrics {
+	v := prom.Vecs{Reg: reg}
 	m := &Metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "http_requests_total",
-			Help: "HTTP requests answered, by route pattern (unmatched: none), method and status code.",
-		}, []string{"route", "method", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "http_request_duration_seconds",
-			Help:    "Time from a request's arrival to its answer's end, by route pattern and method.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}, []string{"route", "method"}),
-		creates: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "tasks_created_total",
-			Help: "Authenticated task creations, by model (unknown: refused before it was read) and outcome: created, replayed, insufficient_credits, rate_limited, invalid, forbidden, unavailable, error.",
-		}, []string{"model", "outcome"}),
-		authRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "auth_refusals_total",
-			Help: "API requests refused at authentication, by reason: missing, invalid (unknown or revoked key), disabled (account), limited (too many failed authentications from the address).",
-		}, []string{"reason"}),
-		rateRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "rate_limit_refusals_total",
-			Help: "Requests refused with 429 by a limit: create or query (a key's request rate), inflight (an account's unfinished tasks).",
-		}, []string{"limit"}),
-		debited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "credits_debited_total",
-			Help: "Credits charged for tasks created, by model.",
-		}, []string{"model"}),
-	}
-	if reg != nil {
-		reg.MustRegister(m.requests, m.duration, m.creates, m.authRefusals, m.rateRefusals, m.debited)
+		requests: v.Counter("http_requests_total", "HTTP requests answered, by route pattern (unmatched: none), method and status code.",
+			"route", "method", "code"),
+		duration: v.Histogram("http_request_duration_seconds", "Time from a request's arrival to its answer's end, by route pattern and method.",
+			[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}, "route", "method"),
+		creates: v.Counter("tasks_created_total", "Authenticated task creations, by model (unknown: refused before it was read) and outcome: created, replayed, insufficient_credits, rate_limited, invalid, forbidden, unavailable, error.",
+			"model", "outcome"),
+		authRefusals: v.Counter("auth_refusals_total", "API requests refused at authentication, by reason: missing, invalid (unknown or revoked key), disabled (account), limited (too many failed authentications from the address).",
+			"reason"),
+		rateRefusals: v.Counter("rate_limit_refusals_total", "Requests refused with 429 by a limit: create or query (a key's request rate), inflight (an account's unfinished tasks).",
+			"limit"),
+		debited: v.Counter("credits_debited_total", "Credits charged for tasks created, by model.", "model"),
 	}
 	for _, r := range []string{AuthMissing, AuthInvalid, AuthDisabled, AuthLimited} {
 		m.authRefusals.WithLabelValues(r)

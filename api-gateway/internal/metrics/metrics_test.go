@@ -11,70 +11,36 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/easelhq/easel/pkg/prom"
+	"github.com/easelhq/easel/pkg/prom/promtest"
 )
 
 const std = "lumen-2.5-flash-image"
 
-func easel(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
-	t.Helper()
-	all, err := prom.Series(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	maps.DeleteFunc(all, func(k string, _ float64) bool { return !strings.HasPrefix(k, "easel_") })
-	return all
-}
-
-func moved(before, after map[string]float64) map[string]float64 {
-	d := map[string]float64{}
-	for k, v := range after {
-		if v != before[k] {
-			d[k] = v - before[k]
-		}
-	}
-	return d
-}
-
 // Each recording moves exactly its series, by exactly its amount.
 func TestRecordings(t *testing.T) {
-	tests := []struct {
-		name   string
-		record func(m *Metrics)
-		want   map[string]float64
-	}{
-		{"request", func(m *Metrics) { m.Request("/v1/task/create", "POST", 200, 30*time.Millisecond) },
-			map[string]float64{`easel_http_requests_total{code="200",method="POST",route="/v1/task/create"}`: 1,
+	promtest.RunCases(t, newMetrics, []promtest.Case[*Metrics]{
+		{Name: "request", Record: func(m *Metrics) { m.Request("/v1/task/create", "POST", 200, 30*time.Millisecond) },
+			Want: map[string]float64{`easel_http_requests_total{code="200",method="POST",route="/v1/task/create"}`: 1,
 				`easel_http_request_duration_seconds_count{method="POST",route="/v1/task/create"}`: 1,
 				`easel_http_request_duration_seconds_sum{method="POST",route="/v1/task/create"}`:   0.03}},
-		{"create", func(m *Metrics) { m.Create(std, Created); m.Create(std, Created); m.Create(UnknownModel, Invalid) },
-			map[string]float64{`easel_tasks_created_total{model="` + std + `",outcome="created"}`: 2,
+		{Name: "create", Record: func(m *Metrics) { m.Create(std, Created); m.Create(std, Created); m.Create(UnknownModel, Invalid) },
+			Want: map[string]float64{`easel_tasks_created_total{model="` + std + `",outcome="created"}`: 2,
 				`easel_tasks_created_total{model="unknown",outcome="invalid"}`: 1}},
-		{"auth refusal", func(m *Metrics) { m.AuthRefused(AuthInvalid) },
-			map[string]float64{`easel_auth_refusals_total{reason="invalid"}`: 1}},
-		{"rate limit", func(m *Metrics) { m.RateLimited(LimitQuery); m.RateLimited(LimitQuery) },
-			map[string]float64{`easel_rate_limit_refusals_total{limit="query"}`: 2}},
-		{"debited", func(m *Metrics) { m.Debited(std, 4); m.Debited(std, 24) },
-			map[string]float64{`easel_credits_debited_total{model="` + std + `"}`: 28}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			reg := prometheus.NewRegistry()
-			m := New(reg)
-			m.InitModels([]string{std})
-			before := easel(t, reg)
-			tt.record(m)
-			if got := moved(before, easel(t, reg)); !maps.Equal(got, tt.want) {
-				t.Errorf("moved %v; want %v", got, tt.want)
-			}
-		})
-	}
+		{Name: "auth refusal", Record: func(m *Metrics) { m.AuthRefused(AuthInvalid) },
+			Want: map[string]float64{`easel_auth_refusals_total{reason="invalid"}`: 1}},
+		{Name: "rate limit", Record: func(m *Metrics) { m.RateLimited(LimitQuery); m.RateLimited(LimitQuery) },
+			Want: map[string]float64{`easel_rate_limit_refusals_total{limit="query"}`: 2}},
+		{Name: "debited", Record: func(m *Metrics) { m.Debited(std, 4); m.Debited(std, 24) },
+			Want: map[string]float64{`easel_credits_debited_total{model="` + std + `"}`: 28}},
+	})
+
 }
 
 // The refusals' series and the models' exist at 0 from the start.
 func TestInitialSeries(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	New(reg).InitModels([]string{std})
-	got := easel(t, reg)
+	got := promtest.Series(t, reg)
 	want := map[string]float64{`easel_credits_debited_total{model="` + std + `"}`: 0}
 	for _, r := range []string{"missing", "invalid", "disabled", "limited"} {
 		want[`easel_auth_refusals_total{reason="`+r+`"}`] = 0
@@ -114,4 +80,11 @@ easel_credits_debited_total{model="`+std+`"} 4
 	if _, ok := all["process_cpu_seconds_total"]; !ok {
 		t.Error("process_cpu_seconds_total missing")
 	}
+}
+
+// newMetrics makes the metrics on reg, with the standard model's series.
+func newMetrics(reg prometheus.Registerer) *Metrics {
+	m := New(reg)
+	m.InitModels([]string{std})
+	return m
 }

@@ -56,3 +56,21 @@ func Run(t *testing.T, load func(env map[string]string) error, cases []Case, nev
 		})
 	}
 }
+
+// Load loads a service's configuration from base with env's variables
+// over it, and fails the test if it does not load.
+func Load[C any](tb testing.TB, load func(env map[string]string) (C, error), base, env map[string]string) C {
+	tb.Helper()
+	merged := make(map[string]string, len(base)+len(env))
+	for k, v := range base {
+		merged[k] = v
+	}
+	for k, v := range env {
+		merged[k] = v
+	}
+	c, err := load(merged)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}

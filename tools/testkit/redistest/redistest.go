@@ -4,6 +4,8 @@
 package redistest
 
 import (
+	"context"
+	"net"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -37,4 +39,32 @@ func Start(tb testing.TB, extra ...string) *Server {
 	}
 	tb.Cleanup(p.Stop)
 	return &Server{Addr: p.Addr, URL: p.URL, Proc: p}
+}
+
+// RefuseWrites makes the server a replica of a master that does not
+// exist: it answers PING and reads but refuses writes, as a primary does
+// once a failover demoted it. AcceptWrites undoes it.
+func (s *Server) RefuseWrites(tb testing.TB) {
+	tb.Helper()
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(dead.Addr().String())
+	_ = dead.Close()
+	rdb := s.Client(tb)
+	if err := rdb.Do(context.Background(), "REPLICAOF", "127.0.0.1", port).Err(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		tb.Fatalf("the demoted server does not answer PING: %v", err)
+	}
+}
+
+// AcceptWrites makes the server a primary again (RefuseWrites).
+func (s *Server) AcceptWrites(tb testing.TB) {
+	tb.Helper()
+	if err := s.Client(tb).Do(context.Background(), "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		tb.Fatal(err)
+	}
 }

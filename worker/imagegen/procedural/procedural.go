@@ -69,7 +69,10 @@ type picture struct {
 
 // New returns a generator whose standard-model generations take delay (pro:
 // twice that).
-func New(delay time.Duration) (*Generator, error) {
+func New(o Options) (*Generator, error) {
+	if o.DecodeBudget <= 0 {
+		o.DecodeBudget = DefaultDecodeBudget
+	}
 	f, err := opentype.Parse(gobold.TTF)
 	if err != nil {
 		return nil, fmt.Errorf("procedural: font: %w", err)
@@ -79,27 +82,30 @@ func New(delay time.Duration) (*Generator, error) {
 		return nil, err
 	}
 	return &Generator{
-		delay:   delay,
+		delay:   o.Delay,
 		font:    f,
 		encoder: png.Encoder{CompressionLevel: png.BestSpeed, BufferPool: &bufferPool{}},
 		steps:   8,
 		renders: make(chan struct{}, runtime.NumCPU()),
 		cache:   cache,
-		budget:  semaphore.NewWeighted(DefaultDecodeBudget),
-		budgetN: DefaultDecodeBudget,
+		budget:  semaphore.NewWeighted(o.DecodeBudget),
+		budgetN: o.DecodeBudget,
 	}, nil
 }
 
-// DefaultDecodeBudget is the decoded bytes of source images a generator
-// holds at once unless WithDecodeBudget says otherwise.
-const DefaultDecodeBudget = 1 << 30
-
-// WithDecodeBudget bounds the decoded bytes of the source images all
-// generations of the process hold at once (bytes > 0), and returns g.
-func (g *Generator) WithDecodeBudget(bytes int64) *Generator {
-	g.budget, g.budgetN = semaphore.NewWeighted(bytes), bytes
-	return g
+// Options are a generator's settings.
+type Options struct {
+	// Delay is how long a standard generation takes (a pro one twice
+	// that), spread over its progress steps.
+	Delay time.Duration
+	// DecodeBudget bounds the decoded bytes of the source images all
+	// generations of the process hold at once (0: DefaultDecodeBudget).
+	DecodeBudget int64
 }
+
+// DefaultDecodeBudget is the decoded bytes of source images a generator
+// holds at once unless Options.DecodeBudget says otherwise.
+const DefaultDecodeBudget = 1 << 30
 
 // Generate paints the image for req. progress receives percentages of the
 // generation done (strictly increasing, below 100).

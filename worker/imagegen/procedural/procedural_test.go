@@ -55,7 +55,7 @@ func generate(t testing.TB, g *Generator, req imagegen.Request) imagegen.Image {
 }
 
 func TestExactSizes(t *testing.T) {
-	g, err := New(0)
+	g, err := New(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,8 +86,8 @@ func TestExactSizes(t *testing.T) {
 }
 
 func TestDeterministicAndPromptSeeded(t *testing.T) {
-	g, _ := New(0)
-	other, _ := New(0) // its own cache: the second picture is painted again
+	g, _ := New(Options{})
+	other, _ := New(Options{}) // its own cache: the second picture is painted again
 	std, pro := models(t)
 	a1 := generate(t, g, request(t, std, "a red fox", "1:1", "1K"))
 	a2 := generate(t, other, request(t, std, "a red fox", "1:1", "1K"))
@@ -110,7 +110,7 @@ func TestDeterministicAndPromptSeeded(t *testing.T) {
 // A picture, not noise: it compresses far below its raw size and holds the
 // words of the prompt as near-white caption pixels.
 func TestLooksLikeAPicture(t *testing.T) {
-	g, _ := New(0)
+	g, _ := New(Options{})
 	std, _ := models(t)
 	img := generate(t, g, request(t, std, "lighthouse at dusk", "1:1", "1K"))
 	if raw := 1024 * 1024 * 4; len(img.Data) > raw/8 {
@@ -139,7 +139,7 @@ func TestLooksLikeAPicture(t *testing.T) {
 }
 
 func TestEditComposesSources(t *testing.T) {
-	g, _ := New(0)
+	g, _ := New(Options{})
 	std, _ := models(t)
 	src := image.NewRGBA(image.Rect(0, 0, 320, 180))
 	for y := 0; y < 180; y++ {
@@ -160,7 +160,7 @@ func TestEditComposesSources(t *testing.T) {
 	if cfg, _, _ := image.DecodeConfig(bytes.NewReader(edit.Data)); cfg.Width != 1344 || cfg.Height != 768 {
 		t.Errorf("edit is %dx%d", cfg.Width, cfg.Height)
 	}
-	fresh, _ := New(0)
+	fresh, _ := New(Options{})
 	if again := generate(t, fresh, req); !bytes.Equal(edit.Data, again.Data) {
 		t.Error("edit is not deterministic")
 	}
@@ -173,7 +173,7 @@ func TestEditComposesSources(t *testing.T) {
 }
 
 func TestProgressAndDelay(t *testing.T) {
-	g, _ := New(80 * time.Millisecond)
+	g, _ := New(Options{Delay: 80 * time.Millisecond})
 	std, pro := models(t)
 	for _, tc := range []struct {
 		m    catalog.Model
@@ -199,7 +199,7 @@ func TestProgressAndDelay(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	g, _ := New(10 * time.Second)
+	g, _ := New(Options{Delay: 10 * time.Second})
 	std, _ := models(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -213,7 +213,7 @@ func TestCancel(t *testing.T) {
 // BenchmarkGenerate1K paints a new 1K picture each time (a different prompt
 // each time, so the cache never answers).
 func BenchmarkGenerate1K(b *testing.B) {
-	g, _ := New(0)
+	g, _ := New(Options{})
 	std, _ := models(b)
 	b.ReportAllocs()
 	i := 0
@@ -229,7 +229,7 @@ func BenchmarkGenerate1K(b *testing.B) {
 // BenchmarkGenerate1KRepeated asks for the same picture each time: what a
 // load test with a fixed prompt costs the generator.
 func BenchmarkGenerate1KRepeated(b *testing.B) {
-	g, _ := New(0)
+	g, _ := New(Options{})
 	std, _ := models(b)
 	req := request(b, std, "a lighthouse on a cliff at dusk", "1:1", "1K")
 	b.ReportAllocs()
@@ -255,7 +255,7 @@ func (c *countingFace) GlyphAdvance(r rune) (fixed.Int26_6, bool) {
 // 10,000-character word once took 2.4 s of CPU per task. Measured in glyph
 // measurements, so the test does not depend on the machine's speed.
 func TestCaptionLinearInWordLength(t *testing.T) {
-	g, err := New(0)
+	g, err := New(Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,8 +303,7 @@ func TestDecodeBudget(t *testing.T) {
 		}
 		return req
 	}
-	g, _ := New(0)
-	g.WithDecodeBudget(10 << 20)
+	g, _ := New(Options{DecodeBudget: 10 << 20})
 
 	// Never fits: refused before anything is decoded or waited for.
 	_, err := g.Generate(context.Background(), withSources("too big", 6<<20, 6<<20), func(int) {})

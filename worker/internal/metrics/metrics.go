@@ -17,11 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/prom"
 	"github.com/easelhq/easel/worker/imagegen"
 )
-
-// Namespace prefixes every Easel metric.
-const Namespace = "easel"
 
 // Outcomes of a finished task (easel_tasks_finished_total's outcome).
 const (
@@ -44,60 +42,31 @@ var durationBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10
 
 // Metrics are the worker's metrics.
 type Metrics struct {
-	queueWait        *prometheus.HistogramVec
-	stage            *prometheus.HistogramVec
-	finished         *prometheus.CounterVec
-	retries          *prometheus.CounterVec
-	upstream         *prometheus.CounterVec
-	upstreamDuration *prometheus.HistogramVec
-	inFlight         *prometheus.GaugeVec
-	refunded         *prometheus.CounterVec
+	finished, retries, upstream, refunded *prometheus.CounterVec
+	queueWait, stage, upstreamDuration    *prometheus.HistogramVec
+	inFlight                              *prometheus.GaugeVec
 }
 
 // New makes the worker's metrics and registers them on reg (nil: on no
 // registry).
 func New(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "task_queue_wait_seconds",
-			Help:    "Time from a task's creation to the start of its first run, by model.",
-			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
-		}, []string{"model"}),
-		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "task_stage_duration_seconds",
-			Help:    "Time a stage of a task took when it succeeded, by model and stage: fetch (source images), generate (with its retries), store (results).",
-			Buckets: durationBuckets,
-		}, []string{"model", "stage"}),
-		finished: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "tasks_finished_total",
-			Help: "Tasks that reached their end, by model, outcome (completed, failed) and failure code (empty when completed).",
-		}, []string{"model", "outcome", "code"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "task_retries_total",
-			Help: "Retries, by model: a generation tried again after a retryable error, or a job handed back to its queue to run again.",
-		}, []string{"model"}),
-		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "upstream_requests_total",
-			Help: "Calls to the image generator, by provider and outcome (ok, canceled, or the failure code).",
-		}, []string{"provider", "outcome"}),
-		upstreamDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "upstream_request_duration_seconds",
-			Help:    "Time a call to the image generator took, whatever its outcome, by provider.",
-			Buckets: durationBuckets,
-		}, []string{"provider"}),
-		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "generations_in_flight",
-			Help: "Tasks this worker is running now, by model.",
-		}, []string{"model"}),
-		refunded: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "credits_refunded_total",
-			Help: "Credits returned for failed tasks, by model.",
-		}, []string{"model"}),
+	v := prom.Vecs{Reg: reg}
+	return &Metrics{
+		queueWait: v.Histogram("task_queue_wait_seconds", "Time from a task's creation to the start of its first run, by model.",
+			[]float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}, "model"),
+		stage: v.Histogram("task_stage_duration_seconds", "Time a stage of a task took when it succeeded, by model and stage: fetch (source images), generate (with its retries), store (results).",
+			durationBuckets, "model", "stage"),
+		finished: v.Counter("tasks_finished_total", "Tasks that reached their end, by model, outcome (completed, failed) and failure code (empty when completed).",
+			"model", "outcome", "code"),
+		retries: v.Counter("task_retries_total", "Retries, by model: a generation tried again after a retryable error, or a job handed back to its queue to run again.",
+			"model"),
+		upstream: v.Counter("upstream_requests_total", "Calls to the image generator, by provider and outcome (ok, canceled, or the failure code).",
+			"provider", "outcome"),
+		upstreamDuration: v.Histogram("upstream_request_duration_seconds", "Time a call to the image generator took, whatever its outcome, by provider.",
+			durationBuckets, "provider"),
+		inFlight: v.Gauge("generations_in_flight", "Tasks this worker is running now, by model.", "model"),
+		refunded: v.Counter("credits_refunded_total", "Credits returned for failed tasks, by model.", "model"),
 	}
-	if reg != nil {
-		reg.MustRegister(m.queueWait, m.stage, m.finished, m.retries, m.upstream, m.upstreamDuration, m.inFlight, m.refunded)
-	}
-	return m
 }
 
 // InitModels makes the per-model counters and gauges exist at 0 from the

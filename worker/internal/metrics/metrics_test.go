@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,34 +11,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/easelhq/easel/pkg/apperr"
-	"github.com/easelhq/easel/pkg/prom"
+	"github.com/easelhq/easel/pkg/prom/promtest"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/worker/imagegen"
 )
 
 const std = "lumen-2.5-flash-image"
-
-// easel returns the easel_* series of reg.
-func easel(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
-	t.Helper()
-	all, err := prom.Series(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	maps.DeleteFunc(all, func(k string, _ float64) bool { return !strings.HasPrefix(k, "easel_") })
-	return all
-}
-
-// moved returns the series whose value changed from before to after.
-func moved(before, after map[string]float64) map[string]float64 {
-	d := map[string]float64{}
-	for k, v := range after {
-		if v != before[k] {
-			d[k] = v - before[k]
-		}
-	}
-	return d
-}
 
 type genFunc func(ctx context.Context, req imagegen.Request, progress func(int)) ([]imagegen.Image, error)
 
@@ -49,44 +26,29 @@ func (f genFunc) Generate(ctx context.Context, req imagegen.Request, progress fu
 
 // Each recording moves exactly its series, by exactly its amount.
 func TestRecordings(t *testing.T) {
-	tests := []struct {
-		name   string
-		record func(m *Metrics)
-		want   map[string]float64
-	}{
-		{"queue wait", func(m *Metrics) { m.QueueWait(std, 1500*time.Millisecond) },
-			map[string]float64{`easel_task_queue_wait_seconds_count{model="` + std + `"}`: 1, `easel_task_queue_wait_seconds_sum{model="` + std + `"}`: 1.5}},
-		{"negative queue wait (clock skew) is 0", func(m *Metrics) { m.QueueWait(std, -time.Second) },
-			map[string]float64{`easel_task_queue_wait_seconds_count{model="` + std + `"}`: 1}},
-		{"stage", func(m *Metrics) { m.Stage(std, "generate", 2*time.Second); m.Stage(std, "generate", time.Second) },
-			map[string]float64{`easel_task_stage_duration_seconds_count{model="` + std + `",stage="generate"}`: 2, `easel_task_stage_duration_seconds_sum{model="` + std + `",stage="generate"}`: 3}},
-		{"completed", func(m *Metrics) { m.Finished(std, Completed, "") },
-			map[string]float64{`easel_tasks_finished_total{code="",model="` + std + `",outcome="completed"}`: 1}},
-		{"failed", func(m *Metrics) { m.Finished(std, Failed, "timeout"); m.Finished(std, Failed, "timeout") },
-			map[string]float64{`easel_tasks_finished_total{code="timeout",model="` + std + `",outcome="failed"}`: 2}},
-		{"retries", func(m *Metrics) { m.Retried(std); m.Retried(std); m.Retried(std) },
-			map[string]float64{`easel_task_retries_total{model="` + std + `"}`: 3}},
-		{"refunded", func(m *Metrics) { m.Refunded(std, 18); m.Refunded(std, 24) },
-			map[string]float64{`easel_credits_refunded_total{model="` + std + `"}`: 42}},
-		{"running, then done", func(m *Metrics) { m.Running(std)() }, map[string]float64{}},
-		{"running twice, one done", func(m *Metrics) { m.Running(std); m.Running(std)() },
-			map[string]float64{`easel_generations_in_flight{model="` + std + `"}`: 1}},
-		{"upstream", func(m *Metrics) { m.Upstream("gemini", "upstream_unavailable", 250*time.Millisecond) },
-			map[string]float64{`easel_upstream_requests_total{outcome="upstream_unavailable",provider="gemini"}`: 1,
+	promtest.RunCases(t, newMetrics, []promtest.Case[*Metrics]{
+		{Name: "queue wait", Record: func(m *Metrics) { m.QueueWait(std, 1500*time.Millisecond) },
+			Want: map[string]float64{`easel_task_queue_wait_seconds_count{model="` + std + `"}`: 1, `easel_task_queue_wait_seconds_sum{model="` + std + `"}`: 1.5}},
+		{Name: "negative queue wait (clock skew) is 0", Record: func(m *Metrics) { m.QueueWait(std, -time.Second) },
+			Want: map[string]float64{`easel_task_queue_wait_seconds_count{model="` + std + `"}`: 1}},
+		{Name: "stage", Record: func(m *Metrics) { m.Stage(std, "generate", 2*time.Second); m.Stage(std, "generate", time.Second) },
+			Want: map[string]float64{`easel_task_stage_duration_seconds_count{model="` + std + `",stage="generate"}`: 2, `easel_task_stage_duration_seconds_sum{model="` + std + `",stage="generate"}`: 3}},
+		{Name: "completed", Record: func(m *Metrics) { m.Finished(std, Completed, "") },
+			Want: map[string]float64{`easel_tasks_finished_total{code="",model="` + std + `",outcome="completed"}`: 1}},
+		{Name: "failed", Record: func(m *Metrics) { m.Finished(std, Failed, "timeout"); m.Finished(std, Failed, "timeout") },
+			Want: map[string]float64{`easel_tasks_finished_total{code="timeout",model="` + std + `",outcome="failed"}`: 2}},
+		{Name: "retries", Record: func(m *Metrics) { m.Retried(std); m.Retried(std); m.Retried(std) },
+			Want: map[string]float64{`easel_task_retries_total{model="` + std + `"}`: 3}},
+		{Name: "refunded", Record: func(m *Metrics) { m.Refunded(std, 18); m.Refunded(std, 24) },
+			Want: map[string]float64{`easel_credits_refunded_total{model="` + std + `"}`: 42}},
+		{Name: "running, then done", Record: func(m *Metrics) { m.Running(std)() }, Want: map[string]float64{}},
+		{Name: "running twice, one done", Record: func(m *Metrics) { m.Running(std); m.Running(std)() },
+			Want: map[string]float64{`easel_generations_in_flight{model="` + std + `"}`: 1}},
+		{Name: "upstream", Record: func(m *Metrics) { m.Upstream("gemini", "upstream_unavailable", 250*time.Millisecond) },
+			Want: map[string]float64{`easel_upstream_requests_total{outcome="upstream_unavailable",provider="gemini"}`: 1,
 				`easel_upstream_request_duration_seconds_count{provider="gemini"}`: 1, `easel_upstream_request_duration_seconds_sum{provider="gemini"}`: 0.25}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			reg := prometheus.NewRegistry()
-			m := New(reg)
-			m.InitModels([]string{std})
-			before := easel(t, reg)
-			tt.record(m)
-			if got := moved(before, easel(t, reg)); !maps.Equal(got, tt.want) {
-				t.Errorf("moved %v; want %v", got, tt.want)
-			}
-		})
-	}
+	})
+
 }
 
 // InitModels makes the per-model series exist, at 0, before any task.
@@ -99,7 +61,7 @@ func TestInitModels(t *testing.T) {
 		`easel_generations_in_flight{model="` + std + `"}`:                            0,
 		`easel_credits_refunded_total{model="` + std + `"}`:                           0,
 	}
-	if got := easel(t, reg); !maps.Equal(got, want) {
+	if got := promtest.Series(t, reg); !maps.Equal(got, want) {
 		t.Errorf("series %v; want %v", got, want)
 	}
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
@@ -137,12 +99,12 @@ func TestGenerator(t *testing.T) {
 				}
 				return []imagegen.Image{{}}, nil
 			}), "procedural", m)
-			before := easel(t, reg)
+			before := promtest.Series(t, reg)
 			imgs, err := gen.Generate(tt.ctx, imagegen.Request{}, func(int) {})
 			if !errors.Is(err, tt.err) || (err == nil) != (len(imgs) == 1) {
 				t.Fatalf("the wrapper changed the call's result: %v %v", imgs, err)
 			}
-			d := moved(before, easel(t, reg))
+			d := promtest.Moved(before, promtest.Series(t, reg))
 			if d[`easel_upstream_requests_total{outcome="`+tt.outcome+`",provider="procedural"}`] != 1 ||
 				d[`easel_upstream_request_duration_seconds_count{provider="procedural"}`] != 1 ||
 				d[`easel_upstream_request_duration_seconds_sum{provider="procedural"}`] < 0.01 || len(d) != 3 {
@@ -150,4 +112,11 @@ func TestGenerator(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newMetrics makes the metrics on reg, with the standard model's series.
+func newMetrics(reg prometheus.Registerer) *Metrics {
+	m := New(reg)
+	m.InitModels([]string{std})
+	return m
 }

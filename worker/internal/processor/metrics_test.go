@@ -4,45 +4,18 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/jobs"
-	"github.com/easelhq/easel/pkg/prom"
+	"github.com/easelhq/easel/pkg/prom/promtest"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/worker/imagegen"
 	"github.com/easelhq/easel/worker/internal/metrics"
 )
-
-// counts returns the easel_* series of reg but the histograms' sums, which
-// depend on timing.
-func counts(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
-	t.Helper()
-	all, err := prom.Series(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	maps.DeleteFunc(all, func(k string, _ float64) bool {
-		name, _, _ := strings.Cut(k, "{")
-		return !strings.HasPrefix(name, "easel_") || strings.HasSuffix(name, "_sum")
-	})
-	return all
-}
-
-// moved returns the series whose value changed from before to after.
-func moved(before, after map[string]float64) map[string]float64 {
-	d := map[string]float64{}
-	for k, v := range after {
-		if v != before[k] {
-			d[k] = v - before[k]
-		}
-	}
-	return d
-}
 
 // metered gives f's processor metrics on a registry of its own, the
 // generator counted as provider "test", as the worker's Run wires them.
@@ -152,11 +125,11 @@ func TestMetrics(t *testing.T) {
 			if tt.before != nil {
 				tt.before(t, f, j)
 			}
-			before := counts(t, reg)
+			before := promtest.Counts(t, reg)
 			if err := f.proc.Process(context.Background(), j, tt.attempt); (err != nil) != tt.wantErr {
 				t.Fatalf("Process: %v; want an error: %v", err, tt.wantErr)
 			}
-			if got := moved(before, counts(t, reg)); !maps.Equal(got, tt.want) {
+			if got := promtest.Moved(before, promtest.Counts(t, reg)); !maps.Equal(got, tt.want) {
 				t.Errorf("moved %v\nwant  %v", got, tt.want)
 			}
 			if bal, _ := f.credits(t); tt.want[refunded] == price && bal != startCredits {
@@ -172,7 +145,7 @@ func TestInFlight(t *testing.T) {
 	const key = `easel_generations_in_flight{model="` + std + `"}`
 	during := -1.0
 	f := newFixture(t, genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
-		during = counts(t, reg)[key]
+		during = promtest.Counts(t, reg)[key]
 		return []imagegen.Image{{Data: []byte("\x89PNG"), MIME: "image/png", Width: 1, Height: 1}}, nil
 	}))
 	reg = f.metered()
@@ -180,7 +153,7 @@ func TestInFlight(t *testing.T) {
 	if err := f.proc.Process(context.Background(), j, Attempt{MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
-	if after := counts(t, reg)[key]; during != 1 || after != 0 {
+	if after := promtest.Counts(t, reg)[key]; during != 1 || after != 0 {
 		t.Errorf("in flight %v while generating, %v after; want 1, then 0", during, after)
 	}
 }

@@ -87,7 +87,7 @@ func newFixture(t *testing.T, gen imagegen.Generator) *fixture {
 	}
 	t.Cleanup(func() { _ = blobs.Close() })
 	if gen == nil {
-		g, err := procedural.New(40 * time.Millisecond)
+		g, err := procedural.New(procedural.Options{Delay: 40 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +186,7 @@ func (f *fixture) resultImage(t *testing.T, r task.Result) image.Config {
 func TestTextToImage(t *testing.T) {
 	// A generation of over a second (pro takes twice the 600 ms), long
 	// enough for progress to show.
-	g, err := procedural.New(600 * time.Millisecond)
+	g, err := procedural.New(procedural.Options{Delay: 600 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ var contentKey = regexp.MustCompile(`^[0-9]{10}/[0-9a-f]{32}\.png$`)
 // TestIdenticalResultsAreStoredOnce: two tasks asking the same of a
 // deterministic generator share one blob, refreshed for the janitor.
 func TestIdenticalResultsAreStoredOnce(t *testing.T) {
-	g, _ := procedural.New(0)
+	g, _ := procedural.New(procedural.Options{})
 	f := newFixture(t, g)
 	for _, id := range []string{"task_lumen_21", "task_lumen_22"} {
 		if err := f.proc.Process(context.Background(), f.job(t, id, std, nil), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
