@@ -39,7 +39,7 @@ import (
 // told about (200) exists and has ended; no task, told about or not, is
 // stuck; every failed task was refunded exactly once and no completed one
 // was; every task was charged exactly once; the balance is exact. It prints
-// the figures README.md quotes.
+// the figures docs/security.md quotes.
 func TestChaos(t *testing.T) {
 	bin, err := buildBinaries()
 	if err != nil {

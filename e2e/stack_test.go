@@ -400,7 +400,7 @@ func TestEndToEnd(t *testing.T) {
 // signURL signs a download path as the gateway does: an HMAC-SHA256 keyed by
 // the signing secret over the path, a newline and the expiry in Unix
 // seconds, base64url without padding. The test's own copy of the scheme
-// README documents, so a change to it shows.
+// docs/api.md documents, so a change to it shows.
 func signURL(path string, expires time.Time) string {
 	exp := strconv.FormatInt(expires.Unix(), 10)
 	m := hmac.New(sha256.New, []byte(secret))

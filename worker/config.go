@@ -25,8 +25,8 @@ type Config struct {
 	// generation mostly waits on its upstream, so this is high: CPU work
 	// (decoding, rendering, encoding) has bounds of its own (NumCPU render
 	// slots, EASEL_DECODE_BUDGET_MB), and the Redis pool does not grow with
-	// it. 2,000 in flight measured 130 MB of RSS and 57 Redis connections
-	// (BENCHMARKS.md); the default leaves room.
+	// it. 5,000 in flight measured 256.3 MB of RSS and 62 Redis connections
+	// (BENCHMARKS.md, --only inflight); the default leaves room.
 	Concurrency int `env:"EASEL_WORKER_CONCURRENCY" envDefault:"1000"`
 	// AccountMaxRunning is the most generations of one account running at
 	// once on all workers together (0: no limit): its fair share. Set the

@@ -2,8 +2,9 @@
 // the workers both read (Common), and the way every Easel process reads its
 // own: environment variables, parsed once at start into a struct and
 // validated with messages that say what to fix. Each service declares its own
-// settings beside its Run function (gateway.Config, worker.Config); README.md
-// documents them all in one table and a test keeps the two in step.
+// settings beside its Run function (gateway.Config, worker.Config);
+// docs/configuration.md documents them all in one table, and a test keeps
+// the two in step.
 package config
 
 import (

@@ -146,7 +146,7 @@ func (t *Task) ETA() (d time.Duration, ok bool) {
 }
 
 // TaskError is why a task failed: a code (content_blocked, timeout, ...;
-// see the README's failure codes) and a message.
+// see the failure codes in docs/api.md) and a message.
 type TaskError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`

@@ -1,5 +1,5 @@
 // Command gateway serves Easel's public API. Configuration comes from
-// EASEL_* environment variables (see README.md).
+// EASEL_* environment variables (see docs/configuration.md).
 package main
 
 import (

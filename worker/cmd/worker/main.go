@@ -1,5 +1,5 @@
 // Command worker runs Easel image jobs from the queues. Configuration comes
-// from EASEL_* environment variables (see README.md).
+// from EASEL_* environment variables (see docs/configuration.md).
 package main
 
 import (
