@@ -201,6 +201,9 @@ const pageStateJS = `(() => {
 // the real stack: a key and a prompt entered, the task followed on the
 // stream to 100 %, the image shown; a screenshot kept either way.
 func TestPlayground(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the browser test is not part of make test-short")
+	}
 	b := startBrowser(t)
 	s := startStack(t, stackOptions{simDelay: 2 * time.Second})
 	dir := artifactDir(t)

@@ -39,6 +39,9 @@ import (
 // after the promotion, then resynchronises from the new primary and drops
 // them: the setting must be the number of replicas.
 func TestSentinelFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the failover runs are not part of make test-short")
+	}
 	for _, tc := range []struct {
 		replicas, minReplicas int
 		promise               bool // no acknowledged task lost
