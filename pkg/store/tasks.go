@@ -3,13 +3,10 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/task"
@@ -225,20 +222,6 @@ func (s *Tasks) Get(ctx context.Context, accountID, taskID string) (*task.Task, 
 		return nil, &apperr.NotFoundError{Kind: "task", ID: taskID}
 	}
 	return decodeTask(accountID, taskID, m)
-}
-
-// MemoryUsage returns the bytes Redis uses for a task's record (MEMORY
-// USAGE), for tools and benchmarks: never the request path. A record that
-// does not exist is *apperr.NotFoundError.
-func (s *Tasks) MemoryUsage(ctx context.Context, accountID, taskID string) (int64, error) {
-	n, err := s.db.rdb.MemoryUsage(ctx, taskKey(accountID, taskID)).Result()
-	if errors.Is(err, redis.Nil) {
-		return 0, &apperr.NotFoundError{Kind: "task", ID: taskID}
-	}
-	if err != nil {
-		return 0, fmt.Errorf("store: memory usage of %s: %w", taskID, err)
-	}
-	return n, nil
 }
 
 func decodeTask(accountID, taskID string, m map[string]string) (*task.Task, error) {
