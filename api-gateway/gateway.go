@@ -76,7 +76,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	// The request path uses the plain client: go-redis's autopipeliner ignores
 	// a request's deadline (a hung Redis held requests up to 1.6 s past it;
 	// what it costs in throughput is in BENCHMARKS.md).
-	db := store.NewDB(rdb, store.Options{MinReplicas: cfg.RedisMinReplicas, ReplicaWait: cfg.ReplicaWait()})
+	db := store.NewDB(rdb, cfg.StoreOptions())
 	taskStore, accounts, hooks := store.NewTasks(db), store.NewAccounts(db), store.NewHooks(db)
 	// Ready once Redis answered at start, then while it takes writes.
 	var started atomic.Bool

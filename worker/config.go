@@ -28,10 +28,6 @@ type Config struct {
 	// it. 5,000 in flight measured 256.3 MB of RSS and 62 Redis connections
 	// (BENCHMARKS.md, --only inflight); the default leaves room.
 	Concurrency int `env:"EASEL_WORKER_CONCURRENCY" envDefault:"1000"`
-	// AccountMaxRunning is the most generations of one account running at
-	// once on all workers together (0: no limit): its fair share. Set the
-	// same on every worker.
-	AccountMaxRunning int `env:"EASEL_ACCOUNT_MAX_RUNNING" envDefault:"64"`
 	// UpstreamRPM and UpstreamConcurrency are the upstream quota all
 	// workers share, per model: "model=N,...", "*=N" for every model not
 	// named (package quota). Empty: no limit.
@@ -113,9 +109,6 @@ func (c *Config) Validate() error {
 	}
 	if _, err := quota.ParseLimits(c.UpstreamRPM, c.UpstreamConcurrency); err != nil {
 		errs = append(errs, err)
-	}
-	if c.AccountMaxRunning < 0 {
-		errs = append(errs, fmt.Errorf("EASEL_ACCOUNT_MAX_RUNNING %d: want 0 (no limit) or more", c.AccountMaxRunning))
 	}
 	if c.DecodeBudgetMB < c.FetchMaxDecoded {
 		errs = append(errs, fmt.Errorf("EASEL_DECODE_BUDGET_MB %d: want at least EASEL_FETCH_MAX_DECODED_MB (%d), or a task the fetcher accepts could never run", c.DecodeBudgetMB, c.FetchMaxDecoded))

@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"math/rand/v2"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -13,35 +15,39 @@ import (
 	"github.com/easelhq/easel/worker/internal/processor"
 )
 
-// The recovery's timing. Each bound is the sum of its parts:
+// The recovery: what crashes and failovers leave behind, put right by the
+// workers. Two parts:
 //
-//   - a task charged by a gateway that died before queueing its job, or
-//     whose job a Redis failover lost, is queued within
-//     store.FirstQueueCheck + recoverEvery (15 s) of its creation, or of
-//     the loss if later, within its age again (at most maxRecheck more);
-//   - a task whose worker died is given to a new run within Asynq's lease
-//     (30 s, then its run is an orphan) + recoverEvery (35 s), rather than
-//     the 60 to 120 s Asynq's own recoverer takes;
-//   - a task past its deadline that no run will finish is failed and
-//     refunded within a minute of it (overdueEvery).
+//   - the due work (recovery): each shard's time-ordered set of what is
+//     due (store.Tasks.Due), read shard by shard by the worker holding the
+//     shard's lease, so that the work costs what is due, never a walk of
+//     the accounts or the backlog, and the workers share the shards. A
+//     task charged whose job is missing from its queue (its gateway died
+//     before queueing it, a failover lost the queue's write, an operator
+//     deleted it) is queued again within store.QueueRecheck and a poll of
+//     its admission; a task past its deadline that no run will finish is
+//     failed and refunded within a poll of it, in batches; a final webhook
+//     event left unqueued is queued store.HookGrace after the task ended.
+//   - orphaned runs (sweeper): a task whose worker died is given to a new
+//     run within Asynq's lease (30 s, then its run is an orphan) +
+//     orphanEvery, rather than the 60 to 120 s Asynq's own recoverer
+//     takes. Asynq's active lists are bounded by the workers' concurrency;
+//     one worker at a time reads them.
 const (
-	recoverEvery = 5 * time.Second
-	maxRecheck   = 10 * time.Minute
-	overdueEvery = 30 * time.Second
-	recoverBatch = 1000
+	orphanEvery = 5 * time.Second
+	// dueBatch is the most entries of a shard read in one round trip.
+	dueBatch = 1000
+	// duePoll is how often the recovery looks for shards due, and
+	// dueIdle the longest a held shard goes unread (new work is never due
+	// sooner than store.HookGrace after it is added).
+	duePoll = time.Second
+	dueIdle = 5 * time.Second
+	// leaseEvery is how often a worker renews its shards' leases, rebalances
+	// them and says it is alive; a lease lasts shardLeaseTTL without a
+	// renewal, so the shards of a worker that died are taken within that.
+	leaseEvery    = 10 * time.Second
+	shardLeaseTTL = 30 * time.Second
 )
-
-// sweepStore is what the recovery needs of the task store.
-type sweepStore interface {
-	Overdue(ctx context.Context, limit int64) ([]store.Overdue, error)
-	Expire(ctx context.Context, o store.Overdue) (store.Change, error)
-	QueueChecks(ctx context.Context, now time.Time, limit int64) ([]store.QueueCheck, error)
-	ScheduleQueueCheck(ctx context.Context, accountID, taskID string, at time.Time) error
-	DropQueueCheck(ctx context.Context, accountID, taskID string) error
-	Takeover(ctx context.Context, accountID, taskID, orphan string, next func(crashes int) string) (store.Change, string, error)
-	// Get reads a task the recovery failed back, for its model.
-	Get(ctx context.Context, accountID, taskID string) (*task.Task, error)
-}
 
 // sweepMetrics records the tasks the recovery fails.
 type sweepMetrics interface {
@@ -54,124 +60,40 @@ type noSweepMetrics struct{}
 func (noSweepMetrics) Finished(string, string, string) {}
 func (noSweepMetrics) Refunded(string, int64)          {}
 
-// sweepQueue is what the recovery needs of the queues.
-type sweepQueue interface {
-	EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImage, run string) error
-	EnsureGenerateImage(ctx context.Context, j jobs.GenerateImage, run string) (added bool, _ error)
-	Orphans(ctx context.Context, queues []string) ([]jobs.Orphan, error)
-}
-
-// sweeper recovers what crashes leave behind. Every worker runs one; one at
-// a time does a round, under a lease (everyUnderLease).
-type sweeper struct {
-	st          sweepStore
-	q           sweepQueue
-	hooks       hookNotifier
-	queues      []string
-	log         *zap.Logger
-	metrics     sweepMetrics
-	now         func() time.Time
-	lastOverdue time.Time
-}
-
 // hookNotifier queues a webhook event the store said is due (hooks.Notify).
 type hookNotifier interface {
 	Notify(ctx context.Context, accountID, taskID, event string, seq int)
 }
 
-// sweepReport counts what a round did.
-type sweepReport struct {
-	queued, takenOver, poisoned, expired int
+// sweepStore is what the orphans' recovery needs of the task store.
+type sweepStore interface {
+	Takeover(ctx context.Context, accountID, taskID, orphan string, next func(crashes int) string) (store.Change, string, error)
+}
+
+// sweepQueue is what the orphans' recovery needs of the queues.
+type sweepQueue interface {
+	EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImage, run string) error
+	EnqueueAdmitted(ctx context.Context, admitted []task.Admitted) error
+	Orphans(ctx context.Context, queues []string) ([]jobs.Orphan, error)
+}
+
+// sweeper gives the tasks of runs whose worker died to new runs. Every
+// worker runs one; one at a time does a round, under a lease
+// (everyUnderLease).
+type sweeper struct {
+	st      sweepStore
+	q       sweepQueue
+	hooks   hookNotifier
+	queues  []string
+	log     *zap.Logger
+	metrics sweepMetrics
 }
 
 func newSweeper(st sweepStore, q sweepQueue, hooks hookNotifier, metrics sweepMetrics, log *zap.Logger) *sweeper {
 	if metrics == nil {
 		metrics = noSweepMetrics{}
 	}
-	return &sweeper{st: st, q: q, hooks: hooks, queues: jobs.Queues(), log: log, metrics: metrics, now: time.Now}
-}
-
-// failed records a task the recovery failed, and its refund, and queues
-// its webhook event if the store said one is due.
-func (s *sweeper) failed(ctx context.Context, log *zap.Logger, accountID, taskID string, c store.Change, code apperr.Code) {
-	if c.Hooked {
-		s.hooks.Notify(ctx, accountID, taskID, task.EventFailed, 0)
-	}
-	t, err := s.st.Get(ctx, accountID, taskID)
-	if err != nil {
-		log.Debug("recovery: could not read a failed task back; it is not counted in the metrics", zap.Error(err))
-		return
-	}
-	s.metrics.Finished(t.Model, processor.Failed, string(code))
-	if c.Refunded > 0 {
-		s.metrics.Refunded(t.Model, c.Refunded)
-	}
-}
-
-// round does one round; everyUnderLease runs it on one worker at a time.
-func (s *sweeper) round(ctx context.Context) sweepReport {
-	var r sweepReport
-	r.queued = s.checkQueued(ctx)
-	r.takenOver, r.poisoned = s.takeOverOrphans(ctx)
-	if s.now().Sub(s.lastOverdue) >= overdueEvery {
-		s.lastOverdue = s.now()
-		r.expired = s.expireOverdue(ctx)
-	}
-	return r
-}
-
-// checkQueued makes sure the job of every task still pending a while after
-// its creation is queued, queueing it if it is not: its gateway may have
-// died before queueing it, or a Redis failover may have lost the queue's
-// write but not the task's. Queueing a job that is queued already is a
-// no-op, so a task is never queued twice. A task still pending is checked
-// again after as long as it has waited (at most maxRecheck): a long queue
-// costs a few checks per task, not one every round.
-func (s *sweeper) checkQueued(ctx context.Context) int {
-	now := s.now()
-	list, err := s.st.QueueChecks(ctx, now, recoverBatch)
-	if err != nil {
-		s.log.Warn("recovery: queue checks", zap.Error(err))
-		return 0
-	}
-	n := 0
-	for _, c := range list {
-		log := s.log.With(zap.String("task_id", c.TaskID), zap.String("account_id", c.AccountID))
-		if !c.Pending || len(c.Job) == 0 {
-			s.dropQueueCheck(ctx, log, c)
-			continue
-		}
-		j, err := jobs.DecodeGenerateImage(c.Job)
-		if err != nil {
-			log.Error("recovery: a stored job does not decode; the deadline sweep will fail the task", zap.Error(err))
-			s.dropQueueCheck(ctx, log, c)
-			continue
-		}
-		run := c.Run
-		if run == "" {
-			run = jobs.RunID(j.TaskID, 0)
-		}
-		added, err := s.q.EnsureGenerateImage(ctx, j, run)
-		if err != nil {
-			log.Warn("recovery: could not queue a task's job; will try again", zap.Error(err))
-			continue
-		}
-		if added {
-			n++
-			log.Warn("recovery: queued the job of a pending task that had none (its gateway stopped before queueing it, or a failover lost it)")
-		}
-		wait := min(max(now.Sub(c.Created), store.FirstQueueCheck), maxRecheck)
-		if err := s.st.ScheduleQueueCheck(ctx, c.AccountID, c.TaskID, now.Add(wait)); err != nil {
-			log.Warn("recovery: queue check", zap.Error(err))
-		}
-	}
-	return n
-}
-
-func (s *sweeper) dropQueueCheck(ctx context.Context, log *zap.Logger, c store.QueueCheck) {
-	if err := s.st.DropQueueCheck(ctx, c.AccountID, c.TaskID); err != nil {
-		log.Warn("recovery: queue check", zap.Error(err))
-	}
+	return &sweeper{st: st, q: q, hooks: hooks, queues: jobs.Queues(), log: log, metrics: metrics}
 }
 
 // takeOverOrphans gives the tasks of runs whose worker died to new runs.
@@ -203,36 +125,31 @@ func (s *sweeper) takeOverOrphans(ctx context.Context) (takenOver, poisoned int)
 		case task.Poisoned:
 			poisoned++
 			log.Warn("task failed: it stopped its worker twice, and was refunded instead of run again")
-			s.failed(ctx, log, j.AccountID, j.TaskID, c, task.WorkerCrashed)
+			failed(ctx, s.metrics, s.hooks, s.q, log, j.AccountID, j.TaskID, j.Input.Model.ID, c, task.WorkerCrashed)
 		}
 	}
 	return takenOver, poisoned
 }
 
-// expireOverdue fails and refunds tasks past their deadline that no run will
-// finish (their job expired in the queue, or every run failed to record an
-// outcome).
-func (s *sweeper) expireOverdue(ctx context.Context) int {
-	overdue, err := s.st.Overdue(ctx, recoverBatch)
-	if err != nil {
-		s.log.Warn("recovery: overdue tasks", zap.Error(err))
-		return 0
+// failed records a task the recovery failed, and its refund; queues its
+// webhook event if the store said one is due, and the tasks its place
+// admitted.
+func failed(ctx context.Context, m sweepMetrics, hooks hookNotifier, q sweepQueue, log *zap.Logger, accountID, taskID, model string, c store.Change, code apperr.Code) {
+	if c.Hooked {
+		hooks.Notify(ctx, accountID, taskID, task.EventFailed, 0)
 	}
-	failed := 0
-	for _, o := range overdue {
-		c, err := s.st.Expire(ctx, o)
-		if err != nil {
-			s.log.Warn("recovery: could not expire a task", zap.String("task_id", o.TaskID), zap.Error(err))
-			continue
-		}
-		if c.Outcome == task.Applied {
-			failed++
-			log := s.log.With(zap.String("task_id", o.TaskID), zap.String("account_id", o.AccountID))
-			log.Warn("task failed: past its deadline with no worker on it; refunded")
-			s.failed(ctx, log, o.AccountID, o.TaskID, c, task.Timeout)
+	if len(c.Admitted) > 0 {
+		if err := q.EnqueueAdmitted(ctx, c.Admitted); err != nil {
+			log.Warn("recovery: could not queue the tasks a failed one admitted; their queue checks will", zap.Error(err))
 		}
 	}
-	return failed
+	if model == "" {
+		model = c.Model
+	}
+	m.Finished(model, processor.Failed, string(code))
+	if c.Refunded > 0 {
+		m.Refunded(model, c.Refunded)
+	}
 }
 
 // leaser takes named leases (store.Leases).
@@ -257,4 +174,270 @@ func everyUnderLease(ctx context.Context, l leaser, name string, every time.Dura
 			round(ctx)
 		}
 	}
+}
+
+// recoveryStore is what the due work needs of the task store.
+type recoveryStore interface {
+	Due(ctx context.Context, shard int, now time.Time, limit int) (store.DueWork, error)
+	ExpireAll(ctx context.Context, refs []store.TaskRef) ([]store.Change, []error)
+	Job(ctx context.Context, accountID, taskID string) ([]byte, error)
+}
+
+// shardLeaser shares the shards among the workers (store.Leases).
+type shardLeaser interface {
+	TakeShards(ctx context.Context, holder string, shards []int, ttl time.Duration) ([]int, error)
+	ReleaseShards(ctx context.Context, holder string, shards []int) error
+	Workers(ctx context.Context, holder string, ttl time.Duration) (int, error)
+}
+
+// recoveryQueue is what the due work needs of the queues.
+type recoveryQueue interface {
+	sweepQueue
+	Missing(ctx context.Context, runs []jobs.Run) ([]bool, error)
+	EnsureGenerateImage(ctx context.Context, j jobs.GenerateImage, run string) (added bool, _ error)
+}
+
+// recovery does the due work of the shards this worker holds.
+type recovery struct {
+	st      recoveryStore
+	leases  shardLeaser
+	q       recoveryQueue
+	hooks   hookNotifier
+	metrics sweepMetrics
+	log     *zap.Logger
+	me      string
+	now     func() time.Time
+	// held are the shards this worker holds, with when each is next due
+	// for a read.
+	held map[int]time.Time
+}
+
+// recoveryReport counts what a poll did.
+type recoveryReport struct {
+	queued, expired, hooked int
+}
+
+func newRecovery(st recoveryStore, leases shardLeaser, q recoveryQueue, hooks hookNotifier, metrics sweepMetrics, me string, log *zap.Logger) *recovery {
+	if metrics == nil {
+		metrics = noSweepMetrics{}
+	}
+	return &recovery{st: st, leases: leases, q: q, hooks: hooks, metrics: metrics, log: log, me: me, now: time.Now, held: map[int]time.Time{}}
+}
+
+// run leases shards and does their due work until ctx is done, then
+// gives its shards back.
+func (r *recovery) run(ctx context.Context) {
+	lease := time.NewTicker(leaseEvery)
+	defer lease.Stop()
+	poll := time.NewTicker(duePoll)
+	defer poll.Stop()
+	r.lease(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			_ = r.leases.ReleaseShards(rctx, r.me, r.shards())
+			cancel()
+			return
+		case <-lease.C:
+			r.lease(ctx)
+		case <-poll.C:
+			r.poll(ctx)
+		}
+	}
+}
+
+func (r *recovery) shards() []int {
+	out := make([]int, 0, len(r.held))
+	for n := range r.held {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// lease renews this worker's shards and takes or gives back some, so that
+// each of the live workers holds about its share.
+func (r *recovery) lease(ctx context.Context) {
+	workers, err := r.leases.Workers(ctx, r.me, shardLeaseTTL)
+	if err != nil {
+		r.log.Warn("recovery: workers", zap.Error(err))
+		return
+	}
+	share := (store.Shards + workers - 1) / workers
+	kept, err := r.leases.TakeShards(ctx, r.me, r.shards(), shardLeaseTTL)
+	if err != nil {
+		r.log.Warn("recovery: renewing shard leases", zap.Error(err))
+		return
+	}
+	held := make(map[int]time.Time, len(kept))
+	for _, n := range kept {
+		held[n] = r.held[n]
+	}
+	if len(held) < share {
+		// Try the shards this worker does not hold, in a random order: the
+		// free ones are taken, the others' holders keep them.
+		var free []int
+		for _, n := range rand.Perm(store.Shards) {
+			if _, ok := held[n]; !ok {
+				free = append(free, n)
+			}
+		}
+		for len(free) > 0 && len(held) < share {
+			batch := free[:min(len(free), share-len(held))]
+			free = free[len(batch):]
+			got, err := r.leases.TakeShards(ctx, r.me, batch, shardLeaseTTL)
+			if err != nil {
+				r.log.Warn("recovery: taking shard leases", zap.Error(err))
+				break
+			}
+			for _, n := range got {
+				held[n] = time.Time{} // due for a read at once
+			}
+		}
+	} else if extra := len(held) - share; extra > 0 {
+		// More than its share (workers joined): give some back for them.
+		var give []int
+		for n := range held {
+			if len(give) == extra {
+				break
+			}
+			give = append(give, n)
+		}
+		if err := r.leases.ReleaseShards(ctx, r.me, give); err == nil {
+			for _, n := range give {
+				delete(held, n)
+			}
+		}
+	}
+	r.held = held
+}
+
+// poll reads the due work of the shards this worker holds that are due
+// for a read, and does it.
+func (r *recovery) poll(ctx context.Context) recoveryReport {
+	var rep recoveryReport
+	now := r.now()
+	for _, n := range r.shards() {
+		if r.held[n].After(now) {
+			continue
+		}
+		w, err := r.st.Due(ctx, n, now, dueBatch)
+		if err != nil {
+			r.log.Warn("recovery: due work", zap.Int("shard", n), zap.Error(err))
+			r.held[n] = now.Add(dueIdle)
+			continue
+		}
+		next := now.Add(dueIdle)
+		if !w.Next.IsZero() && w.Next.Before(next) {
+			next = w.Next
+		}
+		if len(w.Entries) == dueBatch {
+			next = now // more is due: read on at the next poll
+		}
+		r.held[n] = next
+		r.do(ctx, w.Entries, &rep)
+	}
+	return rep
+}
+
+// do does a batch of due work.
+func (r *recovery) do(ctx context.Context, entries []store.DueEntry, rep *recoveryReport) {
+	var checks, expires []store.DueEntry
+	for _, e := range entries {
+		switch e.Kind {
+		case store.DueCheck:
+			checks = append(checks, e)
+		case store.DueExpire:
+			expires = append(expires, e)
+		case store.DueHook:
+			r.hooks.Notify(ctx, e.AccountID, e.TaskID, e.Event, 0)
+			rep.hooked++
+		}
+	}
+	rep.queued += r.check(ctx, checks)
+	rep.expired += r.expire(ctx, expires)
+}
+
+// check makes sure the job of every admitted task still pending is on its
+// queue, and queues the missing ones from the job payload the task keeps.
+// Queueing a job that is queued already is a no-op, so a task is never
+// queued twice.
+func (r *recovery) check(ctx context.Context, checks []store.DueEntry) int {
+	if len(checks) == 0 {
+		return 0
+	}
+	runs := make([]jobs.Run, len(checks))
+	for i, c := range checks {
+		run := c.Run
+		if run == "" {
+			run = jobs.RunID(c.TaskID, 0)
+		}
+		runs[i] = jobs.Run{Queue: c.Queue, ID: run}
+	}
+	missing, err := r.q.Missing(ctx, runs)
+	if err != nil {
+		r.log.Warn("recovery: queue checks", zap.Error(err))
+		return 0
+	}
+	n := 0
+	for i, c := range checks {
+		if !missing[i] {
+			continue
+		}
+		log := r.log.With(zap.String("task_id", c.TaskID), zap.String("account_id", c.AccountID))
+		payload, err := r.st.Job(ctx, c.AccountID, c.TaskID)
+		if err != nil {
+			log.Warn("recovery: queue check", zap.Error(err))
+			continue
+		}
+		if payload == nil {
+			continue // started or ended meanwhile
+		}
+		j, err := jobs.DecodeGenerateImage(payload)
+		if err != nil {
+			log.Error("recovery: a stored job does not decode; its deadline will fail the task", zap.Error(err))
+			continue
+		}
+		added, err := r.q.EnsureGenerateImage(ctx, j, runs[i].ID)
+		if err != nil {
+			log.Warn("recovery: could not queue a task's job; will try again", zap.Error(err))
+			continue
+		}
+		if added {
+			n++
+			log.Warn("recovery: queued the job of a pending task that had none (its gateway stopped before queueing it, a failover lost it, or it was deleted)")
+		}
+	}
+	return n
+}
+
+// expire fails and refunds, in one batch, tasks past their deadline that
+// no run will finish (their job expired in the queue, or every run failed
+// to record an outcome).
+func (r *recovery) expire(ctx context.Context, expires []store.DueEntry) int {
+	if len(expires) == 0 {
+		return 0
+	}
+	refs := make([]store.TaskRef, len(expires))
+	for i, e := range expires {
+		refs[i] = store.TaskRef{AccountID: e.AccountID, TaskID: e.TaskID}
+	}
+	changes, errs := r.st.ExpireAll(ctx, refs)
+	n := 0
+	for i, c := range changes {
+		ref := refs[i]
+		if errs[i] != nil {
+			r.log.Warn("recovery: could not expire a task; will try again", zap.String("task_id", ref.TaskID), zap.Error(errs[i]))
+			continue
+		}
+		if c.Outcome != task.Applied {
+			continue
+		}
+		n++
+		log := r.log.With(zap.String("task_id", ref.TaskID), zap.String("account_id", ref.AccountID))
+		log.Warn("task failed: past its deadline with no worker on it; refunded")
+		failed(ctx, r.metrics, r.hooks, r.q, log, ref.AccountID, ref.TaskID, "", c, task.Timeout)
+	}
+	return n
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/jobs"
-	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/pkg/taskview"
 	"github.com/easelhq/easel/pkg/webhook"
@@ -26,12 +25,6 @@ const (
 	// notifyTimeout bounds what queueing an event may cost the run that
 	// ended the task.
 	notifyTimeout = 2 * time.Second
-	// hookGrace is how long a final event may sit in the outbox before the
-	// recovery queues it: time for the process that ended the task to have
-	// queued it.
-	hookGrace = 5 * time.Second
-	// hookRecoverEvery is how often the recovery looks.
-	hookRecoverEvery = 5 * time.Second
 	// hookCheckInterval is how often Asynq moves deliveries whose retry is
 	// due back onto the queue (its default, 5 s, would add up to that to
 	// every retry).
@@ -45,7 +38,6 @@ type hookStore interface {
 	Secrets(ctx context.Context, accountID string) ([]string, error)
 	Outgoing(ctx context.Context, accountID, taskID, event string, seq int) (webhook.State, webhook.Outgoing, error)
 	RecordAttempt(ctx context.Context, accountID, taskID, event string, seq int, a webhook.Attempt, state webhook.State, msg webhook.Outgoing) (bool, error)
-	Due(ctx context.Context, before time.Time, limit int64) ([]store.HookDue, error)
 }
 
 // taskReader reads a task's record: a delivery's body is the record.
@@ -207,28 +199,4 @@ func (h *hooks) message(ctx context.Context, d jobs.DeliverWebhook) (webhook.Out
 		return webhook.Outgoing{}, err
 	}
 	return webhook.Outgoing{URL: t.Callback.URL, Body: body}, nil
-}
-
-// recoverRound queues the final events left in the outbox for longer
-// than hookGrace, and returns how many; everyUnderLease runs it on one
-// worker at a time.
-func (h *hooks) recoverRound(ctx context.Context) int {
-	due, err := h.st.Due(ctx, h.now().Add(-hookGrace), recoverBatch)
-	if err != nil {
-		h.log.Warn("webhook recovery: outbox", zap.Error(err))
-		return 0
-	}
-	n := 0
-	for _, e := range due {
-		if err := h.q.QueueHook(ctx, h.st, jobs.DeliverWebhook{AccountID: e.AccountID, TaskID: e.TaskID, Event: e.Event}); err != nil {
-			h.log.Warn("webhook recovery: could not queue an event; will try again",
-				zap.String("task_id", e.TaskID), zap.String("account_id", e.AccountID), zap.String("event", e.Event), zap.Error(err))
-			continue
-		}
-		n++
-	}
-	if n > 0 {
-		h.log.Info("webhook recovery: queued events left in the outbox", zap.Int("events", n))
-	}
-	return n
 }

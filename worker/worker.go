@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"sync"
@@ -98,7 +97,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	// connection there is little to batch, and go-redis's autopipeliner
 	// (used by the gateway) cost the worker more in hand-offs than it saved
 	// (drain throughput 4,120 → 4,512 /s without it, see BENCHMARKS.md).
-	db := store.NewDB(rdb, store.Options{MinReplicas: cfg.RedisMinReplicas, ReplicaWait: cfg.ReplicaWait()})
+	db := store.NewDB(rdb, cfg.StoreOptions())
 	tasks, leases := store.NewTasks(db), store.NewLeases(db)
 	retry := processor.Retry{
 		MaxAttempts: cfg.RetryMaxAttempts,
@@ -112,7 +111,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		webhook.NewClient(webhook.Options{Policy: cfg.EgressPolicy(), Timeout: cfg.WebhookTimeout}),
 		signedurl.New(resultSecret(cfg, log), cfg.PublicURL),
 		webhook.DefaultSchedule(cfg.WebhookRetryInitial), log)
-	popts := processor.Options{Retry: retry, Metrics: meter, Hooks: hk, MaxRunning: cfg.AccountMaxRunning}
+	popts := processor.Options{Retry: retry, Metrics: meter, Hooks: hk, Admitter: enq}
 	limits, err := quota.ParseLimits(cfg.UpstreamRPM, cfg.UpstreamConcurrency)
 	if err != nil {
 		return err
@@ -128,12 +127,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		Queues:            queues,
 		TaskCheckInterval: cfg.TaskCheckInterval,
 		ShutdownTimeout:   cfg.ShutdownTimeout,
-		RetryDelayFunc:    func(n int, err error, _ *asynq.Task) time.Duration { return retryDelay(retry, n, err) },
-		// A job whose account has its share running waits its turn: no
-		// failure, and none of its retries used.
-		IsFailure: func(err error) bool { return !errors.Is(err, processor.ErrAccountBusy) },
-		Logger:    asynqLogger{log.Sugar().With("component", "asynq")},
-		LogLevel:  asynq.WarnLevel,
+		RetryDelayFunc:    func(n int, err error, _ *asynq.Task) time.Duration { return retry.Delay(n) },
+		Logger:            asynqLogger{log.Sugar().With("component", "asynq")},
+		LogLevel:          asynq.WarnLevel,
 	})
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(jobs.TypeGenerateImage, func(ctx context.Context, t *asynq.Task) error {
@@ -197,14 +193,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 
 	background, stopBackground := context.WithCancel(ctx)
 	var backgroundDone sync.WaitGroup
-	backgroundDone.Add(2)
-	if hooksSrv != nil {
-		backgroundDone.Add(1)
-		go func() {
-			defer backgroundDone.Done()
-			everyUnderLease(background, leases, "webhooks", hookRecoverEvery, func(ctx context.Context) { hk.recoverRound(ctx) })
-		}()
-	}
+	backgroundDone.Add(3)
 	go func() {
 		defer backgroundDone.Done()
 		runJanitor(background, blobs, cfg.BlobRetention, log)
@@ -212,7 +201,11 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	go func() {
 		defer backgroundDone.Done()
 		sw := newSweeper(tasks, enq, hk, meter, log)
-		everyUnderLease(background, leases, "sweeper", recoverEvery, func(ctx context.Context) { sw.round(ctx) })
+		everyUnderLease(background, leases, "orphans", orphanEvery, func(ctx context.Context) { sw.takeOverOrphans(ctx) })
+	}()
+	go func() {
+		defer backgroundDone.Done()
+		newRecovery(tasks, leases, enq, hk, meter, instance, log).run(background)
 	}()
 
 	var runErr error
@@ -335,18 +328,6 @@ func (u upstreamQuota) Acquire(ctx context.Context, model string) (func(), error
 
 func (u upstreamQuota) Throttled(ctx context.Context, model string, retryAfter time.Duration) error {
 	return u.q.Throttled(ctx, model, retryAfter)
-}
-
-// busyDelay is how long a job whose account has its share running waits
-// before it is tried again (with a jitter of a quarter either way).
-const busyDelay = time.Second
-
-// retryDelay is the wait before a job runs again after err.
-func retryDelay(retry processor.Retry, n int, err error) time.Duration {
-	if errors.Is(err, processor.ErrAccountBusy) {
-		return busyDelay*3/4 + rand.N(busyDelay/2)
-	}
-	return retry.Delay(n)
 }
 
 // redisPool is the Redis pool size of a worker running concurrency jobs at

@@ -32,8 +32,16 @@ type Account struct {
 	RateLimit      int       `json:"rate_limit,omitempty"`       // creates per second, per key
 	QueryRateLimit int       `json:"query_rate_limit,omitempty"` // queries per second, per key
 	MaxInflight    int       `json:"max_inflight,omitempty"`     // pending + processing tasks
-	CreatedAt      time.Time `json:"created_at"`
+	// Weight multiplies the account's share of the workers
+	// (EASEL_ACCOUNT_MAX_RUNNING): its tasks hold at most share × weight
+	// places at once, and accounts with work waiting are served in
+	// proportion to their weights. 0 reads as 1.
+	Weight    int       `json:"weight,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 }
+
+// MaxWeight bounds an account's weight.
+const MaxWeight = 100
 
 // Spec describes an account to create.
 type Spec struct {
@@ -43,6 +51,8 @@ type Spec struct {
 	RateLimit      int
 	QueryRateLimit int
 	MaxInflight    int
+	// Weight: 0 is the default, 1.
+	Weight int
 }
 
 // MaxLimit bounds every per-account limit.
@@ -66,6 +76,9 @@ func (s Spec) Check() (Spec, error) {
 			return s, err
 		}
 	}
+	if err := CheckWeight(s.Weight); err != nil {
+		return s, err
+	}
 	return s, CheckModels(s.Models)
 }
 
@@ -75,6 +88,7 @@ type LimitsUpdate struct {
 	RateLimit      *int
 	QueryRateLimit *int
 	MaxInflight    *int
+	Weight         *int
 	Models         *[]catalog.Tier
 }
 
@@ -94,6 +108,12 @@ func (u LimitsUpdate) Check() error {
 			return err
 		}
 	}
+	if u.Weight != nil {
+		empty = false
+		if err := CheckWeight(*u.Weight); err != nil {
+			return err
+		}
+	}
 	if u.Models != nil {
 		empty = false
 		if err := CheckModels(*u.Models); err != nil {
@@ -101,7 +121,7 @@ func (u LimitsUpdate) Check() error {
 		}
 	}
 	if empty {
-		return invalid("nothing to change: give a rate limit, a query rate limit, a max in-flight or models")
+		return invalid("nothing to change: give a rate limit, a query rate limit, a max in-flight, a weight or models")
 	}
 	return nil
 }
@@ -111,6 +131,14 @@ func (u LimitsUpdate) Check() error {
 func CheckLimit(name string, v int) error {
 	if v < 0 || v > MaxLimit {
 		return invalid("%s must be 0 (the default) to %d", name, MaxLimit)
+	}
+	return nil
+}
+
+// CheckWeight checks an account's weight: 0 (the default, 1) to MaxWeight.
+func CheckWeight(w int) error {
+	if w < 0 || w > MaxWeight {
+		return invalid("weight must be 1 to %d (0: the default, 1)", MaxWeight)
 	}
 	return nil
 }

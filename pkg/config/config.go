@@ -25,6 +25,7 @@ import (
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/egress"
 	"github.com/easelhq/easel/pkg/redisconn"
+	"github.com/easelhq/easel/pkg/store"
 )
 
 // Common is what every Easel service reads.
@@ -44,6 +45,17 @@ type Common struct {
 	// or ends a task wait until that many replicas have it (Redis WAIT), so
 	// that a create answered 200 survives a failover.
 	RedisMinReplicas int `env:"EASEL_REDIS_MIN_REPLICAS" envDefault:"0"`
+	// AccountMaxRunning is an account's share of the workers: at most this
+	// many of its tasks (times the account's weight) are queued or running
+	// at once across every worker; the rest wait parked, costing no worker
+	// and no Redis work, and are queued oldest first as places free. 0: no
+	// limit. The same on every gateway and worker.
+	AccountMaxRunning int `env:"EASEL_ACCOUNT_MAX_RUNNING" envDefault:"64"`
+	// LedgerRetention is how long an account's ledger entries are kept:
+	// older ones are dropped as new ones are written (balances are never
+	// affected). Export them before they age out (easelctl ledger export).
+	// 0: for ever.
+	LedgerRetention time.Duration `env:"EASEL_LEDGER_RETENTION" envDefault:"2160h"`
 	// ModelFamily is the family word in model ids and task ids.
 	ModelFamily string `env:"EASEL_MODEL_FAMILY" envDefault:"lumen"`
 	// BlobURL is where result images are kept, for the gateway and the
@@ -90,6 +102,12 @@ type Common struct {
 // replicas: three quarters of the Redis timeout, so that the WAIT answers
 // before the read does.
 func (c *Common) ReplicaWait() time.Duration { return c.RedisTimeout * 3 / 4 }
+
+// StoreOptions are the store's settings every gateway and worker shares.
+func (c *Common) StoreOptions() store.Options {
+	return store.Options{MinReplicas: c.RedisMinReplicas, ReplicaWait: c.ReplicaWait(),
+		Share: c.AccountMaxRunning, LedgerRetention: c.LedgerRetention}
+}
 
 // CommonSettings returns the common part of a service's configuration.
 func (c Common) CommonSettings() Common { return c }
@@ -191,6 +209,12 @@ func (c *Common) Validate() error {
 	}
 	if c.RedisMinReplicas < 0 || c.RedisMinReplicas > 16 {
 		errs = append(errs, fmt.Errorf("EASEL_REDIS_MIN_REPLICAS %d: want 0 to 16", c.RedisMinReplicas))
+	}
+	if c.AccountMaxRunning < 0 || c.AccountMaxRunning > 1_000_000 {
+		errs = append(errs, fmt.Errorf("EASEL_ACCOUNT_MAX_RUNNING %d: want 0 (no limit) to 1000000", c.AccountMaxRunning))
+	}
+	if c.LedgerRetention < 0 || (c.LedgerRetention > 0 && c.LedgerRetention < time.Hour) {
+		errs = append(errs, fmt.Errorf("EASEL_LEDGER_RETENTION %s: want 0 (for ever) or at least 1h", c.LedgerRetention))
 	}
 	if c.RedisStartTimeout < 0 {
 		errs = append(errs, fmt.Errorf("EASEL_REDIS_START_TIMEOUT %s: want 0 or more", c.RedisStartTimeout))

@@ -202,8 +202,10 @@ func (e *Enqueuer) CancelRun(ctx context.Context, run string) error {
 	return nil
 }
 
-// Enqueuer puts jobs on their queues, and finds runs whose worker is gone.
+// Enqueuer puts jobs on their queues, finds runs whose worker is gone, and
+// which runs are missing from their queue.
 type Enqueuer struct {
+	rdb       redis.UniversalClient
 	client    *asynq.Client
 	inspector *asynq.Inspector
 }
@@ -211,7 +213,56 @@ type Enqueuer struct {
 // NewEnqueuer returns an enqueuer on an existing Redis client, which the
 // caller keeps and closes.
 func NewEnqueuer(rdb redis.UniversalClient) *Enqueuer {
-	return &Enqueuer{client: asynq.NewClientFromRedisClient(rdb), inspector: asynq.NewInspectorFromRedisClient(rdb)}
+	return &Enqueuer{rdb: rdb, client: asynq.NewClientFromRedisClient(rdb), inspector: asynq.NewInspectorFromRedisClient(rdb)}
+}
+
+// EnqueueAdmitted queues the first run of each task a change admitted
+// (task.Admitted: its place freed, it left its account's parked tasks). A
+// job that does not decode is skipped (its deadline fails the task); the
+// first error is returned after trying every one: the tasks' queue checks
+// queue what could not be queued now.
+func (e *Enqueuer) EnqueueAdmitted(ctx context.Context, admitted []task.Admitted) error {
+	var first error
+	for _, a := range admitted {
+		j, err := DecodeGenerateImage(a.Job)
+		if err != nil {
+			continue
+		}
+		if err := e.EnqueueGenerateImage(ctx, j, RunID(a.TaskID, 0)); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Run is a run of an image job and the queue it is on.
+type Run struct{ Queue, ID string }
+
+// asynqTaskKey is the key under which Asynq keeps a task of a queue, in
+// any of its states (pending, scheduled, retry, active, archived,
+// completed): asynq/internal/base.TaskKey. pkg/jobs is the one place that
+// knows it (jobs_test.go checks it against a real Asynq).
+func asynqTaskKey(queue, id string) string { return "asynq:{" + queue + "}:t:" + id }
+
+// Missing reports, for each run, whether its queue has it in no state at
+// all (lost: never queued, deleted, or lost in a failover), in one round
+// trip (one per node on a cluster): what a queue check asks of a batch of
+// pending tasks.
+func (e *Enqueuer) Missing(ctx context.Context, runs []Run) ([]bool, error) {
+	cmds := make([]*redis.IntCmd, len(runs))
+	if _, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range runs {
+			cmds[i] = p.Exists(ctx, asynqTaskKey(r.Queue, r.ID))
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("jobs: queued runs: %w", err)
+	}
+	out := make([]bool, len(runs))
+	for i, c := range cmds {
+		out[i] = c.Val() == 0
+	}
+	return out, nil
 }
 
 // EnqueueGenerateImage queues a run of an image job (RunID). A run that is

@@ -41,7 +41,7 @@ func (s *Accounts) Create(ctx context.Context, spec account.Spec) (*account.Acco
 	}
 	a := &account.Account{
 		ID: id, Name: spec.Name, Status: account.Active, Credits: spec.Credits, Models: spec.Models,
-		RateLimit: spec.RateLimit, QueryRateLimit: spec.QueryRateLimit, MaxInflight: spec.MaxInflight,
+		RateLimit: spec.RateLimit, QueryRateLimit: spec.QueryRateLimit, MaxInflight: spec.MaxInflight, Weight: spec.Weight,
 		CreatedAt: s.db.now().Truncate(time.Millisecond),
 	}
 	// The index of every account and the account live in two hash slots
@@ -56,9 +56,9 @@ func (s *Accounts) Create(ctx context.Context, spec account.Spec) (*account.Acco
 		p.HSet(ctx, accountKey(a.ID),
 			fAcctName, a.Name, fAcctStatus, string(a.Status), fAcctCreated, a.CreatedAt.UnixMilli(),
 			fAcctCredits, a.Credits, fAcctModels, joinTiers(a.Models),
-			fAcctRate, a.RateLimit, fAcctQRate, a.QueryRateLimit, fAcctInflight, a.MaxInflight)
+			fAcctRate, a.RateLimit, fAcctQRate, a.QueryRateLimit, fAcctInflight, a.MaxInflight, fAcctWeight, a.Weight)
 		if a.Credits > 0 {
-			p.XAdd(ctx, ledgerEntry(a.ID, account.Credit, a.Credits, a.Credits, "", "initial credits"))
+			s.db.addLedgerEntry(ctx, p, ledgerEntry(a.ID, account.Credit, a.Credits, a.Credits, "", "initial credits"))
 		}
 		return nil
 	}); err != nil {
@@ -85,7 +85,7 @@ func decodeAccount(id string, m map[string]string) *account.Account {
 	credits, _ := strconv.ParseInt(m[fAcctCredits], 10, 64)
 	a := &account.Account{
 		ID: id, Name: m[fAcctName], Status: account.Status(m[fAcctStatus]), Credits: credits,
-		RateLimit: atoi(fAcctRate), QueryRateLimit: atoi(fAcctQRate), MaxInflight: atoi(fAcctInflight),
+		RateLimit: atoi(fAcctRate), QueryRateLimit: atoi(fAcctQRate), MaxInflight: atoi(fAcctInflight), Weight: atoi(fAcctWeight),
 		CreatedAt: time.UnixMilli(ms),
 	}
 	if v := m[fAcctModels]; v != "" {
@@ -161,7 +161,7 @@ func (s *Accounts) SetLimits(ctx context.Context, id string, l account.LimitsUpd
 	for _, f := range []struct {
 		field string
 		v     *int
-	}{{fAcctRate, l.RateLimit}, {fAcctQRate, l.QueryRateLimit}, {fAcctInflight, l.MaxInflight}} {
+	}{{fAcctRate, l.RateLimit}, {fAcctQRate, l.QueryRateLimit}, {fAcctInflight, l.MaxInflight}, {fAcctWeight, l.Weight}} {
 		if f.v != nil {
 			fields = append(fields, f.field, *f.v)
 		}

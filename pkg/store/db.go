@@ -22,6 +22,8 @@ type DB struct {
 	// durability: see Options.MinReplicas.
 	minReplicas int
 	waitFor     time.Duration
+	share       int
+	ledgerKeep  time.Duration
 	// loaded: scripts known loaded on a node (node address + SHA), with
 	// durability on.
 	loaded sync.Map
@@ -39,13 +41,23 @@ type Options struct {
 	// survives a failover to any of those replicas. 0 turns it off.
 	MinReplicas int
 	ReplicaWait time.Duration
+	// Share is how many of an account's tasks may hold a place (queued or
+	// running) at once, times the account's weight (EASEL_ACCOUNT_MAX_RUNNING):
+	// the rest wait parked, costing no worker and no Redis work, and are
+	// admitted oldest first as places free. 0: no limit. Every gateway and
+	// worker must use the same.
+	Share int
+	// LedgerRetention is how long ledger entries are kept (trimmed as
+	// entries are written; EASEL_LEDGER_RETENTION). 0: for ever.
+	LedgerRetention time.Duration
 	// Now is the clock (nil: time.Now); tests set it.
 	Now func() time.Time
 }
 
 // NewDB returns a DB on rdb, which the caller keeps and closes.
 func NewDB(rdb redis.UniversalClient, o Options) *DB {
-	db := &DB{rdb: rdb, ttl: task.ResultTTL, now: o.Now, minReplicas: o.MinReplicas, waitFor: o.ReplicaWait}
+	db := &DB{rdb: rdb, ttl: task.ResultTTL, now: o.Now, minReplicas: o.MinReplicas, waitFor: o.ReplicaWait,
+		share: max(o.Share, 0), ledgerKeep: max(o.LedgerRetention, 0)}
 	if db.now == nil {
 		db.now = time.Now
 	}

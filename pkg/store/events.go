@@ -44,12 +44,16 @@ func (s *Tasks) Watch(ctx context.Context, fn func(TaskEvent), resync func()) er
 
 // parseTaskKey reads a task key (taskKey) back into its account and task.
 func parseTaskKey(k string) (TaskEvent, bool) {
-	rest, ok := strings.CutPrefix(k, prefix+"{a:")
+	rest, ok := strings.CutPrefix(k, prefix+"{s")
 	if !ok {
 		return TaskEvent{}, false
 	}
-	acct, id, ok := strings.Cut(rest, "}:t:")
-	if !ok || acct == "" || id == "" {
+	_, rest, ok = strings.Cut(rest, "}:a:")
+	if !ok {
+		return TaskEvent{}, false
+	}
+	acct, id, ok := strings.Cut(rest, ":t:")
+	if !ok || acct == "" || id == "" || taskKey(acct, id) != k {
 		return TaskEvent{}, false
 	}
 	return TaskEvent{AccountID: acct, TaskID: id}, true

@@ -14,12 +14,13 @@ const (
 	fTaskCreated  = "ctime"
 	fTaskStarted  = "stime"
 	fTaskEnded    = "etime"
-	fTaskResults  = "results" // JSON array of task.Result
+	fTaskResult   = "r" // r0, r1, ...: the results' blob keys, one a field
 	fTaskErrCode  = "ecode"
 	fTaskErrMsg   = "emsg"
 	fTaskPrice    = "price"
 	fTaskRefunded = "refunded"
-	fTaskJob      = "job"     // the job's payload, while the task is pending
+	fTaskDeadline = "dl"      // until the task ends: when it counts no more and fails, Unix ms
+	fTaskAdmitted = "adm"     // 1 while the task holds one of its account's places
 	fTaskRun      = "run"     // the run (jobs.RunID) that owns the task
 	fTaskLive     = "live"    // 1 while the owning run has not let go
 	fTaskCrashes  = "crashes" // runs whose worker died holding the task
@@ -30,8 +31,14 @@ const (
 )
 
 var taskFields = []string{fTaskType, fTaskModel, fTaskStatus, fTaskProgress, fTaskCreated, fTaskStarted, fTaskEnded,
-	fTaskResults, fTaskErrCode, fTaskErrMsg, fTaskPrice, fTaskRefunded, fTaskJob, fTaskRun, fTaskLive, fTaskCrashes,
-	fTaskCallback, fTaskEvents, fTaskQueue, fTaskQueueSeq}
+	fTaskResult, fTaskErrCode, fTaskErrMsg, fTaskPrice, fTaskRefunded, fTaskDeadline, fTaskAdmitted, fTaskRun, fTaskLive,
+	fTaskCrashes, fTaskCallback, fTaskEvents, fTaskQueue, fTaskQueueSeq}
+
+// A value longer than pieceLen is kept over several fields, field, field+1,
+// field+2... (lib.lua's hset_long), so that every field of a record fits
+// Redis's compact listpack whatever the server's hash-max-listpack-value
+// (64 by default).
+const pieceLen = 64
 
 // Account record fields.
 const (
@@ -43,9 +50,15 @@ const (
 	fAcctRate     = "rate"
 	fAcctQRate    = "qrate"
 	fAcctInflight = "inflight_max"
+	fAcctWeight   = "weight" // its share of the workers is the deployment's share × this (default 1)
+	// Counters the task scripts keep: the account's unfinished tasks, and
+	// those of them holding a place (queued or running).
+	fAcctUnfinished = "infl"
+	fAcctAdmitted   = "adm"
 )
 
-var accountFields = []string{fAcctName, fAcctStatus, fAcctCreated, fAcctCredits, fAcctModels, fAcctRate, fAcctQRate, fAcctInflight}
+var accountFields = []string{fAcctName, fAcctStatus, fAcctCreated, fAcctCredits, fAcctModels, fAcctRate, fAcctQRate, fAcctInflight,
+	fAcctWeight, fAcctUnfinished, fAcctAdmitted}
 
 // API key record fields.
 const (

@@ -18,9 +18,10 @@ import (
 )
 
 // Hooks keeps what webhook deliveries need: the accounts' signing
-// secrets, each task's delivery log, and the accounts' outboxes of final
-// events (written by the scripts that end a task, emptied as the events
-// are queued).
+// secrets and each task's delivery log. A task's final event is put on its
+// shard's due work by the script that ends the task (the outbox), and
+// leaves it when its delivery is queued (Queued); what stays is queued by
+// the workers' recovery (Tasks.Due, DueHook).
 type Hooks struct{ db *DB }
 
 // NewHooks returns the webhook store on db.
@@ -135,17 +136,14 @@ func notFoundOr(err error, kind, id string) error {
 
 func hookID(event string, seq int) string { return event + ":" + strconv.Itoa(seq) }
 
-// outboxMember is a final event's entry in the account's outbox.
-func outboxMember(taskID, event string) string { return taskID + "|" + event }
-
 var hookQueuedLua = newScript("hook_queued", map[string]int64{"LISTED": 1})
 
 type hookQueuedKeys struct {
-	Log    string `lua:"log"`
-	Outbox string `lua:"outbox"`
+	Log string `lua:"log"`
+	Due string `lua:"due"`
 }
 
-func (k hookQueuedKeys) list() []string { return []string{k.Log, k.Outbox} }
+func (k hookQueuedKeys) list() []string { return []string{k.Log, k.Due} }
 
 type hookQueuedArgs struct {
 	Delivery string `lua:"delivery"`
@@ -157,15 +155,15 @@ type hookQueuedArgs struct {
 func (a hookQueuedArgs) list() []any { return []any{a.Delivery, a.Now, a.TTL, a.Member} }
 
 // Queued records that the delivery of an event of a task is queued: a
-// final event leaves the account's outbox (see Due), and the delivery is
+// final event leaves the shard's due work, and the delivery is
 // listed pending until its first attempt. seq tells apart the progress
 // events (their percent; never in the outbox), 0 for the others.
 func (s *Hooks) Queued(ctx context.Context, accountID, taskID, event string, seq int) error {
 	a := hookQueuedArgs{Delivery: hookID(event, seq), Now: s.db.now().UnixMilli(), TTL: webhook.LogTTL.Milliseconds()}
 	if event != task.EventProgress {
-		a.Member = outboxMember(taskID, event)
+		a.Member = hookDue(accountID, taskID, event)
 	}
-	k := hookQueuedKeys{Log: webhookLogKey(accountID, taskID), Outbox: hooksKey(accountID)}
+	k := hookQueuedKeys{Log: webhookLogKey(accountID, taskID), Due: dueOf(accountID)}
 	if _, err := hookQueuedLua.run(ctx, s.db, k.list(), a.list()); err != nil {
 		return fmt.Errorf("store: webhook %s of %s: %w", event, taskID, err)
 	}
@@ -245,8 +243,8 @@ func (s *Hooks) Outgoing(ctx context.Context, accountID, taskID, event string, s
 }
 
 // Deliveries returns the deliveries of a task's events, oldest first:
-// those recorded, and the final events still waiting in the outbox to be
-// queued (pending).
+// those recorded, and the final events still waiting on the due work to
+// be queued (pending).
 func (s *Hooks) Deliveries(ctx context.Context, accountID, taskID string) ([]webhook.Delivery, error) {
 	finals := []string{task.EventCompleted, task.EventFailed, task.EventCanceled}
 	var log *redis.MapStringStringCmd
@@ -254,7 +252,7 @@ func (s *Hooks) Deliveries(ctx context.Context, accountID, taskID string) ([]web
 	if _, err := s.db.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		log = p.HGetAll(ctx, webhookLogKey(accountID, taskID))
 		for i, ev := range finals {
-			outbox[i] = p.ZScore(ctx, hooksKey(accountID), outboxMember(taskID, ev))
+			outbox[i] = p.ZScore(ctx, dueOf(accountID), hookDue(accountID, taskID, ev))
 		}
 		return nil
 	}); err != nil && err != redis.Nil {
@@ -296,7 +294,9 @@ func (s *Hooks) Deliveries(ctx context.Context, accountID, taskID string) ([]web
 	for i, ev := range finals {
 		id := hookID(ev, 0)
 		if score, err := outbox[i].Result(); err == nil && byID[id] == nil {
-			byID[id] = &webhook.Delivery{Event: ev, State: webhook.StatePending, Created: time.UnixMilli(int64(score))}
+			// Due HookGrace after the task ended (unless the recovery moved
+			// it on since: then its creation is not known closer).
+			byID[id] = &webhook.Delivery{Event: ev, State: webhook.StatePending, Created: time.UnixMilli(int64(score)).Add(-HookGrace)}
 		}
 	}
 	out := make([]webhook.Delivery, 0, len(byID))
@@ -319,36 +319,3 @@ func (s *Hooks) Deliveries(ctx context.Context, accountID, taskID string) ([]web
 	return out, nil
 }
 
-// HookDue is a final event of a task waiting in its account's outbox.
-type HookDue struct {
-	AccountID, TaskID, Event string
-	// Due is when the task ended.
-	Due time.Time
-}
-
-// Due lists up to limit final events, across all accounts, that became
-// due before before and are still in their account's outbox: the scripts
-// that end a task put the event there, and queueing its delivery takes it
-// off (Queued), so what stays there a while is an event whose queueing
-// failed or never happened (its worker or gateway stopped).
-func (s *Hooks) Due(ctx context.Context, before time.Time, limit int64) ([]HookDue, error) {
-	ids, due, err := s.db.dueByAccount(ctx, hooksKey, "("+strconv.FormatInt(before.UnixMilli(), 10), limit)
-	if err != nil {
-		return nil, fmt.Errorf("store: webhooks due: %w", err)
-	}
-	var out []HookDue
-	for i, id := range ids {
-		for _, z := range due[i] {
-			m, _ := z.Member.(string)
-			taskID, event, ok := strings.Cut(m, "|")
-			if !ok {
-				continue
-			}
-			out = append(out, HookDue{AccountID: id, TaskID: taskID, Event: event, Due: time.UnixMilli(int64(z.Score))})
-			if int64(len(out)) >= limit {
-				return out, nil
-			}
-		}
-	}
-	return out, nil
-}

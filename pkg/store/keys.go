@@ -3,6 +3,8 @@ package store
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"hash/crc32"
+	"strconv"
 )
 
 // EventsChannel is the Pub/Sub channel every change of a task's status or
@@ -12,31 +14,58 @@ const EventsChannel = prefix + "task-events"
 
 const prefix = "easel:"
 
-func tag(accountID string) string { return prefix + "{a:" + accountID + "}:" }
+// Shards is how many shards the accounts are spread over. An account's
+// keys, and its shard's due work, carry the shard's hash tag "{s<n>}":
+// on Redis Cluster they share a slot, so one script touches an account,
+// its tasks and the due work together, and the shards' slots spread the
+// accounts over the masters. Fixed for a deployment's life: it places
+// every account's data.
+const Shards = 256
+
+// ShardOf returns the shard of an account.
+func ShardOf(accountID string) int { return int(crc32.ChecksumIEEE([]byte(accountID)) % Shards) }
+
+// shardTag is the prefix of every key of shard n.
+func shardTag(n int) string { return prefix + "{s" + strconv.Itoa(n) + "}:" }
+
+// tag is the prefix of every key of an account.
+func tag(accountID string) string { return shardTag(ShardOf(accountID)) + "a:" + accountID + ":" }
 
 // accountKey is the key of an account record.
 func accountKey(accountID string) string { return tag(accountID) + "acct" }
 
-// taskKey is the key of a task record.
+// taskKey is the key of a task record. due.lua and lib.lua's promote name
+// it too, from the shard's prefix: "a:<account>:t:<task>".
 func taskKey(accountID, taskID string) string { return tag(accountID) + "t:" + taskID }
 
-// checksKey is the key of an account's queue checks: pending tasks whose
-// job is to be checked for (task id → when, Unix ms).
-func checksKey(accountID string) string { return tag(accountID) + "unqueued" }
+// jobKey is the key of a pending task's job payload ("a:<account>:j:<task>"
+// in lib.lua's promote).
+func jobKey(accountID, taskID string) string { return tag(accountID) + "j:" + taskID }
 
-// noKey is a key of the account's slot that is never written: what a
-// script is given for a key it does not use this time (all of a script's
-// keys must share a slot on a cluster).
-func noKey(accountID string) string { return tag(accountID) + "none" }
+// parkedKey is the key of an account's tasks waiting for a place (task id
+// → creation time, Unix ms: oldest first).
+func parkedKey(accountID string) string { return tag(accountID) + "parked" }
 
-// inflightKey is the key of an account's unfinished tasks.
-func inflightKey(accountID string) string { return tag(accountID) + "inflight" }
+// dueKey is the key of a shard's due work (due.lua): task checks and
+// final webhook events to queue, by when they are due (Unix ms).
+func dueKey(shard int) string { return shardTag(shard) + "due" }
 
-// runningKey is the key of the set of an account's generations running
-// now, across every worker: members are task ids, scores the time (Unix
-// ms) past which a member no longer counts (its task's deadline: a worker
-// that died holding one frees it then).
-func runningKey(accountID string) string { return tag(accountID) + "running" }
+// dueOf is the due work of an account's shard.
+func dueOf(accountID string) string { return dueKey(ShardOf(accountID)) }
+
+// shardLeaseKey is the key of a shard's lease: which worker does its due
+// work.
+func shardLeaseKey(shard int) string { return shardTag(shard) + "lease" }
+
+// Members of the due work (lib.lua's task_due and hook_due).
+func taskDue(accountID, taskID string) string { return "t|" + accountID + "|" + taskID }
+func hookDue(accountID, taskID, event string) string {
+	return "h|" + accountID + "|" + taskID + "|" + event
+}
+
+// recoveryWorkersKey is the key of the workers doing the due work (worker
+// → last heartbeat, Unix ms), so that each takes its share of the shards.
+func recoveryWorkersKey() string { return prefix + "recovery:workers" }
 
 // idempotencyKey is the key of an account's record of an Idempotency-Key
 // (by its SHA-256: the client's key may hold any printable character).
@@ -44,6 +73,11 @@ func idempotencyKey(accountID, key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return tag(accountID) + "idem:" + hex.EncodeToString(sum[:])
 }
+
+// noKey is a key of the account's slot that is never written: what a
+// script is given for a key it does not use this time (all of a script's
+// keys must share a slot on a cluster).
+func noKey(accountID string) string { return tag(accountID) + "none" }
 
 // ledgerKey is the key of an account's credit ledger.
 func ledgerKey(accountID string) string { return tag(accountID) + "ledger" }
@@ -57,7 +91,8 @@ func apiKeyKey(hashHex string) string { return prefix + "key:" + hashHex }
 // keyPrefixKey is the key of the set of key hashes sharing a visible prefix.
 func keyPrefixKey(visible string) string { return prefix + "keyprefix:" + visible }
 
-// accountsKey is the key of the index of every account.
+// accountsKey is the key of the index of every account, for listing them
+// (never read by a periodic loop).
 func accountsKey() string { return prefix + "accounts" }
 
 // probeKey is a key a process writes to check Redis takes writes; with a
@@ -76,12 +111,6 @@ func lockKey(name string) string { return prefix + "lock:" + name }
 // hash) for a class of request ("create", "query"). go-redis/redis_rate
 // stores it under "rate:" + the name.
 func RateBucket(class, keyHash string) string { return prefix + class + ":" + keyHash }
-
-// hooksKey is the key of an account's webhook outbox: deliveries due
-// ("<task id>|<event type>") by when they became due (Unix ms). The
-// scripts that end a task add to it; a delivery queued takes its entry
-// off, and the workers' recovery queues what is left.
-func hooksKey(accountID string) string { return tag(accountID) + "hooks" }
 
 // tasksIndexKey is the key of an account's task index (task id → creation
 // time, Unix ms), for listing.

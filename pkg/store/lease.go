@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Leases are named leases one process at a time holds, for periodic work
@@ -30,4 +32,79 @@ func (l *Leases) Unlock(ctx context.Context, name string) error {
 		return fmt.Errorf("store: unlock %s: %w", name, err)
 	}
 	return nil
+}
+
+var leaseLua = newScript("lease", map[string]int64{"HELD": 1, "TAKEN": 0})
+var unleaseLua = newScript("unlease", map[string]int64{"RELEASED": 1, "TAKEN": 0})
+
+type leaseKeys struct {
+	Lease string `lua:"lease"`
+}
+
+func (k leaseKeys) list() []string { return []string{k.Lease} }
+
+type leaseArgs struct {
+	Holder string `lua:"holder"`
+	TTL    int64  `lua:"ttl"`
+}
+
+func (a leaseArgs) list() []any { return []any{a.Holder, a.TTL} }
+
+type unleaseArgs struct {
+	Holder string `lua:"holder"`
+}
+
+func (a unleaseArgs) list() []any { return []any{a.Holder} }
+
+// TakeShards takes, or renews, the leases of shards for holder, for ttl,
+// in one round trip, and returns which it holds now (another holder has
+// the others).
+func (l *Leases) TakeShards(ctx context.Context, holder string, shards []int, ttl time.Duration) ([]int, error) {
+	calls := make([]scriptCall, len(shards))
+	for i, n := range shards {
+		calls[i] = scriptCall{leaseKeys{Lease: shardLeaseKey(n)}.list(), leaseArgs{Holder: holder, TTL: ttl.Milliseconds()}.list()}
+	}
+	cmds, err := leaseLua.runPipelined(ctx, l.db, calls)
+	if err != nil {
+		return nil, fmt.Errorf("store: shard leases: %w", err)
+	}
+	var held []int
+	for i, c := range cmds {
+		v, err := c.Slice()
+		if err != nil {
+			continue
+		}
+		if code, err := leaseLua.reply(v).code(); err == nil && code == 1 {
+			held = append(held, shards[i])
+		}
+	}
+	return held, nil
+}
+
+// ReleaseShards gives back the leases of shards holder has.
+func (l *Leases) ReleaseShards(ctx context.Context, holder string, shards []int) error {
+	calls := make([]scriptCall, len(shards))
+	for i, n := range shards {
+		calls[i] = scriptCall{leaseKeys{Lease: shardLeaseKey(n)}.list(), unleaseArgs{Holder: holder}.list()}
+	}
+	if _, err := unleaseLua.runPipelined(ctx, l.db, calls); err != nil {
+		return fmt.Errorf("store: release shard leases: %w", err)
+	}
+	return nil
+}
+
+// Workers records that holder is alive now and returns how many holders
+// did so within ttl, itself included: the workers that share the shards.
+func (l *Leases) Workers(ctx context.Context, holder string, ttl time.Duration) (int, error) {
+	now := l.db.now()
+	var n *redis.IntCmd
+	if _, err := l.db.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, recoveryWorkersKey(), redis.Z{Score: float64(now.UnixMilli()), Member: holder})
+		p.ZRemRangeByScore(ctx, recoveryWorkersKey(), "-inf", fmt.Sprint(now.Add(-ttl).UnixMilli()))
+		n = p.ZCard(ctx, recoveryWorkersKey())
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("store: recovery workers: %w", err)
+	}
+	return int(max(n.Val(), 1)), nil
 }

@@ -13,6 +13,19 @@ import (
 	"github.com/easelhq/easel/pkg/apperr"
 )
 
+// addLedgerEntry adds a ledger entry in a Go transaction as lib.lua's
+// ledger() does: entries older than the retention dropped, and the ledger
+// of an account that moves no credits for that long expiring whole.
+func (db *DB) addLedgerEntry(ctx context.Context, p redis.Pipeliner, e *redis.XAddArgs) {
+	if keep := db.ledgerKeep; keep > 0 {
+		e.MinID = strconv.FormatInt(db.now().Add(-keep).UnixMilli(), 10)
+		p.XAdd(ctx, e)
+		p.PExpire(ctx, e.Stream, keep)
+		return
+	}
+	p.XAdd(ctx, e)
+}
+
 // ledgerEntry is lib.lua's ledger(), for Go transactions.
 func ledgerEntry(accountID, kind string, amount, balance int64, taskID, note string) *redis.XAddArgs {
 	v := []any{fLedgerKind, kind, fLedgerAmount, amount, fLedgerBalance, balance}
@@ -37,9 +50,11 @@ func (k creditKeys) list() []string { return []string{k.Account, k.Ledger} }
 type addCreditsArgs struct {
 	Amount int64  `lua:"amount"`
 	Note   string `lua:"note"`
+	Now    int64  `lua:"now"`
+	Keep   int64  `lua:"keep"`
 }
 
-func (a addCreditsArgs) list() []any { return []any{a.Amount, a.Note} }
+func (a addCreditsArgs) list() []any { return []any{a.Amount, a.Note, a.Now, a.Keep} }
 
 // AddCredits adds n credits (negative for a correction) and returns the
 // new balance. A correction that would take the balance below zero is
@@ -51,7 +66,7 @@ func (s *Accounts) AddCredits(ctx context.Context, id string, n int64, note stri
 	if note == "" {
 		note = "operator adjustment"
 	}
-	res, err := addCreditsLua.run(ctx, s.db, creditKeys{Account: accountKey(id), Ledger: ledgerKey(id)}.list(), addCreditsArgs{Amount: n, Note: note}.list())
+	res, err := addCreditsLua.run(ctx, s.db, creditKeys{Account: accountKey(id), Ledger: ledgerKey(id)}.list(), addCreditsArgs{Amount: n, Note: note, Now: s.db.now().UnixMilli(), Keep: s.db.keepMs()}.list())
 	if err != nil {
 		return 0, fmt.Errorf("store: credits %s: %w", id, err)
 	}
@@ -84,17 +99,54 @@ func (s *Accounts) Ledger(ctx context.Context, id string, limit int64) ([]accoun
 	}
 	out := make([]account.LedgerEntry, 0, len(msgs))
 	for _, m := range msgs {
-		e := account.LedgerEntry{ID: m.ID}
-		if ms, _, ok := strings.Cut(m.ID, "-"); ok {
-			if v, err := strconv.ParseInt(ms, 10, 64); err == nil {
-				e.Time = time.UnixMilli(v)
-			}
-		}
-		str := func(k string) string { v, _ := m.Values[k].(string); return v }
-		e.Kind, e.TaskID, e.Note = str(fLedgerKind), str(fLedgerTask), str(fLedgerNote)
-		e.Amount, _ = strconv.ParseInt(str(fLedgerAmount), 10, 64)
-		e.Balance, _ = strconv.ParseInt(str(fLedgerBalance), 10, 64)
-		out = append(out, e)
+		out = append(out, decodeLedgerEntry(m))
 	}
 	return out, nil
+}
+
+func decodeLedgerEntry(m redis.XMessage) account.LedgerEntry {
+	e := account.LedgerEntry{ID: m.ID}
+	if ms, _, ok := strings.Cut(m.ID, "-"); ok {
+		if v, err := strconv.ParseInt(ms, 10, 64); err == nil {
+			e.Time = time.UnixMilli(v)
+		}
+	}
+	str := func(k string) string { v, _ := m.Values[k].(string); return v }
+	e.Kind, e.TaskID, e.Note = str(fLedgerKind), str(fLedgerTask), str(fLedgerNote)
+	e.Amount, _ = strconv.ParseInt(str(fLedgerAmount), 10, 64)
+	e.Balance, _ = strconv.ParseInt(str(fLedgerBalance), 10, 64)
+	return e
+}
+
+// ledgerPage is how many entries LedgerRange reads in one round trip.
+const ledgerPage = 1000
+
+// LedgerRange calls fn with each of the account's credit movements made
+// from from (inclusive) to to (exclusive; zero: now), oldest first, until
+// fn returns an error: what an operator exports before the retention
+// drops it. It reads a page of entries a round trip.
+func (s *Accounts) LedgerRange(ctx context.Context, id string, from, to time.Time, fn func(account.LedgerEntry) error) error {
+	if _, err := s.Get(ctx, id); err != nil {
+		return err
+	}
+	start := strconv.FormatInt(from.UnixMilli(), 10)
+	end := "+"
+	if !to.IsZero() {
+		end = "(" + strconv.FormatInt(to.UnixMilli(), 10)
+	}
+	for {
+		msgs, err := s.db.rdb.XRangeN(ctx, ledgerKey(id), start, end, ledgerPage).Result()
+		if err != nil {
+			return fmt.Errorf("store: ledger %s: %w", id, err)
+		}
+		for _, m := range msgs {
+			if err := fn(decodeLedgerEntry(m)); err != nil {
+				return err
+			}
+		}
+		if len(msgs) < ledgerPage {
+			return nil
+		}
+		start = "(" + msgs[len(msgs)-1].ID
+	}
 }

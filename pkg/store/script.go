@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -169,4 +170,80 @@ func (r reply) str(i int) string {
 	}
 	s, _ := r.v[i].(string)
 	return s
+}
+
+// scriptCall is one call of a script in a pipeline.
+type scriptCall struct {
+	keys []string
+	argv []any
+}
+
+// runPipelined runs calls of a script in one round trip (one per node on a
+// cluster). A call answered NOSCRIPT (a server that restarted, failed over
+// or flushed its scripts) is run again once the script is loaded on every
+// node. Each call's own reply or error is in its command; the error
+// returned is only for the round trip itself.
+func (s *luaScript) runPipelined(ctx context.Context, db *DB, calls []scriptCall) ([]*redis.Cmd, error) {
+	for _, c := range calls {
+		if len(c.keys) != len(s.keys) || len(c.argv) != len(s.argv) {
+			return nil, fmt.Errorf("store: %s.lua takes %d keys and %d arguments, given %d and %d", s.name, len(s.keys), len(s.argv), len(c.keys), len(c.argv))
+		}
+	}
+	cmds := make([]*redis.Cmd, len(calls))
+	run := func(idx []int) error {
+		_, err := db.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range idx {
+				cmds[i] = s.rs.EvalSha(ctx, p, calls[i].keys, calls[i].argv...)
+			}
+			return nil
+		})
+		return err
+	}
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
+	}
+	err := run(all)
+	var again []int
+	for i, c := range cmds {
+		if c != nil && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return cmds, roundTripErr(err, cmds)
+	}
+	if lerr := s.loadEverywhere(ctx, db); lerr != nil {
+		return cmds, lerr
+	}
+	err = run(again)
+	return cmds, roundTripErr(err, cmds)
+}
+
+// roundTripErr is a pipeline's error if no command got a reply of its own
+// (the connection failed), else nil: the commands carry their errors.
+func roundTripErr(err error, cmds []*redis.Cmd) error {
+	if err == nil {
+		return nil
+	}
+	for _, c := range cmds {
+		if c != nil {
+			var re redis.Error
+			if errors.As(c.Err(), &re) || c.Err() == nil {
+				return nil
+			}
+		}
+	}
+	return err
+}
+
+// loadEverywhere loads the script on the server, or on every master of a
+// cluster.
+func (s *luaScript) loadEverywhere(ctx context.Context, db *DB) error {
+	if cc, ok := db.rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return s.rs.Load(ctx, c).Err()
+		})
+	}
+	return s.rs.Load(ctx, db.rdb).Err()
 }

@@ -45,6 +45,10 @@ var scriptContracts = []struct {
 	{rotateSecretLua, secretKeys{}, rotateSecretArgs{}},
 	{hookQueuedLua, hookQueuedKeys{}, hookQueuedArgs{}},
 	{hookAttemptLua, hookLogKeys{}, hookAttemptArgs{}},
+	{dueLua, dueKeys{}, dueArgs{}},
+	{queueSeqLua, queueSeqKeys{}, queueSeqArgs{}},
+	{leaseLua, leaseKeys{}, leaseArgs{}},
+	{unleaseLua, leaseKeys{}, unleaseArgs{}},
 }
 
 // Every file under lua/ is a script with a contract (or the library).
@@ -131,7 +135,7 @@ func checkListOrder(t *testing.T, v any, list func(any) []any) {
 
 var (
 	luaConstLine = regexp.MustCompile(`(?m)^local ([A-Z_]+(?:, [A-Z_]+)*) = (-?\d+(?:, -?\d+)*)$`)
-	luaReturn    = regexp.MustCompile(`return \{?\s*([A-Z_]+|-?\d+)`)
+	luaReturn    = regexp.MustCompile(`(?:return|local reply =) \{?\s*([A-Z_]+|-?\d+)`)
 	luaQuoted    = regexp.MustCompile(`'((?:[^'\\]|\\.)*)'`)
 	luaCall      = regexp.MustCompile(`redis\.call\('([A-Z]+)'`)
 )
@@ -224,15 +228,24 @@ func allowedLiterals() map[string]string {
 	add("an account status", string(account.Active), string(account.Disabled))
 	add("a failure code", string(task.WorkerCrashed))
 	add("the events channel", EventsChannel)
+	// The names the scripts make from a shard's prefix (keys.go's taskKey,
+	// jobKey) and of the due work's members (taskDue, hookDue), the kinds
+	// of due work (DueKind) and a chunked field's suffix (pieceLen).
+	add("a key's part", "a:", ":t:", "t:", "j:", "t|", "h|")
+	for _, k := range []DueKind{DueCheck, DueExpire, DueHook} {
+		add("a kind of due work", string(k))
+	}
+	add("the due work's member pattern", "^(%a)|([^|]+)|([^|]+)|?(.*)$", "t", "h")
+	add("a chunked field's suffix", "+")
 	add("an Idempotency-Key's state", "creating", "done")
 	// Redis tokens, flags and the scripts' own patterns and separators.
-	add("a token", "NX", "WITHSCORES", "+inf", "-inf", "*", "", "0", "1", "00", ",", "|", " ", "pending ",
-		"[^,]+", "^(%a+) (%d+)$")
+	add("a token", "NX", "XX", "PX", "MINID", "LIMIT", "WITHSCORES", "+inf", "-inf", "*", "", "0", "1", "00", ",", "|", " ",
+		"pending ", "[^,]+", `[^\n]+`, "^(%a+) (%d+)$")
 	return allowed
 }
 
-var redisCommands = []string{"DEL", "EXISTS", "HDEL", "HGET", "HINCRBY", "HMGET", "HSET", "HSETNX", "PEXPIRE", "PEXPIREAT",
-	"PUBLISH", "XADD", "ZADD", "ZCARD", "ZCOUNT", "ZRANGE", "ZREM", "ZREMRANGEBYSCORE", "ZSCORE"}
+var redisCommands = []string{"DEL", "EXISTS", "GET", "HDEL", "HGET", "HINCRBY", "HMGET", "HSET", "HSETNX", "PEXPIRE",
+	"PUBLISH", "SET", "XADD", "ZADD", "ZCARD", "ZPOPMIN", "ZRANGE", "ZRANGEBYSCORE", "ZREM", "ZREMRANGEBYSCORE"}
 
 func TestScriptsNameOnlyDeclaredFields(t *testing.T) {
 	allowed := allowedLiterals()

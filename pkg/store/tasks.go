@@ -2,42 +2,52 @@ package store
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/task"
 )
 
-// Tasks keeps task records: their creation (with its charge), their state
-// changes and their reading.
+// Tasks keeps task records: their creation (with its charge and the
+// account's window), their state changes and their reading.
+//
+// An account's window: at most Options.Share × its weight of its tasks
+// hold a place at once (admitted: their job queued, or running); the rest
+// wait parked, in the account's own list, costing no worker and no Redis
+// work, and are admitted oldest first as places free (the change that
+// frees one returns the tasks it admitted, Change.Admitted, for the caller
+// to queue). Accounts with work waiting are so served in weighted
+// round-robin by the queues' order.
 type Tasks struct{ db *DB }
 
 // NewTasks returns the task store on db.
 func NewTasks(db *DB) *Tasks { return &Tasks{db: db} }
 
 // taskKeys are the keys a task's state changes touch, all in its
-// account's slot, in the order of the scripts' headers.
+// account's shard's slot, in the order of the scripts' headers.
 type taskKeys struct {
-	Task     string `lua:"task"`
-	Account  string `lua:"account"`
-	Inflight string `lua:"inflight"`
-	Ledger   string `lua:"ledger"`
-	Checks   string `lua:"checks"`
-	Running  string `lua:"running"`
-	Outbox   string `lua:"outbox"`
+	Task    string `lua:"task"`
+	Job     string `lua:"job"`
+	Account string `lua:"account"`
+	Ledger  string `lua:"ledger"`
+	Parked  string `lua:"parked"`
+	Due     string `lua:"due"`
 }
 
 func keysOfTask(accountID, taskID string) taskKeys {
-	return taskKeys{Task: taskKey(accountID, taskID), Account: accountKey(accountID), Inflight: inflightKey(accountID),
-		Ledger: ledgerKey(accountID), Checks: checksKey(accountID), Running: runningKey(accountID), Outbox: hooksKey(accountID)}
+	return taskKeys{Task: taskKey(accountID, taskID), Job: jobKey(accountID, taskID), Account: accountKey(accountID),
+		Ledger: ledgerKey(accountID), Parked: parkedKey(accountID), Due: dueOf(accountID)}
 }
 
 func (k taskKeys) list() []string {
-	return []string{k.Task, k.Account, k.Inflight, k.Ledger, k.Checks, k.Running, k.Outbox}
+	return []string{k.Task, k.Job, k.Account, k.Ledger, k.Parked, k.Due}
 }
 
 // Idempotency keys are kept this long, and a create under way holds its key
@@ -48,13 +58,24 @@ const (
 	idempotencyPending = 30 * time.Second
 )
 
-// FirstQueueCheck is how long after its creation a task still pending is
-// first checked for its job (QueueChecks): time enough for its gateway to
-// have queued it.
-const FirstQueueCheck = 10 * time.Second
+// The recovery's timing. An admitted task still pending is checked for its
+// job FirstQueueCheck after it was admitted (time enough for whoever
+// admitted it to have queued it), then every QueueRecheck until it starts
+// or ends: a job lost from its queue (a failover that lost the write, a
+// gateway that died between the two steps, an operator's delete) is queued
+// again within QueueRecheck and a poll. A final webhook event is left to
+// its queueing for HookGrace before the recovery queues it.
+const (
+	FirstQueueCheck = 10 * time.Second
+	QueueRecheck    = 30 * time.Second
+	HookGrace       = 5 * time.Second
+)
 
 // crashMessage is what the owner of a poisoned task reads.
 const crashMessage = "the task stopped its worker twice and was not tried again; if it has source images, try smaller or fewer ones"
+
+// keepMs is the ledger's retention in ms (0: for ever).
+func (db *DB) keepMs() int64 { return db.ledgerKeep.Milliseconds() }
 
 var createLua = durableScript("create", map[string]int64{
 	"CREATED": createCreated, "REPLAYED": createReplayed, "NO_ACCOUNT": createNoAccount, "DISABLED": createDisabled,
@@ -77,18 +98,19 @@ const (
 )
 
 type createKeys struct {
-	Task     string `lua:"task"`
-	Account  string `lua:"account"`
-	Inflight string `lua:"inflight"`
-	Ledger   string `lua:"ledger"`
-	Checks   string `lua:"checks"`
-	Index    string `lua:"index"`
-	Idem     string `lua:"idem"`
-	Queue    string `lua:"queue"`
+	Task    string `lua:"task"`
+	Job     string `lua:"job"`
+	Account string `lua:"account"`
+	Ledger  string `lua:"ledger"`
+	Parked  string `lua:"parked"`
+	Due     string `lua:"due"`
+	Index   string `lua:"index"`
+	Idem    string `lua:"idem"`
+	Queue   string `lua:"queue"`
 }
 
 func (k createKeys) list() []string {
-	return []string{k.Task, k.Account, k.Inflight, k.Ledger, k.Checks, k.Index, k.Idem, k.Queue}
+	return []string{k.Task, k.Job, k.Account, k.Ledger, k.Parked, k.Due, k.Index, k.Idem, k.Queue}
 }
 
 type createArgs struct {
@@ -96,17 +118,20 @@ type createArgs struct {
 	TTL            int64  `lua:"ttl"`
 	Price          int64  `lua:"price"`
 	DefaultMax     int    `lua:"default_max"`
-	CountUntil     int64  `lua:"count_until"`
+	Deadline       int64  `lua:"deadline"`
 	Tier           string `lua:"tier"`
+	AccountID      string `lua:"account_id"`
 	TaskID         string `lua:"task_id"`
-	FirstCheck     int64  `lua:"first_check"`
+	CheckAt        int64  `lua:"check_at"`
+	Share          int    `lua:"share"`
+	Keep           int64  `lua:"keep"`
 	WithIdem       int    `lua:"with_idem"`
 	BodyHash       string `lua:"body_hash"`
 	IdemWindow     int64  `lua:"idem_window"`
 	IdemTTL        int64  `lua:"idem_ttl"`
 	QueueName      string `lua:"queue_name"`
 	QueueSeq       int64  `lua:"queue_seq"`
-	Job            []byte `lua:"job"`
+	JobPayload     []byte `lua:"job_payload"`
 	Type           string `lua:"type"`
 	Model          string `lua:"model"`
 	Created        int64  `lua:"created"`
@@ -115,34 +140,49 @@ type createArgs struct {
 }
 
 func (a createArgs) list() []any {
-	return []any{a.Now, a.TTL, a.Price, a.DefaultMax, a.CountUntil, a.Tier, a.TaskID, a.FirstCheck, a.WithIdem, a.BodyHash,
-		a.IdemWindow, a.IdemTTL, a.QueueName, a.QueueSeq, a.Job, a.Type, a.Model, a.Created, a.CallbackURL, a.CallbackEvents}
+	return []any{a.Now, a.TTL, a.Price, a.DefaultMax, a.Deadline, a.Tier, a.AccountID, a.TaskID, a.CheckAt, a.Share, a.Keep,
+		a.WithIdem, a.BodyHash, a.IdemWindow, a.IdemTTL, a.QueueName, a.QueueSeq, a.JobPayload, a.Type, a.Model, a.Created,
+		a.CallbackURL, a.CallbackEvents}
 }
 
-// Create writes a new pending task record (24-hour TTL), debiting its
-// price from the account, in one step, and returns the balance left. job
-// is the task's job payload (jobs.EncodeGenerateImage), kept with the
-// record until a run starts; until then the task is also listed for a
-// queue check FirstQueueCheck after its creation (QueueChecks): if the
-// caller died before queueing the job, or the queue lost it, the check
-// finds the task and its payload. With c.Queue set, the task takes its
-// number in that queue (t.Queue, t.QueueSeq), for its queue position.
+// Creation is what a create did.
+type Creation struct {
+	// Balance is the account's credits left.
+	Balance int64
+	// Admitted: the task holds a place: its job is to be queued now.
+	// Otherwise it waits parked, and the change that admits it later
+	// returns it (Change.Admitted).
+	Admitted bool
+	// Others are other tasks of the account this create admitted (a place
+	// had freed while none was admitted); their jobs are to be queued too.
+	Others []task.Admitted
+}
+
+// Create writes a new pending task record, debiting its price from the
+// account, in one step. job is the task's job payload
+// (jobs.EncodeGenerateImage), kept until a run starts the task: if the
+// caller dies before queueing it, or the queue loses it, the task's queue
+// checks find the task and queue its payload. c.CountUntil is the task's
+// deadline: an unfinished task counts as in flight until it, then is
+// failed and refunded. With c.Queue set, an admitted task takes its number
+// in that queue (t.Queue, t.QueueSeq), for its queue position.
 //
 // Refusals: apperr.ErrAccountDisabled, *apperr.ModelNotAllowedError,
 // *apperr.InflightLimitError, *apperr.InsufficientCreditsError,
 // apperr.ErrUnknownKey when the account is gone; a create replayed under
 // its Idempotency-Key is *task.Replayed.
-func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, job []byte) (int64, error) {
+func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, job []byte) (Creation, error) {
 	db := s.db
 	now := db.now()
 	acct := t.AccountID
-	k := createKeys{Task: taskKey(acct, t.ID), Account: accountKey(acct), Inflight: inflightKey(acct), Ledger: ledgerKey(acct),
-		Checks: checksKey(acct), Index: tasksIndexKey(acct), Idem: noKey(acct), Queue: noKey(acct)}
+	k := createKeys{Task: taskKey(acct, t.ID), Job: jobKey(acct, t.ID), Account: accountKey(acct), Ledger: ledgerKey(acct),
+		Parked: parkedKey(acct), Due: dueOf(acct), Index: tasksIndexKey(acct), Idem: noKey(acct), Queue: noKey(acct)}
 	a := createArgs{
 		Now: now.UnixMilli(), TTL: db.ttl.Milliseconds(), Price: c.Price, DefaultMax: c.MaxInflight,
-		CountUntil: c.CountUntil.UnixMilli(), Tier: c.Tier, TaskID: t.ID, FirstCheck: now.Add(FirstQueueCheck).UnixMilli(),
+		Deadline: c.CountUntil.UnixMilli(), Tier: c.Tier, AccountID: acct, TaskID: t.ID,
+		CheckAt: now.Add(FirstQueueCheck).UnixMilli(), Share: db.share, Keep: db.keepMs(),
 		IdemWindow: idempotencyPending.Milliseconds(), IdemTTL: IdempotencyTTL.Milliseconds(),
-		QueueName: c.Queue, Job: job, Type: t.Type, Model: t.Model, Created: t.CreateTime.UnixMilli(),
+		QueueName: c.Queue, JobPayload: job, Type: t.Type, Model: t.Model, Created: t.CreateTime.UnixMilli(),
 	}
 	if c.Idempotency.Key != "" {
 		k.Idem, a.WithIdem, a.BodyHash = idempotencyKey(acct, c.Idempotency.Key), 1, c.Idempotency.BodyHash
@@ -154,60 +194,114 @@ func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, job []b
 	if c.Queue != "" {
 		if db.cluster() {
 			// The queue's key is on another slot than the account's: its
-			// number is taken first, and given back if the create fails.
+			// number is taken first, and given back if the task is not
+			// admitted.
 			if seq, err := db.nextQueueSeq(ctx, c.Queue); err == nil {
 				a.QueueSeq, seqTaken = seq, true
 			} else {
 				a.QueueName = "" // no position rather than no task
 			}
 		} else {
-			// One server: in the create's own step, only if it creates.
+			// One server: in the create's own step, only if it admits.
 			k.Queue = queueKey(c.Queue)
 		}
 	}
-	created := false
+	used := false
 	if seqTaken {
 		defer func() {
-			if !created {
+			if !used {
 				_ = db.dequeued(context.WithoutCancel(ctx), c.Queue, 1)
 			}
 		}()
 	}
 	res, err := createLua.run(ctx, db, k.list(), a.list())
 	if err != nil {
-		return 0, fmt.Errorf("store: create %s: %w", t.ID, err)
+		return Creation{}, fmt.Errorf("store: create %s: %w", t.ID, err)
 	}
 	r := createLua.reply(res)
 	code, err := r.code()
 	if err != nil {
-		return 0, err
+		return Creation{}, err
 	}
 	n := r.int(1)
 	switch code {
 	case createCreated:
-		created = true
+		out := Creation{Balance: n, Admitted: r.int(3) == 1}
 		if seq := r.int(2); seq > 0 {
 			t.Queue, t.QueueSeq = c.Queue, seq
+			used = true
 		}
-		return n, nil
+		out.Others = s.admitted(ctx, acct, r, 4)
+		return out, nil
 	case createReplayed:
-		return 0, &task.Replayed{TaskID: r.str(2)}
+		return Creation{}, &task.Replayed{TaskID: r.str(2)}
 	case createIdemMismatch:
-		return 0, apperr.New(apperr.Mismatch, "this Idempotency-Key was used with a different request body")
+		return Creation{}, apperr.New(apperr.Mismatch, "this Idempotency-Key was used with a different request body")
 	case createIdemBusy:
-		return 0, apperr.New(apperr.Conflict, "a request with this Idempotency-Key is still being processed; try again in a moment")
+		return Creation{}, apperr.New(apperr.Conflict, "a request with this Idempotency-Key is still being processed; try again in a moment")
 	case createNoAccount:
-		return 0, apperr.ErrUnknownKey
+		return Creation{}, apperr.ErrUnknownKey
 	case createDisabled:
-		return 0, apperr.ErrAccountDisabled
+		return Creation{}, apperr.ErrAccountDisabled
 	case createModelNotAllowed:
-		return 0, &apperr.ModelNotAllowedError{Model: t.Model}
+		return Creation{}, &apperr.ModelNotAllowedError{Model: t.Model}
 	case createTaskExists:
-		return 0, fmt.Errorf("store: task %s already exists", t.ID)
+		return Creation{}, fmt.Errorf("store: task %s already exists", t.ID)
 	case createInflightLimit:
-		return 0, &apperr.InflightLimitError{Limit: n}
+		return Creation{}, &apperr.InflightLimitError{Limit: n}
 	default: // createNoCredits
-		return n, &apperr.InsufficientCreditsError{Price: c.Price, Balance: n}
+		return Creation{Balance: n}, &apperr.InsufficientCreditsError{Price: c.Price, Balance: n}
+	}
+}
+
+// admitted reads the tasks a script admitted, from element from of its
+// reply on (id, job, queue, ...), and gives each its number in its queue.
+func (s *Tasks) admitted(ctx context.Context, accountID string, r reply, from int) []task.Admitted {
+	var out []task.Admitted
+	for i := from; i+2 < len(r.v); i += 3 {
+		a := task.Admitted{AccountID: accountID, TaskID: r.str(i), Job: []byte(r.str(i + 1))}
+		if a.TaskID == "" {
+			continue
+		}
+		if q := r.str(i + 2); q != "" {
+			s.numberInQueue(ctx, accountID, a.TaskID, q)
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+var queueSeqLua = newScript("queue_seq", map[string]int64{"SET": 1, "GONE": 0})
+
+type queueSeqKeys struct {
+	Task string `lua:"task"`
+}
+
+func (k queueSeqKeys) list() []string { return []string{k.Task} }
+
+type queueSeqArgs struct {
+	QueueName string `lua:"queue_name"`
+	QueueSeq  int64  `lua:"queue_seq"`
+}
+
+func (a queueSeqArgs) list() []any { return []any{a.QueueName, a.QueueSeq} }
+
+// numberInQueue gives a task admitted after its creation its number in
+// its queue, for its position. Best effort: a task without one reads no
+// position.
+func (s *Tasks) numberInQueue(ctx context.Context, accountID, taskID, queue string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	seq, err := s.db.nextQueueSeq(ctx, queue)
+	if err != nil {
+		return
+	}
+	res, err := queueSeqLua.run(ctx, s.db, queueSeqKeys{Task: taskKey(accountID, taskID)}.list(), queueSeqArgs{QueueName: queue, QueueSeq: seq}.list())
+	if err != nil {
+		return
+	}
+	if code, _ := queueSeqLua.reply(res).code(); code != 1 {
+		_ = s.db.dequeued(ctx, queue, 1)
 	}
 }
 
@@ -222,6 +316,19 @@ func (s *Tasks) Get(ctx context.Context, accountID, taskID string) (*task.Task, 
 		return nil, &apperr.NotFoundError{Kind: "task", ID: taskID}
 	}
 	return decodeTask(accountID, taskID, m)
+}
+
+// longField reads a value lib.lua's hset_long kept over several fields.
+func longField(m map[string]string, field string) string {
+	v := m[field]
+	for i := 1; len(v) == i*pieceLen; i++ {
+		more, ok := m[field+"+"+strconv.Itoa(i)]
+		if !ok {
+			break
+		}
+		v += more
+	}
+	return v
 }
 
 func decodeTask(accountID, taskID string, m map[string]string) (*task.Task, error) {
@@ -261,18 +368,20 @@ func decodeTask(accountID, taskID string, m map[string]string) (*task.Task, erro
 			return nil, fmt.Errorf("store: %s: bad price %q", taskID, v)
 		}
 	}
-	if v := m[fTaskResults]; v != "" {
-		if err := json.Unmarshal([]byte(v), &t.Results); err != nil {
-			return nil, fmt.Errorf("store: %s: bad results: %w", taskID, err)
+	for i := 0; ; i++ {
+		key, ok := m[fTaskResult+strconv.Itoa(i)]
+		if !ok {
+			break
 		}
+		t.Results = append(t.Results, task.Result{Key: key, ContentType: blob.ContentType(key)})
 	}
 	if code := m[fTaskErrCode]; code != "" {
-		t.Failure = &task.Failure{Code: code, Message: m[fTaskErrMsg]}
+		t.Failure = &task.Failure{Code: code, Message: longField(m, fTaskErrMsg)}
 	}
 	if v := m[fTaskQueueSeq]; v != "" {
 		t.QueueSeq, _ = strconv.ParseInt(v, 10, 64)
 	}
-	if u := m[fTaskCallback]; u != "" {
+	if u := longField(m, fTaskCallback); u != "" {
 		t.Callback = task.Callback{URL: u, Events: strings.Split(m[fTaskEvents], ",")}
 	}
 	return t, nil
@@ -290,58 +399,63 @@ func (s *Tasks) left(ctx context.Context, queue string) {
 	_ = s.db.dequeued(lctx, queue, 1)
 }
 
-// Place is an account's share of the generations running at once, across
-// every worker: at most Limit (0: no limit), each place held until the
-// task ends, is handed back, or Until (its deadline: a worker that died
-// holding one frees it then).
-type Place struct {
-	Limit int
-	Until time.Time
-}
-
-var startLua = durableScript("start", outcomeCodes)
-
-type startArgs struct {
-	Now          int64  `lua:"now"`
-	Run          string `lua:"run"`
-	MaxCrashes   int    `lua:"max_crashes"`
-	TTL          int64  `lua:"ttl"`
-	CrashMessage string `lua:"crash_message"`
-	TaskID       string `lua:"task_id"`
-	PlaceLimit   int    `lua:"place_limit"`
-	PlaceUntil   int64  `lua:"place_until"`
-}
-
-func (a startArgs) list() []any {
-	return []any{a.Now, a.Run, a.MaxCrashes, a.TTL, a.CrashMessage, a.TaskID, a.PlaceLimit, a.PlaceUntil}
-}
-
 // Change is what a change of a task's state did.
 type Change struct {
 	Outcome task.Outcome
 	// At is when it was made.
 	At time.Time
 	// Hooked: the task ended with a webhook event its callback wants, now
-	// in the account's outbox, to be queued (jobs.QueueHook).
+	// on its shard's due work, to be queued (jobs.QueueHook).
 	Hooked bool
 	// Refunded is the credits the change gave back.
 	Refunded int64
+	// Model is the task's model (Fail and Expire say it, for metrics).
+	Model string
+	// Admitted are tasks of the account the change admitted (the place it
+	// freed): their jobs are to be queued (jobs.Enqueuer.EnqueueAdmitted).
+	// If they are not, their queue checks queue them.
+	Admitted []task.Admitted
+}
+
+// endArgs are the arguments every script that may end a task shares.
+func (s *Tasks) endArgs(now time.Time) (ttl, keep, hookAt, checkAt int64, share int) {
+	db := s.db
+	return db.ttl.Milliseconds(), db.keepMs(), now.Add(HookGrace).UnixMilli(), now.Add(FirstQueueCheck).UnixMilli(), db.share
+}
+
+var startLua = durableScript("start", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED", "POISONED", "BUSY"))
+
+type startArgs struct {
+	Now          int64  `lua:"now"`
+	Run          string `lua:"run"`
+	MaxCrashes   int    `lua:"max_crashes"`
+	TTL          int64  `lua:"ttl"`
+	Keep         int64  `lua:"keep"`
+	HookAt       int64  `lua:"hook_at"`
+	CrashMessage string `lua:"crash_message"`
+	AccountID    string `lua:"account_id"`
+	TaskID       string `lua:"task_id"`
+	Share        int    `lua:"share"`
+	CheckAt      int64  `lua:"check_at"`
+}
+
+func (a startArgs) list() []any {
+	return []any{a.Now, a.Run, a.MaxCrashes, a.TTL, a.Keep, a.HookAt, a.CrashMessage, a.AccountID, a.TaskID, a.Share, a.CheckAt}
 }
 
 // Start gives a task to a run (jobs.RunID) and moves it to processing,
-// recording when (the first time), and takes one of the account's places
-// (p) in the same step. A task already processing for the same run (a
-// retry) stays processing and keeps its progress; if that run never let
-// go (Release), its worker died holding it: a crash, and past
+// recording when (the first time). A task already processing for the same
+// run (a retry) stays processing and keeps its progress; if that run never
+// let go (Release), its worker died holding it: a crash, and past
 // task.MaxCrashes the task fails (Poisoned, refunded). A task another run
-// owns is Superseded; one whose account has p.Limit running is Busy, and
-// nothing changes. Completing, failing or releasing the task gives the
-// place back.
-func (s *Tasks) Start(ctx context.Context, accountID, taskID, run string, p Place) (Change, error) {
+// owns is Superseded. A parked task (not admitted: its job should not have
+// been queued) is Busy: nothing changes, and its job is to be dropped.
+func (s *Tasks) Start(ctx context.Context, accountID, taskID, run string) (Change, error) {
 	now := s.db.now()
+	ttl, keep, hookAt, checkAt, share := s.endArgs(now)
 	res, err := startLua.run(ctx, s.db, keysOfTask(accountID, taskID).list(), startArgs{
-		Now: now.UnixMilli(), Run: run, MaxCrashes: task.MaxCrashes, TTL: s.db.ttl.Milliseconds(), CrashMessage: crashMessage,
-		TaskID: taskID, PlaceLimit: p.Limit, PlaceUntil: p.Until.UnixMilli(),
+		Now: now.UnixMilli(), Run: run, MaxCrashes: task.MaxCrashes, TTL: ttl, Keep: keep, HookAt: hookAt,
+		CrashMessage: crashMessage, AccountID: accountID, TaskID: taskID, Share: share, CheckAt: checkAt,
 	}.list())
 	if err != nil {
 		return Change{}, fmt.Errorf("store: start %s: %w", taskID, err)
@@ -352,31 +466,30 @@ func (s *Tasks) Start(ctx context.Context, accountID, taskID, run string, p Plac
 		return Change{}, err
 	}
 	s.left(ctx, r.str(3))
-	return Change{Outcome: task.Outcome(code), At: now, Refunded: r.int(1), Hooked: r.int(2) == 1}, nil
+	return Change{Outcome: task.Outcome(code), At: now, Refunded: r.int(1), Hooked: r.int(2) == 1,
+		Admitted: s.admitted(ctx, accountID, r, 4)}, nil
 }
 
 var releaseLua = newScript("release", outcomes("APPLIED", "SUPERSEDED"))
 
 type releaseKeys struct {
-	Task    string `lua:"task"`
-	Running string `lua:"running"`
+	Task string `lua:"task"`
 }
 
-func (k releaseKeys) list() []string { return []string{k.Task, k.Running} }
+func (k releaseKeys) list() []string { return []string{k.Task} }
 
 type releaseArgs struct {
-	Run    string `lua:"run"`
-	TaskID string `lua:"task_id"`
+	Run string `lua:"run"`
 }
 
-func (a releaseArgs) list() []any { return []any{a.Run, a.TaskID} }
+func (a releaseArgs) list() []any { return []any{a.Run} }
 
 // Release records that a run let go of its task alive (it will be
 // retried, or put back on its queue by a worker shutting down), so its
-// next start is no crash, and gives its place back.
+// next start is no crash. The task keeps its place: its job is queued
+// still.
 func (s *Tasks) Release(ctx context.Context, accountID, taskID, run string) error {
-	k := releaseKeys{Task: taskKey(accountID, taskID), Running: runningKey(accountID)}
-	if _, err := releaseLua.run(ctx, s.db, k.list(), releaseArgs{Run: run, TaskID: taskID}.list()); err != nil {
+	if _, err := releaseLua.run(ctx, s.db, releaseKeys{Task: taskKey(accountID, taskID)}.list(), releaseArgs{Run: run}.list()); err != nil {
 		return fmt.Errorf("store: release %s: %w", taskID, err)
 	}
 	return nil
@@ -414,30 +527,38 @@ func (s *Tasks) Progress(ctx context.Context, accountID, taskID, run string, pct
 var completeLua = durableScript("complete", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED"))
 
 type completeArgs struct {
-	Now     int64  `lua:"now"`
-	TTL     int64  `lua:"ttl"`
-	Results []byte `lua:"results"`
-	TaskID  string `lua:"task_id"`
-	Run     string `lua:"run"`
+	Now       int64  `lua:"now"`
+	TTL       int64  `lua:"ttl"`
+	HookAt    int64  `lua:"hook_at"`
+	Results   string `lua:"results"`
+	AccountID string `lua:"account_id"`
+	TaskID    string `lua:"task_id"`
+	Run       string `lua:"run"`
+	Share     int    `lua:"share"`
+	CheckAt   int64  `lua:"check_at"`
 }
 
-func (a completeArgs) list() []any { return []any{a.Now, a.TTL, a.Results, a.TaskID, a.Run} }
+func (a completeArgs) list() []any {
+	return []any{a.Now, a.TTL, a.HookAt, a.Results, a.AccountID, a.TaskID, a.Run, a.Share, a.CheckAt}
+}
 
 // Complete marks the task run owns completed with its results, sets its
 // complete time and restarts the record's 24-hour TTL. A task another run
-// owns is Superseded and stays as it is. A task completed while still
-// pending is counted out of its queue.
+// owns is Superseded and stays as it is. The record keeps each result's
+// blob key (its content type follows from the key).
 func (s *Tasks) Complete(ctx context.Context, accountID, taskID, run string, results []task.Result) (Change, error) {
-	if results == nil {
-		results = []task.Result{}
-	}
-	enc, err := json.Marshal(results)
-	if err != nil {
-		return Change{}, err
+	keys := make([]string, len(results))
+	for i, r := range results {
+		if r.Key == "" || len(r.Key) > pieceLen || strings.ContainsAny(r.Key, "\n") {
+			return Change{}, fmt.Errorf("store: complete %s: result key %q", taskID, r.Key)
+		}
+		keys[i] = r.Key
 	}
 	now := s.db.now()
+	ttl, _, hookAt, checkAt, share := s.endArgs(now)
 	res, err := completeLua.run(ctx, s.db, keysOfTask(accountID, taskID).list(), completeArgs{
-		Now: now.UnixMilli(), TTL: s.db.ttl.Milliseconds(), Results: enc, TaskID: taskID, Run: run,
+		Now: now.UnixMilli(), TTL: ttl, HookAt: hookAt, Results: strings.Join(keys, "\n"), AccountID: accountID,
+		TaskID: taskID, Run: run, Share: share, CheckAt: checkAt,
 	}.list())
 	if err != nil {
 		return Change{}, fmt.Errorf("store: complete %s: %w", taskID, err)
@@ -448,53 +569,140 @@ func (s *Tasks) Complete(ctx context.Context, accountID, taskID, run string, res
 		return Change{}, err
 	}
 	s.left(ctx, r.str(2))
-	return Change{Outcome: task.Outcome(code), At: now, Hooked: r.int(1) == 1}, nil
+	return Change{Outcome: task.Outcome(code), At: now, Hooked: r.int(1) == 1, Admitted: s.admitted(ctx, accountID, r, 3)}, nil
 }
 
 var failLua = durableScript("fail", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED"))
 
 type failArgs struct {
-	Now     int64  `lua:"now"`
-	TTL     int64  `lua:"ttl"`
-	Code    string `lua:"code"`
-	Message string `lua:"message"`
-	TaskID  string `lua:"task_id"`
-	Run     string `lua:"run"`
+	Now       int64  `lua:"now"`
+	TTL       int64  `lua:"ttl"`
+	Keep      int64  `lua:"keep"`
+	HookAt    int64  `lua:"hook_at"`
+	Code      string `lua:"code"`
+	Message   string `lua:"message"`
+	AccountID string `lua:"account_id"`
+	TaskID    string `lua:"task_id"`
+	Run       string `lua:"run"`
+	Share     int    `lua:"share"`
+	CheckAt   int64  `lua:"check_at"`
 }
 
-func (a failArgs) list() []any { return []any{a.Now, a.TTL, a.Code, a.Message, a.TaskID, a.Run} }
+func (a failArgs) list() []any {
+	return []any{a.Now, a.TTL, a.Keep, a.HookAt, a.Code, a.Message, a.AccountID, a.TaskID, a.Run, a.Share, a.CheckAt}
+}
 
 // Fail marks a task failed with a code and a message for its owner,
 // refunds its price (once: only the move to failed refunds) and restarts
 // the record's 24-hour TTL. run is the run that fails it; a task another
 // run owns is Superseded. "" fails the task whoever owns it (the deadline
-// sweep).
+// sweep), and a task it finds ended or gone leaves the due work.
 func (s *Tasks) Fail(ctx context.Context, accountID, taskID, run string, f task.Failure) (Change, error) {
 	now := s.db.now()
+	ttl, keep, hookAt, checkAt, share := s.endArgs(now)
 	res, err := failLua.run(ctx, s.db, keysOfTask(accountID, taskID).list(), failArgs{
-		Now: now.UnixMilli(), TTL: s.db.ttl.Milliseconds(), Code: f.Code, Message: f.Message, TaskID: taskID, Run: run,
+		Now: now.UnixMilli(), TTL: ttl, Keep: keep, HookAt: hookAt, Code: f.Code, Message: f.Message, AccountID: accountID,
+		TaskID: taskID, Run: run, Share: share, CheckAt: checkAt,
 	}.list())
 	if err != nil {
 		return Change{}, fmt.Errorf("store: fail %s: %w", taskID, err)
 	}
+	c, q, err := s.failReply(ctx, accountID, res, now)
+	s.left(ctx, q)
+	return c, err
+}
+
+// failReply reads fail.lua's reply; it returns the queue the task left
+// for the caller to count it out.
+func (s *Tasks) failReply(ctx context.Context, accountID string, res []any, now time.Time) (Change, string, error) {
 	r := failLua.reply(res)
 	code, err := r.code()
 	if err != nil {
-		return Change{}, err
+		return Change{}, "", err
 	}
-	s.left(ctx, r.str(3))
-	return Change{Outcome: task.Outcome(code), At: now, Hooked: r.int(1) == 1, Refunded: r.int(2)}, nil
+	return Change{Outcome: task.Outcome(code), At: now, Hooked: r.int(1) == 1, Refunded: r.int(2), Model: r.str(4),
+		Admitted: s.admitted(ctx, accountID, r, 5)}, r.str(3), nil
+}
+
+// expireFailure is what a task past its deadline fails with.
+var expireFailure = task.Failure{Code: string(task.Timeout), Message: "the task did not finish within its deadline"}
+
+// Expire fails a task past its deadline with code timeout (refunding it),
+// whichever run owns it; a task already ended or gone only leaves the due
+// work.
+func (s *Tasks) Expire(ctx context.Context, accountID, taskID string) (Change, error) {
+	return s.Fail(ctx, accountID, taskID, "", expireFailure)
+}
+
+// TaskRef names a task.
+type TaskRef struct{ AccountID, TaskID string }
+
+// ExpireAll is Expire of many tasks in one round trip (one a node on a
+// cluster), and the tasks they left counted out of their queues in one
+// more: what the recovery does with a batch of tasks past their
+// deadline. Each task's change or error is at its index.
+func (s *Tasks) ExpireAll(ctx context.Context, refs []TaskRef) ([]Change, []error) {
+	now := s.db.now()
+	ttl, keep, hookAt, checkAt, share := s.endArgs(now)
+	calls := make([]scriptCall, len(refs))
+	for i, t := range refs {
+		calls[i] = scriptCall{keysOfTask(t.AccountID, t.TaskID).list(), failArgs{
+			Now: now.UnixMilli(), TTL: ttl, Keep: keep, HookAt: hookAt, Code: expireFailure.Code, Message: expireFailure.Message,
+			AccountID: t.AccountID, TaskID: t.TaskID, Share: share, CheckAt: checkAt,
+		}.list()}
+	}
+	changes, errs := make([]Change, len(refs)), make([]error, len(refs))
+	cmds, err := failLua.runPipelined(ctx, s.db, calls)
+	if err != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("store: expire: %w", err)
+		}
+		return changes, errs
+	}
+	left := map[string]int{}
+	for i, c := range cmds {
+		res, err := c.Slice()
+		if err != nil {
+			errs[i] = fmt.Errorf("store: expire %s: %w", refs[i].TaskID, err)
+			continue
+		}
+		var q string
+		changes[i], q, errs[i] = s.failReply(ctx, refs[i].AccountID, res, now)
+		if q != "" {
+			left[q]++
+		}
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	for q, n := range left {
+		_ = s.db.dequeued(lctx, q, n)
+	}
+	return changes, errs
 }
 
 var cancelLua = durableScript("cancel", outcomes("APPLIED", "FINAL", "MISSING"))
 
 type cancelArgs struct {
-	Now    int64  `lua:"now"`
-	TTL    int64  `lua:"ttl"`
-	TaskID string `lua:"task_id"`
+	Now       int64  `lua:"now"`
+	TTL       int64  `lua:"ttl"`
+	Keep      int64  `lua:"keep"`
+	HookAt    int64  `lua:"hook_at"`
+	AccountID string `lua:"account_id"`
+	TaskID    string `lua:"task_id"`
+	Share     int    `lua:"share"`
+	CheckAt   int64  `lua:"check_at"`
 }
 
-func (a cancelArgs) list() []any { return []any{a.Now, a.TTL, a.TaskID} }
+func (a cancelArgs) list() []any {
+	return []any{a.Now, a.TTL, a.Keep, a.HookAt, a.AccountID, a.TaskID, a.Share, a.CheckAt}
+}
+
+// Canceled is what Cancel did: the cancellation, and the tasks of the
+// account the place it freed admitted (to be queued).
+type Canceled struct {
+	task.Cancellation
+	Admitted []task.Admitted
+}
 
 // Cancel cancels an unfinished task: it becomes canceled at once (final:
 // no worker starts it, a worker running it can no longer finish it), and
@@ -502,51 +710,64 @@ func (a cancelArgs) list() []any { return []any{a.Now, a.TTL, a.TaskID} }
 // refunded (the generation is under way upstream). A task already
 // completed, failed or canceled is *apperr.Error Conflict naming its
 // status; a missing one *apperr.NotFoundError.
-func (s *Tasks) Cancel(ctx context.Context, accountID, taskID string) (task.Cancellation, error) {
+func (s *Tasks) Cancel(ctx context.Context, accountID, taskID string) (Canceled, error) {
+	now := s.db.now()
+	ttl, keep, hookAt, checkAt, share := s.endArgs(now)
 	res, err := cancelLua.run(ctx, s.db, keysOfTask(accountID, taskID).list(), cancelArgs{
-		Now: s.db.now().UnixMilli(), TTL: s.db.ttl.Milliseconds(), TaskID: taskID,
+		Now: now.UnixMilli(), TTL: ttl, Keep: keep, HookAt: hookAt, AccountID: accountID, TaskID: taskID, Share: share, CheckAt: checkAt,
 	}.list())
 	if err != nil {
-		return task.Cancellation{}, fmt.Errorf("store: cancel %s: %w", taskID, err)
+		return Canceled{}, fmt.Errorf("store: cancel %s: %w", taskID, err)
 	}
 	r := cancelLua.reply(res)
 	code, err := r.code()
 	if err != nil {
-		return task.Cancellation{}, err
+		return Canceled{}, err
 	}
 	switch task.Outcome(code) {
 	case task.Applied:
 		s.left(ctx, r.str(5))
-		return task.Cancellation{Was: task.Status(r.str(1)), Refunded: r.int(2), Run: r.str(3), Hooked: r.int(4) == 1}, nil
+		return Canceled{
+			Cancellation: task.Cancellation{Was: task.Status(r.str(1)), Refunded: r.int(2), Run: r.str(3), Hooked: r.int(4) == 1},
+			Admitted:     s.admitted(ctx, accountID, r, 6),
+		}, nil
 	case task.AlreadyFinal:
-		return task.Cancellation{}, apperr.Errorf(apperr.Conflict, "task %s is already %s", taskID, r.str(1))
+		return Canceled{}, apperr.Errorf(apperr.Conflict, "task %s is already %s", taskID, r.str(1))
 	}
-	return task.Cancellation{}, &apperr.NotFoundError{Kind: "task", ID: taskID}
+	return Canceled{}, &apperr.NotFoundError{Kind: "task", ID: taskID}
 }
 
 var abortLua = durableScript("abort", map[string]int64{"ABORTED": 0, "NOT_PENDING": 1})
 
 type abortKeys struct {
-	Task     string `lua:"task"`
-	Account  string `lua:"account"`
-	Inflight string `lua:"inflight"`
-	Ledger   string `lua:"ledger"`
-	Checks   string `lua:"checks"`
-	Index    string `lua:"index"`
-	Idem     string `lua:"idem"`
+	Task    string `lua:"task"`
+	Job     string `lua:"job"`
+	Account string `lua:"account"`
+	Ledger  string `lua:"ledger"`
+	Parked  string `lua:"parked"`
+	Due     string `lua:"due"`
+	Index   string `lua:"index"`
+	Idem    string `lua:"idem"`
 }
 
 func (k abortKeys) list() []string {
-	return []string{k.Task, k.Account, k.Inflight, k.Ledger, k.Checks, k.Index, k.Idem}
+	return []string{k.Task, k.Job, k.Account, k.Ledger, k.Parked, k.Due, k.Index, k.Idem}
 }
 
 type abortArgs struct {
-	TaskID   string `lua:"task_id"`
-	Note     string `lua:"note"`
-	WithIdem int    `lua:"with_idem"`
+	Now       int64  `lua:"now"`
+	Keep      int64  `lua:"keep"`
+	AccountID string `lua:"account_id"`
+	TaskID    string `lua:"task_id"`
+	Note      string `lua:"note"`
+	WithIdem  int    `lua:"with_idem"`
+	Share     int    `lua:"share"`
+	CheckAt   int64  `lua:"check_at"`
 }
 
-func (a abortArgs) list() []any { return []any{a.TaskID, a.Note, a.WithIdem} }
+func (a abortArgs) list() []any {
+	return []any{a.Now, a.Keep, a.AccountID, a.TaskID, a.Note, a.WithIdem, a.Share, a.CheckAt}
+}
 
 // Abort undoes the creation of a task that is still pending: the
 // gateway's undo when it could not queue the task. The price is refunded
@@ -554,25 +775,29 @@ func (a abortArgs) list() []any { return []any{a.TaskID, a.Note, a.WithIdem} }
 // with the Idempotency-Key it was made under (idemKey, "" for none) if the
 // abort applies: a task that goes on (a worker started it) keeps its key,
 // so a retry replays it instead of creating and charging again. It
-// reports whether the task was aborted.
-func (s *Tasks) Abort(ctx context.Context, accountID, taskID, idemKey string) (bool, error) {
-	k := abortKeys{Task: taskKey(accountID, taskID), Account: accountKey(accountID), Inflight: inflightKey(accountID),
-		Ledger: ledgerKey(accountID), Checks: checksKey(accountID), Index: tasksIndexKey(accountID), Idem: noKey(accountID)}
-	a := abortArgs{TaskID: taskID, Note: "enqueue_failed"}
+// reports whether the task was aborted, and the tasks of the account the
+// place it freed admitted (to be queued).
+func (s *Tasks) Abort(ctx context.Context, accountID, taskID, idemKey string) (bool, []task.Admitted, error) {
+	now := s.db.now()
+	k := abortKeys{Task: taskKey(accountID, taskID), Job: jobKey(accountID, taskID), Account: accountKey(accountID),
+		Ledger: ledgerKey(accountID), Parked: parkedKey(accountID), Due: dueOf(accountID), Index: tasksIndexKey(accountID),
+		Idem: noKey(accountID)}
+	a := abortArgs{Now: now.UnixMilli(), Keep: s.db.keepMs(), AccountID: accountID, TaskID: taskID, Note: "enqueue_failed",
+		Share: s.db.share, CheckAt: now.Add(FirstQueueCheck).UnixMilli()}
 	if idemKey != "" {
 		k.Idem, a.WithIdem = idempotencyKey(accountID, idemKey), 1
 	}
 	res, err := abortLua.run(ctx, s.db, k.list(), a.list())
 	if err != nil {
-		return false, fmt.Errorf("store: abort %s: %w", taskID, err)
+		return false, nil, fmt.Errorf("store: abort %s: %w", taskID, err)
 	}
 	r := abortLua.reply(res)
 	code, err := r.code()
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	s.left(ctx, r.str(1))
-	return code == 0, nil
+	return code == 0, s.admitted(ctx, accountID, r, 2), nil
 }
 
 var idempotencyDoneLua = newScript("idempotency_done", map[string]int64{"DONE": 1, "OTHER": 0})
@@ -606,13 +831,19 @@ type takeoverArgs struct {
 	MaxCrashes   int    `lua:"max_crashes"`
 	Now          int64  `lua:"now"`
 	TTL          int64  `lua:"ttl"`
+	Keep         int64  `lua:"keep"`
+	HookAt       int64  `lua:"hook_at"`
 	CrashMessage string `lua:"crash_message"`
+	AccountID    string `lua:"account_id"`
 	TaskID       string `lua:"task_id"`
 	CrashesSeen  int    `lua:"crashes_seen"`
+	Share        int    `lua:"share"`
+	CheckAt      int64  `lua:"check_at"`
 }
 
 func (a takeoverArgs) list() []any {
-	return []any{a.Orphan, a.NewRun, a.MaxCrashes, a.Now, a.TTL, a.CrashMessage, a.TaskID, a.CrashesSeen}
+	return []any{a.Orphan, a.NewRun, a.MaxCrashes, a.Now, a.TTL, a.Keep, a.HookAt, a.CrashMessage, a.AccountID, a.TaskID,
+		a.CrashesSeen, a.Share, a.CheckAt}
 }
 
 // Takeover gives a task whose run died (orphan: its worker stopped
@@ -621,8 +852,7 @@ func (a takeoverArgs) list() []any {
 // and is to be queued. Superseded: a later run owns it already
 // (returned), and may need queueing again. AlreadyFinal and Missing:
 // nothing to run. Poisoned: the task had crashed its workers too often
-// and was failed (Change.Refunded, Change.Hooked); one still pending (its
-// runs died before starting it) is counted out of its queue.
+// and was failed (Change.Refunded, Change.Hooked, Change.Admitted).
 func (s *Tasks) Takeover(ctx context.Context, accountID, taskID, orphan string, next func(crashes int) string) (Change, string, error) {
 	v, err := s.db.rdb.HMGet(ctx, taskKey(accountID, taskID), fTaskCrashes).Result()
 	if err != nil {
@@ -631,9 +861,11 @@ func (s *Tasks) Takeover(ctx context.Context, accountID, taskID, orphan string, 
 	c, _ := v[0].(string)
 	crashes, _ := strconv.Atoi(c)
 	now := s.db.now()
+	ttl, keep, hookAt, checkAt, share := s.endArgs(now)
 	res, err := takeoverLua.run(ctx, s.db, keysOfTask(accountID, taskID).list(), takeoverArgs{
-		Orphan: orphan, NewRun: next(crashes + 1), MaxCrashes: task.MaxCrashes, Now: now.UnixMilli(), TTL: s.db.ttl.Milliseconds(),
-		CrashMessage: crashMessage, TaskID: taskID, CrashesSeen: crashes,
+		Orphan: orphan, NewRun: next(crashes + 1), MaxCrashes: task.MaxCrashes, Now: now.UnixMilli(), TTL: ttl, Keep: keep,
+		HookAt: hookAt, CrashMessage: crashMessage, AccountID: accountID, TaskID: taskID, CrashesSeen: crashes,
+		Share: share, CheckAt: checkAt,
 	}.list())
 	if err != nil {
 		return Change{}, "", fmt.Errorf("store: takeover %s: %w", taskID, err)
@@ -644,5 +876,35 @@ func (s *Tasks) Takeover(ctx context.Context, accountID, taskID, orphan string, 
 		return Change{}, "", err
 	}
 	s.left(ctx, r.str(4))
-	return Change{Outcome: task.Outcome(code), At: now, Refunded: r.int(2), Hooked: r.int(3) == 1}, r.str(1), nil
+	return Change{Outcome: task.Outcome(code), At: now, Refunded: r.int(2), Hooked: r.int(3) == 1,
+		Admitted: s.admitted(ctx, accountID, r, 5)}, r.str(1), nil
+}
+
+// Inflight returns how many of an account's tasks are unfinished.
+func (s *Tasks) Inflight(ctx context.Context, accountID string) (int64, error) {
+	return s.counter(ctx, accountID, fAcctUnfinished)
+}
+
+// Running returns how many of an account's tasks hold a place (admitted:
+// queued or running).
+func (s *Tasks) Running(ctx context.Context, accountID string) (int64, error) {
+	return s.counter(ctx, accountID, fAcctAdmitted)
+}
+
+// Parked returns how many of an account's tasks wait for a place.
+func (s *Tasks) Parked(ctx context.Context, accountID string) (int64, error) {
+	n, err := s.db.rdb.ZCard(ctx, parkedKey(accountID)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("store: parked of %s: %w", accountID, err)
+	}
+	return n, nil
+}
+
+func (s *Tasks) counter(ctx context.Context, accountID, field string) (int64, error) {
+	v, err := s.db.rdb.HGet(ctx, accountKey(accountID), field).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("store: %s of %s: %w", field, accountID, err)
+	}
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return n, nil
 }

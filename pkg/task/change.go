@@ -122,3 +122,12 @@ type Created struct {
 	Price    int64
 	Replayed bool
 }
+
+// Admitted is a task of an account that a change admitted: its place in
+// the account's window freed, it leaves the parked tasks and its job is to
+// be queued now (jobs.Enqueuer.EnqueueAdmitted).
+type Admitted struct {
+	AccountID, TaskID string
+	// Job is its job's payload (jobs.EncodeGenerateImage).
+	Job []byte
+}

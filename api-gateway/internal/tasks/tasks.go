@@ -21,11 +21,11 @@ import (
 
 // Store keeps task records and charges for them (store.Tasks).
 type Store interface {
-	Create(ctx context.Context, t *task.Task, c task.Charge, job []byte) (int64, error)
+	Create(ctx context.Context, t *task.Task, c task.Charge, job []byte) (store.Creation, error)
 	Get(ctx context.Context, accountID, taskID string) (*task.Task, error)
-	Abort(ctx context.Context, accountID, taskID, idemKey string) (bool, error)
+	Abort(ctx context.Context, accountID, taskID, idemKey string) (bool, []task.Admitted, error)
 	IdempotencyDone(ctx context.Context, accountID, key, taskID string) error
-	Cancel(ctx context.Context, accountID, taskID string) (task.Cancellation, error)
+	Cancel(ctx context.Context, accountID, taskID string) (store.Canceled, error)
 	List(ctx context.Context, accountID string, f task.Filter) ([]*task.Task, string, error)
 }
 
@@ -42,6 +42,9 @@ type Prices interface {
 // Queue takes jobs (jobs.Enqueuer).
 type Queue interface {
 	EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImage, run string) error
+	// EnqueueAdmitted queues the jobs of tasks a change admitted into
+	// their account's window.
+	EnqueueAdmitted(ctx context.Context, admitted []task.Admitted) error
 	// CancelRun stops a run wherever a worker runs it.
 	CancelRun(ctx context.Context, run string) error
 	// QueueHook queues the webhook delivery of an event of a task and
@@ -100,9 +103,12 @@ func NewService(d Deps, cfg Config) *Service {
 // nothing is charged; the same key with another body is apperr.Mismatch,
 // and while the first create with the key is under way, apperr.Conflict.
 // The store's refusals (credits, limits, a disabled account, a model not
-// allowed) come back as they are. If the job cannot be queued, the task is
-// aborted (record removed, price refunded) and the error is
-// apperr.Unavailable: no task is left pending with nothing to run it.
+// allowed) come back as they are. A task its account's window has no
+// place for waits parked (its job is queued when a place frees): the
+// create stands all the same. If the job of a task admitted cannot be
+// queued, the task is aborted (record removed, price refunded) and the
+// error is apperr.Unavailable: no task is left pending with nothing to run
+// it.
 //
 // If this process dies between the two steps, or a Redis failover loses the
 // queue's write but not the task's, the record holds the job's payload and
@@ -140,7 +146,8 @@ func (s *Service) Create(ctx context.Context, accountID string, in task.Input, i
 		// The task's number in its queue, for its position while pending.
 		Queue: jobs.Queue(in.Model.Tier),
 	}
-	if _, err := s.Store.Create(ctx, t, charge, payload); err != nil {
+	created, err := s.Store.Create(ctx, t, charge, payload)
+	if err != nil {
 		var r *task.Replayed
 		switch {
 		case errors.As(err, &r):
@@ -161,10 +168,13 @@ func (s *Service) Create(ctx context.Context, accountID string, in task.Input, i
 		s.abort(ctx, accountID, id, idem, err)
 		return task.Created{}, apperr.Transient(err, apperr.Unavailable, "the task store is unavailable; the task was not created, try again")
 	}
-	if err := s.Queue.EnqueueGenerateImage(ctx, job, jobs.RunID(id, 0)); err != nil {
-		s.abort(ctx, accountID, id, idem, err)
-		return task.Created{}, apperr.Transient(err, apperr.Unavailable, "the task queue is unavailable; the task was not created, try again")
+	if created.Admitted {
+		if err := s.Queue.EnqueueGenerateImage(ctx, job, jobs.RunID(id, 0)); err != nil {
+			s.abort(ctx, accountID, id, idem, err)
+			return task.Created{}, apperr.Transient(err, apperr.Unavailable, "the task queue is unavailable; the task was not created, try again")
+		}
 	}
+	s.enqueueAdmitted(ctx, created.Others)
 	if idem.Key != "" {
 		// Replays from now on. If this write fails the key still replays
 		// once its create is idempotencyPending old: the task stands.
@@ -184,7 +194,8 @@ func (s *Service) abort(ctx context.Context, accountID, id string, idem task.Ide
 	defer cancel()
 	// The undo frees the idempotency key in the same step, only if it
 	// applies: a task that goes on keeps its key.
-	_, err := s.Store.Abort(undoCtx, accountID, id, idem.Key)
+	_, admitted, err := s.Store.Abort(undoCtx, accountID, id, idem.Key)
+	s.enqueueAdmitted(ctx, admitted)
 	switch {
 	case errors.Is(err, store.ErrNotReplicated):
 		// Undone on the primary; if the replicas lack the undo they lack
@@ -200,13 +211,15 @@ func (s *Service) abort(ctx context.Context, accountID, id string, idem task.Ide
 // refunded. A task already final is apperr.Conflict; another account's is
 // not found.
 func (s *Service) Cancel(ctx context.Context, accountID, taskID string) (task.Cancellation, error) {
-	c, err := s.Store.Cancel(ctx, accountID, taskID)
+	res, err := s.Store.Cancel(ctx, accountID, taskID)
+	c := res.Cancellation
 	if err != nil {
 		if code := apperr.CodeOf(err); code == apperr.Conflict || code == apperr.NotFound {
 			return c, err
 		}
 		return c, apperr.Transient(err, apperr.Unavailable, "the task store is unavailable; the task was not canceled, try again")
 	}
+	s.enqueueAdmitted(ctx, res.Admitted)
 	logging.AddFields(ctx, zap.String("task_id", taskID), zap.String("was", string(c.Was)), zap.Int64("refunded", c.Refunded))
 	if c.Hooked {
 		// If this fails, the workers' recovery queues it from the outbox.
@@ -223,6 +236,19 @@ func (s *Service) Cancel(ctx context.Context, accountID, taskID string) (task.Ca
 		}
 	}
 	return c, nil
+}
+
+// enqueueAdmitted queues the jobs of tasks a change admitted, with a
+// context of its own; what it cannot queue, the tasks' queue checks queue.
+func (s *Service) enqueueAdmitted(ctx context.Context, admitted []task.Admitted) {
+	if len(admitted) == 0 {
+		return
+	}
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := s.Queue.EnqueueAdmitted(qctx, admitted); err != nil {
+		logging.From(ctx).Warn("could not queue the tasks a change admitted; their queue checks will", zap.Int("tasks", len(admitted)), zap.Error(err))
+	}
 }
 
 // List returns the account's tasks (store.Tasks.List).

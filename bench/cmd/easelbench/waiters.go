@@ -498,7 +498,7 @@ func (p *waitersPhaseRun) run(ctx context.Context, ws []*waiter, loaded bool) (w
 		if w.kind != progressChange {
 			continue
 		}
-		if c, err := p.st.Start(ctx, p.e.acct, w.id, waitersRun, store.Place{}); err != nil || c.Outcome != task.Applied {
+		if c, err := p.st.Start(ctx, p.e.acct, w.id, waitersRun); err != nil || c.Outcome != task.Applied {
 			return out, fmt.Errorf("start %s before the wait: %v %v", w.id, c.Outcome, err)
 		}
 	}
@@ -602,7 +602,7 @@ func (p *waitersPhaseRun) run(ctx context.Context, ws []*waiter, loaded bool) (w
 		began := time.Now()
 		switch w.kind {
 		case startChange:
-			c, err := p.st.Start(ctx, p.e.acct, w.id, waitersRun, store.Place{})
+			c, err := p.st.Start(ctx, p.e.acct, w.id, waitersRun)
 			if err == nil && c.Outcome != task.Applied {
 				err = fmt.Errorf("outcome %v", c.Outcome)
 			}

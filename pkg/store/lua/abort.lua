@@ -2,35 +2,46 @@
 -- undo when it could not queue the job, or could not tell whether the
 -- create was made): the price is refunded (the ledger keeps the debit and
 -- the refund) and the record removed, with the Idempotency-Key it was
--- made under. A task that went on (a worker started it) keeps its key.
+-- made under; the place it frees admits the account's next parked task. A
+-- task that went on (a worker started it) keeps its key.
 --
 -- KEYS[1] -> task: the task record
--- KEYS[2] -> account: the account record
--- KEYS[3] -> inflight: the account's unfinished tasks
+-- KEYS[2] -> job: the task's job payload
+-- KEYS[3] -> account: the account record
 -- KEYS[4] -> ledger: the account's credit ledger
--- KEYS[5] -> checks: the account's queue checks
--- KEYS[6] -> index: the account's task index
--- KEYS[7] -> idem: the Idempotency-Key's record (any key of the account's slot when there is none)
--- ARGV[1] -> task_id
--- ARGV[2] -> note: the refund's ledger note
--- ARGV[3] -> with_idem: 1 when KEYS[7] is an Idempotency-Key's record, else 0
+-- KEYS[5] -> parked: the account's tasks waiting for a place
+-- KEYS[6] -> due: the shard's due work
+-- KEYS[7] -> index: the account's task index
+-- KEYS[8] -> idem: the Idempotency-Key's record (any key of the account's slot when there is none)
+-- ARGV[1] -> now: Unix ms
+-- ARGV[2] -> keep: the ledger's retention, ms (0: all)
+-- ARGV[3] -> account_id
+-- ARGV[4] -> task_id
+-- ARGV[5] -> note: the refund's ledger note
+-- ARGV[6] -> with_idem: 1 when KEYS[8] is an Idempotency-Key's record, else 0
+-- ARGV[7] -> share: the places of an account of weight 1 (0: no limit)
+-- ARGV[8] -> check_at: when a task this admits is first checked for its job, Unix ms
 --
--- Returns {code, queue left}: ABORTED, or NOT_PENDING (nothing changed).
+-- Returns {code, queue left, id, job, queue, ...}: ABORTED (the tasks its
+-- place admitted follow), or NOT_PENDING (nothing changed).
 
 local ABORTED, NOT_PENDING = 0, 1
 
-local K = {task = KEYS[1], account = KEYS[2], inflight = KEYS[3], ledger = KEYS[4], checks = KEYS[5]}
-local index_key, idem_key = KEYS[6], KEYS[7]
-local task_id, note, with_idem = ARGV[1], ARGV[2], ARGV[3] == '1'
+local K = {task = KEYS[1], job = KEYS[2], account = KEYS[3], ledger = KEYS[4], parked = KEYS[5], due = KEYS[6]}
+local index_key, idem_key = KEYS[7], KEYS[8]
+local now, keep, account_id, task_id, note = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5]
+local with_idem, share, check_at = ARGV[6] == '1', tonumber(ARGV[7]), ARGV[8]
 
 if redis.call('HGET', K.task, 'status') ~= 'pending' then return {NOT_PENDING, ''} end
-refund(K, task_id, note)
+refund(K, now, keep, task_id, note)
 local q = left(K)
-redis.call('DEL', K.task)
-redis.call('ZREM', K.inflight, task_id)
-redis.call('ZREM', K.checks, task_id)
+release_place(K, task_id)
+redis.call('DEL', K.task, K.job)
+redis.call('ZREM', K.due, task_due(account_id, task_id))
 redis.call('ZREM', index_key, task_id)
 if with_idem and redis.call('HGET', idem_key, 'task') == task_id then
   redis.call('DEL', idem_key)
 end
-return {ABORTED, q}
+local reply = {ABORTED, q}
+for _, x in ipairs(promote(K, share, check_at, account_id, task_id)) do reply[#reply + 1] = x end
+return reply

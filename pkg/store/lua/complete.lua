@@ -1,31 +1,43 @@
--- complete.lua: completes the task the run owns with its results.
+-- complete.lua: completes the task the run owns with its results; the
+-- place it frees admits the account's next parked task.
 --
 -- KEYS[1] -> task: the task record
--- KEYS[2] -> account: the account record
--- KEYS[3] -> inflight: the account's unfinished tasks
+-- KEYS[2] -> job: the task's job payload
+-- KEYS[3] -> account: the account record
 -- KEYS[4] -> ledger: the account's credit ledger
--- KEYS[5] -> checks: the account's queue checks
--- KEYS[6] -> running: the account's places
--- KEYS[7] -> outbox: the account's webhook outbox
+-- KEYS[5] -> parked: the account's tasks waiting for a place
+-- KEYS[6] -> due: the shard's due work
 -- ARGV[1] -> now: Unix ms
 -- ARGV[2] -> ttl: the record's time to live from now, ms
--- ARGV[3] -> results: the results, JSON
--- ARGV[4] -> task_id
--- ARGV[5] -> run: the run completing it
+-- ARGV[3] -> hook_at: when the webhook event, if left unqueued, is due for the recovery, Unix ms
+-- ARGV[4] -> results: the results' blob keys, one a line
+-- ARGV[5] -> account_id
+-- ARGV[6] -> task_id
+-- ARGV[7] -> run: the run completing it
+-- ARGV[8] -> share: the places of an account of weight 1 (0: no limit)
+-- ARGV[9] -> check_at: when a task this admits is first checked for its job, Unix ms
 --
--- Returns {outcome, hooked, queue left}: APPLIED (hooked 1 when the
--- task.completed event went to the outbox; the queue of a task completed
--- while still pending), FINAL, MISSING or SUPERSEDED.
+-- Returns {outcome, hooked, queue left, id, job, queue, ...}: APPLIED
+-- (hooked 1 when the task.completed event is due; the tasks its place
+-- admitted follow), FINAL, MISSING or SUPERSEDED.
 
-local K = {task = KEYS[1], account = KEYS[2], inflight = KEYS[3], ledger = KEYS[4],
-  checks = KEYS[5], running = KEYS[6], outbox = KEYS[7]}
-local now, ttl, results, task_id, run = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local K = {task = KEYS[1], job = KEYS[2], account = KEYS[3], ledger = KEYS[4], parked = KEYS[5], due = KEYS[6]}
+local now, ttl, hook_at, results = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local account_id, task_id, run, share, check_at = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
 
 local v = redis.call('HMGET', K.task, 'status', 'run')
 local st = v[1]
 if not st then return {MISSING, 0, ''} end
 if final(st) then return {FINAL, 0, ''} end
 if v[2] and v[2] ~= '' and v[2] ~= run then return {SUPERSEDED, 0, ''} end
-redis.call('HSET', K.task, 'progress', 100, 'results', results)
-local hooked, q = ended(K, 'completed', 'task.completed', now, ttl, task_id)
-return {APPLIED, hooked, q}
+redis.call('HSET', K.task, 'progress', 100)
+-- One field a result: a blob key is shorter than a field's 64 bytes.
+local i = 0
+for key in string.gmatch(results, '[^\n]+') do
+  redis.call('HSET', K.task, 'r' .. i, key)
+  i = i + 1
+end
+local hooked, q = ended(K, 'completed', 'task.completed', now, ttl, hook_at, account_id, task_id)
+local reply = {APPLIED, hooked, q}
+for _, x in ipairs(promote(K, share, check_at, account_id, task_id)) do reply[#reply + 1] = x end
+return reply

@@ -1,52 +1,62 @@
 -- create.lua: creates a pending task, charging its price: the account's
--- rules checked (the one authority: active, model allowed, in-flight
--- limit, balance), the price debited, the record, its ledger entry, its
--- queue check and its index entry written, all at once.
+-- rules checked (the one authority: active, model allowed, tasks in
+-- flight, balance), the price debited, the record, its job, its ledger
+-- entry and its index entry written, and the task admitted (due for its
+-- first queue check, the caller queues its job) if the account's window
+-- has room and nothing of it waits before, else parked: all at once.
 --
 -- KEYS[1] -> task: the task record
--- KEYS[2] -> account: the account record
--- KEYS[3] -> inflight: the account's unfinished tasks
+-- KEYS[2] -> job: the task's job payload
+-- KEYS[3] -> account: the account record
 -- KEYS[4] -> ledger: the account's credit ledger
--- KEYS[5] -> checks: the account's queue checks
--- KEYS[6] -> index: the account's task index, for listing
--- KEYS[7] -> idem: the Idempotency-Key's record (any key of the account's slot when there is none)
--- KEYS[8] -> queue: the queue's numbers (any key of the account's slot when its number is taken apart)
+-- KEYS[5] -> parked: the account's tasks waiting for a place
+-- KEYS[6] -> due: the shard's due work
+-- KEYS[7] -> index: the account's task index, for listing
+-- KEYS[8] -> idem: the Idempotency-Key's record (any key of the account's slot when there is none)
+-- KEYS[9] -> queue: the queue's numbers (any key of the account's slot when its number is taken apart)
 -- ARGV[1] -> now: Unix ms
--- ARGV[2] -> ttl: the record's time to live, ms
+-- ARGV[2] -> ttl: a final record's time to live, ms
 -- ARGV[3] -> price: credits
 -- ARGV[4] -> default_max: the in-flight limit of an account that sets none (0: none)
--- ARGV[5] -> count_until: when the task stops counting as in flight, Unix ms
+-- ARGV[5] -> deadline: when the task stops counting as in flight and is failed if unfinished, Unix ms
 -- ARGV[6] -> tier: the model's tier, checked against the account's models
--- ARGV[7] -> task_id
--- ARGV[8] -> first_check: when the task's job is first checked for, Unix ms
--- ARGV[9] -> with_idem: 1 when KEYS[7] is an Idempotency-Key's record, else 0
--- ARGV[10] -> body_hash: the request body's digest, under an Idempotency-Key
--- ARGV[11] -> idem_window: how long a create under way holds its key, ms
--- ARGV[12] -> idem_ttl: how long a key is kept, ms
--- ARGV[13] -> queue_name: the queue the task joins ('' for none)
--- ARGV[14] -> queue_seq: its number there, taken already (0: take it from KEYS[8])
--- ARGV[15] -> job: the job's payload, kept while the task is pending
--- ARGV[16] -> type: the task type
--- ARGV[17] -> model: the model id
--- ARGV[18] -> created: Unix ms
--- ARGV[19] -> callback_url: '' for none
--- ARGV[20] -> callback_events: comma separated
+-- ARGV[7] -> account_id
+-- ARGV[8] -> task_id
+-- ARGV[9] -> check_at: when an admitted task's job is first checked for, Unix ms
+-- ARGV[10] -> share: the places of an account of weight 1 (0: no limit)
+-- ARGV[11] -> keep: the ledger's retention, ms (0: all)
+-- ARGV[12] -> with_idem: 1 when KEYS[8] is an Idempotency-Key's record, else 0
+-- ARGV[13] -> body_hash: the request body's digest, under an Idempotency-Key
+-- ARGV[14] -> idem_window: how long a create under way holds its key, ms
+-- ARGV[15] -> idem_ttl: how long a key is kept, ms
+-- ARGV[16] -> queue_name: the queue the task joins ('' for none)
+-- ARGV[17] -> queue_seq: its number there, taken already (0: take it from KEYS[9] if admitted)
+-- ARGV[18] -> job_payload: the job, kept while the task is pending
+-- ARGV[19] -> type: the task type
+-- ARGV[20] -> model: the model id
+-- ARGV[21] -> created: Unix ms
+-- ARGV[22] -> callback_url: '' for none
+-- ARGV[23] -> callback_events: comma separated
 --
--- Returns {code, n, extra}: {CREATED, balance, queue number},
--- {REPLAYED, 0, earlier task id}, or a refusal {code, n}: NO_ACCOUNT,
--- DISABLED, MODEL_NOT_ALLOWED, TASK_EXISTS, INFLIGHT_LIMIT (n = the
--- limit), NO_CREDITS (n = the balance), IDEM_MISMATCH, IDEM_BUSY.
+-- Returns {CREATED, balance, queue number (0 if parked), admitted (1/0),
+-- id, job, queue, ...} (other tasks of the account this create admitted,
+-- for the caller to queue), {REPLAYED, 0, earlier task
+-- id}, or a refusal {code, n}: NO_ACCOUNT, DISABLED, MODEL_NOT_ALLOWED,
+-- TASK_EXISTS, INFLIGHT_LIMIT (n = the limit), NO_CREDITS (n = the
+-- balance), IDEM_MISMATCH, IDEM_BUSY.
 
 local CREATED, REPLAYED = 1, 2
 local NO_ACCOUNT, DISABLED, MODEL_NOT_ALLOWED, TASK_EXISTS, INFLIGHT_LIMIT, NO_CREDITS, IDEM_MISMATCH, IDEM_BUSY = -1, -2, -3, -4, -5, -6, -7, -8
 
-local task_key, account_key, inflight_key, ledger_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local checks_key, index_key, idem_key, queue_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local K = {task = KEYS[1], job = KEYS[2], account = KEYS[3], ledger = KEYS[4], parked = KEYS[5], due = KEYS[6]}
+local index_key, idem_key, queue_key = KEYS[7], KEYS[8], KEYS[9]
 local now, ttl, price, default_max = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local count_until, tier, task_id, first_check = tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8]
-local with_idem, body_hash, idem_window, idem_ttl = ARGV[9] == '1', ARGV[10], tonumber(ARGV[11]), ARGV[12]
-local queue_name, queue_seq = ARGV[13], tonumber(ARGV[14])
-local job, task_type, model, created, callback_url, callback_events = ARGV[15], ARGV[16], ARGV[17], ARGV[18], ARGV[19], ARGV[20]
+local deadline, tier, account_id, task_id = tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8]
+local check_at, share, keep = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+local with_idem, body_hash, idem_window, idem_ttl = ARGV[12] == '1', ARGV[13], tonumber(ARGV[14]), ARGV[15]
+local queue_name, queue_seq = ARGV[16], tonumber(ARGV[17])
+local job_payload, task_type, model, created = ARGV[18], ARGV[19], ARGV[20], ARGV[21]
+local callback_url, callback_events = ARGV[22], ARGV[23]
 
 if with_idem then
   local v = redis.call('HMGET', idem_key, 'body', 'task', 'state', 'at')
@@ -56,10 +66,10 @@ if with_idem then
     return {REPLAYED, 0, v[2]}
   end
 end
-if redis.call('EXISTS', task_key) == 1 then return {TASK_EXISTS, 0} end
+if redis.call('EXISTS', K.task) == 1 then return {TASK_EXISTS, 0} end
 
 -- The account's rules.
-local a = redis.call('HMGET', account_key, 'status', 'credits', 'models', 'inflight_max')
+local a = redis.call('HMGET', K.account, 'status', 'credits', 'models', 'inflight_max', 'infl')
 if not a[1] then return {NO_ACCOUNT, 0} end
 if a[1] ~= 'active' then return {DISABLED, 0} end
 if a[3] and a[3] ~= '' then
@@ -71,7 +81,7 @@ if a[3] and a[3] ~= '' then
 end
 local limit = tonumber(a[4] or '0') or 0
 if limit == 0 then limit = default_max end
-if limit > 0 and redis.call('ZCOUNT', inflight_key, now, '+inf') >= limit then return {INFLIGHT_LIMIT, limit} end
+if limit > 0 and (tonumber(a[5] or '0') or 0) >= limit then return {INFLIGHT_LIMIT, limit} end
 local bal = tonumber(a[2] or '0') or 0
 if bal < price then return {NO_CREDITS, bal} end
 
@@ -80,29 +90,54 @@ if with_idem then
   redis.call('PEXPIRE', idem_key, idem_ttl)
 end
 if price > 0 then
-  bal = redis.call('HINCRBY', account_key, 'credits', -price)
-  ledger(ledger_key, 'debit', -price, bal, task_id, '')
+  bal = redis.call('HINCRBY', K.account, 'credits', -price)
+  ledger(K.ledger, now, keep, 'debit', -price, bal, task_id, '')
 end
-redis.call('HSET', task_key, 'job', job, 'type', task_type, 'model', model, 'status', 'pending',
-  'progress', 0, 'ctime', created, 'price', price)
+-- A pending record lives until its deadline and then ttl more: the
+-- deadline's check always finds it.
+local live = deadline - now + ttl
+redis.call('HSET', K.task, 'type', task_type, 'model', model, 'status', 'pending', 'progress', 0,
+  'ctime', created, 'price', price, 'dl', deadline)
 if callback_url ~= '' then
-  redis.call('HSET', task_key, 'cb', callback_url, 'cbev', callback_events)
+  hset_long(K.task, 'cb', callback_url)
+  redis.call('HSET', K.task, 'cbev', callback_events)
 end
-if queue_name ~= '' then
+if queue_name ~= '' then redis.call('HSET', K.task, 'q', queue_name) end
+redis.call('PEXPIRE', K.task, live)
+redis.call('SET', K.job, job_payload, 'PX', live)
+redis.call('HINCRBY', K.account, 'infl', 1)
+-- Due at its deadline until admitted (then for its queue check sooner).
+redis.call('ZADD', K.due, deadline, task_due(account_id, task_id))
+
+-- The account's window: the task is parked behind the account's older
+-- parked tasks, then as many as the window holds are admitted, oldest
+-- first; usually that is this task at once, or none.
+redis.call('ZADD', K.parked, created, task_id)
+local promoted = promote(K, share, check_at, account_id, task_id)
+local admitted = 0
+local reply = {CREATED, bal, 0, 0}
+for i = 1, #promoted, 3 do
+  if promoted[i] == task_id then
+    admitted = 1
+  else
+    reply[#reply + 1] = promoted[i]
+    reply[#reply + 1] = promoted[i + 1]
+    reply[#reply + 1] = promoted[i + 2]
+  end
+end
+if admitted == 1 and queue_name ~= '' then
   if queue_seq == 0 then queue_seq = redis.call('HINCRBY', queue_key, 'enq', 1) end
-  redis.call('HSET', task_key, 'q', queue_name, 'qseq', queue_seq)
+  redis.call('HSET', K.task, 'qseq', queue_seq)
+  reply[3] = queue_seq
 end
-redis.call('PEXPIRE', task_key, ttl)
-redis.call('ZADD', inflight_key, count_until, task_id)
-redis.call('ZADD', checks_key, first_check, task_id)
--- The index lists a task while its record can live: its deadline, then
--- the record's time to live.
-local keep = count_until - now + ttl
+reply[4] = admitted
+
+-- The index lists a task while its record can live.
 if string.sub(task_id, -2) == '00' then
   -- One create in a hundred (by its id's random digits) drops what has
   -- expired; listing skips it meanwhile.
-  redis.call('ZREMRANGEBYSCORE', index_key, '-inf', now - keep)
+  redis.call('ZREMRANGEBYSCORE', index_key, '-inf', now - live)
 end
 redis.call('ZADD', index_key, now, task_id)
-redis.call('PEXPIRE', index_key, keep)
-return {CREATED, bal, queue_seq}
+redis.call('PEXPIRE', index_key, live)
+return reply

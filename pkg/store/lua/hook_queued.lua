@@ -1,22 +1,23 @@
 -- hook_queued.lua: records that the delivery of an event of a task is
--- queued: a final event leaves the account's outbox, and the delivery is
--- listed pending until its first attempt.
+-- queued: a final event leaves the shard's due work (where the script that
+-- ended the task put it, for the recovery), and the delivery is listed
+-- pending until its first attempt.
 --
 -- KEYS[1] -> log: the task's delivery log
--- KEYS[2] -> outbox: the account's webhook outbox
+-- KEYS[2] -> due: the shard's due work
 -- ARGV[1] -> delivery: the delivery's id (event:seq)
 -- ARGV[2] -> now: Unix ms
 -- ARGV[3] -> ttl: the log's time to live, ms
--- ARGV[4] -> member: the event's outbox entry ('' for a progress event, never in the outbox)
+-- ARGV[4] -> member: the event's due entry ('' for a progress event, never due)
 --
 -- Returns {LISTED}.
 
 local LISTED = 1
 
-local log_key, outbox_key = KEYS[1], KEYS[2]
+local log_key, due_key = KEYS[1], KEYS[2]
 local delivery, now, ttl, member = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
-if member ~= '' then redis.call('ZREM', outbox_key, member) end
+if member ~= '' then redis.call('ZREM', due_key, member) end
 redis.call('HSETNX', log_key, 's:' .. delivery, 'pending ' .. now)
 redis.call('PEXPIRE', log_key, ttl)
 return {LISTED}

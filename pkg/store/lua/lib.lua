@@ -2,10 +2,16 @@
 -- text (script.go), so its functions take the keys they touch as
 -- arguments, and the script binds its KEYS and ARGV to named locals.
 --
--- The task keys (K) a task's state changes touch, all in the account's
--- slot: K.task (the record), K.account, K.inflight (unfinished tasks),
--- K.ledger (credit movements), K.checks (queue checks due), K.running (the
--- account's places), K.outbox (webhook events not yet queued).
+-- The task keys (K) a task's state changes touch, all in the slot of the
+-- account's shard: K.task (the record), K.job (the job's payload while the
+-- task is pending), K.account, K.ledger (credit movements), K.parked (the
+-- account's tasks waiting for a place, oldest first), K.due (the shard's
+-- due work: a task's next check, a webhook event to queue).
+--
+-- Promotion (promote) admits the account's oldest parked tasks into the
+-- places its end freed: it touches those tasks' records and jobs, whose
+-- names it makes from K.task's prefix. They are not in KEYS, but always in
+-- the same slot (the shard's hash tag), which Redis allows.
 
 -- Outcomes of a change of a task's state (task.Outcome).
 local APPLIED, FINAL, MISSING, SUPERSEDED, POISONED, BUSY = 0, 1, 2, 3, 4, 5
@@ -20,12 +26,44 @@ local function notify(task_key)
   redis.call('PUBLISH', 'easel:task-events', task_key)
 end
 
--- ledger appends a credit movement; task_id and note may be ''.
-local function ledger(ledger_key, kind, amount, balance, task_id, note)
+-- ledger appends a credit movement (task_id and note may be ''), drops
+-- the entries older than keep ms (0: keep all), and lets the ledger of an
+-- account that moves no credits for keep ms expire whole.
+local function ledger(ledger_key, now, keep, kind, amount, balance, task_id, note)
   local e = {'kind', kind, 'amount', amount, 'balance', balance}
   if task_id ~= '' then e[#e + 1] = 'task'; e[#e + 1] = task_id end
   if note ~= '' then e[#e + 1] = 'note'; e[#e + 1] = note end
-  redis.call('XADD', ledger_key, '*', unpack(e))
+  if keep > 0 then
+    redis.call('XADD', ledger_key, 'MINID', now - keep, '*', unpack(e))
+    redis.call('PEXPIRE', ledger_key, keep)
+  else
+    redis.call('XADD', ledger_key, '*', unpack(e))
+  end
+end
+
+-- Fields a record keeps whole are at most 64 bytes, so that Redis keeps
+-- the record as a compact listpack whatever its hash-max-listpack-value:
+-- a longer value is split over field, field+1, field+2...
+local PIECE = 64
+local function hset_long(key, field, value)
+  redis.call('HSET', key, field, string.sub(value, 1, PIECE))
+  local i = 1
+  while i * PIECE < #value do
+    redis.call('HSET', key, field .. '+' .. i, string.sub(value, i * PIECE + 1, (i + 1) * PIECE))
+    i = i + 1
+  end
+end
+local function hget_long(key, field)
+  local v = redis.call('HGET', key, field)
+  if not v then return nil end
+  local i = 1
+  while #v == i * PIECE do
+    local more = redis.call('HGET', key, field .. '+' .. i)
+    if not more then break end
+    v = v .. more
+    i = i + 1
+  end
+  return v
 end
 
 -- wants reports whether the task's callback wants events of type ev: the
@@ -36,66 +74,124 @@ local function wants(task_key, ev)
   return string.find(',' .. (v[2] or '') .. ',', ',' .. ev .. ',', 1, true) ~= nil
 end
 
--- hook puts a final event of the task in the account's outbox when its
--- callback wants it, and reports whether it did (1) or not (0).
-local function hook(K, ev, now, ttl, task_id)
+-- due members: a task's next check ('t|<account>|<task>') and a webhook
+-- event to queue ('h|<account>|<task>|<event>').
+local function task_due(account_id, task_id) return 't|' .. account_id .. '|' .. task_id end
+local function hook_due(account_id, task_id, ev) return 'h|' .. account_id .. '|' .. task_id .. '|' .. ev end
+
+-- hook puts a final event of the task on the shard's due work, due at
+-- hook_at (the queueing's recovery), when its callback wants it; it
+-- reports whether it did (1) or not (0).
+local function hook(K, ev, hook_at, account_id, task_id)
   if not wants(K.task, ev) then return 0 end
-  redis.call('ZADD', K.outbox, 'NX', now, task_id .. '|' .. ev)
-  redis.call('PEXPIRE', K.outbox, ttl)
+  redis.call('ZADD', K.due, 'NX', hook_at, hook_due(account_id, task_id, ev))
   return 1
 end
 
 -- refund gives a task's price back, once, and returns the credits given.
-local function refund(K, task_id, note)
+local function refund(K, now, keep, task_id, note)
   local v = redis.call('HMGET', K.task, 'price', 'refunded')
   local price = tonumber(v[1] or '0') or 0
   if price <= 0 or v[2] == '1' or redis.call('EXISTS', K.account) == 0 then return 0 end
   local bal = redis.call('HINCRBY', K.account, 'credits', price)
   redis.call('HSET', K.task, 'refunded', 1)
-  ledger(K.ledger, 'refund', price, bal, task_id, note)
+  ledger(K.ledger, now, keep, 'refund', price, bal, task_id, note)
   return price
 end
 
 -- left takes the task off its queue's books: it returns the queue it was
 -- waiting in ('' if none), for the caller to count it out (dequeued.lua).
 local function left(K)
-  local q = redis.call('HGET', K.task, 'q') or ''
-  if q ~= '' then redis.call('HDEL', K.task, 'q', 'qseq') end
-  return q
+  local v = redis.call('HMGET', K.task, 'q', 'qseq')
+  if not v[1] then return '' end
+  redis.call('HDEL', K.task, 'q', 'qseq')
+  if not v[2] then return '' end
+  return v[1]
+end
+
+-- release_place gives back the task's place among the account's
+-- admitted tasks (if it had one: else it was parked) and takes it off the
+-- account's unfinished tasks: what every way out of pending or processing
+-- does, once (the status it leaves is guarded by its caller).
+local function release_place(K, task_id)
+  if redis.call('HGET', K.task, 'adm') == '1' then
+    redis.call('HINCRBY', K.account, 'adm', -1)
+    redis.call('HDEL', K.task, 'adm')
+  else
+    redis.call('ZREM', K.parked, task_id)
+  end
+  redis.call('HINCRBY', K.account, 'infl', -1)
+end
+
+-- window is how many of the account's tasks may be admitted (queued or
+-- running) at once: share × its weight; 0: no limit.
+local function window(K, share)
+  if share <= 0 then return 0 end
+  local w = tonumber(redis.call('HGET', K.account, 'weight') or '1') or 1
+  if w < 1 then w = 1 end
+  return share * w
+end
+
+-- promote admits the account's oldest parked tasks while its window has
+-- room, and returns them with their jobs and queues: {id, job, queue, id,
+-- job, queue, ...}, for the caller to queue. Each is due for its first
+-- queue check at check_at.
+local function promote(K, share, check_at, account_id, task_id)
+  if redis.call('ZCARD', K.parked) == 0 then return {} end
+  local limit = window(K, share)
+  local prefix = string.sub(K.task, 1, #K.task - #task_id - 2)
+  local out = {}
+  while limit == 0 or (tonumber(redis.call('HGET', K.account, 'adm') or '0') or 0) < limit do
+    local head = redis.call('ZPOPMIN', K.parked)
+    if #head == 0 then break end
+    local id = head[1]
+    local rec = prefix .. 't:' .. id
+    if redis.call('HGET', rec, 'status') == 'pending' then
+      redis.call('HSET', rec, 'adm', 1)
+      redis.call('HINCRBY', K.account, 'adm', 1)
+      redis.call('ZADD', K.due, check_at, task_due(account_id, id))
+      out[#out + 1] = id
+      out[#out + 1] = redis.call('GET', prefix .. 'j:' .. id) or ''
+      out[#out + 1] = redis.call('HGET', rec, 'q') or ''
+    end
+  end
+  return out
 end
 
 -- ended moves a task to a final status: it stops counting as in flight,
--- gives its place back, and is kept ttl more. Returns whether a webhook
--- event went to the outbox (1) and the queue it left ('' for none).
-local function ended(K, status, ev, now, ttl, task_id)
+-- gives its place back, its due check goes, and it is kept ttl more.
+-- Returns whether a webhook event went on the due work (1) and the queue
+-- it left ('' for none).
+local function ended(K, status, ev, now, ttl, hook_at, account_id, task_id)
   redis.call('HSET', K.task, 'status', status, 'etime', now, 'live', 0)
-  redis.call('HDEL', K.task, 'job')
+  redis.call('DEL', K.job)
   local q = left(K)
+  release_place(K, task_id)
+  redis.call('HDEL', K.task, 'dl')
   redis.call('PEXPIRE', K.task, ttl)
-  redis.call('ZREM', K.inflight, task_id)
-  redis.call('ZREM', K.checks, task_id)
-  redis.call('ZREM', K.running, task_id)
-  local hooked = hook(K, ev, now, ttl, task_id)
+  redis.call('ZREM', K.due, task_due(account_id, task_id))
+  local hooked = hook(K, ev, hook_at, account_id, task_id)
   notify(K.task)
   return hooked, q
 end
 
 -- fail ends a task failed with a code and a message, refunded. Returns
 -- hooked, the credits refunded and the queue it left.
-local function fail(K, now, ttl, code, msg, task_id)
-  redis.call('HSET', K.task, 'ecode', code, 'emsg', msg)
-  local hooked, q = ended(K, 'failed', 'task.failed', now, ttl, task_id)
-  return hooked, refund(K, task_id, code), q
+local function fail(K, now, ttl, keep, hook_at, code, msg, account_id, task_id)
+  redis.call('HSET', K.task, 'ecode', code)
+  hset_long(K.task, 'emsg', msg)
+  local hooked, q = ended(K, 'failed', 'task.failed', now, ttl, hook_at, account_id, task_id)
+  return hooked, refund(K, now, keep, task_id, code), q
 end
 
 -- crashed counts a crash of the task's run; past max crashes it fails the
 -- task (worker_crashed). Returns whether it failed it, hooked, refunded
 -- and the queue it left.
-local function crashed(K, crashes, max, now, ttl, msg, task_id)
+local function crashed(K, crashes, max, now, ttl, keep, hook_at, msg, account_id, task_id)
   crashes = crashes + 1
   redis.call('HSET', K.task, 'crashes', crashes)
   if crashes > tonumber(max) then
-    local hooked, refunded, q = fail(K, now, ttl, 'worker_crashed', msg, task_id)
+    local hooked, refunded, q = fail(K, now, ttl, keep, hook_at, 'worker_crashed', msg, account_id, task_id)
     return true, hooked, refunded, q
   end
   return false, 0, 0, ''

@@ -1,61 +1,62 @@
 -- start.lua: gives a task to a run and moves it to processing (the first
--- time), taking one of the account's places. A task already processing
--- for the same run (a retry) stays processing and keeps its progress; if
--- that run never let go (release.lua), its worker died holding it: a
--- crash, and past max_crashes the task fails (worker_crashed, refunded).
+-- time). A task already processing for the same run (a retry) stays
+-- processing and keeps its progress; if that run never let go
+-- (release.lua), its worker died holding it: a crash, and past
+-- max_crashes the task fails (worker_crashed, refunded). The task's place
+-- was taken when it was admitted; a parked task (its job queued by some
+-- mistake) is not started: its job is dropped, and it is queued when it
+-- is admitted.
 --
 -- KEYS[1] -> task: the task record
--- KEYS[2] -> account: the account record
--- KEYS[3] -> inflight: the account's unfinished tasks
+-- KEYS[2] -> job: the task's job payload
+-- KEYS[3] -> account: the account record
 -- KEYS[4] -> ledger: the account's credit ledger
--- KEYS[5] -> checks: the account's queue checks
--- KEYS[6] -> running: the account's places
--- KEYS[7] -> outbox: the account's webhook outbox
+-- KEYS[5] -> parked: the account's tasks waiting for a place
+-- KEYS[6] -> due: the shard's due work
 -- ARGV[1] -> now: Unix ms
 -- ARGV[2] -> run: the run starting
 -- ARGV[3] -> max_crashes
 -- ARGV[4] -> ttl: the record's time to live once final, ms
--- ARGV[5] -> crash_message
--- ARGV[6] -> task_id
--- ARGV[7] -> place_limit: the account's places (0: no limit)
--- ARGV[8] -> place_until: when this place frees itself, Unix ms
+-- ARGV[5] -> keep: the ledger's retention, ms (0: all)
+-- ARGV[6] -> hook_at: when a final webhook event left unqueued is due for the recovery, Unix ms
+-- ARGV[7] -> crash_message
+-- ARGV[8] -> account_id
+-- ARGV[9] -> task_id
+-- ARGV[10] -> share: the places of an account of weight 1 (0: no limit)
+-- ARGV[11] -> check_at: when a task this admits is first checked for its job, Unix ms
 --
--- Returns {outcome, refunded, hooked, queue left}: APPLIED, FINAL, MISSING,
--- SUPERSEDED, BUSY (the account has its places taken; nothing changed) or
--- POISONED (failed and refunded instead).
+-- Returns {outcome, refunded, hooked, queue left, id, job, queue, ...}:
+-- APPLIED, FINAL, MISSING, SUPERSEDED, BUSY (the task is parked; nothing
+-- changed) or POISONED (failed and refunded instead; the tasks its place
+-- admitted follow).
 
-local K = {task = KEYS[1], account = KEYS[2], inflight = KEYS[3], ledger = KEYS[4],
-  checks = KEYS[5], running = KEYS[6], outbox = KEYS[7]}
-local now, run, max_crashes, ttl = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
-local crash_message, task_id = ARGV[5], ARGV[6]
-local place_limit, place_until = tonumber(ARGV[7]) or 0, ARGV[8]
+local K = {task = KEYS[1], job = KEYS[2], account = KEYS[3], ledger = KEYS[4], parked = KEYS[5], due = KEYS[6]}
+local now, run, max_crashes, ttl, keep = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local hook_at, crash_message, account_id, task_id = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local share, check_at = tonumber(ARGV[10]), ARGV[11]
 
-local v = redis.call('HMGET', K.task, 'status', 'run', 'live', 'crashes')
+local v = redis.call('HMGET', K.task, 'status', 'run', 'live', 'crashes', 'dl', 'adm')
 local st = v[1]
 if not st then return {MISSING, 0, 0, ''} end
 if final(st) then return {FINAL, 0, 0, ''} end
 if v[2] and v[2] ~= '' and v[2] ~= run then return {SUPERSEDED, 0, 0, ''} end
-if place_limit > 0 then
-  -- The account's share: a place among its generations running now.
-  redis.call('ZREMRANGEBYSCORE', K.running, '-inf', now)
-  if not redis.call('ZSCORE', K.running, task_id) and redis.call('ZCARD', K.running) >= place_limit then
-    return {BUSY, 0, 0, ''}
-  end
-  redis.call('ZADD', K.running, place_until, task_id)
-  local last = redis.call('ZRANGE', K.running, -1, -1, 'WITHSCORES')
-  redis.call('PEXPIREAT', K.running, last[2])
-end
+if st == 'pending' and v[6] ~= '1' then return {BUSY, 0, 0, ''} end
 if st == 'processing' and v[3] == '1' then
   -- This run started before and never let go: its worker died.
-  local failed, hooked, refunded, q = crashed(K, tonumber(v[4] or '0') or 0, max_crashes, now, ttl, crash_message, task_id)
-  if failed then return {POISONED, refunded, hooked, q} end
+  local failed, hooked, refunded, q = crashed(K, tonumber(v[4] or '0') or 0, max_crashes, now, ttl, keep, hook_at, crash_message, account_id, task_id)
+  if failed then
+    local reply = {POISONED, refunded, hooked, q}
+    for _, x in ipairs(promote(K, share, check_at, account_id, task_id)) do reply[#reply + 1] = x end
+    return reply
+  end
 end
 local q = ''
 if st == 'pending' then
   redis.call('HSET', K.task, 'status', 'processing', 'stime', now)
-  redis.call('HDEL', K.task, 'job')
+  redis.call('DEL', K.job)
   q = left(K)
-  redis.call('ZREM', K.checks, task_id)
+  -- No more queue checks: due again only at its deadline.
+  if v[5] then redis.call('ZADD', K.due, 'XX', v[5], task_due(account_id, task_id)) end
   notify(K.task)
 end
 redis.call('HSET', K.task, 'run', run, 'live', 1)

@@ -4,31 +4,34 @@
 -- between (the crashes moved), the takeover is superseded.
 --
 -- KEYS[1] -> task: the task record
--- KEYS[2] -> account: the account record
--- KEYS[3] -> inflight: the account's unfinished tasks
+-- KEYS[2] -> job: the task's job payload
+-- KEYS[3] -> account: the account record
 -- KEYS[4] -> ledger: the account's credit ledger
--- KEYS[5] -> checks: the account's queue checks
--- KEYS[6] -> running: the account's places
--- KEYS[7] -> outbox: the account's webhook outbox
+-- KEYS[5] -> parked: the account's tasks waiting for a place
+-- KEYS[6] -> due: the shard's due work
 -- ARGV[1] -> orphan: the run that died
 -- ARGV[2] -> new_run
 -- ARGV[3] -> max_crashes
 -- ARGV[4] -> now: Unix ms
 -- ARGV[5] -> ttl: the record's time to live once final, ms
--- ARGV[6] -> crash_message
--- ARGV[7] -> task_id
--- ARGV[8] -> crashes_seen: the crashes the caller read
+-- ARGV[6] -> keep: the ledger's retention, ms (0: all)
+-- ARGV[7] -> hook_at: when the webhook event, if left unqueued, is due for the recovery, Unix ms
+-- ARGV[8] -> crash_message
+-- ARGV[9] -> account_id
+-- ARGV[10] -> task_id
+-- ARGV[11] -> crashes_seen: the crashes the caller read
+-- ARGV[12] -> share: the places of an account of weight 1 (0: no limit)
+-- ARGV[13] -> check_at: when a task this admits is first checked for its job, Unix ms
 --
--- Returns {outcome, owning run, refunded, hooked, queue left}: APPLIED
--- (the new run owns it), SUPERSEDED (another run owns it: returned),
--- FINAL, MISSING, or POISONED (failed and refunded instead; the queue of a
--- task poisoned while still pending, its runs having died before starting
--- it).
+-- Returns {outcome, owning run, refunded, hooked, queue left, id, job,
+-- queue, ...}: APPLIED (the new run owns it), SUPERSEDED (another run owns
+-- it: returned), FINAL, MISSING, or POISONED (failed and refunded
+-- instead; the tasks its place admitted follow).
 
-local K = {task = KEYS[1], account = KEYS[2], inflight = KEYS[3], ledger = KEYS[4],
-  checks = KEYS[5], running = KEYS[6], outbox = KEYS[7]}
-local orphan, new_run, max_crashes, now, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local crash_message, task_id, crashes_seen = ARGV[6], ARGV[7], tonumber(ARGV[8])
+local K = {task = KEYS[1], job = KEYS[2], account = KEYS[3], ledger = KEYS[4], parked = KEYS[5], due = KEYS[6]}
+local orphan, new_run, max_crashes, now, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local keep, hook_at, crash_message, account_id, task_id = tonumber(ARGV[6]), ARGV[7], ARGV[8], ARGV[9], ARGV[10]
+local crashes_seen, share, check_at = tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13]
 
 local v = redis.call('HMGET', K.task, 'status', 'run', 'crashes')
 local st = v[1]
@@ -38,7 +41,11 @@ local run = v[2] or ''
 if run ~= '' and run ~= orphan then return {SUPERSEDED, run, 0, 0, ''} end
 local crashes = tonumber(v[3] or '0') or 0
 if crashes ~= crashes_seen then return {SUPERSEDED, run, 0, 0, ''} end
-local failed, hooked, refunded, q = crashed(K, crashes, max_crashes, now, ttl, crash_message, task_id)
-if failed then return {POISONED, '', refunded, hooked, q} end
+local failed, hooked, refunded, q = crashed(K, crashes, max_crashes, now, ttl, keep, hook_at, crash_message, account_id, task_id)
+if failed then
+  local reply = {POISONED, '', refunded, hooked, q}
+  for _, x in ipairs(promote(K, share, check_at, account_id, task_id)) do reply[#reply + 1] = x end
+  return reply
+end
 redis.call('HSET', K.task, 'run', new_run, 'live', 0)
 return {APPLIED, new_run, 0, 0, ''}

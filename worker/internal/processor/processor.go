@@ -32,7 +32,7 @@ import (
 // the outcome, the credits it refunded, whether a webhook event of the
 // task is due.
 type Store interface {
-	Start(ctx context.Context, accountID, taskID, run string, p store.Place) (store.Change, error)
+	Start(ctx context.Context, accountID, taskID, run string) (store.Change, error)
 	Release(ctx context.Context, accountID, taskID, run string) error
 	Progress(ctx context.Context, accountID, taskID, run string, pct int) (hook bool, err error)
 	Complete(ctx context.Context, accountID, taskID, run string, results []task.Result) (store.Change, error)
@@ -106,6 +106,12 @@ type Fetcher interface {
 	Fetch(ctx context.Context, urls []string) ([]imagegen.Source, error)
 }
 
+// Admitter queues the jobs of tasks a change admitted into their
+// account's window (jobs.Enqueuer): the end of a task frees a place.
+type Admitter interface {
+	EnqueueAdmitted(ctx context.Context, admitted []task.Admitted) error
+}
+
 // Quota is the upstream quota all workers share (package quota): a call
 // waits for a slot, and a 429 slows every worker's calls to the model.
 type Quota interface {
@@ -122,9 +128,9 @@ type Options struct {
 	// Quota spaces and bounds the upstream calls of all workers together
 	// (nil: none).
 	Quota Quota
-	// MaxRunning is the most generations of one account running at once
-	// across every worker (0: no limit).
-	MaxRunning int
+	// Admitter queues the tasks the end of one admits (nil: their queue
+	// checks do, seconds later).
+	Admitter Admitter
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 }
@@ -160,11 +166,6 @@ func New(store Store, blobs Blobs, gen imagegen.Generator, fetch Fetcher, cat *c
 	touched, _ := lru.New[string, time.Time](1024)
 	return &Processor{Options: o, store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, touched: touched}
 }
-
-// ErrAccountBusy is what Process returns for a job whose account has its
-// share of the workers running already: the job goes back to its queue for
-// a moment, which is no failure and uses none of its retries.
-var ErrAccountBusy = errors.New("the account has its share of generations running; the job waits for a place")
 
 // Attempt says which run of a job this is: Run is its Asynq TaskID
 // (jobs.RunID: the task id, or a later run's after a worker died), Retry
@@ -230,20 +231,9 @@ func (p *Processor) start(ctx context.Context, job jobs.GenerateImage, at Attemp
 	ctx = logging.WithLogger(ctx, p.log, zap.String("task_id", id), zap.String("account_id", acct), zap.String("run", run), zap.Int("attempt", at.Retry+1))
 	r := &running{p: p, ctx: ctx, log: logging.From(ctx), acct: acct, id: id, run: run, model: job.Input.Model.ID, at: at}
 
-	// A fair share: an account runs at most MaxRunning generations at once
-	// on all workers together, so one account's slow tasks (a source that
-	// drips, a long prompt queue) cannot hold every worker while others
-	// wait. The place is taken in the start's own step (no extra round
-	// trip), given back by the completion, the failure or the release; a
-	// job that finds none changes nothing and waits its turn on the queue.
-	place := store.Place{Limit: p.MaxRunning, Until: job.Deadline.Add(time.Minute)}
-	if at.Last() {
-		// No retry is left to wait with: Asynq would archive a job that
-		// waited for a place, and its task would hang until its deadline.
-		// The last try runs past the account's share.
-		place.Limit = 0
-	}
-	c, err := p.store.Start(ctx, acct, id, run, place)
+	// The task's place among its account's share of the workers was taken
+	// when it was admitted: a job is queued only for a task that holds one.
+	c, err := p.store.Start(ctx, acct, id, run)
 	if err != nil {
 		r.log.Warn("could not mark the task processing", zap.Error(err))
 		// The start may have been applied all the same (its reply lost,
@@ -254,8 +244,8 @@ func (p *Processor) start(ctx context.Context, job jobs.GenerateImage, at Attemp
 	}
 	switch c.Outcome {
 	case task.Busy:
-		r.log.Debug("the account has its share running; the job waits")
-		return nil, ErrAccountBusy
+		r.log.Warn("the task is parked (its account's share is taken); dropping a job queued for it early: it is queued when admitted")
+		return nil, nil
 	case task.Missing:
 		r.log.Warn("task record is gone (expired or never written); dropping the job")
 		return nil, nil
@@ -268,6 +258,7 @@ func (p *Processor) start(ctx context.Context, job jobs.GenerateImage, at Attemp
 	case task.Poisoned:
 		r.log.Warn("task failed: it stopped its worker twice, and was refunded instead of run again", zap.String("code", string(task.WorkerCrashed)))
 		r.failed(c, string(task.WorkerCrashed))
+		r.admit(c)
 		return nil, nil
 	}
 	r.log.Debug("task processing", zap.String("model", r.model))
@@ -319,6 +310,7 @@ func (r *running) finish(results []task.Result, err error) error {
 		if c.Outcome == task.Applied {
 			p.Metrics.Finished(r.model, Completed, "")
 			r.notifyEnd(c, task.EventCompleted)
+			r.admit(c)
 		}
 		log.Info("task completed", zap.Int("results", len(results)), zap.Duration("took", p.Now().Sub(r.started)), zap.Stringer("outcome", c.Outcome))
 		return nil
@@ -350,6 +342,7 @@ func (r *running) finish(results []task.Result, err error) error {
 	}
 	if c.Outcome == task.Applied {
 		r.failed(c, f.Code)
+		r.admit(c)
 	}
 	log.Warn("task failed", zap.String("code", f.Code), zap.String("message", f.Message), zap.Error(err), zap.Stringer("outcome", c.Outcome))
 	return nil
@@ -389,6 +382,19 @@ func (r *running) failed(c store.Change, code string) {
 func (r *running) notifyEnd(c store.Change, event string) {
 	if c.Hooked {
 		r.p.Hooks.Notify(context.WithoutCancel(r.ctx), r.acct, r.id, event, 0)
+	}
+}
+
+// admit queues the tasks of the account the change admitted into the
+// place it freed.
+func (r *running) admit(c store.Change) {
+	if len(c.Admitted) == 0 || r.p.Admitter == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 2*time.Second)
+	defer cancel()
+	if err := r.p.Admitter.EnqueueAdmitted(ctx, c.Admitted); err != nil {
+		r.log.Warn("could not queue the tasks this one's end admitted; their queue checks will", zap.Int("tasks", len(c.Admitted)), zap.Error(err))
 	}
 }
 
