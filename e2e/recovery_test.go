@@ -33,13 +33,10 @@ func TestRecoveryQueuesAndExpires(t *testing.T) {
 		}
 	}
 	charge("task_lumen_9000000000000000001", time.Now().Add(time.Hour))    // its gateway died: never queued
-	charge("task_lumen_9000000000000000002", time.Now().Add(-time.Second)) // overdue: nothing will run it
-	// The overdue one must not be started by its job either: no queue check
-	// for it, and no job.
-	if err := s.tasks.DropQueueCheck(ctx, acct, "task_lumen_9000000000000000002"); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(75 * time.Second) // the first queue check after 10 s, rounds every 5 s; the overdue sweep every 30 s
+	// Overdue: its deadline passed before its first check is due, so the
+	// check finds it past its deadline and fails it instead of queueing it.
+	charge("task_lumen_9000000000000000002", time.Now().Add(-time.Second))
+	deadline := time.Now().Add(75 * time.Second) // the first check after 10 s, shards read at least every 5 s
 	for {
 		a, _ := s.tasks.Get(ctx, acct, "task_lumen_9000000000000000001")
 		b, _ := s.tasks.Get(ctx, acct, "task_lumen_9000000000000000002")

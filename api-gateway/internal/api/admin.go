@@ -134,6 +134,7 @@ type accountRequest struct {
 	RateLimit      *int     `json:"rate_limit"`
 	QueryRateLimit *int     `json:"query_rate_limit"`
 	MaxInflight    *int     `json:"max_inflight"`
+	Weight         *int     `json:"weight"`
 	Models         []string `json:"models"`
 }
 
@@ -156,6 +157,7 @@ func (a *admin) createAccount(c echo.Context) error {
 	acct, err := a.Accounts.Create(c.Request().Context(), account.Spec{
 		Name: req.Name, Credits: req.Credits, Models: tiers,
 		RateLimit: deref(req.RateLimit), QueryRateLimit: deref(req.QueryRateLimit), MaxInflight: deref(req.MaxInflight),
+		Weight: deref(req.Weight),
 	})
 	if err != nil {
 		return err
@@ -184,12 +186,13 @@ func (a *admin) setLimits(c echo.Context) error {
 		RateLimit      *int      `json:"rate_limit"`
 		QueryRateLimit *int      `json:"query_rate_limit"`
 		MaxInflight    *int      `json:"max_inflight"`
+		Weight         *int      `json:"weight"`
 		Models         *[]string `json:"models"`
 	}
 	if err := bind(c, &req); err != nil {
 		return err
 	}
-	l := account.LimitsUpdate{RateLimit: req.RateLimit, QueryRateLimit: req.QueryRateLimit, MaxInflight: req.MaxInflight}
+	l := account.LimitsUpdate{RateLimit: req.RateLimit, QueryRateLimit: req.QueryRateLimit, MaxInflight: req.MaxInflight, Weight: req.Weight}
 	if req.Models != nil {
 		tiers, err := a.tiers(*req.Models)
 		if err != nil {

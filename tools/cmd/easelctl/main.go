@@ -3,9 +3,10 @@
 // gateway, so what it changes takes effect on every gateway at once (within
 // the gateways' auth cache lifetime, at most 5 s).
 //
-//	easelctl account create --name NAME [--credits N] [--rate-limit R] [--max-inflight N]
+//	easelctl account create --name NAME [--credits N] [--rate-limit R] [--max-inflight N] [--weight W]
 //	easelctl key create --account ID
 //	easelctl credits add ID N
+//	easelctl ledger export ID [--from TIME] [--to TIME]
 //
 // Every command takes --json for scripts; errors go to stderr with a non-zero
 // exit status.
@@ -196,8 +197,8 @@ func (c *cli) printAccount(a *account.Account) error {
 		return c.printJSON(a)
 	}
 	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "id\t%s\nname\t%s\nstatus\t%s\ncredits\t%d\nmodels\t%s\nrate limit\t%s /s per key\nquery rate limit\t%s /s per key\nmax in flight\t%s\ncreated\t%s\n",
-		a.ID, a.Name, a.Status, a.Credits, modelsText(a.Models), limitText(a.RateLimit), limitText(a.QueryRateLimit), limitText(a.MaxInflight), a.CreatedAt.UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "id\t%s\nname\t%s\nstatus\t%s\ncredits\t%d\nmodels\t%s\nrate limit\t%s /s per key\nquery rate limit\t%s /s per key\nmax in flight\t%s\nweight\t%d\ncreated\t%s\n",
+		a.ID, a.Name, a.Status, a.Credits, modelsText(a.Models), limitText(a.RateLimit), limitText(a.QueryRateLimit), limitText(a.MaxInflight), max(a.Weight, 1), a.CreatedAt.UTC().Format(time.RFC3339))
 	return w.Flush()
 }
 
@@ -207,7 +208,7 @@ func (c *cli) accountCommands() *cobra.Command {
 	var n account.Spec
 	var models string
 	create := &cobra.Command{
-		Use:   "create --name NAME [--credits N] [--rate-limit PER_SECOND] [--max-inflight N]",
+		Use:   "create --name NAME [--credits N] [--rate-limit PER_SECOND] [--max-inflight N] [--weight W]",
 		Short: "Create an account and print its id",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -234,6 +235,7 @@ func (c *cli) accountCommands() *cobra.Command {
 	create.Flags().IntVar(&n.RateLimit, "rate-limit", 0, "task creations per second per key (0: the deployment default)")
 	create.Flags().IntVar(&n.QueryRateLimit, "query-rate-limit", 0, "queries per second per key (0: the deployment default)")
 	create.Flags().IntVar(&n.MaxInflight, "max-inflight", 0, "tasks pending or processing at once (0: the deployment default)")
+	create.Flags().IntVar(&n.Weight, "weight", 0, "its share of the workers, as a multiple of EASEL_ACCOUNT_MAX_RUNNING (1 to 100; 0: 1)")
 	create.Flags().StringVar(&models, "models", "all", "models the account may use: all, or a comma list of standard, pro or model ids")
 
 	show := &cobra.Command{
@@ -269,10 +271,10 @@ func (c *cli) accountCommands() *cobra.Command {
 		},
 	}
 
-	var rate, qrate, inflight int
+	var rate, qrate, inflight, weight int
 	var limitModels string
 	limits := &cobra.Command{
-		Use:   "limits ID [--rate-limit PER_SECOND] [--query-rate-limit PER_SECOND] [--max-inflight N] [--models LIST]",
+		Use:   "limits ID [--rate-limit PER_SECOND] [--query-rate-limit PER_SECOND] [--max-inflight N] [--weight W] [--models LIST]",
 		Short: "Change an account's limits (0: back to the deployment default)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -286,6 +288,9 @@ func (c *cli) accountCommands() *cobra.Command {
 			if cmd.Flags().Changed("max-inflight") {
 				l.MaxInflight = &inflight
 			}
+			if cmd.Flags().Changed("weight") {
+				l.Weight = &weight
+			}
 			if cmd.Flags().Changed("models") {
 				ts, err := c.tiers(limitModels)
 				if err != nil {
@@ -294,7 +299,7 @@ func (c *cli) accountCommands() *cobra.Command {
 				l.Models = &ts
 			}
 			if l == (account.LimitsUpdate{}) {
-				return usageError{"give at least one of --rate-limit, --query-rate-limit, --max-inflight, --models"}
+				return usageError{"give at least one of --rate-limit, --query-rate-limit, --max-inflight, --weight, --models"}
 			}
 			a, err := c.accounts.SetLimits(cmd.Context(), args[0], l)
 			if err != nil {
@@ -306,6 +311,7 @@ func (c *cli) accountCommands() *cobra.Command {
 	limits.Flags().IntVar(&rate, "rate-limit", 0, "task creations per second per key")
 	limits.Flags().IntVar(&qrate, "query-rate-limit", 0, "queries per second per key")
 	limits.Flags().IntVar(&inflight, "max-inflight", 0, "tasks pending or processing at once")
+	limits.Flags().IntVar(&weight, "weight", 0, "its share of the workers, as a multiple of EASEL_ACCOUNT_MAX_RUNNING (1 to 100; 0: 1)")
 	limits.Flags().StringVar(&limitModels, "models", "", "models the account may use: all, or a comma list")
 
 	status := func(use string, st account.Status, short string) *cobra.Command {
@@ -479,7 +485,53 @@ func (c *cli) ledgerCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().Int64Var(&limit, "limit", 100, "how many entries")
+	cmd.AddCommand(c.ledgerExportCommand())
 	return cmd
+}
+
+// ledgerExportCommand writes an account's ledger entries of a time range,
+// oldest first, as JSON Lines: what an operator keeps of what they bill
+// before EASEL_LEDGER_RETENTION drops it.
+func (c *cli) ledgerExportCommand() *cobra.Command {
+	var from, to string
+	cmd := &cobra.Command{
+		Use:   "export ID [--from TIME] [--to TIME]",
+		Short: "Write an account's credit movements from --from (inclusive) to --to (exclusive), oldest first, as JSON Lines",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var start, end time.Time
+			var err error
+			if from != "" {
+				if start, err = parseTime(from); err != nil {
+					return usageError{"--from: " + err.Error()}
+				}
+			}
+			if to != "" {
+				if end, err = parseTime(to); err != nil {
+					return usageError{"--to: " + err.Error()}
+				}
+			}
+			enc := json.NewEncoder(c.out)
+			return c.accounts.LedgerRange(cmd.Context(), args[0], start, end, func(e account.LedgerEntry) error {
+				return enc.Encode(e)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&from, "from", "", "the first time, RFC 3339 (2026-11-01T00:00:00Z) or a date (2026-11-01); default: the oldest entry kept")
+	cmd.Flags().StringVar(&to, "to", "", "the end, exclusive, in the same forms; default: now")
+	return cmd
+}
+
+// parseTime reads an RFC 3339 time or a date (midnight UTC).
+func parseTime(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	t, err := time.Parse("2006-01-02", s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time or a date (2026-11-01)", s)
+	}
+	return t, nil
 }
 
 func (c *cli) webhookSecretCommand() *cobra.Command {
