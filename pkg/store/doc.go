@@ -4,26 +4,32 @@
 // hash field name: every Lua script sits beside the Go code that names its
 // fields, and the edges ask the store for anything that lives in Redis.
 //
-// Key layout. Every key an account owns carries the account's hash tag
-// "{a:<account id>}", so on Redis Cluster they share a slot and one script
-// may touch the account and its tasks together (a debit, a task record and a
-// ledger entry):
+// Key layout. The accounts are spread over Shards shards (ShardOf), and
+// every key an account owns carries its shard's hash tag "{s<n>}", so on
+// Redis Cluster an account's keys and its shard's due work share a slot and
+// one script may touch the account, its tasks and the due work together (a
+// debit, a task record, a ledger entry, the task's next check):
 //
-//	easel:{a:<account>}:acct           hash    the account record (status, credits, limits)
-//	easel:{a:<account>}:t:<task id>    hash    a task record (24-hour TTL)
-//	easel:{a:<account>}:inflight       zset    the account's unfinished tasks, scored by when they stop counting
-//	easel:{a:<account>}:unqueued       zset    pending tasks whose job is to be checked for, by when (QueueChecks)
-//	easel:{a:<account>}:ledger         stream  credit movements (debit, refund, credit)
-//	easel:{a:<account>}:keys           set     hashes of the account's API keys
-//	easel:{a:<account>}:hooks          zset    final webhook events ("<task id>|<event>") not yet queued, by when they became due (HooksDue)
-//	easel:{a:<account>}:wh:<task id>   hash    a task's webhook deliveries: state, attempts, the message while retried (48-hour TTL)
-//	easel:{a:<account>}:whsec          hash    the account's webhook signing secret, and the one it replaced while still valid
-//	easel:key:<sha256 of the API key>  hash    an API key record: account, prefix, revoked
-//	easel:keyprefix:<visible prefix>   set     hashes of the keys with that prefix
-//	easel:accounts                     zset    every account id, by creation time
-//	easel:lock:<name>                  string  a lease one process holds (the sweeper's)
-//	easel:probe:<instance>             string  a process's readiness write (30 s TTL)
-//	rate:easel:<class>:<key hash>      string  a rate-limit bucket (go-redis/redis_rate adds "rate:")
+//	easel:{s<n>}:a:<account>:acct          hash    the account record (status, credits, limits, weight; counters infl and adm)
+//	easel:{s<n>}:a:<account>:t:<task id>   hash    a task record (a listpack: every value at most 64 bytes)
+//	easel:{s<n>}:a:<account>:j:<task id>   string  a pending task's job payload
+//	easel:{s<n>}:a:<account>:parked        zset    the account's tasks waiting for a place, by creation time
+//	easel:{s<n>}:a:<account>:tasks         zset    the account's task index, for listing (task id → creation time)
+//	easel:{s<n>}:a:<account>:ledger        stream  credit movements (debit, refund, credit), trimmed to the retention
+//	easel:{s<n>}:a:<account>:keys          set     hashes of the account's API keys
+//	easel:{s<n>}:a:<account>:idem:<sha256> hash    an Idempotency-Key's create
+//	easel:{s<n>}:a:<account>:wh:<task id>  hash    a task's webhook deliveries: state, attempts, the message while retried (48-hour TTL)
+//	easel:{s<n>}:a:<account>:whsec         hash    the account's webhook signing secret, and the one it replaced while still valid
+//	easel:{s<n>}:due                       zset    the shard's due work: each unfinished task's next check ("t|<account>|<task>") and final webhook events not yet queued ("h|<account>|<task>|<event>"), by when due
+//	easel:{s<n>}:lease                     string  which worker does the shard's due work
+//	easel:recovery:workers                 zset    the workers doing the due work, by last heartbeat
+//	easel:key:<sha256 of the API key>      hash    an API key record: account, prefix, revoked
+//	easel:keyprefix:<visible prefix>       set     hashes of the keys with that prefix
+//	easel:accounts                         zset    every account id, by creation time (for listing them; no periodic loop reads it)
+//	easel:q:{<queue>}                      hash    a queue's sequence numbers, for queue positions
+//	easel:lock:<name>                      string  a lease one process holds (the orphans' recovery)
+//	easel:probe:<instance>                 string  a process's readiness write (30 s TTL)
+//	rate:easel:<class>:<key hash>          string  a rate-limit bucket (go-redis/redis_rate adds "rate:")
 //
 // Asynq keeps its own keys under "asynq:{<queue>}:...".
 //
@@ -32,8 +38,12 @@
 //
 //   - creating a task checks the account (active, model allowed, tasks in
 //     flight, balance), debits its price, writes the record and a ledger
-//     entry, all at once: the balance never goes below zero and a task is
+//     entry, and admits the task into one of the account's places or parks
+//     it, all at once: the balance never goes below zero and a task is
 //     never charged twice;
+//   - an account holds at most Options.Share × its weight places (tasks
+//     queued or running); the change that frees one admits the account's
+//     oldest parked task in the same step;
 //   - a task moves pending → processing → completed | failed, and a final
 //     state never changes;
 //   - a task that fails is refunded exactly once (the refund is part of the

@@ -318,4 +318,3 @@ func (s *Hooks) Deliveries(ctx context.Context, accountID, taskID string) ([]web
 	})
 	return out, nil
 }
-
