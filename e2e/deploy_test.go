@@ -292,10 +292,20 @@ func TestDeployComposeAsynqmon(t *testing.T) {
 	}
 }
 
+// Without a signing secret the project still loads (docker compose logs,
+// ps and down need none), and the gateway, where the secret is used,
+// refuses to start outside dev mode. (compose_env_test.go: the .env flow.)
 func TestDeployComposeNeedsASigningSecret(t *testing.T) {
-	_, err := loadCompose(t, map[string]string{})
-	if err == nil || !strings.Contains(err.Error(), "EASEL_SIGNING_SECRET") {
-		t.Errorf("compose without a secret: %v; want an error naming EASEL_SIGNING_SECRET", err)
+	p, err := loadCompose(t, map[string]string{})
+	if err != nil {
+		t.Fatalf("compose without a secret: %v; want the project to load", err)
+	}
+	gw, err := p.GetService("gateway")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gateway.LoadConfig(envOf(gw)); err == nil || !strings.Contains(err.Error(), "EASEL_SIGNING_SECRET") {
+		t.Errorf("the gateway without a secret: %v; want it refused, naming EASEL_SIGNING_SECRET", err)
 	}
 }
 

@@ -9,7 +9,8 @@
 // retention (on S3, a bucket lifecycle rule may do it instead). Keys are relative
 // slash-separated paths of letters, digits, '.', '-' and '_'; all file access
 // goes through an os.Root, so no key can reach outside the directory, and Open
-// serves regular files only, never through a symlink.
+// serves regular files only (never a FIFO, socket, device or directory),
+// never through a symlink.
 package blob
 
 import (
@@ -192,15 +193,17 @@ func (s *FS) Touch(_ context.Context, key string) (bool, error) {
 }
 
 // Open opens a blob for reading. A missing blob is *apperr.NotFoundError, and
-// so is a symlink: Easel writes blobs as regular files only, so a key that is
-// a symlink, or reaches its file through a directory that is one, names no
-// blob, wherever the link points. The error then carries the cause, for the
-// logs.
+// so is a symlink, or anything else that is not a regular file (a FIFO, a
+// socket, a device, a directory): Easel writes blobs as regular files only,
+// so a key that is a symlink, or reaches its file through a directory that
+// is one, names no blob, wherever the link points. The error then carries
+// the cause, for the logs. Open never waits: a FIFO is opened non-blocking
+// (where opening it for reading would wait for a writer) and refused.
 func (s *FS) Open(_ context.Context, key string) (Object, Info, error) {
 	if !ValidKey(key) {
 		return nil, Info{}, errNotFound
 	}
-	f, err := s.root.Open(key)
+	f, err := s.root.OpenFile(key, openFlags, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, Info{}, errNotFound
 	}
@@ -209,7 +212,7 @@ func (s *FS) Open(_ context.Context, key string) (Object, Info, error) {
 	// for one either way. os.Root confines the open itself, so should the
 	// path change between the open and this check, what was opened is still
 	// a file in the directory.
-	link, lerr := s.symlinkOnPath(key)
+	link, last, lerr := s.symlinkOnPath(key)
 	if link != "" {
 		if f != nil {
 			_ = f.Close()
@@ -218,6 +221,14 @@ func (s *FS) Open(_ context.Context, key string) (Object, Info, error) {
 			return nil, Info{}, fmt.Errorf("%w: %s is a symlink: %v", errNotFound, link, err)
 		}
 		return nil, Info{}, fmt.Errorf("%w: %s is a symlink", errNotFound, link)
+	}
+	if lerr == nil && !last.Mode().IsRegular() {
+		// Whether the open failed (a socket cannot be opened) or not (a
+		// FIFO, a directory), this is no blob.
+		if f != nil {
+			_ = f.Close()
+		}
+		return nil, Info{}, fmt.Errorf("%w: %s is not a regular file (%v)", errNotFound, key, last.Mode().Type())
 	}
 	if err != nil {
 		return nil, Info{}, fmt.Errorf("blob: open %s: %w", key, err)
@@ -229,6 +240,8 @@ func (s *FS) Open(_ context.Context, key string) (Object, Info, error) {
 		}
 		return nil, Info{}, fmt.Errorf("blob: open %s: %w", key, lerr)
 	}
+	// What was opened is what is served: the path may have changed since
+	// the Lstat above, so the open file itself must be a regular one.
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {
 		_ = f.Close()
@@ -238,8 +251,8 @@ func (s *FS) Open(_ context.Context, key string) (Object, Info, error) {
 }
 
 // symlinkOnPath returns the first of key's directories, or key itself, that
-// is a symlink, or "" when none is.
-func (s *FS) symlinkOnPath(key string) (string, error) {
+// is a symlink, or "" when none is; with "", also what Lstat says of key.
+func (s *FS) symlinkOnPath(key string) (string, fs.FileInfo, error) {
 	for i := 0; ; {
 		p, end := key, true
 		if j := strings.IndexByte(key[i:], '/'); j >= 0 {
@@ -248,13 +261,13 @@ func (s *FS) symlinkOnPath(key string) (string, error) {
 		}
 		st, err := s.root.Lstat(p)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		if st.Mode()&fs.ModeSymlink != 0 {
-			return p, nil
+			return p, nil, nil
 		}
 		if end {
-			return "", nil
+			return "", st, nil
 		}
 	}
 }

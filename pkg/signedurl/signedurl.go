@@ -4,7 +4,12 @@
 //	https://images.example.com/v1/files/<key>?expires=<unix seconds>&sig=<base64url MAC>
 //
 // A URL whose path, expiry or signature was altered is refused (403); a
-// genuine URL past its expiry is gone (410).
+// genuine URL past its expiry is gone (410). Only the form Sign writes
+// verifies: the path byte for byte (a request's escaped path, as sent),
+// expires in canonical decimal (no sign, no leading zero), and sig in
+// unpadded base64url exactly as the MAC encodes (no other last character
+// that decodes to the same bytes). Other spellings of the same URL are
+// refused, so one result has one URL.
 package signedurl
 
 import (
@@ -63,20 +68,41 @@ func (s *Signer) Sign(path string, expires time.Time) string {
 	return string(b)
 }
 
-// Verify checks a request for path carrying the expires and sig query
-// parameters. It returns apperr.Forbidden for a missing or wrong
-// signature and apperr.Expired for a genuine URL past its expiry.
+// Verify checks a request for path (its escaped path, as sent: the bytes
+// that were signed) carrying the expires and sig query parameters. It
+// returns apperr.Forbidden for a missing or wrong signature, or one not in
+// the form Sign writes, and apperr.Expired for a genuine URL past its
+// expiry.
 func (s *Signer) Verify(path, expires, sig string, now time.Time) error {
-	exp, err := strconv.ParseInt(expires, 10, 64)
-	if err != nil || len(sig) != sigLen {
+	exp, ok := parseExpires(expires)
+	if !ok || len(sig) != sigLen {
 		return apperr.New(apperr.Forbidden, "invalid or missing URL signature")
 	}
-	got, err := base64.RawURLEncoding.DecodeString(sig)
-	if err != nil || !hmac.Equal(got, s.mac(path, exp)) {
+	// Compare the encodings, not the decoded bytes: base64 decoding ignores
+	// the unused low bits of the last character (and newlines), so several
+	// strings decode to one MAC, and only the one Sign wrote is accepted.
+	var want [sigLen]byte
+	base64.RawURLEncoding.Encode(want[:], s.mac(path, exp))
+	if !hmac.Equal([]byte(sig), want[:]) {
 		return apperr.New(apperr.Forbidden, "invalid or missing URL signature")
 	}
 	if now.Unix() >= exp {
 		return apperr.New(apperr.Expired, "this download URL has expired: result URLs are valid for 24 hours after the task completes")
 	}
 	return nil
+}
+
+// parseExpires reads expires in the one form Sign writes: decimal digits,
+// no sign, and no leading zero.
+func parseExpires(s string) (int64, bool) {
+	if s == "" || s[0] == '0' && len(s) > 1 {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	exp, err := strconv.ParseInt(s, 10, 64)
+	return exp, err == nil
 }

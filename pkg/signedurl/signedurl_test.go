@@ -2,6 +2,7 @@ package signedurl
 
 import (
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,56 @@ func TestSignAndVerify(t *testing.T) {
 			err := tt.signer.Verify(tt.path, tt.expires, tt.sig, tt.at)
 			if got := apperr.CodeOf(err); got != tt.want {
 				t.Errorf("Verify = %v; want code %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// Exactly one form of a signed URL verifies: the one Sign wrote. Forms
+// that parse to the same expiry or decode to the same MAC are refused, so a
+// URL cannot be varied (past caches, logs and rate limits keyed on it) and
+// still work.
+func TestVerifyAcceptsOnlyTheCanonicalForm(t *testing.T) {
+	s := New(secret, "https://img.example.com")
+	now := time.Unix(1_800_000_000, 0)
+	u, err := url.Parse(s.Sign("/v1/files/2026112214/0123456789abcdef0123456789abcdef.png", now.Add(time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, exp, sig := u.Path, u.Query().Get("expires"), u.Query().Get("sig")
+	if err := s.Verify(path, exp, sig, now); err != nil {
+		t.Fatalf("the signed form: %v", err)
+	}
+	tests := []struct{ name, expires, sig string }{
+		{"expires with a plus sign", "+" + exp, sig},
+		{"expires with a leading zero", "0" + exp, sig},
+		{"expires with leading zeros", "000" + exp, sig},
+		{"expires with a minus zero", "-0", sig},
+		{"expires with a space", " " + exp, sig},
+		{"expires in hex", "0x" + strconv.FormatInt(now.Add(time.Hour).Unix(), 16), sig},
+		{"sig with padding", exp, sig + "="},
+		{"sig with a newline", exp, sig[:20] + "\n" + sig[20:]},
+		{"sig with a trailing newline", exp, sig + "\n"},
+		{"sig in standard base64", exp, strings.NewReplacer("-", "+", "_", "/").Replace(sig)},
+		{"sig cut short", exp, sig[:42]},
+		{"sig lower-cased", exp, strings.ToLower(sig)},
+	}
+	// The last of 43 characters carries 4 bits of the MAC and 2 unused
+	// ones: three other characters decode to the same MAC.
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	last := strings.IndexByte(alphabet, sig[len(sig)-1])
+	for v := last &^ 3; v < last&^3+4; v++ {
+		if v != last {
+			tests = append(tests, struct{ name, expires, sig string }{"sig ending in " + alphabet[v:v+1] + ", the same MAC", exp, sig[:len(sig)-1] + alphabet[v:v+1]})
+		}
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.expires == exp && tt.sig == sig {
+				t.Fatal("not a variant")
+			}
+			if err := s.Verify(path, tt.expires, tt.sig, now); apperr.CodeOf(err) != apperr.Forbidden {
+				t.Errorf("Verify(expires %q, sig %q) = %v; want code %q", tt.expires, tt.sig, err, apperr.Forbidden)
 			}
 		})
 	}

@@ -208,3 +208,62 @@ func TestDownloadSymlink(t *testing.T) {
 		})
 	}
 }
+
+// A result has one URL: the one the gateway signed. Spellings a URL parser
+// reads as the same URL (an escaped path, a padded or re-signed expiry,
+// another last character of the signature that decodes to the same MAC,
+// escaped or repeated parameters) are refused with 403, not served.
+func TestDownloadCanonicalURLOnly(t *testing.T) {
+	e := newEnv(t, nil)
+	const dir, file = "2026112214", "0123456789abcdef0123456789abcdef.png"
+	signed := e.putDownload(dir+"/"+file, []byte("\x89PNG canonical"))
+	u, err := url.Parse(signed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp, sig := u.Query().Get("expires"), u.Query().Get("sig")
+	if signed != "/v1/files/"+dir+"/"+file+"?expires="+exp+"&sig="+sig {
+		t.Fatalf("signed URL %s is not in the form this test varies", signed)
+	}
+	for _, method := range []string{"GET", "HEAD"} {
+		if r := e.do(method, signed, nil, ""); r.status != 200 {
+			t.Fatalf("%s of the signed URL: %d %s", method, r.status, r.body)
+		}
+	}
+
+	at := func(path string) string { return path + "?expires=" + exp + "&sig=" + sig }
+	with := func(expires, sig string) string {
+		return "/v1/files/" + dir + "/" + file + "?expires=" + expires + "&sig=" + sig
+	}
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	last := strings.IndexByte(alphabet, sig[len(sig)-1])
+	tests := []struct{ name, url string }{
+		{"%2F for the slash", at("/v1/files/" + dir + "%2F" + file)},
+		{"%2f for the slash", at("/v1/files/" + dir + "%2f" + file)},
+		{"an escaped digit", at("/v1/files/%32" + dir[1:] + "/" + file)},
+		{"an escaped dot", at("/v1/files/" + dir + "/" + strings.Replace(file, ".png", "%2Epng", 1))},
+		{"expires with a plus sign, escaped", with("%2B"+exp, sig)},
+		{"expires with a plus sign", with("+"+exp, sig)},
+		{"expires with a leading zero", with("0"+exp, sig)},
+		{"expires with leading zeros", with("000"+exp, sig)},
+		{"expires escaped", with("%3"+exp, sig)},
+		{"sig escaped", with(exp, "%"+strconv.FormatInt(int64(sig[0]), 16)+sig[1:])},
+		{"sig padded", with(exp, sig+"=")},
+		{"sig repeated", with(exp, sig) + "&sig=" + sig},
+		{"expires repeated", with(exp, sig) + "&expires=" + exp},
+		{"sig repeated, a wrong one first", with(exp, strings.Repeat("A", len(sig))) + "&sig=" + sig},
+	}
+	for v := last &^ 3; v < last&^3+4; v++ {
+		if v != last {
+			tests = append(tests, struct{ name, url string }{"sig ending in " + alphabet[v:v+1] + ", the same MAC", with(exp, sig[:len(sig)-1]+alphabet[v:v+1])})
+		}
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.url == signed {
+				t.Fatal("not a variant")
+			}
+			assertEnvelope(t, e.do("GET", tt.url, nil, ""), 403, "signature")
+		})
+	}
+}

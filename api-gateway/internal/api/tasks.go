@@ -251,16 +251,24 @@ func clipID(s string) string {
 
 // download handles GET and HEAD /v1/files/<key>?expires=...&sig=...: no
 // Authorization, the signature is the credential.
+//
+// The signature covers the URL as signed, byte for byte: the path as sent
+// (escaped: a %2F or any other escape spells another path, though r.URL.Path
+// decodes it to the same one) and the expires and sig parameters as sent,
+// each once and unescaped. Every other spelling of a result's URL is 403.
 func (h *handlers) download(c echo.Context) error {
 	r := c.Request()
-	q := r.URL.Query()
 	now := h.Now()
-	if err := h.Signer.Verify(r.URL.Path, q.Get("expires"), q.Get("sig"), now); err != nil {
+	p := r.URL.EscapedPath()
+	expires, sig := signedParams(r.URL.RawQuery)
+	if err := h.Signer.Verify(p, expires, sig, now); err != nil {
 		return err
 	}
-	key := strings.TrimPrefix(r.URL.Path, FilesPrefix)
+	// Verified, p is a path the gateway signed: FilesPrefix and a key, no
+	// escapes (keys need none).
+	key := strings.TrimPrefix(p, FilesPrefix)
 	if h.Redirect != nil {
-		return h.redirect(c, key, q.Get("expires"), now)
+		return h.redirect(c, key, expires, now)
 	}
 	obj, info, err := h.Blobs.Open(r.Context(), key)
 	if err != nil {
@@ -271,7 +279,7 @@ func (h *handlers) download(c echo.Context) error {
 	hdr := c.Response().Header()
 	hdr.Set(echo.HeaderContentType, blob.ContentType(key))
 	hdr.Set("ETag", etag(key, info.Size, info.ModTime.UnixNano()))
-	if exp, err := strconv.ParseInt(q.Get("expires"), 10, 64); err == nil {
+	if exp, err := strconv.ParseInt(expires, 10, 64); err == nil {
 		hdr.Set("Cache-Control", "private, max-age="+strconv.FormatInt(max(exp-now.Unix(), 0), 10)+", immutable")
 	}
 	hdr.Set("X-Content-Type-Options", "nosniff")
@@ -290,6 +298,32 @@ func (h *handlers) download(c echo.Context) error {
 	// for a range past the end) are turned into the JSON envelope.
 	http.ServeContent(&envelopeErrors{ResponseWriter: c.Response(), head: r.Method == http.MethodHead}, r, path.Base(key), info.ModTime, obj)
 	return nil
+}
+
+// signedParams returns the raw values of the expires and sig parameters of
+// a raw query, unescaped: what a signed URL holds needs no escaping, so an
+// escaped value is not the one signed. A parameter missing or given more
+// than once is "".
+func signedParams(rawQuery string) (expires, sig string) {
+	var nExp, nSig int
+	for part := range strings.SplitSeq(rawQuery, "&") {
+		name, value, _ := strings.Cut(part, "=")
+		switch name {
+		case "expires":
+			expires = value
+			nExp++
+		case "sig":
+			sig = value
+			nSig++
+		}
+	}
+	if nExp != 1 {
+		expires = ""
+	}
+	if nSig != 1 {
+		sig = ""
+	}
+	return expires, sig
 }
 
 // redirect answers a verified download with a 302 to the store's own URL of

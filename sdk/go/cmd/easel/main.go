@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"golang.org/x/term"
@@ -25,10 +26,31 @@ func main() {
 	err := a.run(ctx)
 	stop()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "easel: %v\n", err)
+		fmt.Fprintln(os.Stderr, errorLine(err))
 		os.Exit(1)
 	}
 }
+
+// errorLine is the one line main prints for err: "easel: " once, then the
+// error. The SDK's errors start with "easel: " themselves, so that prefix is
+// dropped from the front of err and from wherever the command wrapped one
+// ("downloading ...: easel: 410 Gone: ..."); line breaks (in a proxy's
+// page quoted by an APIError) become spaces.
+func errorLine(err error) string {
+	msg := strings.TrimPrefix(err.Error(), sdkPrefix)
+	msg = strings.ReplaceAll(msg, ": "+sdkPrefix, ": ")
+	lines := strings.FieldsFunc(msg, func(r rune) bool { return r == '\n' || r == '\r' })
+	kept := lines[:0]
+	for _, l := range lines {
+		if l = strings.TrimSpace(l); l != "" {
+			kept = append(kept, l)
+		}
+	}
+	return sdkPrefix + strings.Join(kept, " ")
+}
+
+// sdkPrefix starts the SDK's error messages, and the command's lines.
+const sdkPrefix = "easel: "
 
 // app is one run of the command: its arguments, environment and output.
 type app struct {
