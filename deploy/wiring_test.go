@@ -2,9 +2,12 @@ package deploy
 
 import (
 	"encoding/json"
+	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -25,6 +28,7 @@ import (
 	gateway "github.com/easelhq/easel/api-gateway"
 	"github.com/easelhq/easel/pkg/config"
 	"github.com/easelhq/easel/pkg/jobs"
+	"github.com/easelhq/easel/pkg/service"
 	"github.com/easelhq/easel/worker"
 )
 
@@ -287,6 +291,7 @@ func TestWiring(t *testing.T) {
 				checkDockerfile(t, p)
 				checkGrace(t, p)
 				checkResources(t, p)
+				checkMemoryLimit(t, p)
 			}
 			checkPodSecurity(t, objs)
 			checkSelectors(t, objs)
@@ -610,6 +615,80 @@ func checkResources(t *testing.T, p *easelPod) {
 	if m := lim[corev1.ResourceMemory]; m.Cmp(*resource.NewQuantity(2*measured, resource.BinarySI)) < 0 {
 		t.Errorf("%s: memory limit %s leaves less than twice the measured peak RSS", name, m.String())
 	}
+}
+
+// checkMemoryLimit: the Go memory limit each Easel container runs with,
+// as its binary derives it at start (service.SetMemoryLimit: GOMEMLIMIT
+// from the image or the manifest, else 90% of the container's memory limit
+// read from its cgroup, else the worker's decode budget plus an
+// allowance), is below the container's memory limit with headroom, and
+// above what the process holds at rest plus, for a worker, its decode
+// budget: under it the garbage collector would run without end.
+func checkMemoryLimit(t *testing.T, p *easelPod) {
+	name := "deployment " + p.dep.Name
+	lim, ok := p.c.Resources.Limits[corev1.ResourceMemory]
+	if !ok {
+		return // checkResources says so
+	}
+	env := dockerfileEnv(t, p.bin.dockerfile)
+	for k, v := range p.env {
+		env[k] = v
+	}
+	cgroup := t.TempDir()
+	if err := os.WriteFile(filepath.Join(cgroup, "memory.max"), []byte(strconv.FormatInt(lim.Value(), 10)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fallback := service.MemoryLimit{Source: service.SourceNone}
+	floor, why := int64(measuredGatewayRSS), "the gateway's measured peak RSS"
+	if p.wk != nil {
+		fallback = p.wk.FallbackMemoryLimit()
+		floor = int64(p.wk.DecodeBudgetMB)<<20 + measuredWorkerRSS
+		why = fmt.Sprintf("EASEL_DECODE_BUDGET_MB (%d MiB) plus the worker's measured RSS at rest", p.wk.DecodeBudgetMB)
+	}
+	got, err := service.ChooseMemoryLimit(func(k string) string { return env[k] }, cgroup, fallback)
+	switch {
+	case err != nil:
+		t.Errorf("%s: %v", name, err)
+	case got.Bytes <= 0 || got.Bytes == math.MaxInt64:
+		t.Errorf("%s: runs with no Go memory limit (%s) under a %s memory limit", name, got.Source, lim.String())
+	case got.Bytes > lim.Value()/100*95:
+		t.Errorf("%s: Go memory limit %d MiB (%s) leaves less than 5%% of the container's %s for what the Go runtime does not count", name, got.Bytes>>20, got.Source, lim.String())
+	case got.Bytes < floor:
+		t.Errorf("%s: Go memory limit %d MiB (%s) is below %s, %d MiB", name, got.Bytes>>20, got.Source, why, floor>>20)
+	}
+	// Without a container limit (docker run, compose), a worker still
+	// bounds its heap, above its decode budget.
+	if p.wk != nil {
+		if got, err := service.ChooseMemoryLimit(func(k string) string { return env[k] }, t.TempDir(), fallback); err != nil || got.Source != service.SourceEnv && got.Bytes < floor {
+			t.Errorf("%s: without a container limit the Go memory limit is %d MiB (%s, %v); want at least %d MiB", name, got.Bytes>>20, got.Source, err, floor>>20)
+		}
+	}
+}
+
+// dockerfileEnv is the environment the final stage of a Dockerfile sets.
+func dockerfileEnv(t *testing.T, dockerfile string) map[string]string {
+	t.Helper()
+	src, err := os.ReadFile(dockerfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ast, err := parser.Parse(strings.NewReader(string(src)))
+	if err != nil {
+		t.Fatalf("%s: %v", dockerfile, err)
+	}
+	stages, _, err := instructions.Parse(ast.AST, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", dockerfile, err)
+	}
+	env := map[string]string{}
+	for _, c := range stages[len(stages)-1].Commands {
+		if e, ok := c.(*instructions.EnvCommand); ok {
+			for _, kv := range e.Env {
+				env[kv.Key] = kv.Value
+			}
+		}
+	}
+	return env
 }
 
 // checkPodSecurity: every pod of the build (Easel's and the dev overlay's

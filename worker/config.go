@@ -11,6 +11,7 @@ import (
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/config"
 	"github.com/easelhq/easel/pkg/quota"
+	"github.com/easelhq/easel/pkg/service"
 )
 
 // Config is a worker's configuration: the common settings and its own.
@@ -78,6 +79,29 @@ type Config struct {
 	// the gateways' own settings.
 	PublicURL     string `env:"EASEL_PUBLIC_URL"`
 	SigningSecret string `env:"EASEL_SIGNING_SECRET"`
+}
+
+// MemoryAllowanceMB is what a worker's fallback Go memory limit allows
+// beyond EASEL_DECODE_BUDGET_MB for the rest of the process: the process at
+// rest (32 to 36 MB of RSS measured) and its tasks in flight (256.3 MB of
+// RSS with 5,000 generations in flight, BENCHMARKS.md), the render
+// canvases and the pictures on their way to the store. The limit is soft:
+// a heap over it costs the garbage collector more CPU, never a failure.
+// 512 MiB would not have bound: with a budget of 800 MB the peaks measured
+// without a limit (1,032.4 to 1,282.1 MB, docs/operations.md) were under
+// 800 + 512 MiB.
+const MemoryAllowanceMB = 256
+
+// FallbackMemoryLimit is the Go memory limit a worker sets at start when
+// neither GOMEMLIMIT nor its container's memory limit gives one
+// (service.Start): EASEL_DECODE_BUDGET_MB + MemoryAllowanceMB MiB, so the
+// garbage collector keeps the heap near what the decode budget lets the
+// worker hold instead of letting it grow to twice that.
+func (c Config) FallbackMemoryLimit() service.MemoryLimit {
+	return service.MemoryLimit{
+		Bytes:  int64(c.DecodeBudgetMB+MemoryAllowanceMB) << 20,
+		Source: fmt.Sprintf("EASEL_DECODE_BUDGET_MB %d + %d MiB", c.DecodeBudgetMB, MemoryAllowanceMB),
+	}
 }
 
 // DefaultPublicURL is the base of result URLs in webhook bodies when

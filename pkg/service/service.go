@@ -43,7 +43,9 @@ type Configured interface {
 
 // Start loads a service's configuration (load is its LoadConfig), builds its
 // logger on stderr as the configuration asks (go-redis's own messages go to
-// it too), runs run, and flushes the logger when run returns.
+// it too), sets the Go memory limit (SetMemoryLimit: GOMEMLIMIT, else from
+// the container's memory limit, else the configuration's MemoryFallback),
+// runs run, and flushes the logger when run returns.
 func Start[C Configured](ctx context.Context, name string, load func(environ map[string]string) (C, error), run func(ctx context.Context, cfg C, log *zap.Logger) error) error {
 	cfg, err := load(nil)
 	if err != nil {
@@ -56,6 +58,7 @@ func Start[C Configured](ctx context.Context, name string, load func(environ map
 	}
 	defer func() { _ = log.Sync() }()
 	redisconn.LogTo(log)
+	SetMemoryLimit(log, fallbackOf(cfg))
 	return run(ctx, cfg, log)
 }
 

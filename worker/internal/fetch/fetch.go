@@ -171,7 +171,16 @@ func (f *Fetcher) fetchOne(ctx context.Context, i int, rawURL string, total, dec
 	// files can hold gigabytes of 16-bit pixels. The task's images together
 	// must fit, before any is decoded.
 	size := int64(cfg.Width) * int64(cfg.Height) * bytesPerPixel(cfg.ColorModel)
+	var coeffs int64 // a progressive JPEG's DCT coefficients, held while it decodes
+	if mime == "image/jpeg" {
+		coeffs = jpegCoefficientBytes(data, cfg)
+		size += coeffs
+	}
 	if decoded.Add(size) > f.opts.MaxDecoded {
+		if coeffs > 0 {
+			return fail(task.InvalidSourceImage, nil, "brings the source images over the %d MB they may take once decoded (this one is %dx%d pixels at %d bytes each, plus %d MB of coefficients to decode it as a progressive JPEG)",
+				f.opts.MaxDecoded>>20, cfg.Width, cfg.Height, bytesPerPixel(cfg.ColorModel), (coeffs+1<<20-1)>>20)
+		}
 		return fail(task.InvalidSourceImage, nil, "brings the source images over the %d MB they may take once decoded (this one is %dx%d pixels at %d bytes each)",
 			f.opts.MaxDecoded>>20, cfg.Width, cfg.Height, bytesPerPixel(cfg.ColorModel))
 	}
@@ -198,6 +207,120 @@ func bytesPerPixel(m color.Model) int64 {
 		return 1
 	}
 	return 4
+}
+
+// jpegCoefficientBytes is the memory Go's image/jpeg holds, besides the
+// pixels, while it decodes data, a JPEG whose header image.DecodeConfig has
+// read. A sequential (baseline or extended, SOF0 or SOF1) JPEG's blocks go
+// straight to the pixels: nothing. A progressive one (SOF2) is sent in
+// several scans, so the decoder keeps every component's DCT coefficients
+// for the whole image until the last scan: the decoder's progCoeffs field
+// ($GOROOT/src/image/jpeg/reader.go), one block of 64 int32 (256 bytes)
+// per 8×8 block of the component, allocated in processSOS (scan.go) as
+// mxx·myy·h·v blocks, where mxx × myy is the image in MCUs of 8·h0 × 8·v0
+// pixels (h0, v0 the first component's sampling factors; 1×1 for a
+// single component) and h, v the component's. That is 4 bytes a pixel per
+// component at full resolution: 4 for grey, 12 for 4:4:4 YCbCr, 6 for
+// 4:2:0, each exactly as allocated (TestProgressiveJPEGEstimateCoversTheDecode
+// measures it). They are garbage once the decode returns, but a task's
+// sources are charged together, as their pixels are.
+//
+// The frame is found as image/jpeg finds it (the same markers, extraneous
+// bytes and fill bytes skipped); if it cannot be, the bound for any frame
+// image/jpeg accepts is charged: four components of MCUs up to 32×32
+// pixels.
+func jpegCoefficientBytes(data []byte, cfg image.Config) int64 {
+	const blockBytes = 64 * 4 // one block of int32 coefficients
+	progressive, hv, ok := jpegFrame(data)
+	if !ok {
+		mx, my := (int64(cfg.Width)+31)/32, (int64(cfg.Height)+31)/32
+		return 4 * mx * my * 16 * blockBytes
+	}
+	if !progressive {
+		return 0
+	}
+	h0, v0 := int64(hv[0]>>4), int64(hv[0]&0x0f)
+	if len(hv) == 1 {
+		h0, v0 = 1, 1 // image/jpeg's processSOF: one component is never subsampled
+	}
+	mxx := (int64(cfg.Width) + 8*h0 - 1) / (8 * h0)
+	myy := (int64(cfg.Height) + 8*v0 - 1) / (8 * v0)
+	var blocks int64
+	for _, s := range hv {
+		h, v := int64(s>>4), int64(s&0x0f)
+		if len(hv) == 1 {
+			h, v = 1, 1
+		}
+		blocks += mxx * myy * h * v
+	}
+	return blocks * blockBytes
+}
+
+// jpegFrame reads a JPEG's segments up to its frame header (SOF0, SOF1 or
+// SOF2, the frames image/jpeg decodes), walking them as image/jpeg's
+// decoder does, and returns whether it is progressive and each
+// component's sampling factors (h<<4 | v). ok is false if no such frame
+// comes before the first scan or the end of data.
+func jpegFrame(data []byte) (progressive bool, hv []byte, ok bool) {
+	if len(data) < 2 || data[0] != 0xff || data[1] != 0xd8 { // SOI
+		return false, nil, false
+	}
+	i := 2
+	for {
+		// A marker is 0xff and a code; bytes before it are ignored,
+		// 0xff 0x00 is data and repeated 0xff are fill.
+		for i < len(data) && data[i] != 0xff {
+			i++
+		}
+		if i+1 >= len(data) {
+			return false, nil, false
+		}
+		marker := data[i+1]
+		i += 2
+		if marker == 0x00 {
+			continue
+		}
+		for marker == 0xff {
+			if i >= len(data) {
+				return false, nil, false
+			}
+			marker, i = data[i], i+1
+		}
+		switch {
+		case marker == 0xd9: // EOI
+			return false, nil, false
+		case 0xd0 <= marker && marker <= 0xd7: // RSTn: no length
+			continue
+		}
+		if i+2 > len(data) {
+			return false, nil, false
+		}
+		n := int(data[i])<<8 | int(data[i+1]) - 2
+		i += 2
+		if n < 0 || i+n > len(data) {
+			return false, nil, false
+		}
+		seg := data[i : i+n]
+		switch marker {
+		case 0xc0, 0xc1, 0xc2: // SOF0 baseline, SOF1 extended, SOF2 progressive
+			// Precision, height (2), width (2), component count, then
+			// for each: identifier, sampling factors, quantization table.
+			if len(seg) < 6 || seg[5] < 1 || len(seg) < 6+3*int(seg[5]) {
+				return false, nil, false
+			}
+			for c := 0; c < int(seg[5]); c++ {
+				f := seg[6+3*c+1]
+				if f>>4 < 1 || f&0x0f < 1 {
+					return false, nil, false
+				}
+				hv = append(hv, f)
+			}
+			return marker == 0xc2, hv, true
+		case 0xda: // SOS before any frame
+			return false, nil, false
+		}
+		i += n
+	}
 }
 
 // budgetReader adds what it reads to a task's running total of source

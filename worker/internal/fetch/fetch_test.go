@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -367,5 +368,215 @@ func TestDecodedSizeBound(t *testing.T) {
 				t.Fatalf("Fetch = %v; want invalid_source_image over the decoded bound", err)
 			}
 		})
+	}
+}
+
+// flatJPEG is a real JPEG of one flat grey, w×h pixels, built by hand (Go's
+// encoder writes only baseline JPEGs, and the repository holds no binary
+// files): one component per sampling byte of hv (0x11 for 1×1, 0x22 for
+// 2×2), all coefficients zero. A progressive one (SOF2) has a single DC
+// scan of every component, which is enough for image/jpeg to allocate the
+// coefficients of every component; a baseline one (SOF0) has one
+// sequential scan. Before the frame come extra, then a DQT.
+func flatJPEG(t *testing.T, w, h int, hv []byte, progressive bool, extra ...[]byte) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	seg := func(marker byte, payload ...byte) {
+		b.Write([]byte{0xff, marker, byte((len(payload) + 2) >> 8), byte(len(payload) + 2)})
+		b.Write(payload)
+	}
+	b.Write([]byte{0xff, 0xd8}) // SOI
+	for _, e := range extra {
+		b.Write(e)
+	}
+	seg(0xdb, append([]byte{0}, bytes.Repeat([]byte{1}, 64)...)...) // DQT 0: all ones
+	sof := []byte{8, byte(h >> 8), byte(h), byte(w >> 8), byte(w), byte(len(hv))}
+	for i, s := range hv {
+		sof = append(sof, byte(i+1), s, 0)
+	}
+	marker := byte(0xc0)
+	if progressive {
+		marker = 0xc2
+	}
+	seg(marker, sof...)
+	// Huffman tables of one code each ("0"): DC difference 0, AC end of block.
+	oneCode := func(class byte) []byte { return append(append([]byte{class, 1}, make([]byte, 15)...), 0) }
+	seg(0xc4, oneCode(0x00)...)
+	if !progressive {
+		seg(0xc4, oneCode(0x10)...)
+	}
+	sos := []byte{byte(len(hv))}
+	for i := range hv {
+		sos = append(sos, byte(i+1), 0)
+	}
+	if progressive {
+		sos = append(sos, 0, 0, 0) // DC only, no successive approximation
+	} else {
+		sos = append(sos, 0, 63, 0)
+	}
+	seg(0xda, sos...)
+	// One bit a block (a DC difference of 0), two in a baseline scan (and
+	// an end of block), over the interleaved scan's MCUs.
+	bits := 0
+	for _, u := range jpegBlocks(w, h, hv) {
+		bits += u
+	}
+	if !progressive {
+		bits *= 2
+	}
+	data := make([]byte, (bits+7)/8)
+	if r := bits % 8; r != 0 {
+		data[len(data)-1] = byte(0xff >> r) // pad with ones
+	}
+	b.Write(data)
+	b.Write([]byte{0xff, 0xd9}) // EOI
+	return b.Bytes()
+}
+
+// jpegBlocks is the 8×8 blocks of each component image/jpeg allocates for
+// a frame of w×h with these sampling factors: the image in MCUs (8·h0 ×
+// 8·v0 pixels, h0 and v0 the first component's; 1×1 when there is one
+// component), h×v blocks of each component in each.
+func jpegBlocks(w, h int, hv []byte) []int {
+	h0, v0 := int(hv[0]>>4), int(hv[0]&15)
+	if len(hv) == 1 {
+		h0, v0 = 1, 1
+	}
+	mxx, myy := (w+8*h0-1)/(8*h0), (h+8*v0-1)/(8*v0)
+	var out []int
+	for _, s := range hv {
+		ch, cv := int(s>>4), int(s&15)
+		if len(hv) == 1 {
+			ch, cv = 1, 1
+		}
+		out = append(out, mxx*myy*ch*cv)
+	}
+	return out
+}
+
+var (
+	grey   = []byte{0x11}
+	yuv444 = []byte{0x11, 0x11, 0x11}
+	yuv420 = []byte{0x22, 0x11, 0x11}
+)
+
+// A progressive JPEG's decode holds every component's DCT coefficients for
+// the whole image besides its pixels (image/jpeg's progCoeffs: 64 int32 an
+// 8×8 block): ten 6400×6400 progressive JPEGs once peaked at 1.28 GB
+// against 444 MB for the same pixels as baseline JPEGs. Its estimate is the
+// baseline twin's plus exactly those coefficients.
+func TestProgressiveJPEGEstimate(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		w, h int
+		hv   []byte
+	}{
+		{"grey", 1000, 600, grey},
+		{"4:4:4", 1001, 599, yuv444},
+		{"4:2:0", 1001, 599, yuv420},
+		{"grey with odd sampling factors", 17, 9, []byte{0x21}}, // image/jpeg takes one component as 1×1
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			base, prog := flatJPEG(t, tt.w, tt.h, tt.hv, false), flatJPEG(t, tt.w, tt.h, tt.hv, true)
+			srv := server(t, map[string][]byte{"/base.jpg": base, "/prog.jpg": prog})
+			srcs, err := New(open()).Fetch(context.Background(), []string{srv.URL + "/base.jpg", srv.URL + "/prog.jpg"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var coeffs int64
+			for _, n := range jpegBlocks(tt.w, tt.h, tt.hv) {
+				coeffs += int64(n) * 64 * 4
+			}
+			if got := srcs[1].DecodedBytes - srcs[0].DecodedBytes; got != coeffs {
+				t.Errorf("progressive estimate %d - baseline %d = %d; want the coefficients, %d", srcs[1].DecodedBytes, srcs[0].DecodedBytes, got, coeffs)
+			}
+			for i, s := range srcs {
+				if _, err := s.Decode(); err != nil {
+					t.Errorf("source %d does not decode: %v", i, err)
+				}
+			}
+		})
+	}
+}
+
+// The estimate covers what image/jpeg really allocates decoding a
+// progressive JPEG (measured on this process's heap), where the pixels
+// alone were a fifth of it for grey.
+func TestProgressiveJPEGEstimateCoversTheDecode(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		hv   []byte
+	}{{"grey", grey}, {"4:4:4", yuv444}, {"4:2:0", yuv420}} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := server(t, map[string][]byte{"/p.jpg": flatJPEG(t, 1500, 1500, tt.hv, true)})
+			srcs, err := New(open()).Fetch(context.Background(), []string{srv.URL + "/p.jpg"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv.Close()
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			img, err := srcs[0].Decode()
+			runtime.ReadMemStats(&after)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runtime.KeepAlive(img)
+			// The decoder's own state (its Huffman tables, its reader) is a
+			// few tens of KB beyond the estimate; other goroutines may
+			// allocate meanwhile.
+			allocated := int64(after.TotalAlloc - before.TotalAlloc)
+			if est := srcs[0].DecodedBytes; est < allocated*98/100 {
+				t.Errorf("estimated %d bytes; decoding allocated %d (%.1f bytes a pixel)", est, allocated, float64(allocated)/1500/1500)
+			}
+		})
+	}
+}
+
+// A task's progressive JPEGs are refused over the decoded bound where the
+// same pixels as baseline JPEGs fit.
+func TestProgressiveJPEGOverTheBound(t *testing.T) {
+	srv := server(t, map[string][]byte{
+		"/base.jpg": flatJPEG(t, 1000, 1000, grey, false), // 1 MB of pixels
+		"/prog.jpg": flatJPEG(t, 1000, 1000, grey, true),  // and 4 MB of coefficients
+		// Extraneous bytes and fill bytes before the frame, which image/jpeg
+		// skips: the frame is still found.
+		"/junk.jpg": flatJPEG(t, 1000, 1000, grey, true, []byte{0xff, 0xe0, 0, 4, 'h', 'i'}, []byte{1, 2, 3}, []byte{0xff, 0xff}),
+	})
+	ten := func(p string) []string {
+		var out []string
+		for i := 0; i < 10; i++ {
+			out = append(out, srv.URL+p)
+		}
+		return out
+	}
+	o := open()
+	o.MaxDecoded = 16 << 20
+	if _, err := New(o).Fetch(context.Background(), ten("/base.jpg")); err != nil {
+		t.Fatalf("ten baseline JPEGs, 10 MB decoded: %v", err)
+	}
+	for _, p := range []string{"/prog.jpg", "/junk.jpg"} {
+		_, err := New(o).Fetch(context.Background(), ten(p))
+		e, ok := apperr.As(err)
+		if !ok || e.Code != task.InvalidSourceImage || !strings.Contains(e.Message, "once decoded") || !strings.Contains(e.Message, "progressive") {
+			t.Errorf("ten progressive JPEGs (%s), 50 MB decoded: %v; want invalid_source_image over the decoded bound, saying why", p, err)
+		}
+	}
+}
+
+// Where the frame cannot be read, a progressive JPEG is assumed, with the
+// largest coefficients of any frame image/jpeg accepts.
+func TestJPEGCoefficientBound(t *testing.T) {
+	const w, h = 1001, 599
+	bound := jpegCoefficientBytes([]byte{0xff, 0xd8, 0xff}, image.Config{Width: w, Height: h})
+	for _, hv := range [][]byte{grey, yuv444, yuv420, {0x22, 0x11, 0x11, 0x22}, {0x11, 0x11, 0x11, 0x11}, {0x42, 0x11, 0x11}, {0x41, 0x11, 0x11}, {0x12, 0x11, 0x11}} {
+		prog := flatJPEG(t, w, h, hv, true)
+		if _, err := jpeg.DecodeConfig(bytes.NewReader(prog)); err != nil { // the frame is one image/jpeg accepts
+			t.Fatalf("sampling %x: %v", hv, err)
+		}
+		if exact := jpegCoefficientBytes(prog, image.Config{Width: w, Height: h}); exact <= 0 || exact > bound {
+			t.Errorf("sampling %x: %d bytes of coefficients; the bound is %d", hv, exact, bound)
+		}
 	}
 }
