@@ -75,54 +75,96 @@ func (db *DB) eval(ctx context.Context, script *redis.Script, keys []string, arg
 	if db.minReplicas <= 0 {
 		return script.Run(ctx, db.rdb, keys, args...)
 	}
-	fail := func(err error) *redis.Cmd {
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(err)
-		return cmd
+	node, addr, err := db.nodeOf(ctx, keys[0])
+	if err != nil {
+		return failedCmd(ctx, err)
 	}
-	var node redis.Cmdable = db.rdb
-	nodeAddr := ""
-	if cc, ok := db.rdb.(*redis.ClusterClient); ok {
-		n, err := cc.MasterForKey(ctx, keys[0])
-		if err != nil {
-			return fail(err)
+	return db.evalWaiting(ctx, node, addr, script, []scriptCall{{keys: keys, argv: args}})[0]
+}
+
+// nodeOf is the connection a key's writes go through: the server, or on a
+// cluster the master of the key's slot (and its address).
+func (db *DB) nodeOf(ctx context.Context, key string) (redis.Cmdable, string, error) {
+	cc, ok := db.rdb.(*redis.ClusterClient)
+	if !ok {
+		return db.rdb, "", nil
+	}
+	n, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, "", err
+	}
+	return n, n.Options().Addr, nil
+}
+
+// failedCmd is a command that failed with err before it was sent.
+func failedCmd(ctx context.Context, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
+	return cmd
+}
+
+// evalWaiting runs calls of a script on one node (addr: "" for a single
+// server) in one pipeline followed by WAIT on the same connection, and
+// returns each call's reply: its own error, or ErrNotReplicated when the
+// replicas did not confirm in time.
+func (db *DB) evalWaiting(ctx context.Context, node redis.Cmdable, addr string, script *redis.Script, calls []scriptCall) []*redis.Cmd {
+	out := make([]*redis.Cmd, len(calls))
+	failAll := func(err error) []*redis.Cmd {
+		for i := range out {
+			out[i] = failedCmd(ctx, err)
 		}
-		node, nodeAddr = n, n.Options().Addr
+		return out
 	}
 	// A script is loaded before its first run, not run in full on a
 	// NOSCRIPT reply: that reply would come after a WAIT that, with the
 	// replicas missing, waits its whole timeout for nothing.
-	loadedKey := nodeAddr + "/" + script.Hash()
+	loadedKey := addr + "/" + script.Hash()
 	if _, ok := db.loaded.Load(loadedKey); !ok {
 		if err := script.Load(ctx, node).Err(); err != nil {
-			return fail(err)
+			return failAll(err)
 		}
 		db.loaded.Store(loadedKey, true)
 	}
-	run := func() (*redis.Cmd, *redis.Cmd, error) {
-		var res, wait *redis.Cmd
-		_, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
-			res = script.EvalSha(ctx, p, keys, args...)
+	run := func(idx []int) *redis.Cmd {
+		var wait *redis.Cmd
+		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range idx {
+				out[i] = script.EvalSha(ctx, p, calls[i].keys, calls[i].argv...)
+			}
 			wait = p.Do(ctx, "WAIT", db.minReplicas, db.waitFor.Milliseconds())
 			return nil
 		})
-		return res, wait, err
+		return wait
 	}
-	res, wait, err := run()
-	if err != nil && redis.HasErrorPrefix(res.Err(), "NOSCRIPT") {
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
+	}
+	wait := run(all)
+	var again []int
+	for i, c := range out {
+		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
 		// A failover, a restart or SCRIPT FLUSH emptied the cache.
 		if err := script.Load(ctx, node).Err(); err != nil {
-			return fail(err)
+			for _, i := range again {
+				out[i] = failedCmd(ctx, err)
+			}
+			return out
 		}
-		res, wait, err = run()
+		wait = run(again)
 	}
-	if err != nil && res.Err() != nil {
-		return res
+	if n, err := wait.Int(); err != nil || n < db.minReplicas {
+		for i, c := range out {
+			if c.Err() == nil {
+				out[i] = failedCmd(ctx, ErrNotReplicated)
+			}
+		}
 	}
-	if n, werr := wait.Int(); werr != nil || n < db.minReplicas {
-		return fail(ErrNotReplicated)
-	}
-	return res
+	return out
 }
 
 // hgetAll reads several hashes in one round trip (per slot, on a cluster).

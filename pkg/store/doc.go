@@ -56,7 +56,9 @@
 //     as a crash; a task that crashed its workers twice fails, refunded,
 //     instead of running a third time;
 //   - a record that has expired or been removed is never brought back by a
-//     late worker.
+//     late worker; one that went while its task was unfinished (evicted,
+//     or left past its deadline unread) leaves the account's counters and
+//     its place at the first change that finds it gone (lib.lua's forget).
 //
 // Errors: refusals are the typed errors of package apperr (insufficient
 // credits with price and balance, a disabled account, a model not allowed,

@@ -21,9 +21,9 @@ const (
 	fTaskRefunded = "refunded"
 	fTaskDeadline = "dl"      // until the task ends: when it counts no more and fails, Unix ms
 	fTaskAdmitted = "adm"     // 1 while the task holds one of its account's places
-	fTaskRun      = "run"     // the run (jobs.RunID) that owns the task
+	fTaskRun      = "run"     // the run (jobs.RunID) that owns the unfinished task
 	fTaskLive     = "live"    // 1 while the owning run has not let go
-	fTaskCrashes  = "crashes" // runs whose worker died holding the task
+	fTaskCrashes  = "crashes" // runs whose worker died holding the unfinished task
 	fTaskCallback = "cb"      // the webhook URL, if any
 	fTaskEvents   = "cbev"    // the webhook event types, comma separated
 	fTaskQueue    = "q"       // the queue a pending task waits in

@@ -31,7 +31,8 @@ func shardTag(n int) string { return prefix + "{s" + strconv.Itoa(n) + "}:" }
 // tag is the prefix of every key of an account.
 func tag(accountID string) string { return shardTag(ShardOf(accountID)) + "a:" + accountID + ":" }
 
-// accountKey is the key of an account record.
+// accountKey is the key of an account record (due.lua names it too, from
+// the shard's prefix: "a:<account>:acct").
 func accountKey(accountID string) string { return tag(accountID) + "acct" }
 
 // taskKey is the key of a task record. due.lua and lib.lua's promote name
@@ -43,7 +44,8 @@ func taskKey(accountID, taskID string) string { return tag(accountID) + "t:" + t
 func jobKey(accountID, taskID string) string { return tag(accountID) + "j:" + taskID }
 
 // parkedKey is the key of an account's tasks waiting for a place (task id
-// → creation time, Unix ms: oldest first).
+// → creation time, Unix ms: oldest first; "a:<account>:parked" in
+// due.lua).
 func parkedKey(accountID string) string { return tag(accountID) + "parked" }
 
 // dueKey is the key of a shard's due work (due.lua): task checks and

@@ -122,17 +122,27 @@ func decodeLedgerEntry(m redis.XMessage) account.LedgerEntry {
 const ledgerPage = 1000
 
 // LedgerRange calls fn with each of the account's credit movements made
-// from from (inclusive) to to (exclusive; zero: now), oldest first, until
-// fn returns an error: what an operator exports before the retention
-// drops it. It reads a page of entries a round trip.
+// from from (inclusive; zero: the oldest kept) to to (exclusive; zero:
+// now), oldest first, until fn returns an error: what an operator exports
+// before the retention drops it. It reads a page of entries a round trip.
 func (s *Accounts) LedgerRange(ctx context.Context, id string, from, to time.Time, fn func(account.LedgerEntry) error) error {
 	if _, err := s.Get(ctx, id); err != nil {
 		return err
 	}
-	start := strconv.FormatInt(from.UnixMilli(), 10)
+	// Entry ids are "<Unix ms>-<seq>". From the zero time (or any before
+	// 1970): from the oldest entry kept. The end excludes every entry of
+	// to's millisecond: "(<ms>" alone would exclude only "<ms>-<max seq>".
+	start := "-"
+	if ms := from.UnixMilli(); ms > 0 {
+		start = strconv.FormatInt(ms, 10)
+	}
 	end := "+"
 	if !to.IsZero() {
-		end = "(" + strconv.FormatInt(to.UnixMilli(), 10)
+		ms := to.UnixMilli()
+		if ms <= 0 || !to.After(from) {
+			return nil
+		}
+		end = "(" + strconv.FormatInt(ms, 10) + "-0"
 	}
 	for {
 		msgs, err := s.db.rdb.XRangeN(ctx, ledgerKey(id), start, end, ledgerPage).Result()

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -181,13 +182,17 @@ type scriptCall struct {
 // runPipelined runs calls of a script in one round trip (one per node on a
 // cluster). A call answered NOSCRIPT (a server that restarted, failed over
 // or flushed its scripts) is run again once the script is loaded on every
-// node. Each call's own reply or error is in its command; the error
-// returned is only for the round trip itself.
+// node. A durable script's calls wait for the replicas as DB.eval's do
+// (each node's pipeline followed by WAIT). Each call's own reply or error
+// is in its command; the error returned is only for the round trip itself.
 func (s *luaScript) runPipelined(ctx context.Context, db *DB, calls []scriptCall) ([]*redis.Cmd, error) {
 	for _, c := range calls {
 		if len(c.keys) != len(s.keys) || len(c.argv) != len(s.argv) {
 			return nil, fmt.Errorf("store: %s.lua takes %d keys and %d arguments, given %d and %d", s.name, len(s.keys), len(s.argv), len(c.keys), len(c.argv))
 		}
+	}
+	if s.durable && db.minReplicas > 0 {
+		return s.runWaiting(ctx, db, calls), nil
 	}
 	cmds := make([]*redis.Cmd, len(calls))
 	run := func(idx []int) error {
@@ -218,6 +223,44 @@ func (s *luaScript) runPipelined(ctx context.Context, db *DB, calls []scriptCall
 	}
 	err = run(again)
 	return cmds, roundTripErr(err, cmds)
+}
+
+// runWaiting runs calls of a durable script node by node (each node's in
+// one pipeline followed by WAIT, the nodes at once), with DB.evalWaiting.
+func (s *luaScript) runWaiting(ctx context.Context, db *DB, calls []scriptCall) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	type group struct {
+		node redis.Cmdable
+		idx  []int
+	}
+	groups := map[string]*group{}
+	for i, c := range calls {
+		node, addr, err := db.nodeOf(ctx, c.keys[0])
+		if err != nil {
+			cmds[i] = failedCmd(ctx, err)
+			continue
+		}
+		g := groups[addr]
+		if g == nil {
+			g = &group{node: node}
+			groups[addr] = g
+		}
+		g.idx = append(g.idx, i)
+	}
+	var wg sync.WaitGroup
+	for addr, g := range groups {
+		wg.Go(func() {
+			sub := make([]scriptCall, len(g.idx))
+			for j, i := range g.idx {
+				sub[j] = calls[i]
+			}
+			for j, c := range db.evalWaiting(ctx, g.node, addr, s.rs, sub) {
+				cmds[g.idx[j]] = c
+			}
+		})
+	}
+	wg.Wait()
+	return cmds
 }
 
 // roundTripErr is a pipeline's error if no command got a reply of its own

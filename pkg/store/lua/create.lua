@@ -94,8 +94,10 @@ if price > 0 then
   ledger(K.ledger, now, keep, 'debit', -price, bal, task_id, '')
 end
 -- A pending record lives until its deadline and then ttl more: the
--- deadline's check always finds it.
-local live = deadline - now + ttl
+-- deadline's check always finds it. A deadline already past (a caller's
+-- clock behind ours) still gives it ttl: a negative time to live would
+-- delete the record just written, and fail the script after the debit.
+local live = math.max(deadline - now, 0) + ttl
 redis.call('HSET', K.task, 'type', task_type, 'model', model, 'status', 'pending', 'progress', 0,
   'ctime', created, 'price', price, 'dl', deadline)
 if callback_url ~= '' then

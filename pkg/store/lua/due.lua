@@ -2,15 +2,17 @@
 -- due by now, and moves each on to when it is next due (so a worker that
 -- does not come back leaves nothing stuck):
 --
---   - a task's check ('t|<account>|<task>'): a task ended or gone leaves;
---     one past its deadline is returned to expire (x); an admitted task
---     still pending is returned for its queue check (c) and due again
---     recheck later (not past its deadline); a parked or processing task
---     is due again at its deadline;
+--   - a task's check ('t|<account>|<task>'): a task ended or gone leaves
+--     (one gone unfinished settles its account's counters: lib.lua's
+--     forget); one past its deadline is returned to expire (x); an
+--     admitted task still pending is returned for its queue check (c) and
+--     due again recheck later (not past its deadline); a parked or
+--     processing task is due again at its deadline;
 --   - a final webhook event still unqueued ('h|...') is returned to queue
 --     (h).
 --
--- A task's keys are named from the shard's prefix and the ids in the
+-- A task's keys (its record; its account's record and parked tasks, when
+-- the record is gone) are named from the shard's prefix and the ids in the
 -- entry: not in KEYS, but in the shard's slot.
 --
 -- KEYS[1] -> due: the shard's due work
@@ -39,9 +41,13 @@ for _, m in ipairs(entries) do
     reply[#reply + 1] = ev; reply[#reply + 1] = ''
     redis.call('ZADD', due_key, 'XX', now + retry, m)
   elseif kind == 't' then
-    local v = redis.call('HMGET', prefix .. 'a:' .. account_id .. ':t:' .. task_id, 'status', 'adm', 'dl', 'q', 'run')
+    local acct = prefix .. 'a:' .. account_id .. ':'
+    local v = redis.call('HMGET', acct .. 't:' .. task_id, 'status', 'adm', 'dl', 'q', 'run')
     local dl = tonumber(v[3] or '0') or 0
-    if not v[1] or final(v[1]) or dl == 0 then
+    if not v[1] then
+      -- Gone unfinished: the account's books are settled (lib.lua's forget).
+      forget({account = acct .. 'acct', parked = acct .. 'parked', due = due_key}, account_id, task_id)
+    elseif final(v[1]) or dl == 0 then
       redis.call('ZREM', due_key, m)
     elseif now >= dl then
       reply[#reply + 1] = 'x'; reply[#reply + 1] = account_id; reply[#reply + 1] = task_id

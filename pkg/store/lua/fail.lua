@@ -2,7 +2,8 @@
 -- refunds its price (once: only the move to failed refunds); the place it
 -- frees admits the account's next parked task. The deadline's sweep fails
 -- whichever run owns the task (run ''), and a task it finds ended or gone
--- leaves the due work.
+-- leaves the due work (one gone unfinished leaves the account's counters
+-- too: lib.lua's forget).
 --
 -- KEYS[1] -> task: the task record
 -- KEYS[2] -> job: the task's job payload
@@ -33,9 +34,14 @@ local share, check_at = tonumber(ARGV[10]), ARGV[11]
 
 local v = redis.call('HMGET', K.task, 'status', 'run', 'model')
 local st = v[1]
-if not st or final(st) then
+if not st then
+  -- A record gone while its task was unfinished leaves the account's books
+  -- (forget), once.
+  if run == '' then forget(K, account_id, task_id) end
+  return {MISSING, 0, 0, '', ''}
+end
+if final(st) then
   if run == '' then redis.call('ZREM', K.due, task_due(account_id, task_id)) end
-  if not st then return {MISSING, 0, 0, '', ''} end
   return {FINAL, 0, 0, '', v[3]}
 end
 if run ~= '' and v[2] and v[2] ~= '' and v[2] ~= run then return {SUPERSEDED, 0, 0, '', v[3]} end

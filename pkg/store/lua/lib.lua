@@ -123,6 +123,26 @@ local function release_place(K, task_id)
   redis.call('HINCRBY', K.account, 'infl', -1)
 end
 
+-- decr takes one off a counter of the account, never below zero (the
+-- repair of forget, promote).
+local function decr(account_key, field)
+  if (tonumber(redis.call('HGET', account_key, field) or '0') or 0) > 0 then
+    redis.call('HINCRBY', account_key, field, -1)
+  end
+end
+
+-- forget settles the account's books for a task whose record is gone
+-- though the task never ended (it expired or was evicted unfinished: every
+-- change that ends or removes a task takes its due entry off in the same
+-- step): its due entry goes, it stops counting as unfinished, and gives
+-- back its place if it held one (it did unless it is parked). Whoever
+-- takes the entry off settles them, once.
+local function forget(K, account_id, task_id)
+  if redis.call('ZREM', K.due, task_due(account_id, task_id)) == 0 then return end
+  if redis.call('ZREM', K.parked, task_id) == 0 then decr(K.account, 'adm') end
+  decr(K.account, 'infl')
+end
+
 -- window is how many of the account's tasks may be admitted (queued or
 -- running) at once: share × its weight; 0: no limit.
 local function window(K, share)
@@ -146,24 +166,32 @@ local function promote(K, share, check_at, account_id, task_id)
     if #head == 0 then break end
     local id = head[1]
     local rec = prefix .. 't:' .. id
-    if redis.call('HGET', rec, 'status') == 'pending' then
+    local st = redis.call('HGET', rec, 'status')
+    if st == 'pending' then
       redis.call('HSET', rec, 'adm', 1)
       redis.call('HINCRBY', K.account, 'adm', 1)
       redis.call('ZADD', K.due, check_at, task_due(account_id, id))
       out[#out + 1] = id
       out[#out + 1] = redis.call('GET', prefix .. 'j:' .. id) or ''
       out[#out + 1] = redis.call('HGET', rec, 'q') or ''
+    elseif not st then
+      -- Its record is gone, the task unfinished (forget): parked, it held
+      -- no place.
+      if redis.call('ZREM', K.due, task_due(account_id, id)) == 1 then decr(K.account, 'infl') end
     end
   end
   return out
 end
 
 -- ended moves a task to a final status: it stops counting as in flight,
--- gives its place back, its due check goes, and it is kept ttl more.
+-- gives its place back, its due check goes, and it is kept ttl more. What
+-- only an unfinished task needs (its job, the run that owns it, its
+-- crashes) goes: a final record is the least it can be.
 -- Returns whether a webhook event went on the due work (1) and the queue
 -- it left ('' for none).
 local function ended(K, status, ev, now, ttl, hook_at, account_id, task_id)
-  redis.call('HSET', K.task, 'status', status, 'etime', now, 'live', 0)
+  redis.call('HSET', K.task, 'status', status, 'etime', now)
+  redis.call('HDEL', K.task, 'run', 'live', 'crashes')
   redis.call('DEL', K.job)
   local q = left(K)
   release_place(K, task_id)

@@ -1,0 +1,130 @@
+package store
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/easelhq/easel/pkg/task"
+)
+
+// A record keeps every value in at most pieceLen bytes (a longer one is
+// split over field, field+1, ...), so it stays a compact listpack whatever
+// it holds, and reads back whole. The job payload is a key of its own.
+func TestCompactRecords(t *testing.T) {
+	long := func(n int) string {
+		var b strings.Builder
+		for b.Len() < n {
+			b.WriteString("déjà vu, ")
+		}
+		return b.String()[:n]
+	}
+	tests := []struct {
+		name     string
+		callback string
+		message  string // "" completes the task
+		results  int
+	}{
+		{"a plain completed task", "", "", 1},
+		{"a 300-character callback URL", "https://hooks.example.com/" + long(274), "", 2},
+		{"a 300-character failure message", "", long(300), 0},
+		{"both, failed", "https://hooks.example.com/" + long(274), long(300), 0},
+		{"a message of exactly a piece", "", long(pieceLen), 0},
+		{"a message of exactly two pieces", "", long(2 * pieceLen), 0},
+		{"a message one past a piece", "", long(pieceLen + 1), 0},
+		{"a 2,000-character message", "https://hooks.example.com/x", long(2000), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := newStore(t)
+			tk := pending("a", "task_lumen_0123456789")
+			if tt.callback != "" {
+				tk.Callback = task.Callback{URL: tt.callback, Events: task.Events}
+			}
+			c := std
+			c.Queue = "standard"
+			_, err := s.tasks.Create(ctx, tk, c, []byte(strings.Repeat("j", 500)))
+			must(t, err)
+			key := taskKey("a", tk.ID)
+			checkListpack(t, s, key, "pending")
+			if v := s.rdb.HGetAll(ctx, key).Val(); len(v[fTaskCallback]) > pieceLen {
+				t.Errorf("the callback held in one field of %d bytes", len(v[fTaskCallback]))
+			}
+			if job, _ := s.tasks.Job(ctx, "a", tk.ID); len(job) != 500 {
+				t.Errorf("the job payload: %d bytes", len(job))
+			}
+			mustOutcome(t, task.Applied)(start(s, "a", tk.ID, tk.ID))
+			if tt.message == "" {
+				var rs []task.Result
+				for i := 0; i < tt.results; i++ {
+					rs = append(rs, task.Result{Key: "2026112214/0123456789abcdef0123456789abcdef.png"})
+				}
+				mustOutcome(t, task.Applied)(s.tasks.Complete(ctx, "a", tk.ID, tk.ID, rs))
+			} else {
+				mustOutcome(t, task.Applied)(s.tasks.Fail(ctx, "a", tk.ID, tk.ID, task.Failure{Code: "generation_failed", Message: tt.message}))
+			}
+			checkListpack(t, s, key, "ended")
+			got, err := s.tasks.Get(ctx, "a", tk.ID)
+			must(t, err)
+			if got.Callback.URL != tt.callback {
+				t.Errorf("callback %q (%d bytes); want %d bytes back whole", got.Callback.URL, len(got.Callback.URL), len(tt.callback))
+			}
+			if tt.callback != "" && strings.Join(got.Callback.Events, ",") != strings.Join(task.Events, ",") {
+				t.Errorf("callback events %v", got.Callback.Events)
+			}
+			if tt.message != "" && (got.Failure == nil || got.Failure.Message != tt.message) {
+				t.Errorf("failure %+v; want the %d-byte message back whole", got.Failure, len(tt.message))
+			}
+			if len(got.Results) != tt.results {
+				t.Errorf("%d results; want %d", len(got.Results), tt.results)
+			}
+			// The job payload is gone with the start; no field holds it.
+			if n := s.rdb.Exists(ctx, jobKey("a", tk.ID)).Val(); n != 0 {
+				t.Error("the job payload outlived the start")
+			}
+		})
+	}
+}
+
+// checkListpack checks that a record is a listpack and every value in it at
+// most pieceLen bytes.
+func checkListpack(t *testing.T, s *stores, key, when string) {
+	t.Helper()
+	if enc := s.rdb.ObjectEncoding(ctx, key).Val(); enc != "listpack" {
+		t.Errorf("%s: the record is a %s", when, enc)
+	}
+	for f, v := range s.rdb.HGetAll(ctx, key).Val() {
+		if len(v) > pieceLen || len(f) > pieceLen {
+			t.Errorf("%s: field %s holds %d bytes", when, f, len(v))
+		}
+	}
+}
+
+// A plain task's record, once completed, takes under 400 bytes of Redis
+// memory (MEMORY USAGE, every field counted): 24 hours of tasks must fit.
+func TestRecordMemory(t *testing.T) {
+	now := time.Now()
+	s, _ := newStoreWith(t, Options{Now: func() time.Time { return now }})
+	// Ids of the real shapes: an account's ("acct_" and 20 characters), a
+	// task's ("task_<family>_" and a 128-bit number in decimal); its first
+	// run is named after it (jobs.RunID).
+	const acct = "acct_0123456789abcdefghij"
+	seedAccount(t, s.rdb, acct, 1000, "")
+	tk := pending(acct, "task_lumen_"+strings.Repeat("9", 39))
+	_, err := s.tasks.Create(ctx, tk, std, []byte(strings.Repeat("j", 300)))
+	must(t, err)
+	key := taskKey(acct, tk.ID)
+	pendingBytes := s.rdb.MemoryUsage(ctx, key, 0).Val()
+	now = now.Add(time.Second)
+	mustOutcome(t, task.Applied)(start(s, acct, tk.ID, tk.ID))
+	progress(t, s, acct, tk.ID, tk.ID, 50)
+	now = now.Add(20 * time.Second)
+	mustOutcome(t, task.Applied)(s.tasks.Complete(ctx, acct, tk.ID, tk.ID, []task.Result{{Key: "2026112214/0123456789abcdef0123456789abcdef.png", Size: 217887, Width: 1344, Height: 768}}))
+	n, err := s.rdb.MemoryUsage(ctx, key, 0).Result()
+	must(t, err)
+	t.Logf("a task record: %d bytes pending, %d completed (%d fields): %v", pendingBytes, n, len(s.rdb.HGetAll(ctx, key).Val()), s.rdb.HGetAll(ctx, key).Val())
+	if n >= 400 {
+		t.Errorf("a completed task's record takes %d bytes; want under 400", n)
+	}
+	checkListpack(t, s, key, "completed")
+}
