@@ -93,7 +93,8 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 }
 
-// The recovery counts the tasks it fails, and their refunds.
+// The recovery counts the tasks it fails, and their refunds: the overdue
+// ones its poll fails, the poisoned ones the orphans' takeover fails.
 func TestSweepMetrics(t *testing.T) {
 	const (
 		std      = "lumen-2.5-flash-image"
@@ -104,38 +105,45 @@ func TestSweepMetrics(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
-		round func(t *testing.T, e *sweepEnv, s *sweeper)
+		round func(t *testing.T, e *sweepEnv, s *sweeper, r *recovery)
 		want  map[string]float64
 	}{
-		{"overdue", func(t *testing.T, e *sweepEnv, s *sweeper) {
+		{"overdue", func(t *testing.T, e *sweepEnv, _ *sweeper, r *recovery) {
 			e.charge(t, "task_lumen_1", time.Now().Add(-time.Second))
 			e.charge(t, "task_lumen_2", time.Now().Add(time.Hour))
-			if r := s.round(context.Background()); r.expired != 1 {
-				t.Fatalf("round %+v", r)
+			r.lease(context.Background())
+			// Past the task's first queue check (see TestRecoveryFailsOverdueTasks).
+			r.now = func() time.Time { return time.Now().Add(store.FirstQueueCheck + time.Second) }
+			if rep := r.poll(context.Background()); rep.expired != 1 {
+				t.Fatalf("poll %+v", rep)
 			}
 		}, map[string]float64{failed("timeout"): 1, refunded: 10}},
-		{"crashed twice", func(t *testing.T, e *sweepEnv, s *sweeper) {
+		{"crashed twice", func(t *testing.T, e *sweepEnv, s *sweeper, _ *recovery) {
 			ctx := context.Background()
 			j := e.charge(t, "task_lumen_1", time.Now().Add(time.Hour))
 			for _, run := range []string{j.TaskID, j.TaskID + ".r1"} {
-				if c, err := e.tasks.Start(ctx, e.acct, j.TaskID, run, store.Place{}); err != nil || c.Outcome != task.Applied {
+				if c, err := e.tasks.Start(ctx, e.acct, j.TaskID, run); err != nil || c.Outcome != task.Applied {
 					t.Fatal(c, err)
 				}
 				s.q = &orphanQueue{orphans: []jobs.Orphan{{Run: run, Job: j}}}
-				s.round(ctx)
+				s.takeOverOrphans(ctx)
 			}
 		}, map[string]float64{failed("worker_crashed"): 1, refunded: 10}},
-		{"nothing to do", func(t *testing.T, e *sweepEnv, s *sweeper) {
+		{"nothing to do", func(t *testing.T, e *sweepEnv, s *sweeper, r *recovery) {
 			e.charge(t, "task_lumen_1", time.Now().Add(time.Hour))
-			s.round(context.Background())
+			s.takeOverOrphans(context.Background())
+			r.lease(context.Background())
+			r.poll(context.Background())
 		}, map[string]float64{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newSweepEnv(t)
 			reg := prometheus.NewRegistry()
-			s := newSweeper(e.tasks, e.q, e.notes, metrics.New(reg), zap.NewNop())
-			tt.round(t, e, s)
+			m := metrics.New(reg)
+			s := newSweeper(e.tasks, e.q, e.notes, m, zap.NewNop())
+			r := newRecovery(e.tasks, e.leases, e.q, e.notes, m, "w1", zap.NewNop())
+			tt.round(t, e, s, r)
 			got, err := prom.Series(reg)
 			if err != nil {
 				t.Fatal(err)

@@ -29,14 +29,22 @@ func startWorker(t *testing.T, env map[string]string) string {
 // once.
 func runWorker(t *testing.T, redisURL string, env map[string]string) string {
 	t.Helper()
+	return runWorkerWith(t, redisURL, env, Options{})
+}
+
+// runWorkerWith is runWorker with opts (its health listener is the
+// test's own).
+func runWorkerWith(t *testing.T, redisURL string, env map[string]string, opts Options) string {
+	t.Helper()
 	hl := localnet.Listen(t)
+	opts.HealthListener = hl
 	base := configtest.Env(nil, "EASEL_REDIS_URL", redisURL, "EASEL_BLOB_URL", "file://"+t.TempDir(),
 		"EASEL_WORKER_HTTP_ADDR", hl.Addr().String(), "EASEL_LOG_LEVEL", "warn")
 	cfg := configtest.Load(t, LoadConfig, base, env)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), Options{HealthListener: hl})
+		done <- Run(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), opts)
 	}()
 	t.Cleanup(func() {
 		cancel()

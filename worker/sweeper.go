@@ -44,7 +44,11 @@ const (
 	dueIdle = 5 * time.Second
 	// leaseEvery is how often a worker renews its shards' leases, rebalances
 	// them and says it is alive; a lease lasts shardLeaseTTL without a
-	// renewal, so the shards of a worker that died are taken within that.
+	// renewal. A worker counts as alive (sharing the shards) while it said
+	// so within shardLeaseTTL - leaseEvery (two rounds missed): the shards
+	// of a worker that stopped (and gave them back) are all taken within
+	// shardLeaseTTL of its stop, those of one that died within
+	// shardLeaseTTL of its last renewal and a round.
 	leaseEvery    = 10 * time.Second
 	shardLeaseTTL = 30 * time.Second
 )
@@ -135,13 +139,25 @@ func (s *sweeper) takeOverOrphans(ctx context.Context) (takenOver, poisoned int)
 // webhook event if the store said one is due, and the tasks its place
 // admitted.
 func failed(ctx context.Context, m sweepMetrics, hooks hookNotifier, q sweepQueue, log *zap.Logger, accountID, taskID, model string, c store.Change, code apperr.Code) {
+	recordFailed(ctx, m, hooks, accountID, taskID, model, c, code)
+	admit(ctx, q, log, c.Admitted)
+}
+
+// admit queues the jobs of tasks a change admitted.
+func admit(ctx context.Context, q sweepQueue, log *zap.Logger, admitted []task.Admitted) {
+	if len(admitted) == 0 {
+		return
+	}
+	if err := q.EnqueueAdmitted(ctx, admitted); err != nil {
+		log.Warn("recovery: could not queue the tasks a failed one admitted; their queue checks will", zap.Int("tasks", len(admitted)), zap.Error(err))
+	}
+}
+
+// recordFailed records a task the recovery failed, and its refund, and
+// queues its webhook event if the store said one is due.
+func recordFailed(ctx context.Context, m sweepMetrics, hooks hookNotifier, accountID, taskID, model string, c store.Change, code apperr.Code) {
 	if c.Hooked {
 		hooks.Notify(ctx, accountID, taskID, task.EventFailed, 0)
-	}
-	if len(c.Admitted) > 0 {
-		if err := q.EnqueueAdmitted(ctx, c.Admitted); err != nil {
-			log.Warn("recovery: could not queue the tasks a failed one admitted; their queue checks will", zap.Error(err))
-		}
 	}
 	if model == "" {
 		model = c.Model
@@ -210,6 +226,14 @@ type recovery struct {
 	// held are the shards this worker holds, with when each is next due
 	// for a read.
 	held map[int]time.Time
+	// The timings (leaseEvery, shardLeaseTTL, duePoll, dueIdle; tests
+	// shorten them): how often the shards' leases are renewed and
+	// rebalanced, how long a lease lasts without a renewal, how often the
+	// held shards are looked at, and the longest one goes unread.
+	leaseEvery, leaseTTL, pollEvery, idle time.Duration
+	// observe, when set (tests), is told the shards held after each
+	// lease round.
+	observe func(held []int)
 }
 
 // recoveryReport counts what a poll did.
@@ -221,23 +245,22 @@ func newRecovery(st recoveryStore, leases shardLeaser, q recoveryQueue, hooks ho
 	if metrics == nil {
 		metrics = noSweepMetrics{}
 	}
-	return &recovery{st: st, leases: leases, q: q, hooks: hooks, metrics: metrics, log: log, me: me, now: time.Now, held: map[int]time.Time{}}
+	return &recovery{st: st, leases: leases, q: q, hooks: hooks, metrics: metrics, log: log, me: me, now: time.Now, held: map[int]time.Time{},
+		leaseEvery: leaseEvery, leaseTTL: shardLeaseTTL, pollEvery: duePoll, idle: dueIdle}
 }
 
 // run leases shards and does their due work until ctx is done, then
 // gives its shards back.
 func (r *recovery) run(ctx context.Context) {
-	lease := time.NewTicker(leaseEvery)
+	lease := time.NewTicker(r.leaseEvery)
 	defer lease.Stop()
-	poll := time.NewTicker(duePoll)
+	poll := time.NewTicker(r.pollEvery)
 	defer poll.Stop()
 	r.lease(ctx)
 	for {
 		select {
 		case <-ctx.Done():
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			_ = r.leases.ReleaseShards(rctx, r.me, r.shards())
-			cancel()
+			r.giveBack(ctx)
 			return
 		case <-lease.C:
 			r.lease(ctx)
@@ -245,6 +268,18 @@ func (r *recovery) run(ctx context.Context) {
 			r.poll(ctx)
 		}
 	}
+}
+
+// giveBack gives the shards this worker holds back, for the others to
+// take at their next lease round.
+func (r *recovery) giveBack(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := r.leases.ReleaseShards(rctx, r.me, r.shards()); err != nil {
+		r.log.Warn("recovery: giving shard leases back", zap.Error(err))
+		return
+	}
+	r.held = map[int]time.Time{}
 }
 
 func (r *recovery) shards() []int {
@@ -259,13 +294,19 @@ func (r *recovery) shards() []int {
 // lease renews this worker's shards and takes or gives back some, so that
 // each of the live workers holds about its share.
 func (r *recovery) lease(ctx context.Context) {
-	workers, err := r.leases.Workers(ctx, r.me, shardLeaseTTL)
+	if r.observe != nil {
+		defer func() { r.observe(r.shards()) }()
+	}
+	// A worker that missed two rounds is gone: the shards it gave back (or
+	// whose leases ran out) are shared among the others from then on.
+	alive := max(r.leaseTTL-r.leaseEvery, 2*r.leaseEvery)
+	workers, err := r.leases.Workers(ctx, r.me, alive)
 	if err != nil {
 		r.log.Warn("recovery: workers", zap.Error(err))
 		return
 	}
 	share := (store.Shards + workers - 1) / workers
-	kept, err := r.leases.TakeShards(ctx, r.me, r.shards(), shardLeaseTTL)
+	kept, err := r.leases.TakeShards(ctx, r.me, r.shards(), r.leaseTTL)
 	if err != nil {
 		r.log.Warn("recovery: renewing shard leases", zap.Error(err))
 		return
@@ -286,7 +327,7 @@ func (r *recovery) lease(ctx context.Context) {
 		for len(free) > 0 && len(held) < share {
 			batch := free[:min(len(free), share-len(held))]
 			free = free[len(batch):]
-			got, err := r.leases.TakeShards(ctx, r.me, batch, shardLeaseTTL)
+			got, err := r.leases.TakeShards(ctx, r.me, batch, r.leaseTTL)
 			if err != nil {
 				r.log.Warn("recovery: taking shard leases", zap.Error(err))
 				break
@@ -325,10 +366,10 @@ func (r *recovery) poll(ctx context.Context) recoveryReport {
 		w, err := r.st.Due(ctx, n, now, dueBatch)
 		if err != nil {
 			r.log.Warn("recovery: due work", zap.Int("shard", n), zap.Error(err))
-			r.held[n] = now.Add(dueIdle)
+			r.held[n] = now.Add(r.idle)
 			continue
 		}
-		next := now.Add(dueIdle)
+		next := now.Add(r.idle)
 		if !w.Next.IsZero() && w.Next.Before(next) {
 			next = w.Next
 		}
@@ -413,8 +454,11 @@ func (r *recovery) check(ctx context.Context, checks []store.DueEntry) int {
 }
 
 // expire fails and refunds, in one batch, tasks past their deadline that
-// no run will finish (their job expired in the queue, or every run failed
-// to record an outcome).
+// no run will finish (their job expired in the queue, every run failed to
+// record an outcome, or they waited parked all along), queues their
+// webhook events, and the jobs of the tasks their places admitted, in one
+// call: a parked task the batch admitted and then failed itself is not
+// queued.
 func (r *recovery) expire(ctx context.Context, expires []store.DueEntry) int {
 	if len(expires) == 0 {
 		return 0
@@ -425,6 +469,8 @@ func (r *recovery) expire(ctx context.Context, expires []store.DueEntry) int {
 	}
 	changes, errs := r.st.ExpireAll(ctx, refs)
 	n := 0
+	var admitted []task.Admitted
+	ended := map[store.TaskRef]bool{}
 	for i, c := range changes {
 		ref := refs[i]
 		if errs[i] != nil {
@@ -435,9 +481,15 @@ func (r *recovery) expire(ctx context.Context, expires []store.DueEntry) int {
 			continue
 		}
 		n++
+		ended[ref] = true
+		admitted = append(admitted, c.Admitted...)
 		log := r.log.With(zap.String("task_id", ref.TaskID), zap.String("account_id", ref.AccountID))
 		log.Warn("task failed: past its deadline with no worker on it; refunded")
-		failed(ctx, r.metrics, r.hooks, r.q, log, ref.AccountID, ref.TaskID, "", c, task.Timeout)
+		recordFailed(ctx, r.metrics, r.hooks, ref.AccountID, ref.TaskID, "", c, task.Timeout)
 	}
+	admitted = slices.DeleteFunc(admitted, func(a task.Admitted) bool {
+		return ended[store.TaskRef{AccountID: a.AccountID, TaskID: a.TaskID}]
+	})
+	admit(ctx, r.q, r.log, admitted)
 	return n
 }

@@ -115,7 +115,7 @@ func (e *hookEnv) completed(t *testing.T, id, url string, events ...string) *tas
 	if _, err := e.tasks.Create(ctx, rec, task.Charge{Price: 4, Tier: "standard", CountUntil: time.Now().Add(time.Hour)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := e.tasks.Start(ctx, e.acct, id, id, store.Place{}); c.Outcome != task.Applied || err != nil {
+	if c, err := e.tasks.Start(ctx, e.acct, id, id); c.Outcome != task.Applied || err != nil {
 		t.Fatal(c, err)
 	}
 	results := []task.Result{{Key: "2026112214/abc.png", ContentType: "image/png", Size: 10, Width: 1, Height: 1}}
@@ -285,7 +285,7 @@ func (e *hookEnv) processor(t *testing.T) *processor.Processor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return processor.New(e.tasks, blobs, gen, fetch.New(fetch.Options{}), cat, zap.NewNop(), processor.Options{Hooks: e.h})
+	return processor.New(e.tasks, blobs, gen, fetch.New(fetch.Options{}), cat, zap.NewNop(), processor.Options{Hooks: e.h, Admitter: e.q})
 }
 
 // webhookJobs lists the ids of the deliveries waiting on the webhook
@@ -328,7 +328,7 @@ func TestHookDeliverNothingToSend(t *testing.T) {
 	if ds := e.deliveries(t, "task_lumen_1"); len(ds) != 0 {
 		t.Errorf("deliveries of an event the callback does not want: %+v", ds)
 	}
-	if due, _ := e.hooks.Due(ctx, time.Now().Add(time.Hour), 10); len(due) != 0 {
+	if due := e.outbox(t, time.Now().Add(time.Hour)); len(due) != 0 {
 		t.Errorf("outbox %+v; want nothing left", due)
 	}
 	err := e.h.deliver(ctx, jobs.DeliverWebhook{AccountID: e.acct, TaskID: "task_lumen_gone", Event: task.EventCompleted}, 0)
@@ -349,18 +349,33 @@ func (failingQueue) QueueHook(context.Context, jobs.Outbox, jobs.DeliverWebhook)
 	return errors.New("queue down")
 }
 
+// outbox returns the final webhook events of the account's tasks left
+// unqueued on its shard's due work, due by at. Reading moves them on
+// (store.Tasks.Due): a later read or poll must look later still.
+func (e *hookEnv) outbox(t *testing.T, at time.Time) []store.DueEntry {
+	t.Helper()
+	w, err := e.tasks.Due(context.Background(), store.ShardOf(e.acct), at, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.DeleteFunc(w.Entries, func(d store.DueEntry) bool { return d.Kind != store.DueHook })
+}
+
+// recovery is the worker's recovery on e's stores, queueing webhook events
+// through e.h, as Run wires it.
+func (e *hookEnv) recovery(holder string) *recovery {
+	return newRecovery(e.tasks, e.leases, e.q, e.h, nil, holder, e.h.log)
+}
+
 // Notify queues the event and takes a final one off the outbox; when it
-// cannot queue, the event stays in the outbox and the recovery queues it
-// once it is hookGrace old.
+// cannot queue, the event stays in the outbox and the recovery's poll
+// queues it once it is store.HookGrace old, once.
 func TestHookNotifyAndRecovery(t *testing.T) {
 	e := newHookEnv(t)
 	ctx := context.Background()
 	queued := func() map[string]bool { return e.webhookJobs(t) }
 	e.completed(t, "task_lumen_1", "https://hooks.example.com/", task.Events...)
 	e.completed(t, "task_lumen_2", "https://hooks.example.com/", task.Events...)
-	if due, _ := e.hooks.Due(ctx, time.Now().Add(time.Hour), 10); len(due) != 2 {
-		t.Fatalf("outbox %+v; want both completions", due)
-	}
 
 	e.h.Notify(ctx, e.acct, "task_lumen_1", task.EventCompleted, 0)
 	e.h.Notify(ctx, e.acct, "task_lumen_1", task.EventProgress, 50)
@@ -373,64 +388,83 @@ func TestHookNotifyAndRecovery(t *testing.T) {
 
 	down := newHooks(e.hooks, e.tasks, failingQueue{}, nil, e.signer, e.h.schedule, e.h.log)
 	down.Notify(ctx, e.acct, "task_lumen_2", task.EventCompleted, 0)
-	due, _ := e.hooks.Due(ctx, time.Now().Add(time.Hour), 10)
-	if len(due) != 1 || due[0].TaskID != "task_lumen_2" {
+
+	// Too young for the recovery; then old enough: task_lumen_2's event
+	// only (task_lumen_1's left the outbox when it was queued).
+	r := e.recovery("w1")
+	r.lease(ctx)
+	if rep := r.poll(ctx); rep.hooked != 0 {
+		t.Errorf("recovery queued %d events younger than %v", rep.hooked, store.HookGrace)
+	}
+	clock := time.Now().Add(store.HookGrace + time.Second)
+	if due := e.outbox(t, clock); len(due) != 1 || due[0].TaskID != "task_lumen_2" || due[0].Event != task.EventCompleted {
 		t.Fatalf("outbox after a failed Notify %+v; want task_lumen_2's completion", due)
 	}
-
-	// Too young for the recovery; then old enough.
-	if n := e.h.recoverRound(ctx); n != 0 {
-		t.Errorf("recovery queued %d events younger than %v", n, hookGrace)
+	clock = clock.Add(time.Minute) // past the read's retry
+	r.now = func() time.Time { return clock }
+	readAll(r)
+	if rep := r.poll(ctx); rep.hooked != 1 {
+		t.Errorf("recovery queued %d events; want 1", rep.hooked)
 	}
-	e.h.now = func() time.Time { return time.Now().Add(hookGrace + time.Second) }
-	if n := e.h.recoverRound(ctx); n != 1 {
-		t.Errorf("recovery queued %d events; want 1", n)
+	if q := queued(); !q["wh:task_lumen_2:task.completed:0"] || len(q) != 3 {
+		t.Errorf("queued %v after the recovery; want task_lumen_2's completion added", q)
 	}
-	if q := queued(); !q["wh:task_lumen_2:task.completed:0"] {
-		t.Errorf("queued %v after the recovery", q)
+	if ds := e.deliveries(t, "task_lumen_2"); len(ds) != 1 || ds[0].State != webhook.StatePending {
+		t.Errorf("deliveries of task_lumen_2 %+v; want one pending", ds)
 	}
-	if due, _ := e.hooks.Due(ctx, time.Now().Add(time.Hour), 10); len(due) != 0 {
+	// Queued, it left the outbox: no later poll queues it again.
+	clock = clock.Add(time.Hour)
+	readAll(r)
+	if rep := r.poll(ctx); rep.hooked != 0 {
+		t.Errorf("a later poll queued %d events; want none left", rep.hooked)
+	}
+	if due := e.outbox(t, clock.Add(time.Hour)); len(due) != 0 {
 		t.Errorf("outbox after the recovery %+v", due)
 	}
+	r.giveBack(ctx)
 
-	// One worker at a time: the recovery's rounds run under the
-	// "webhooks" lease; while another worker holds it, they do nothing,
-	// and once it runs out they queue what the outbox holds.
+	// One worker at a time: a shard's events are queued by the worker that
+	// holds its lease; while another holds it, a recovery does nothing
+	// there, and once that lease runs out it takes the shard and queues
+	// what its outbox holds.
 	e.completed(t, "task_lumen_3", "https://hooks.example.com/", task.Events...)
 	const held = 300 * time.Millisecond
-	if got, err := e.leases.TryLock(ctx, "webhooks", held); err != nil || !got {
-		t.Fatalf("TryLock = %v, %v", got, err)
+	if got, err := e.leases.TakeShards(ctx, "another-worker", []int{store.ShardOf(e.acct)}, held); err != nil || len(got) != 1 {
+		t.Fatalf("TakeShards = %v, %v", got, err)
 	}
 	taken := time.Now()
-	var mu sync.Mutex
-	var rounds []time.Time
+	r2 := e.recovery("w2")
+	r2.leaseEvery, r2.leaseTTL, r2.pollEvery = 20*time.Millisecond, 200*time.Millisecond, 10*time.Millisecond
+	later := time.Now().Add(store.HookGrace + time.Second)
+	r2.now = func() time.Time { return later } // the event is due at once
 	loopCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		everyUnderLease(loopCtx, e.leases, "webhooks", 20*time.Millisecond, func(ctx context.Context) {
-			mu.Lock()
-			rounds = append(rounds, time.Now())
-			mu.Unlock()
-			e.h.recoverRound(ctx)
-		})
+		r2.run(loopCtx)
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for !queued()["wh:task_lumen_3:task.completed:0"] {
 		if time.Now().After(deadline) {
-			t.Fatal("the recovery loop never queued the event once the lease ran out")
+			t.Fatal("the recovery never queued the event once the other worker's lease ran out")
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
+	}
+	first := time.Since(taken)
+	// Queued, then recorded queued (off the outbox) in a second step:
+	// stopping the loop between the two would leave it for a later poll.
+	for ds := e.deliveries(t, "task_lumen_3"); len(ds) != 1 || ds[0].State != webhook.StatePending; ds = e.deliveries(t, "task_lumen_3") {
+		if time.Now().After(deadline) {
+			t.Fatalf("deliveries of task_lumen_3 %+v; want one pending", ds)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	stop()
 	<-done
-	if len(rounds) == 0 {
-		t.Fatal("the event was queued with no round run")
+	if first < held-5*time.Millisecond {
+		t.Errorf("the event was queued %v after another worker took its shard's lease for %v", first, held)
 	}
-	if first := rounds[0].Sub(taken); first < held-5*time.Millisecond {
-		t.Errorf("the first round ran %v after another worker took the lease for %v", first, held)
-	}
-	if due, _ := e.hooks.Due(ctx, time.Now().Add(time.Hour), 10); len(due) != 0 {
+	if due := e.outbox(t, later.Add(time.Hour)); len(due) != 0 {
 		t.Errorf("outbox after the recovery loop %+v", due)
 	}
 }

@@ -241,7 +241,7 @@ type Run struct{ Queue, ID string }
 // asynqTaskKey is the key under which Asynq keeps a task of a queue, in
 // any of its states (pending, scheduled, retry, active, archived,
 // completed): asynq/internal/base.TaskKey. pkg/jobs is the one place that
-// knows it (jobs_test.go checks it against a real Asynq).
+// knows it (TestMissing checks it against a real Asynq).
 func asynqTaskKey(queue, id string) string { return "asynq:{" + queue + "}:t:" + id }
 
 // Missing reports, for each run, whether its queue has it in no state at

@@ -69,6 +69,20 @@ func (f queueFunc) EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImag
 	return f(ctx, j, run)
 }
 
+// EnqueueAdmitted queues the first run of each task admitted, through f.
+func (f queueFunc) EnqueueAdmitted(ctx context.Context, admitted []task.Admitted) error {
+	for _, a := range admitted {
+		j, err := jobs.DecodeGenerateImage(a.Job)
+		if err != nil {
+			return err
+		}
+		if err := f(ctx, j, jobs.RunID(a.TaskID, 0)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func newEnv(t *testing.T, queue tasks.Queue) *env {
 	t.Helper()
 	return newEnvLogged(t, queue, zap.NewNop())
@@ -84,9 +98,15 @@ func newEnvLogged(t *testing.T, queue tasks.Queue, log *zap.Logger) *env {
 // edit before it is built.
 func newEnvWith(t *testing.T, queue tasks.Queue, log *zap.Logger, edit func(*api.Deps)) *env {
 	t.Helper()
+	return newEnvStore(t, queue, log, store.Options{}, edit)
+}
+
+// newEnvStore is newEnvWith on a store with options o (its share).
+func newEnvStore(t *testing.T, queue tasks.Queue, log *zap.Logger, o store.Options, edit func(*api.Deps)) *env {
+	t.Helper()
 	r := redistest.Start(t)
 	rdb := r.Client(t)
-	db := store.NewDB(rdb, store.Options{})
+	db := store.NewDB(rdb, o)
 	e := &env{t: t, rdb: rdb, store: store.NewTasks(db), accounts: store.NewAccounts(db), hooks: store.NewHooks(db), now: time.Now()}
 	ctx := context.Background()
 	mk := func(name string, disabled bool) (string, string) {
@@ -369,7 +389,7 @@ func TestQueryStates(t *testing.T) {
 	}
 
 	processing := newTask()
-	if _, err := e.store.Start(ctx, e.acctA, processing, processing, store.Place{}); err != nil {
+	if _, err := e.store.Start(ctx, e.acctA, processing, processing); err != nil {
 		t.Fatal(err)
 	}
 	_, _ = e.store.Progress(ctx, e.acctA, processing, processing, 42)
@@ -389,7 +409,7 @@ func TestQueryStates(t *testing.T) {
 	}
 
 	done := newTask()
-	if _, err := e.store.Start(ctx, e.acctA, done, done, store.Place{}); err != nil {
+	if _, err := e.store.Start(ctx, e.acctA, done, done); err != nil {
 		t.Fatal(err)
 	}
 	res := []task.Result{{Key: "2026112214/0123456789abcdef0123456789abcdef.png", ContentType: "image/png", Size: 3, Width: 1, Height: 1}}

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -69,7 +71,7 @@ func TestCancelRoute(t *testing.T) {
 	charged, _ := e.accounts.Get(ctx, e.acctA)
 	price := start.Credits - charged.Credits
 	processingID := e.newTask(e.keyA)
-	if _, err := e.store.Start(ctx, e.acctA, processingID, processingID, store.Place{}); err != nil {
+	if _, err := e.store.Start(ctx, e.acctA, processingID, processingID); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := e.accounts.Get(ctx, e.acctA)
@@ -228,7 +230,7 @@ func TestQueryWait(t *testing.T) {
 	// A change wakes the wait long before its end.
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		_, _ = e.store.Start(ctx, e.acctA, id, id, store.Place{})
+		_, _ = e.store.Start(ctx, e.acctA, id, id)
 	}()
 	r, took = waitQuery(id, "30")
 	if r.status != 200 || r.json(t)["status"] != "processing" || took > 20*time.Second {
@@ -360,7 +362,7 @@ func TestStream(t *testing.T) {
 		status string
 		pct    float64
 	}{
-		{func() { _, _ = e.store.Start(ctx, e.acctA, id, id, store.Place{}) }, "processing", 0},
+		{func() { _, _ = e.store.Start(ctx, e.acctA, id, id) }, "processing", 0},
 		{func() { _, _ = e.store.Progress(ctx, e.acctA, id, id, 55) }, "processing", 55},
 		{func() {
 			_, _ = e.store.Complete(ctx, e.acctA, id, id, []task.Result{{Key: "2026112314/0123456789abcdef0123456789abcdef.png", ContentType: "image/png"}})
@@ -389,4 +391,47 @@ func TestStream(t *testing.T) {
 	assertEnvelope(t, r, 404, "not found")
 	r = e.do("GET", "/v1/task/stream", e.auth(e.keyA), "")
 	assertEnvelope(t, r, 400, "task_id is required")
+}
+
+// A create past the account's share of the workers stands: 200, charged,
+// the task pending with no job queued; once a place frees (the first task
+// canceled), its job is queued. Another account's create is queued at
+// once meanwhile.
+func TestCreatePastTheShareStands(t *testing.T) {
+	var mu sync.Mutex
+	var queued []string
+	q := queueFunc(func(_ context.Context, j jobs.GenerateImage, run string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		queued = append(queued, run)
+		return nil
+	})
+	jobsQueued := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(queued)
+	}
+	e := newEnvStore(t, q, zap.NewNop(), store.Options{Share: 1}, nil)
+	ctx := context.Background()
+	first := e.newTask(e.keyA)
+	before, _ := e.accounts.Get(ctx, e.acctA)
+	parked := e.newTask(e.keyA)
+	after, _ := e.accounts.Get(ctx, e.acctA)
+	if after.Credits >= before.Credits {
+		t.Errorf("balance %d after the create past the share, %d before: want it charged", after.Credits, before.Credits)
+	}
+	r := e.query(e.keyA, parked)
+	if r.status != 200 || r.json(t)["status"] != "pending" {
+		t.Errorf("query of the parked task: %d %s; want it pending", r.status, r.body)
+	}
+	other := e.newTask(e.keyB)
+	if got := jobsQueued(); !slices.Equal(got, []string{first, other}) {
+		t.Errorf("jobs queued %v; want the first task's and the other account's", got)
+	}
+	if r := e.do("POST", "/v1/task/cancel", e.auth(e.keyA), `{"task_id":"`+first+`"}`); r.status != 200 {
+		t.Fatalf("cancel: %d %s", r.status, r.body)
+	}
+	if got := jobsQueued(); !slices.Equal(got, []string{first, other, parked}) {
+		t.Errorf("jobs queued %v; want the parked task's once the first was canceled", got)
+	}
 }

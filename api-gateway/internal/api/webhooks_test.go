@@ -81,7 +81,7 @@ func TestWebhooksRoute(t *testing.T) {
 	// The worker runs it: a progress event, then the completion, which
 	// waits in the outbox (pending) until it is queued and attempted.
 	acct := e.acctA
-	if c, err := e.store.Start(ctx, acct, id, id, store.Place{}); c.Outcome != task.Applied || err != nil {
+	if c, err := e.store.Start(ctx, acct, id, id); c.Outcome != task.Applied || err != nil {
 		t.Fatal(c.Outcome, err)
 	}
 	if err := e.hooks.Queued(ctx, acct, id, task.EventProgress, 40); err != nil {
@@ -181,12 +181,12 @@ func TestCancelQueuesItsWebhook(t *testing.T) {
 	if want := (jobs.DeliverWebhook{AccountID: e.acctA, TaskID: id, Event: task.EventCanceled}); err != nil || d != want {
 		t.Errorf("delivery job %+v, %v; want %+v", d, err, want)
 	}
-	due, err := e.hooks.Due(ctx, time.Now().Add(time.Hour), 100)
+	due, err := e.store.Due(ctx, store.ShardOf(e.acctA), time.Now().Add(time.Hour), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range due {
-		if h.TaskID == id {
+	for _, h := range due.Entries {
+		if h.Kind == store.DueHook && h.TaskID == id {
 			t.Errorf("the queued delivery is still in the outbox: %+v", h)
 		}
 	}

@@ -112,8 +112,8 @@ func NewService(d Deps, cfg Config) *Service {
 //
 // If this process dies between the two steps, or a Redis failover loses the
 // queue's write but not the task's, the record holds the job's payload and
-// the workers' recovery queues it (store.Tasks.QueueChecks), so a charged
-// task always runs or is refunded.
+// the workers' recovery queues it (the task's queue check, store.Tasks.Due),
+// so a charged task always runs or is refunded.
 func (s *Service) Create(ctx context.Context, accountID string, in task.Input, idem task.Idempotency) (task.Created, error) {
 	id, err := s.IDs.New()
 	if err != nil {

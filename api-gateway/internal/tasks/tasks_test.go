@@ -19,12 +19,13 @@ import (
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
-// queue records the jobs, the webhook deliveries and the stopped runs it
-// is given, or fails.
+// queue records the jobs, the tasks admitted, the webhook deliveries and
+// the stopped runs it is given, or fails.
 type queue struct {
 	mu        sync.Mutex
 	jobs      []jobs.GenerateImage
 	deadlines []time.Time
+	admitted  []task.Admitted
 	hooks     []jobs.DeliverWebhook
 	outboxes  []jobs.Outbox
 	stopped   []string
@@ -68,6 +69,26 @@ func (q *queue) EnqueueGenerateImage(_ context.Context, j jobs.GenerateImage, ru
 	return nil
 }
 
+func (q *queue) EnqueueAdmitted(_ context.Context, admitted []task.Admitted) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.err != nil {
+		return q.err
+	}
+	q.admitted = append(q.admitted, admitted...)
+	return nil
+}
+
+func (q *queue) admittedIDs() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []string
+	for _, a := range q.admitted {
+		out = append(out, a.TaskID)
+	}
+	return out
+}
+
 type ids struct {
 	n   int
 	err error
@@ -95,9 +116,15 @@ type fixture struct {
 
 func newFixture(t *testing.T, credits int64) *fixture {
 	t.Helper()
+	return newFixtureWith(t, credits, store.Options{})
+}
+
+// newFixtureWith is newFixture with the store's options o (its share).
+func newFixtureWith(t *testing.T, credits int64, o store.Options) *fixture {
+	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	db := store.NewDB(rdb, store.Options{})
+	db := store.NewDB(rdb, o)
 	accounts := store.NewAccounts(db)
 	a, err := accounts.Create(context.Background(), account.Spec{Name: "t", Credits: credits})
 	if err != nil {
@@ -107,7 +134,7 @@ func newFixture(t *testing.T, credits int64) *fixture {
 	f := &fixture{st: store.NewTasks(db), accounts: accounts, q: &queue{entered: make(chan struct{})}, ids: &ids{}, acct: a.ID}
 	// The service gets its own client, so a test can break it alone.
 	svcRDB := srv.Client(t)
-	svcDB := store.NewDB(svcRDB, store.Options{})
+	svcDB := store.NewDB(svcRDB, o)
 	f.svc = NewService(Deps{
 		Store: store.NewTasks(svcDB), Queues: store.NewQueues(svcDB), Outbox: store.NewHooks(svcDB),
 		Queue: f.q, IDs: f.ids, Prices: prices,
@@ -164,12 +191,29 @@ func TestCreate(t *testing.T) {
 		t.Errorf("%d in flight; want 1", n)
 	}
 	// Its queue check is due after store.FirstQueueCheck, not before.
-	if c, _ := f.st.QueueChecks(ctx, time.Now(), 10); len(c) != 0 {
+	if c := f.checks(t, time.Now()); len(c) != 0 {
 		t.Errorf("queue checks due at once: %+v", c)
 	}
-	if c, _ := f.st.QueueChecks(ctx, time.Now().Add(store.FirstQueueCheck), 10); len(c) != 1 || c[0].TaskID != id {
-		t.Errorf("queue checks due after %v: %+v; want the task", store.FirstQueueCheck, c)
+	if c := f.checks(t, time.Now().Add(store.FirstQueueCheck)); len(c) != 1 || c[0].TaskID != id || c[0].Queue != jobs.Queue(pro.Tier) {
+		t.Errorf("queue checks due after %v: %+v; want the task, on its queue", store.FirstQueueCheck, c)
 	}
+}
+
+// checks returns the queue checks of the account's tasks due by at (the
+// recovery's due work; reading moves them on).
+func (f *fixture) checks(t *testing.T, at time.Time) []store.DueEntry {
+	t.Helper()
+	w, err := f.st.Due(context.Background(), store.ShardOf(f.acct), at, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []store.DueEntry
+	for _, e := range w.Entries {
+		if e.Kind == store.DueCheck {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // A gateway that dies after charging and before queueing leaves the task
@@ -184,14 +228,15 @@ func TestCreateLeavesTheJobForTheReconciler(t *testing.T) {
 		errc <- err
 	}()
 	<-f.q.entered // charged and recorded; the enqueue hangs: the process "dies" here
-	u, err := f.st.QueueChecks(context.Background(), time.Now().Add(store.FirstQueueCheck), 10)
-	if err != nil {
-		t.Fatal(err)
+	u := f.checks(t, time.Now().Add(store.FirstQueueCheck))
+	if len(u) != 1 {
+		t.Fatalf("queue checks %+v; want the task's", u)
 	}
-	if len(u) != 1 || !u[0].Pending || len(u[0].Job) == 0 {
-		t.Fatalf("QueueChecks = %+v; want the task with its job", u)
+	payload, err := f.st.Job(context.Background(), f.acct, u[0].TaskID)
+	if err != nil || len(payload) == 0 {
+		t.Fatalf("the task's job %q, %v; want its payload kept", payload, err)
 	}
-	j, err := jobs.DecodeGenerateImage(u[0].Job)
+	j, err := jobs.DecodeGenerateImage(payload)
 	if err != nil || j.TaskID != u[0].TaskID || j.Input.Prompt != "p" || j.Deadline.IsZero() {
 		t.Errorf("stored job %+v, %v", j, err)
 	}
@@ -204,11 +249,11 @@ func TestCreateLeavesTheJobForTheReconciler(t *testing.T) {
 // read timeout after Redis ran the script.
 type lostReply struct{ Store }
 
-func (l lostReply) Create(ctx context.Context, t *task.Task, c task.Charge, job []byte) (int64, error) {
+func (l lostReply) Create(ctx context.Context, t *task.Task, c task.Charge, job []byte) (store.Creation, error) {
 	if _, err := l.Store.Create(ctx, t, c, job); err != nil {
-		return 0, err
+		return store.Creation{}, err
 	}
-	return 0, fmt.Errorf("store: create %s: read tcp: i/o timeout", t.ID)
+	return store.Creation{}, fmt.Errorf("store: create %s: read tcp: i/o timeout", t.ID)
 }
 
 func TestCreateFailures(t *testing.T) {
@@ -335,7 +380,7 @@ func TestCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := jobs.RunID(processing.ID, 0)
-	if ch, err := f.st.Start(ctx, f.acct, processing.ID, run, store.Place{}); err != nil || ch.Outcome != task.Applied {
+	if ch, err := f.st.Start(ctx, f.acct, processing.ID, run); err != nil || ch.Outcome != task.Applied {
 		t.Fatalf("Start = %+v, %v", ch, err)
 	}
 	c, err = f.svc.Cancel(ctx, f.acct, processing.ID)
@@ -358,5 +403,108 @@ func TestCancel(t *testing.T) {
 	}
 	if _, err := f.svc.Cancel(ctx, "acct_none", processing.ID); apperr.CodeOf(err) != apperr.NotFound {
 		t.Errorf("another account's Cancel = %v; want NotFound", err)
+	}
+}
+
+// A task its account's window has no place for waits parked: the create
+// stands (charged, pending) with no job queued and no queue check; the
+// end of an admitted task (here its cancel) admits it, and the service
+// queues its job. If that cannot be queued, the cancel stands all the
+// same and the admitted task's queue check is due: the recovery queues it.
+func TestCreateParkedThenAdmitted(t *testing.T) {
+	for _, queueDown := range []bool{false, true} {
+		t.Run(map[bool]string{false: "queued", true: "queue down"}[queueDown], func(t *testing.T) {
+			f := newFixtureWith(t, 100, store.Options{Share: 1})
+			ctx := context.Background()
+			in := task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}
+			first, err := f.svc.Create(ctx, f.acct, in, task.Idempotency{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			parked, err := f.svc.Create(ctx, f.acct, in, task.Idempotency{})
+			if err != nil || parked.ID == "" || parked.Price != 4 || parked.Replayed {
+				t.Fatalf("Create past the account's share = %+v, %v; want it to stand, charged 4", parked, err)
+			}
+			if rec, err := f.st.Get(ctx, f.acct, parked.ID); err != nil || rec.Status != task.Pending {
+				t.Fatalf("the parked task's record %+v, %v; want pending", rec, err)
+			}
+			if b := f.balance(t); b != 100-8 {
+				t.Errorf("balance %d; want 92 (both charged)", b)
+			}
+			if len(f.q.jobs) != 1 || f.q.jobs[0].TaskID != first.ID {
+				t.Errorf("jobs queued %+v; want the first task's only", f.q.jobs)
+			}
+			if n, _ := f.st.Parked(ctx, f.acct); n != 1 {
+				t.Errorf("%d tasks parked; want 1", n)
+			}
+			if c := f.checks(t, time.Now().Add(store.FirstQueueCheck)); len(c) != 1 || c[0].TaskID != first.ID {
+				t.Errorf("queue checks %+v; want the first task's only (a parked task has no job to check)", c)
+			}
+
+			if queueDown {
+				f.q.err = errors.New("connection refused")
+			}
+			c, err := f.svc.Cancel(ctx, f.acct, first.ID)
+			if err != nil || c.Was != task.Pending {
+				t.Fatalf("Cancel = %+v, %v", c, err)
+			}
+			if n, _ := f.st.Running(ctx, f.acct); n != 1 {
+				t.Errorf("%d places held after the cancel; want 1 (the task it admitted)", n)
+			}
+			if n, _ := f.st.Parked(ctx, f.acct); n != 0 {
+				t.Errorf("%d tasks parked after the cancel; want 0", n)
+			}
+			if queueDown {
+				if got := f.q.admittedIDs(); len(got) != 0 {
+					t.Errorf("admitted %v queued with the queue down", got)
+				}
+				if c := f.checks(t, time.Now().Add(store.FirstQueueCheck+time.Second)); len(c) != 1 || c[0].TaskID != parked.ID {
+					t.Errorf("queue checks %+v; want the admitted task's", c)
+				}
+				return
+			}
+			if got := f.q.admittedIDs(); len(got) != 1 || got[0] != parked.ID {
+				t.Fatalf("admitted %v; want [%s]", got, parked.ID)
+			}
+			j, err := jobs.DecodeGenerateImage(f.q.admitted[0].Job)
+			if err != nil || j.TaskID != parked.ID || j.AccountID != f.acct || j.Input.Prompt != "p" || j.Deadline.IsZero() {
+				t.Errorf("the admitted task's job %+v, %v", j, err)
+			}
+		})
+	}
+}
+
+// The undo of a create whose job could not be queued frees its place: the
+// task parked behind it meanwhile is admitted, and its job queued.
+func TestAbortAdmitsTheNextTask(t *testing.T) {
+	f := newFixtureWith(t, 100, store.Options{Share: 1})
+	ctx := context.Background()
+	in := task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}
+	f.q.block = make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := f.svc.Create(ctx, f.acct, in, task.Idempotency{})
+		errc <- err
+	}()
+	<-f.q.entered // the first is admitted; its enqueue hangs
+	parked, err := f.svc.Create(ctx, f.acct, in, task.Idempotency{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(f.q.block) // the first's enqueue fails: it is undone
+	if err := <-errc; apperr.CodeOf(err) != apperr.Unavailable {
+		t.Fatalf("the first create: %v; want Unavailable", err)
+	}
+	if got := f.q.admittedIDs(); len(got) != 1 || got[0] != parked.ID {
+		t.Errorf("admitted %v; want [%s]", got, parked.ID)
+	}
+	if b := f.balance(t); b != 100-4 {
+		t.Errorf("balance %d; want 96 (the first refunded)", b)
+	}
+	if n, _ := f.st.Running(ctx, f.acct); n != 1 {
+		t.Errorf("%d places held; want 1 (the task admitted)", n)
+	}
+	if n, _ := f.st.Inflight(ctx, f.acct); n != 1 {
+		t.Errorf("%d tasks in flight; want 1", n)
 	}
 }

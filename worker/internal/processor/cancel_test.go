@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/easelhq/easel/pkg/apperr"
-	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/worker/imagegen"
 )
@@ -149,7 +148,7 @@ func TestHooksHearWantedEvents(t *testing.T) {
 				t.Fatalf("the job carries the callback %+v; the record keeps it", j.Input.Callback)
 			}
 			for range tc.crashes {
-				if c, err := f.store.Start(context.Background(), f.acct, j.TaskID, j.TaskID, store.Place{}); err != nil || c.Outcome != task.Applied {
+				if c, err := f.store.Start(context.Background(), f.acct, j.TaskID, j.TaskID); err != nil || c.Outcome != task.Applied {
 					t.Fatal(c, err)
 				}
 			}

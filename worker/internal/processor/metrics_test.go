@@ -11,7 +11,6 @@ import (
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/prom/promtest"
-	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/worker/imagegen"
 	"github.com/easelhq/easel/worker/internal/metrics"
@@ -96,7 +95,7 @@ func TestMetrics(t *testing.T) {
 		{name: "crashed its workers twice: failed and refunded", gen: ok, attempt: Attempt{Retry: 2, MaxRetry: 3},
 			before: func(t *testing.T, f *fixture, j jobs.GenerateImage) {
 				for range 2 { // two runs that die after starting
-					if c, err := f.store.Start(context.Background(), f.acct, j.TaskID, j.TaskID, store.Place{}); err != nil || c.Outcome != task.Applied {
+					if c, err := f.store.Start(context.Background(), f.acct, j.TaskID, j.TaskID); err != nil || c.Outcome != task.Applied {
 						t.Fatal(c, err)
 					}
 				}
