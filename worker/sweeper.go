@@ -204,6 +204,7 @@ type shardLeaser interface {
 	TakeShards(ctx context.Context, holder string, shards []int, ttl time.Duration) ([]int, error)
 	ReleaseShards(ctx context.Context, holder string, shards []int) error
 	Workers(ctx context.Context, holder string, ttl time.Duration) (int, error)
+	Leave(ctx context.Context, holder string) error
 }
 
 // recoveryQueue is what the due work needs of the queues.
@@ -270,11 +271,15 @@ func (r *recovery) run(ctx context.Context) {
 	}
 }
 
-// giveBack gives the shards this worker holds back, for the others to
-// take at their next lease round.
+// giveBack gives the shards this worker holds back, and leaves the
+// workers that share them, for the others to take its share at their next
+// lease round.
 func (r *recovery) giveBack(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
+	if err := r.leases.Leave(rctx, r.me); err != nil {
+		r.log.Warn("recovery: leaving the workers", zap.Error(err))
+	}
 	if err := r.leases.ReleaseShards(rctx, r.me, r.shards()); err != nil {
 		r.log.Warn("recovery: giving shard leases back", zap.Error(err))
 		return

@@ -93,6 +93,15 @@ func (l *Leases) ReleaseShards(ctx context.Context, holder string, shards []int)
 	return nil
 }
 
+// Leave takes holder off the workers that share the shards (Workers), so
+// the others take its share at their next round.
+func (l *Leases) Leave(ctx context.Context, holder string) error {
+	if err := l.db.rdb.ZRem(ctx, recoveryWorkersKey(), holder).Err(); err != nil {
+		return fmt.Errorf("store: recovery workers: %w", err)
+	}
+	return nil
+}
+
 // Workers records that holder is alive now and returns how many holders
 // did so within ttl, itself included: the workers that share the shards.
 func (l *Leases) Workers(ctx context.Context, holder string, ttl time.Duration) (int, error) {

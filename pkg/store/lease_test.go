@@ -109,3 +109,18 @@ func TestRecoveryWorkers(t *testing.T) {
 		t.Errorf("after the others went silent: %d; want 1", n)
 	}
 }
+
+// A worker that leaves is no longer counted among those sharing the
+// shards: the others take its share at once.
+func TestRecoveryWorkerLeaves(t *testing.T) {
+	s, _ := blankStore(t, Options{})
+	for _, w := range []string{"w1", "w2"} {
+		if _, err := s.leases.Workers(ctx, w, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(t, s.leases.Leave(ctx, "w2"))
+	if n, err := s.leases.Workers(ctx, "w1", time.Minute); err != nil || n != 1 {
+		t.Errorf("after w2 left: %d workers, %v; want 1", n, err)
+	}
+}

@@ -404,3 +404,33 @@ func TestParkedTask(t *testing.T) {
 	}
 	checkWindow(t, s, "a")
 }
+
+// A task admitted less than FirstQueueCheck before its deadline is due at
+// its deadline, not at the check: it expires on time.
+func TestAdmittedNearItsDeadline(t *testing.T) {
+	now := time.Now().Truncate(time.Millisecond)
+	s := windowStore(t, 1, &now)
+	c := std
+	c.CountUntil = now.Add(FirstQueueCheck / 2)
+	if got := createAll(t, s, "a", c, "first", "near"); fmt.Sprint(got) != "[true false]" {
+		t.Fatalf("admitted %v", got)
+	}
+	now = now.Add(time.Second)
+	mustOutcome(t, task.Applied)(start(s, "a", "first", "first"))
+	done, err := s.tasks.Complete(ctx, "a", "first", "first", nil)
+	must(t, err)
+	if len(done.Admitted) != 1 || done.Admitted[0].TaskID != "near" {
+		t.Fatalf("the end admitted %+v; want near", done.Admitted)
+	}
+	score, err := s.rdb.ZScore(ctx, dueOf("a"), taskDue("a", "near")).Result()
+	must(t, err)
+	if due := time.UnixMilli(int64(score)); !due.Equal(c.CountUntil) {
+		t.Errorf("the task admitted near its deadline is due at %v; want its deadline %v (its check at %v)", due, c.CountUntil, now.Add(FirstQueueCheck))
+	}
+	now = c.CountUntil
+	w, err := s.tasks.Due(ctx, ShardOf("a"), now, 100)
+	must(t, err)
+	if want := []DueEntry{{Kind: DueExpire, AccountID: "a", TaskID: "near"}}; !sameEntries(w.Entries, want) {
+		t.Errorf("due at its deadline: %+v; want %+v", w.Entries, want)
+	}
+}

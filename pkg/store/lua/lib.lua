@@ -155,7 +155,7 @@ end
 -- promote admits the account's oldest parked tasks while its window has
 -- room, and returns them with their jobs and queues: {id, job, queue, id,
 -- job, queue, ...}, for the caller to queue. Each is due for its first
--- queue check at check_at.
+-- queue check at check_at, or at its deadline if that is sooner.
 local function promote(K, share, check_at, account_id, task_id)
   if redis.call('ZCARD', K.parked) == 0 then return {} end
   local limit = window(K, share)
@@ -166,11 +166,16 @@ local function promote(K, share, check_at, account_id, task_id)
     if #head == 0 then break end
     local id = head[1]
     local rec = prefix .. 't:' .. id
-    local st = redis.call('HGET', rec, 'status')
+    local v = redis.call('HMGET', rec, 'status', 'dl')
+    local st = v[1]
     if st == 'pending' then
       redis.call('HSET', rec, 'adm', 1)
       redis.call('HINCRBY', K.account, 'adm', 1)
-      redis.call('ZADD', K.due, check_at, task_due(account_id, id))
+      -- Its first queue check, or its deadline if that comes first.
+      local at = tonumber(check_at)
+      local dl = tonumber(v[2] or '0') or 0
+      if dl > 0 and dl < at then at = dl end
+      redis.call('ZADD', K.due, at, task_due(account_id, id))
       out[#out + 1] = id
       out[#out + 1] = redis.call('GET', prefix .. 'j:' .. id) or ''
       out[#out + 1] = redis.call('HGET', rec, 'q') or ''
