@@ -202,6 +202,9 @@ func commandLine(o options) string {
 	if parts, _ := parseParts(o.only); parts["waiters"] {
 		s += fmt.Sprintf(" --waiters %d --waiters-rate %g --waiters-changes %d --waiters-spacing %s", o.waiters, o.waitersRate, o.waitersChanges, o.waitersSpacing)
 	}
+	if parts, _ := parseParts(o.only); parts["scale"] {
+		s += " " + o.scaleFlags()
+	}
 	if o.workerConcurrencySet {
 		s += fmt.Sprintf(" --worker-concurrency %d", o.workerConcurrency)
 	}
@@ -286,6 +289,12 @@ func benchmark(ctx context.Context, o options) (*results, error) {
 	if parts["waiters"] {
 		e.logf("waiting requests: %d held, %d changes a phase, %s apart, %d round(s)", o.waiters, o.waitersChanges, o.waitersSpacing, o.rounds)
 		if err := e.waiters(ctx, res); err != nil {
+			return nil, err
+		}
+	}
+	if parts["scale"] {
+		e.logf("background work at scale (issue 21): %s", o.scaleFlags())
+		if err := e.scale(ctx, res); err != nil {
 			return nil, err
 		}
 	}

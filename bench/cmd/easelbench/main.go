@@ -37,6 +37,18 @@
 // beside it, with only the sampled ones:
 //
 //	easelbench --only waiters [--waiters 10000] [--waiters-rate 1000] [--waiters-changes 500] [--waiters-spacing 15ms] [--waiters-profile DIR] [--gateway-env KEY=VALUE ...]
+//
+// --only scale (not in the default set) is issue 21's: what background work
+// costs at scale, measured on the services over HTTP and Redis's INFO only
+// (so it runs against an older commit's binaries too): Redis commands/s and
+// CPU with the services idle at many accounts, with one account's big
+// backlog, the shares of accounts of weights 2/1/1, the time until a job
+// deleted from its queue among many pending is queued again, and Redis
+// memory per task pending and completed (scale.go):
+//
+//	easelbench --only scale [--scale-parts idle,backlog,fairness,requeue,bytes] [--scale-accounts 1,10000,100000] [--scale-backlog 3000,100000]
+//	    [--scale-warmup 15s] [--scale-measure 30s] [--scale-fair-window 60s] [--scale-requeue 1m] [--scale-requeue-accounts 1000]
+//	    [--scale-requeue-samples 3] [--scale-bytes 20000] [--scale-bytes-share 0] [--scale-concurrency 64]
 package main
 
 import (
@@ -101,7 +113,7 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.pickupFor, "pickup-duration", 10*time.Second, "how long to measure pick-up latency")
 	fs.StringVar(&o.binDir, "bin", "bin", "directory of the gateway and worker binaries")
 	fs.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
-	fs.StringVar(&o.only, "only", defaultOnly, "which parts to run: http (create and query), drain, pickup; and, not in the default set, issue 13's inflight, quota, drip, memory, and waiters (query's wait=N)")
+	fs.StringVar(&o.only, "only", defaultOnly, "which parts to run: http (create and query), drain, pickup; and, not in the default set, issue 13's inflight, quota, drip, memory, waiters (query's wait=N), and issue 21's scale")
 	fs.IntVar(&o.inflight, "inflight", 2000, "inflight: tasks kept outstanding (queued or processing) for the worker")
 	fs.IntVar(&o.accounts, "inflight-accounts", 0, fmt.Sprintf("inflight: accounts the tasks are spread over (0: enough for at most %d each, under the workers' default fair share of 64 running)", perAccountOutstanding))
 	fs.DurationVar(&o.simDelay, "sim-delay", 30*time.Second, "inflight: the worker's EASEL_SIM_DELAY, the simulated generation time")
@@ -121,6 +133,22 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.waitersSpacing, "waiters-spacing", 15*time.Millisecond, "waiters: time between two changes")
 	fs.Var(&o.gatewayEnv, "gateway-env", "KEY=VALUE added to every bin/gateway's environment, after the benchmark's own (repeatable; e.g. GOMEMLIMIT=200MiB)")
 	fs.StringVar(&o.waitersProfile, "waiters-profile", "", "waiters: save the gateway's heap and goroutine profiles, all requests held, in this directory")
+	fs.StringVar(&o.scaleParts, "scale-parts", defaultScaleParts, "scale: which sub-parts to run, some of "+strings.Join(allScaleParts, ", "))
+	o.scaleAccounts = intList{1, 10000, 100000}
+	fs.Var(&o.scaleAccounts, "scale-accounts", "scale idle: the numbers of accounts the idle services are measured at, ascending (accounts are added level by level)")
+	o.scaleBacklog = intList{3000, 100000}
+	fs.Var(&o.scaleBacklog, "scale-backlog", "scale backlog: the backlog sizes of the one account, each measured on its own")
+	fs.DurationVar(&o.scaleWarmup, "scale-warmup", 15*time.Second, "scale: unmeasured time before each measured window (idle, backlog, requeue) and before fairness's window")
+	fs.DurationVar(&o.scaleMeasure, "scale-measure", 30*time.Second, "scale: each measured window of Redis commands and CPU")
+	fs.DurationVar(&o.scaleFairWindow, "scale-fair-window", 60*time.Second, "scale fairness: the window completions are counted in")
+	o.scaleRequeue = 1_000_000
+	fs.Var(&o.scaleRequeue, "scale-requeue", "scale requeue: tasks pending (every one admitted, its job queued) while a deleted job is waited for (e.g. 100k, 1m)")
+	fs.IntVar(&o.scaleRequeueAccounts, "scale-requeue-accounts", 1000, "scale requeue: accounts the pending tasks are spread over")
+	fs.IntVar(&o.scaleRequeueSamples, "scale-requeue-samples", 3, "scale requeue: jobs deleted at once, spread over the queue")
+	o.scaleBytes = 20000
+	fs.Var(&o.scaleBytes, "scale-bytes", "scale bytes: tasks measured pending, then completed")
+	fs.IntVar(&o.scaleBytesShare, "scale-bytes-share", 0, "scale bytes: EASEL_ACCOUNT_MAX_RUNNING (0: every task admitted, its job queued; else the rest are parked)")
+	fs.IntVar(&o.scaleConcurrency, "scale-concurrency", 64, "scale: admin and create requests sent at once")
 	fs.StringVar(&o.redis, "redis", redisSingle, "the private Redis to run on: "+redisSingle+" (one redis-server) or "+redisCluster+" (a 3-master Redis Cluster)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -192,7 +220,14 @@ type options struct {
 	waitersSpacing          time.Duration
 	waitersRate             float64
 	waitersProfile          string
-	log                     io.Writer
+	// The scale part's settings (--scale-*).
+	scaleParts                                 string
+	scaleAccounts, scaleBacklog                intList
+	scaleWarmup, scaleMeasure, scaleFairWindow time.Duration
+	scaleRequeue, scaleBytes                   countFlag
+	scaleRequeueAccounts, scaleRequeueSamples  int
+	scaleBytesShare, scaleConcurrency          int
+	log                                        io.Writer
 }
 
 // defaultOnly is --only's default: every part but issue 13's (inflight,
@@ -200,7 +235,7 @@ type options struct {
 const defaultOnly = "http,drain,pickup"
 
 // allParts are the parts --only may name, in the order they run.
-var allParts = []string{"http", "drain", "pickup", "inflight", "quota", "drip", "memory", "waiters"}
+var allParts = []string{"http", "drain", "pickup", "inflight", "quota", "drip", "memory", "waiters", "scale"}
 
 // parseParts reads --only.
 func parseParts(only string) (map[string]bool, error) {
@@ -334,6 +369,11 @@ func (o options) check() error {
 			return fmt.Errorf("--waiters %d at --waiters-rate %g, then --waiters-changes %d × --waiters-spacing %s: want at most %s in all, inside the requests' 60 s wait", o.waiters, o.waitersRate, o.waitersChanges, o.waitersSpacing, maxWaitersRun)
 		case time.Duration(o.waitersChanges)*o.waitersSpacing > maxWaitersChanging:
 			return fmt.Errorf("--waiters-changes %d × --waiters-spacing %s: want at most %s, well inside the requests' 60 s wait", o.waitersChanges, o.waitersSpacing, maxWaitersChanging)
+		}
+	}
+	if parts["scale"] {
+		if err := o.checkScale(); err != nil {
+			return err
 		}
 	}
 	if parts["inflight"] {

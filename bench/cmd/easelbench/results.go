@@ -72,6 +72,8 @@ type results struct {
 	// Waiters is query's wait=N under many waiting requests (--only
 	// waiters).
 	Waiters *waitersResult `json:"waiters,omitempty"`
+	// Scale is issue 21's background work at scale (--only scale).
+	Scale *scaleResult `json:"scale,omitempty"`
 }
 
 // notRun is what the table says of a figure whose part did not run.
@@ -152,6 +154,7 @@ func (r *results) print(w io.Writer) {
 	r.Drip.rows(tw)
 	r.Memory.rows(tw)
 	r.Waiters.rows(tw)
+	r.Scale.rows(tw)
 	_ = tw.Flush()
 
 	var rounds []string
@@ -180,6 +183,7 @@ func (r *results) print(w io.Writer) {
 	r.Drip.details(w)
 	r.Memory.details(w)
 	r.Waiters.details(w)
+	r.Scale.details(w)
 }
 
 // cpuPairs formats the medians of per-process CPU figures, and their sums.

@@ -341,7 +341,11 @@ func (e *env) waitersRound(ctx context.Context, round int) (waitersRound, error)
 		"EASEL_MAX_CONNS_PER_CLIENT=0", // every request comes from one address
 		"EASEL_PPROF_ADDR="+pprofAddr,
 		"EASEL_TASK_DEADLINE=30m",
-		"EASEL_RATE_LIMIT=1000000", "EASEL_QUERY_RATE_LIMIT=1000000", "EASEL_MAX_INFLIGHT=1000000")
+		"EASEL_RATE_LIMIT=1000000", "EASEL_QUERY_RATE_LIMIT=1000000", "EASEL_MAX_INFLIGHT=1000000",
+		// Every task admitted (pending, its job queued), none parked: the
+		// part starts them through the store as a worker would, and a
+		// parked task cannot start (Busy).
+		"EASEL_ACCOUNT_MAX_RUNNING=0")
 	if err != nil {
 		return wr, err
 	}
