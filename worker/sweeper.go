@@ -76,7 +76,7 @@ type sweepStore interface {
 
 // sweepQueue is what the orphans' recovery needs of the queues.
 type sweepQueue interface {
-	EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImage, run string) error
+	EnqueueGenerateImage(ctx context.Context, r jobs.Ref, run string) error
 	EnqueueAdmitted(ctx context.Context, admitted []task.Admitted) error
 	Orphans(ctx context.Context, queues []string) ([]jobs.Orphan, error)
 }
@@ -108,7 +108,7 @@ func (s *sweeper) takeOverOrphans(ctx context.Context) (takenOver, poisoned int)
 		return 0, 0
 	}
 	for _, o := range orphans {
-		j := o.Job
+		j := o.Ref
 		log := s.log.With(zap.String("task_id", j.TaskID), zap.String("account_id", j.AccountID), zap.String("run", o.Run))
 		c, run, err := s.st.Takeover(ctx, j.AccountID, j.TaskID, o.Run, func(n int) string { return jobs.RunID(j.TaskID, n) })
 		if err != nil {
@@ -129,7 +129,7 @@ func (s *sweeper) takeOverOrphans(ctx context.Context) (takenOver, poisoned int)
 		case task.Poisoned:
 			poisoned++
 			log.Warn("task failed: it stopped its worker twice, and was refunded instead of run again")
-			failed(ctx, s.metrics, s.hooks, s.q, log, j.AccountID, j.TaskID, j.Input.Model.ID, c, task.WorkerCrashed)
+			failed(ctx, s.metrics, s.hooks, s.q, log, j.AccountID, j.TaskID, "", c, task.WorkerCrashed)
 		}
 	}
 	return takenOver, poisoned
@@ -196,7 +196,6 @@ func everyUnderLease(ctx context.Context, l leaser, name string, every time.Dura
 type recoveryStore interface {
 	Due(ctx context.Context, shard int, now time.Time, limit int) (store.DueWork, error)
 	ExpireAll(ctx context.Context, refs []store.TaskRef) ([]store.Change, []error)
-	Job(ctx context.Context, accountID, taskID string) ([]byte, error)
 }
 
 // shardLeaser shares the shards among the workers (store.Leases).
@@ -211,7 +210,7 @@ type shardLeaser interface {
 type recoveryQueue interface {
 	sweepQueue
 	Missing(ctx context.Context, runs []jobs.Run) ([]bool, error)
-	EnsureGenerateImage(ctx context.Context, j jobs.GenerateImage, run string) (added bool, _ error)
+	EnsureGenerateImage(ctx context.Context, r jobs.Ref, run string) (added bool, _ error)
 }
 
 // recovery does the due work of the shards this worker holds.
@@ -432,20 +431,11 @@ func (r *recovery) check(ctx context.Context, checks []store.DueEntry) int {
 			continue
 		}
 		log := r.log.With(zap.String("task_id", c.TaskID), zap.String("account_id", c.AccountID))
-		payload, err := r.st.Job(ctx, c.AccountID, c.TaskID)
-		if err != nil {
-			log.Warn("recovery: queue check", zap.Error(err))
-			continue
-		}
-		if payload == nil {
-			continue // started or ended meanwhile
-		}
-		j, err := jobs.DecodeGenerateImage(payload)
-		if err != nil {
-			log.Error("recovery: a stored job does not decode; its deadline will fail the task", zap.Error(err))
-			continue
-		}
-		added, err := r.q.EnsureGenerateImage(ctx, j, runs[i].ID)
+		// A task that started or ended since the check was read has no job
+		// to lose; queueing its run again at worst costs a pickup that finds
+		// the task started or final and drops the job.
+		ref := jobs.Ref{AccountID: c.AccountID, TaskID: c.TaskID, Queue: c.Queue, Deadline: c.Deadline}
+		added, err := r.q.EnsureGenerateImage(ctx, ref, runs[i].ID)
 		if err != nil {
 			log.Warn("recovery: could not queue a task's job; will try again", zap.Error(err))
 			continue

@@ -133,16 +133,17 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	})
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(jobs.TypeGenerateImage, func(ctx context.Context, t *asynq.Task) error {
-		job, err := jobs.ParseGenerateImage(t)
+		run, _ := asynq.GetTaskID(ctx)
+		queue, _ := asynq.GetQueueName(ctx)
+		deadline, _ := ctx.Deadline()
+		ref, err := jobs.ParseGenerateImage(t, run, queue, deadline)
 		if err != nil {
-			id, _ := asynq.GetTaskID(ctx)
-			log.Error("undecodable job; archiving it", zap.String("task_id", id), zap.Error(err))
+			log.Error("undecodable job; archiving it", zap.String("task_id", run), zap.Error(err))
 			return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 		}
-		run, _ := asynq.GetTaskID(ctx)
 		retry, _ := asynq.GetRetryCount(ctx)
 		maxRetry, _ := asynq.GetMaxRetry(ctx)
-		return proc.Process(ctx, job, processor.Attempt{Retry: retry, MaxRetry: maxRetry, Run: run})
+		return proc.Process(ctx, ref, processor.Attempt{Retry: retry, MaxRetry: maxRetry, Run: run})
 	})
 
 	hl := opts.HealthListener

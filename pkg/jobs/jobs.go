@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,8 +44,10 @@ func Queues() []string {
 	return out
 }
 
-// GenerateImage is the job of one image task: everything a worker needs to
-// run it without reading the task record first.
+// GenerateImage is the job of one image task, as a run carries it out: the
+// task, what its client asked (Input), and its times. The Asynq job carries
+// only which task it is (Ref); the input is kept with the task record
+// (EncodeInput) and read back when the run starts the task.
 type GenerateImage struct {
 	TaskID    string
 	AccountID string
@@ -57,6 +60,19 @@ type GenerateImage struct {
 	Deadline time.Time
 }
 
+// Ref is what a run's Asynq job carries: which task of which account, on
+// which queue, until when.
+type Ref struct {
+	AccountID, TaskID string
+	Queue             string
+	Deadline          time.Time
+}
+
+// RefOf is the Ref of a job.
+func RefOf(j GenerateImage) Ref {
+	return Ref{AccountID: j.AccountID, TaskID: j.TaskID, Queue: Queue(j.Input.Model.Tier), Deadline: j.Deadline}
+}
+
 // RunID is the Asynq TaskID of run n of a task: the task id for the first
 // run, "<task id>.r<n>" for a run queued after run n-1's worker died. Each
 // run's id is unique, so queueing a run twice is a conflict, never a second
@@ -67,6 +83,12 @@ func RunID(taskID string, n int) string {
 		return taskID
 	}
 	return taskID + ".r" + strconv.Itoa(n)
+}
+
+// TaskOfRun is the task a run (RunID) is of.
+func TaskOfRun(run string) string {
+	id, _, _ := strings.Cut(run, ".r")
+	return id
 }
 
 func tierToProto(t catalog.Tier) jobv1.Tier {
@@ -89,107 +111,116 @@ func tierFromProto(t jobv1.Tier) (catalog.Tier, bool) {
 	return "", false
 }
 
-// check enforces the contract both ways: what a producer may send and a
-// consumer may trust.
-func (j GenerateImage) check() error {
-	in := j.Input
+// checkInput enforces the contract of an input both ways: what a producer
+// may keep and a consumer may trust.
+func checkInput(in task.Input) error {
 	switch {
-	case j.TaskID == "" || j.AccountID == "":
-		return fmt.Errorf("jobs: a job needs a task id and an account id")
-	case j.Deadline.IsZero():
-		return fmt.Errorf("jobs: task %s: no deadline", j.TaskID)
 	case in.Model.ID == "" || tierToProto(in.Model.Tier) == jobv1.Tier_TIER_UNSPECIFIED:
-		return fmt.Errorf("jobs: task %s: unknown model %q of tier %q", j.TaskID, in.Model.ID, in.Model.Tier)
+		return fmt.Errorf("jobs: unknown model %q of tier %q", in.Model.ID, in.Model.Tier)
 	case !catalog.ValidImageSize(in.ImageSize):
-		return fmt.Errorf("jobs: task %s: image size %q", j.TaskID, in.ImageSize)
+		return fmt.Errorf("jobs: image size %q", in.ImageSize)
 	case in.AspectRatio == "" && len(in.ImageURLs) == 0:
-		return fmt.Errorf("jobs: task %s: text-to-image without an aspect ratio", j.TaskID)
+		return fmt.Errorf("jobs: text-to-image without an aspect ratio")
 	case in.AspectRatio != "" && !catalog.ValidAspectRatio(in.AspectRatio):
-		return fmt.Errorf("jobs: task %s: aspect ratio %q", j.TaskID, in.AspectRatio)
+		return fmt.Errorf("jobs: aspect ratio %q", in.AspectRatio)
 	}
 	return nil
 }
 
-// EncodeGenerateImage returns a job's payload: what NewGenerateImageTask
-// queues, and what the task store keeps with a pending task so that a job a
-// gateway could not queue can be queued later (DecodeGenerateImage). The
-// input's callback is not in it: the task record keeps it.
-func EncodeGenerateImage(j GenerateImage) ([]byte, error) {
-	if err := j.check(); err != nil {
+// EncodeInput returns what the task store keeps of a task's input
+// (DecodeInput reads it back when a run starts the task). Its callback is
+// not in it: the task record keeps that apart.
+func EncodeInput(in task.Input) ([]byte, error) {
+	if err := checkInput(in); err != nil {
 		return nil, err
 	}
-	in := j.Input
-	b, err := proto.Marshal(&jobv1.GenerateImage{
-		TaskId:       j.TaskID,
-		AccountId:    j.AccountID,
-		Model:        in.Model.ID,
-		Tier:         tierToProto(in.Model.Tier),
-		Prompt:       in.Prompt,
-		AspectRatio:  in.AspectRatio,
-		ImageSize:    in.ImageSize,
-		ImageUrls:    in.ImageURLs,
-		CreateTimeMs: j.CreateTime.UnixMilli(),
-		DeadlineMs:   j.Deadline.UnixMilli(),
+	b, err := proto.Marshal(&jobv1.ImageInput{
+		Model:       in.Model.ID,
+		Tier:        tierToProto(in.Model.Tier),
+		Prompt:      in.Prompt,
+		AspectRatio: in.AspectRatio,
+		ImageSize:   in.ImageSize,
+		ImageUrls:   in.ImageURLs,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("jobs: encode %s: %w", j.TaskID, err)
+		return nil, fmt.Errorf("jobs: encode an input: %w", err)
 	}
 	return b, nil
 }
 
-// NewGenerateImageTask builds the Asynq task of a run of a job (run is
-// RunID(task id, n)): its TaskID is the run, it goes on its tier's queue and
-// must end by the job's deadline.
-func NewGenerateImageTask(j GenerateImage, run string) (*asynq.Task, error) {
-	if run != j.TaskID && !strings.HasPrefix(run, j.TaskID+".r") {
-		return nil, fmt.Errorf("jobs: %q is not a run of task %s", run, j.TaskID)
+// DecodeInput reads a task's input (EncodeInput).
+func DecodeInput(b []byte) (task.Input, error) {
+	var p jobv1.ImageInput
+	if err := proto.Unmarshal(b, &p); err != nil {
+		return task.Input{}, fmt.Errorf("jobs: decode an input: %w", err)
 	}
-	b, err := EncodeGenerateImage(j)
-	if err != nil {
+	tier, _ := tierFromProto(p.GetTier())
+	in := task.Input{
+		Model:       catalog.Model{ID: p.GetModel(), Tier: tier},
+		Prompt:      p.GetPrompt(),
+		AspectRatio: p.GetAspectRatio(),
+		ImageSize:   p.GetImageSize(),
+		ImageURLs:   p.GetImageUrls(),
+	}
+	if err := checkInput(in); err != nil {
+		return task.Input{}, err
+	}
+	return in, nil
+}
+
+func (r Ref) check(run string) error {
+	switch {
+	case r.TaskID == "" || r.AccountID == "":
+		return fmt.Errorf("jobs: a job needs a task id and an account id")
+	case r.Deadline.IsZero():
+		return fmt.Errorf("jobs: task %s: no deadline", r.TaskID)
+	case !slices.Contains(Queues(), r.Queue):
+		return fmt.Errorf("jobs: task %s: queue %q", r.TaskID, r.Queue)
+	case TaskOfRun(run) != r.TaskID || (run != r.TaskID && !strings.HasPrefix(run, r.TaskID+".r")):
+		return fmt.Errorf("jobs: %q is not a run of task %s", run, r.TaskID)
+	}
+	return nil
+}
+
+// NewGenerateImageTask builds the Asynq task of a run of a task (run is
+// RunID(task id, n)): its TaskID is the run, it goes on the task's queue
+// and must end by its deadline.
+func NewGenerateImageTask(r Ref, run string) (*asynq.Task, error) {
+	if err := r.check(run); err != nil {
 		return nil, err
+	}
+	b, err := proto.Marshal(&jobv1.ImageRun{AccountId: r.AccountID})
+	if err != nil {
+		return nil, fmt.Errorf("jobs: encode %s: %w", run, err)
 	}
 	return asynq.NewTask(TypeGenerateImage, b,
 		asynq.TaskID(run),
-		asynq.Queue(Queue(j.Input.Model.Tier)),
+		asynq.Queue(r.Queue),
 		asynq.MaxRetry(MaxRetry),
-		asynq.Deadline(j.Deadline),
+		asynq.Deadline(r.Deadline),
 	), nil
 }
 
-// ParseGenerateImage decodes the job of a TypeGenerateImage task.
-func ParseGenerateImage(t *asynq.Task) (GenerateImage, error) {
+// ParseGenerateImage reads the job of a TypeGenerateImage task run: the
+// run's TaskID, its queue and its deadline are Asynq's (the worker's
+// handler passes them).
+func ParseGenerateImage(t *asynq.Task, run, queue string, deadline time.Time) (Ref, error) {
 	if t.Type() != TypeGenerateImage {
-		return GenerateImage{}, fmt.Errorf("jobs: task type %q is not %q", t.Type(), TypeGenerateImage)
+		return Ref{}, fmt.Errorf("jobs: task type %q is not %q", t.Type(), TypeGenerateImage)
 	}
-	return DecodeGenerateImage(t.Payload())
+	return decodeRun(t.Payload(), run, queue, deadline)
 }
 
-// DecodeGenerateImage decodes a job's payload (EncodeGenerateImage).
-func DecodeGenerateImage(payload []byte) (GenerateImage, error) {
-	p := &jobv1.GenerateImage{}
-	if err := proto.Unmarshal(payload, p); err != nil {
-		return GenerateImage{}, fmt.Errorf("jobs: decode payload: %w", err)
+func decodeRun(payload []byte, run, queue string, deadline time.Time) (Ref, error) {
+	var p jobv1.ImageRun
+	if err := proto.Unmarshal(payload, &p); err != nil {
+		return Ref{}, fmt.Errorf("jobs: decode payload: %w", err)
 	}
-	tier, _ := tierFromProto(p.GetTier())
-	j := GenerateImage{
-		TaskID:    p.GetTaskId(),
-		AccountID: p.GetAccountId(),
-		Input: task.Input{
-			Model:       catalog.Model{ID: p.GetModel(), Tier: tier},
-			Prompt:      p.GetPrompt(),
-			AspectRatio: p.GetAspectRatio(),
-			ImageSize:   p.GetImageSize(),
-			ImageURLs:   p.GetImageUrls(),
-		},
-		CreateTime: time.UnixMilli(p.GetCreateTimeMs()),
+	r := Ref{AccountID: p.GetAccountId(), TaskID: TaskOfRun(run), Queue: queue, Deadline: deadline}
+	if err := r.check(run); err != nil {
+		return Ref{}, err
 	}
-	if ms := p.GetDeadlineMs(); ms > 0 {
-		j.Deadline = time.UnixMilli(ms)
-	}
-	if err := j.check(); err != nil {
-		return GenerateImage{}, err
-	}
-	return j, nil
+	return r, nil
 }
 
 // CancelRun asks the worker running a run (RunID) to stop it: Asynq cancels
@@ -217,18 +248,14 @@ func NewEnqueuer(rdb redis.UniversalClient) *Enqueuer {
 }
 
 // EnqueueAdmitted queues the first run of each task a change admitted
-// (task.Admitted: its place freed, it left its account's parked tasks). A
-// job that does not decode is skipped (its deadline fails the task); the
-// first error is returned after trying every one: the tasks' queue checks
-// queue what could not be queued now.
+// (task.Admitted: its place freed, it left its account's parked tasks).
+// The first error is returned after trying every one: the tasks' queue
+// checks queue what could not be queued now.
 func (e *Enqueuer) EnqueueAdmitted(ctx context.Context, admitted []task.Admitted) error {
 	var first error
 	for _, a := range admitted {
-		j, err := DecodeGenerateImage(a.Job)
-		if err != nil {
-			continue
-		}
-		if err := e.EnqueueGenerateImage(ctx, j, RunID(a.TaskID, 0)); err != nil && first == nil {
+		r := Ref{AccountID: a.AccountID, TaskID: a.TaskID, Queue: a.Queue, Deadline: a.Deadline}
+		if err := e.EnqueueGenerateImage(ctx, r, RunID(a.TaskID, 0)); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -265,17 +292,17 @@ func (e *Enqueuer) Missing(ctx context.Context, runs []Run) ([]bool, error) {
 	return out, nil
 }
 
-// EnqueueGenerateImage queues a run of an image job (RunID). A run that is
+// EnqueueGenerateImage queues a run of a task (RunID). A run that is
 // queued already is not queued again, and is no error.
-func (e *Enqueuer) EnqueueGenerateImage(ctx context.Context, j GenerateImage, run string) error {
-	_, err := e.EnsureGenerateImage(ctx, j, run)
+func (e *Enqueuer) EnqueueGenerateImage(ctx context.Context, r Ref, run string) error {
+	_, err := e.EnsureGenerateImage(ctx, r, run)
 	return err
 }
 
 // EnsureGenerateImage is EnqueueGenerateImage reporting whether the run was
 // missing from the queue (and is on it now).
-func (e *Enqueuer) EnsureGenerateImage(ctx context.Context, j GenerateImage, run string) (added bool, _ error) {
-	t, err := NewGenerateImageTask(j, run)
+func (e *Enqueuer) EnsureGenerateImage(ctx context.Context, r Ref, run string) (added bool, _ error) {
+	t, err := NewGenerateImageTask(r, run)
 	if err != nil {
 		return false, err
 	}
@@ -294,7 +321,7 @@ func (e *Enqueuer) EnsureGenerateImage(ctx context.Context, j GenerateImage, run
 // run sooner.
 type Orphan struct {
 	Run string
-	Job GenerateImage
+	Ref Ref
 }
 
 // Orphans lists the image runs, on the given queues, whose lease has run
@@ -318,11 +345,11 @@ func (e *Enqueuer) Orphans(ctx context.Context, queues []string) ([]Orphan, erro
 				if !ti.IsOrphaned || ti.Type != TypeGenerateImage {
 					continue
 				}
-				j, err := DecodeGenerateImage(ti.Payload)
+				r, err := decodeRun(ti.Payload, ti.ID, ti.Queue, ti.Deadline)
 				if err != nil {
 					continue // not ours to recover; Asynq will archive it
 				}
-				out = append(out, Orphan{Run: ti.ID, Job: j})
+				out = append(out, Orphan{Run: ti.ID, Ref: r})
 			}
 			if len(infos) < page {
 				break

@@ -20,6 +20,7 @@ const (
 	fTaskPrice    = "price"
 	fTaskRefunded = "refunded"
 	fTaskDeadline = "dl"      // until the task ends: when it counts no more and fails, Unix ms
+	fTaskInput    = "in"      // until the task ends: its input (jobs.EncodeInput), split over in, in+1, ...
 	fTaskAdmitted = "adm"     // 1 while the task holds one of its account's places
 	fTaskRun      = "run"     // the run (jobs.RunID) that owns the unfinished task
 	fTaskLive     = "live"    // 1 while the owning run has not let go
@@ -31,7 +32,7 @@ const (
 )
 
 var taskFields = []string{fTaskType, fTaskModel, fTaskStatus, fTaskProgress, fTaskCreated, fTaskStarted, fTaskEnded,
-	fTaskResult, fTaskErrCode, fTaskErrMsg, fTaskPrice, fTaskRefunded, fTaskDeadline, fTaskAdmitted, fTaskRun, fTaskLive,
+	fTaskResult, fTaskErrCode, fTaskErrMsg, fTaskPrice, fTaskRefunded, fTaskDeadline, fTaskInput, fTaskAdmitted, fTaskRun, fTaskLive,
 	fTaskCrashes, fTaskCallback, fTaskEvents, fTaskQueue, fTaskQueueSeq}
 
 // A value longer than pieceLen is kept over several fields, field, field+1,

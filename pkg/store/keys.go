@@ -39,10 +39,6 @@ func accountKey(accountID string) string { return tag(accountID) + "acct" }
 // it too, from the shard's prefix: "a:<account>:t:<task>".
 func taskKey(accountID, taskID string) string { return tag(accountID) + "t:" + taskID }
 
-// jobKey is the key of a pending task's job payload ("a:<account>:j:<task>"
-// in lib.lua's promote).
-func jobKey(accountID, taskID string) string { return tag(accountID) + "j:" + taskID }
-
 // parkedKey is the key of an account's tasks waiting for a place (task id
 // → creation time, Unix ms: oldest first; "a:<account>:parked" in
 // due.lua).

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The due work: each shard keeps, in one time-ordered set, what is due
@@ -36,9 +34,11 @@ const (
 type DueEntry struct {
 	Kind              DueKind
 	AccountID, TaskID string
-	// Queue and Run (DueCheck): the queue the task's job is in and the run
-	// that owns it ("" before any takeover: the first run).
+	// Queue, Run and Deadline (DueCheck): the queue the task's job is in,
+	// the run that owns it ("" before any takeover: the first run), and the
+	// task's deadline: what it takes to queue the job again.
 	Queue, Run string
+	Deadline   time.Time
 	// Event (DueHook): the webhook event.
 	Event string
 }
@@ -91,29 +91,15 @@ func (s *Tasks) Due(ctx context.Context, shard int, now time.Time, limit int) (D
 	if next := r.int(1); next >= 0 {
 		w.Next = time.UnixMilli(next)
 	}
-	for i := 2; i+4 < len(res); i += 5 {
+	for i := 2; i+5 < len(res); i += 6 {
 		e := DueEntry{Kind: DueKind(r.str(i)[0]), AccountID: r.str(i + 1), TaskID: r.str(i + 2)}
 		switch e.Kind {
 		case DueCheck:
-			e.Queue, e.Run = r.str(i+3), r.str(i+4)
+			e.Queue, e.Run, e.Deadline = r.str(i+3), r.str(i+4), time.UnixMilli(r.int(i+5))
 		case DueHook:
 			e.Event = r.str(i + 3)
 		}
 		w.Entries = append(w.Entries, e)
 	}
 	return w, nil
-}
-
-// Job returns the job payload a pending task keeps (nil when the task has
-// started or ended: its job is gone), for a queue check that found the
-// task's job missing from its queue.
-func (s *Tasks) Job(ctx context.Context, accountID, taskID string) ([]byte, error) {
-	b, err := s.db.rdb.Get(ctx, jobKey(accountID, taskID)).Bytes()
-	if err == redis.Nil {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("store: job of %s: %w", taskID, err)
-	}
-	return b, nil
 }

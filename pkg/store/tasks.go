@@ -34,7 +34,6 @@ func NewTasks(db *DB) *Tasks { return &Tasks{db: db} }
 // account's shard's slot, in the order of the scripts' headers.
 type taskKeys struct {
 	Task    string `lua:"task"`
-	Job     string `lua:"job"`
 	Account string `lua:"account"`
 	Ledger  string `lua:"ledger"`
 	Parked  string `lua:"parked"`
@@ -42,12 +41,12 @@ type taskKeys struct {
 }
 
 func keysOfTask(accountID, taskID string) taskKeys {
-	return taskKeys{Task: taskKey(accountID, taskID), Job: jobKey(accountID, taskID), Account: accountKey(accountID),
+	return taskKeys{Task: taskKey(accountID, taskID), Account: accountKey(accountID),
 		Ledger: ledgerKey(accountID), Parked: parkedKey(accountID), Due: dueOf(accountID)}
 }
 
 func (k taskKeys) list() []string {
-	return []string{k.Task, k.Job, k.Account, k.Ledger, k.Parked, k.Due}
+	return []string{k.Task, k.Account, k.Ledger, k.Parked, k.Due}
 }
 
 // Idempotency keys are kept this long, and a create under way holds its key
@@ -99,7 +98,6 @@ const (
 
 type createKeys struct {
 	Task    string `lua:"task"`
-	Job     string `lua:"job"`
 	Account string `lua:"account"`
 	Ledger  string `lua:"ledger"`
 	Parked  string `lua:"parked"`
@@ -110,7 +108,7 @@ type createKeys struct {
 }
 
 func (k createKeys) list() []string {
-	return []string{k.Task, k.Job, k.Account, k.Ledger, k.Parked, k.Due, k.Index, k.Idem, k.Queue}
+	return []string{k.Task, k.Account, k.Ledger, k.Parked, k.Due, k.Index, k.Idem, k.Queue}
 }
 
 type createArgs struct {
@@ -131,7 +129,7 @@ type createArgs struct {
 	IdemTTL        int64  `lua:"idem_ttl"`
 	QueueName      string `lua:"queue_name"`
 	QueueSeq       int64  `lua:"queue_seq"`
-	JobPayload     []byte `lua:"job_payload"`
+	Input          []byte `lua:"input"`
 	Type           string `lua:"type"`
 	Model          string `lua:"model"`
 	Created        int64  `lua:"created"`
@@ -141,7 +139,7 @@ type createArgs struct {
 
 func (a createArgs) list() []any {
 	return []any{a.Now, a.TTL, a.Price, a.DefaultMax, a.Deadline, a.Tier, a.AccountID, a.TaskID, a.CheckAt, a.Share, a.Keep,
-		a.WithIdem, a.BodyHash, a.IdemWindow, a.IdemTTL, a.QueueName, a.QueueSeq, a.JobPayload, a.Type, a.Model, a.Created,
+		a.WithIdem, a.BodyHash, a.IdemWindow, a.IdemTTL, a.QueueName, a.QueueSeq, a.Input, a.Type, a.Model, a.Created,
 		a.CallbackURL, a.CallbackEvents}
 }
 
@@ -159,10 +157,11 @@ type Creation struct {
 }
 
 // Create writes a new pending task record, debiting its price from the
-// account, in one step. job is the task's job payload
-// (jobs.EncodeGenerateImage), kept until a run starts the task: if the
-// caller dies before queueing it, or the queue loses it, the task's queue
-// checks find the task and queue its payload. c.CountUntil is the task's
+// account, in one step. input is the task's input (jobs.EncodeInput), kept
+// with the record until the task ends: the job queued carries only which
+// task it is, and the run reads the input back when it starts the task
+// (Start). If the caller dies before queueing the job, or the queue loses
+// it, the task's queue checks queue it again. c.CountUntil is the task's
 // deadline: an unfinished task counts as in flight until it, then is
 // failed and refunded. With c.Queue set, an admitted task takes its number
 // in that queue (t.Queue, t.QueueSeq), for its queue position.
@@ -171,18 +170,18 @@ type Creation struct {
 // *apperr.InflightLimitError, *apperr.InsufficientCreditsError,
 // apperr.ErrUnknownKey when the account is gone; a create replayed under
 // its Idempotency-Key is *task.Replayed.
-func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, job []byte) (Creation, error) {
+func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, input []byte) (Creation, error) {
 	db := s.db
 	now := db.now()
 	acct := t.AccountID
-	k := createKeys{Task: taskKey(acct, t.ID), Job: jobKey(acct, t.ID), Account: accountKey(acct), Ledger: ledgerKey(acct),
+	k := createKeys{Task: taskKey(acct, t.ID), Account: accountKey(acct), Ledger: ledgerKey(acct),
 		Parked: parkedKey(acct), Due: dueOf(acct), Index: tasksIndexKey(acct), Idem: noKey(acct), Queue: noKey(acct)}
 	a := createArgs{
 		Now: now.UnixMilli(), TTL: db.ttl.Milliseconds(), Price: c.Price, DefaultMax: c.MaxInflight,
 		Deadline: c.CountUntil.UnixMilli(), Tier: c.Tier, AccountID: acct, TaskID: t.ID,
 		CheckAt: now.Add(FirstQueueCheck).UnixMilli(), Share: db.share, Keep: db.keepMs(),
 		IdemWindow: idempotencyPending.Milliseconds(), IdemTTL: IdempotencyTTL.Milliseconds(),
-		QueueName: c.Queue, JobPayload: job, Type: t.Type, Model: t.Model, Created: t.CreateTime.UnixMilli(),
+		QueueName: c.Queue, Input: input, Type: t.Type, Model: t.Model, Created: t.CreateTime.UnixMilli(),
 	}
 	if c.Idempotency.Key != "" {
 		k.Idem, a.WithIdem, a.BodyHash = idempotencyKey(acct, c.Idempotency.Key), 1, c.Idempotency.BodyHash
@@ -255,16 +254,17 @@ func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, job []b
 }
 
 // admitted reads the tasks a script admitted, from element from of its
-// reply on (id, job, queue, ...), and gives each its number in its queue.
+// reply on (id, queue, deadline, ...), and gives each its number in its
+// queue.
 func (s *Tasks) admitted(ctx context.Context, accountID string, r reply, from int) []task.Admitted {
 	var out []task.Admitted
 	for i := from; i+2 < len(r.v); i += 3 {
-		a := task.Admitted{AccountID: accountID, TaskID: r.str(i), Job: []byte(r.str(i + 1))}
+		a := task.Admitted{AccountID: accountID, TaskID: r.str(i), Queue: r.str(i + 1), Deadline: time.UnixMilli(r.int(i + 2))}
 		if a.TaskID == "" {
 			continue
 		}
-		if q := r.str(i + 2); q != "" {
-			s.numberInQueue(ctx, accountID, a.TaskID, q)
+		if a.Queue != "" {
+			s.numberInQueue(ctx, accountID, a.TaskID, a.Queue)
 		}
 		out = append(out, a)
 	}
@@ -409,7 +409,8 @@ type Change struct {
 	Hooked bool
 	// Refunded is the credits the change gave back.
 	Refunded int64
-	// Model is the task's model (Fail and Expire say it, for metrics).
+	// Model is the task's model (Fail, Expire, Start and Takeover say it,
+	// for metrics).
 	Model string
 	// Admitted are tasks of the account the change admitted (the place it
 	// freed): their jobs are to be queued (jobs.Enqueuer.EnqueueAdmitted).
@@ -450,7 +451,9 @@ func (a startArgs) list() []any {
 // task.MaxCrashes the task fails (Poisoned, refunded). A task another run
 // owns is Superseded. A parked task (not admitted: its job should not have
 // been queued) is Busy: nothing changes, and its job is to be dropped.
-func (s *Tasks) Start(ctx context.Context, accountID, taskID, run string) (Change, error) {
+// Applied, it returns what the run runs: the task's input (Create's), its
+// creation time and its deadline.
+func (s *Tasks) Start(ctx context.Context, accountID, taskID, run string) (Started, error) {
 	now := s.db.now()
 	ttl, keep, hookAt, checkAt, share := s.endArgs(now)
 	res, err := startLua.run(ctx, s.db, keysOfTask(accountID, taskID).list(), startArgs{
@@ -458,16 +461,30 @@ func (s *Tasks) Start(ctx context.Context, accountID, taskID, run string) (Chang
 		CrashMessage: crashMessage, AccountID: accountID, TaskID: taskID, Share: share, CheckAt: checkAt,
 	}.list())
 	if err != nil {
-		return Change{}, fmt.Errorf("store: start %s: %w", taskID, err)
+		return Started{}, fmt.Errorf("store: start %s: %w", taskID, err)
 	}
 	r := startLua.reply(res)
 	code, err := r.code()
 	if err != nil {
-		return Change{}, err
+		return Started{}, err
 	}
 	s.left(ctx, r.str(3))
-	return Change{Outcome: task.Outcome(code), At: now, Refunded: r.int(1), Hooked: r.int(2) == 1,
-		Admitted: s.admitted(ctx, accountID, r, 4)}, nil
+	st := Started{Change: Change{Outcome: task.Outcome(code), At: now, Refunded: r.int(1), Hooked: r.int(2) == 1,
+		Model: r.str(7), Admitted: s.admitted(ctx, accountID, r, 8)}}
+	if st.Outcome == task.Applied {
+		st.Input = []byte(r.str(4))
+		st.Created, st.Deadline = time.UnixMilli(r.int(5)), time.UnixMilli(r.int(6))
+	}
+	return st, nil
+}
+
+// Started is what Start did, and, Applied, what the run runs.
+type Started struct {
+	Change
+	// Input is the task's input as Create kept it (jobs.DecodeInput).
+	Input []byte
+	// Created and Deadline are the task's creation time and deadline.
+	Created, Deadline time.Time
 }
 
 var releaseLua = newScript("release", outcomes("APPLIED", "SUPERSEDED"))
@@ -741,7 +758,6 @@ var abortLua = durableScript("abort", map[string]int64{"ABORTED": 0, "NOT_PENDIN
 
 type abortKeys struct {
 	Task    string `lua:"task"`
-	Job     string `lua:"job"`
 	Account string `lua:"account"`
 	Ledger  string `lua:"ledger"`
 	Parked  string `lua:"parked"`
@@ -751,7 +767,7 @@ type abortKeys struct {
 }
 
 func (k abortKeys) list() []string {
-	return []string{k.Task, k.Job, k.Account, k.Ledger, k.Parked, k.Due, k.Index, k.Idem}
+	return []string{k.Task, k.Account, k.Ledger, k.Parked, k.Due, k.Index, k.Idem}
 }
 
 type abortArgs struct {
@@ -779,7 +795,7 @@ func (a abortArgs) list() []any {
 // place it freed admitted (to be queued).
 func (s *Tasks) Abort(ctx context.Context, accountID, taskID, idemKey string) (bool, []task.Admitted, error) {
 	now := s.db.now()
-	k := abortKeys{Task: taskKey(accountID, taskID), Job: jobKey(accountID, taskID), Account: accountKey(accountID),
+	k := abortKeys{Task: taskKey(accountID, taskID), Account: accountKey(accountID),
 		Ledger: ledgerKey(accountID), Parked: parkedKey(accountID), Due: dueOf(accountID), Index: tasksIndexKey(accountID),
 		Idem: noKey(accountID)}
 	a := abortArgs{Now: now.UnixMilli(), Keep: s.db.keepMs(), AccountID: accountID, TaskID: taskID, Note: "enqueue_failed",
@@ -876,8 +892,8 @@ func (s *Tasks) Takeover(ctx context.Context, accountID, taskID, orphan string, 
 		return Change{}, "", err
 	}
 	s.left(ctx, r.str(4))
-	return Change{Outcome: task.Outcome(code), At: now, Refunded: r.int(2), Hooked: r.int(3) == 1,
-		Admitted: s.admitted(ctx, accountID, r, 5)}, r.str(1), nil
+	return Change{Outcome: task.Outcome(code), At: now, Refunded: r.int(2), Hooked: r.int(3) == 1, Model: r.str(5),
+		Admitted: s.admitted(ctx, accountID, r, 6)}, r.str(1), nil
 }
 
 // Inflight returns how many of an account's tasks are unfinished.

@@ -128,6 +128,7 @@ type Created struct {
 // be queued now (jobs.Enqueuer.EnqueueAdmitted).
 type Admitted struct {
 	AccountID, TaskID string
-	// Job is its job's payload (jobs.EncodeGenerateImage).
-	Job []byte
+	// Queue is the queue its job joins, Deadline when it must end.
+	Queue    string
+	Deadline time.Time
 }

@@ -41,7 +41,7 @@ type Prices interface {
 
 // Queue takes jobs (jobs.Enqueuer).
 type Queue interface {
-	EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImage, run string) error
+	EnqueueGenerateImage(ctx context.Context, r jobs.Ref, run string) error
 	// EnqueueAdmitted queues the jobs of tasks a change admitted into
 	// their account's window.
 	EnqueueAdmitted(ctx context.Context, admitted []task.Admitted) error
@@ -122,7 +122,7 @@ func (s *Service) Create(ctx context.Context, accountID string, in task.Input, i
 	logging.AddFields(ctx, zap.String("task_id", id))
 	now := s.Now()
 	job := jobs.GenerateImage{TaskID: id, AccountID: accountID, Input: in, CreateTime: now, Deadline: now.Add(s.cfg.Deadline)}
-	payload, err := jobs.EncodeGenerateImage(job)
+	input, err := jobs.EncodeInput(in)
 	if err != nil {
 		return task.Created{}, apperr.Wrap(err, apperr.Internal, "")
 	}
@@ -146,7 +146,7 @@ func (s *Service) Create(ctx context.Context, accountID string, in task.Input, i
 		// The task's number in its queue, for its position while pending.
 		Queue: jobs.Queue(in.Model.Tier),
 	}
-	created, err := s.Store.Create(ctx, t, charge, payload)
+	created, err := s.Store.Create(ctx, t, charge, input)
 	if err != nil {
 		var r *task.Replayed
 		switch {
@@ -169,7 +169,7 @@ func (s *Service) Create(ctx context.Context, accountID string, in task.Input, i
 		return task.Created{}, apperr.Transient(err, apperr.Unavailable, "the task store is unavailable; the task was not created, try again")
 	}
 	if created.Admitted {
-		if err := s.Queue.EnqueueGenerateImage(ctx, job, jobs.RunID(id, 0)); err != nil {
+		if err := s.Queue.EnqueueGenerateImage(ctx, jobs.RefOf(job), jobs.RunID(id, 0)); err != nil {
 			s.abort(ctx, accountID, id, idem, err)
 			return task.Created{}, apperr.Transient(err, apperr.Unavailable, "the task queue is unavailable; the task was not created, try again")
 		}

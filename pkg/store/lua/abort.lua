@@ -6,29 +6,28 @@
 -- task that went on (a worker started it) keeps its key.
 --
 -- KEYS[1] -> task: the task record
--- KEYS[2] -> job: the task's job payload
--- KEYS[3] -> account: the account record
--- KEYS[4] -> ledger: the account's credit ledger
--- KEYS[5] -> parked: the account's tasks waiting for a place
--- KEYS[6] -> due: the shard's due work
--- KEYS[7] -> index: the account's task index
--- KEYS[8] -> idem: the Idempotency-Key's record (any key of the account's slot when there is none)
+-- KEYS[2] -> account: the account record
+-- KEYS[3] -> ledger: the account's credit ledger
+-- KEYS[4] -> parked: the account's tasks waiting for a place
+-- KEYS[5] -> due: the shard's due work
+-- KEYS[6] -> index: the account's task index
+-- KEYS[7] -> idem: the Idempotency-Key's record (any key of the account's slot when there is none)
 -- ARGV[1] -> now: Unix ms
 -- ARGV[2] -> keep: the ledger's retention, ms (0: all)
 -- ARGV[3] -> account_id
 -- ARGV[4] -> task_id
 -- ARGV[5] -> note: the refund's ledger note
--- ARGV[6] -> with_idem: 1 when KEYS[8] is an Idempotency-Key's record, else 0
+-- ARGV[6] -> with_idem: 1 when KEYS[7] is an Idempotency-Key's record, else 0
 -- ARGV[7] -> share: the places of an account of weight 1 (0: no limit)
 -- ARGV[8] -> check_at: when a task this admits is first checked for its job, Unix ms
 --
--- Returns {code, queue left, id, job, queue, ...}: ABORTED (the tasks its
+-- Returns {code, queue left, id, queue, deadline, ...}: ABORTED (the tasks its
 -- place admitted follow), or NOT_PENDING (nothing changed).
 
 local ABORTED, NOT_PENDING = 0, 1
 
-local K = {task = KEYS[1], job = KEYS[2], account = KEYS[3], ledger = KEYS[4], parked = KEYS[5], due = KEYS[6]}
-local index_key, idem_key = KEYS[7], KEYS[8]
+local K = {task = KEYS[1], account = KEYS[2], ledger = KEYS[3], parked = KEYS[4], due = KEYS[5]}
+local index_key, idem_key = KEYS[6], KEYS[7]
 local now, keep, account_id, task_id, note = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5]
 local with_idem, share, check_at = ARGV[6] == '1', tonumber(ARGV[7]), ARGV[8]
 
@@ -36,7 +35,7 @@ if redis.call('HGET', K.task, 'status') ~= 'pending' then return {NOT_PENDING, '
 refund(K, now, keep, task_id, note)
 local q = left(K)
 release_place(K, task_id)
-redis.call('DEL', K.task, K.job)
+redis.call('DEL', K.task)
 redis.call('ZREM', K.due, task_due(account_id, task_id))
 redis.call('ZREM', index_key, task_id)
 if with_idem and redis.call('HGET', idem_key, 'task') == task_id then

@@ -4,11 +4,10 @@
 -- place it frees admits the account's next parked task.
 --
 -- KEYS[1] -> task: the task record
--- KEYS[2] -> job: the task's job payload
--- KEYS[3] -> account: the account record
--- KEYS[4] -> ledger: the account's credit ledger
--- KEYS[5] -> parked: the account's tasks waiting for a place
--- KEYS[6] -> due: the shard's due work
+-- KEYS[2] -> account: the account record
+-- KEYS[3] -> ledger: the account's credit ledger
+-- KEYS[4] -> parked: the account's tasks waiting for a place
+-- KEYS[5] -> due: the shard's due work
 -- ARGV[1] -> now: Unix ms
 -- ARGV[2] -> ttl: the record's time to live from now, ms
 -- ARGV[3] -> keep: the ledger's retention, ms (0: all)
@@ -22,7 +21,7 @@
 -- job, queue, ...}: APPLIED (the tasks its place admitted follow), FINAL
 -- (status before: the final one) or MISSING.
 
-local K = {task = KEYS[1], job = KEYS[2], account = KEYS[3], ledger = KEYS[4], parked = KEYS[5], due = KEYS[6]}
+local K = {task = KEYS[1], account = KEYS[2], ledger = KEYS[3], parked = KEYS[4], due = KEYS[5]}
 local now, ttl, keep, hook_at = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local account_id, task_id, share, check_at = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8]
 

@@ -2,11 +2,10 @@
 -- place it frees admits the account's next parked task.
 --
 -- KEYS[1] -> task: the task record
--- KEYS[2] -> job: the task's job payload
--- KEYS[3] -> account: the account record
--- KEYS[4] -> ledger: the account's credit ledger
--- KEYS[5] -> parked: the account's tasks waiting for a place
--- KEYS[6] -> due: the shard's due work
+-- KEYS[2] -> account: the account record
+-- KEYS[3] -> ledger: the account's credit ledger
+-- KEYS[4] -> parked: the account's tasks waiting for a place
+-- KEYS[5] -> due: the shard's due work
 -- ARGV[1] -> now: Unix ms
 -- ARGV[2] -> ttl: the record's time to live from now, ms
 -- ARGV[3] -> hook_at: when the webhook event, if left unqueued, is due for the recovery, Unix ms
@@ -17,11 +16,11 @@
 -- ARGV[8] -> share: the places of an account of weight 1 (0: no limit)
 -- ARGV[9] -> check_at: when a task this admits is first checked for its job, Unix ms
 --
--- Returns {outcome, hooked, queue left, id, job, queue, ...}: APPLIED
+-- Returns {outcome, hooked, queue left, id, queue, deadline, ...}: APPLIED
 -- (hooked 1 when the task.completed event is due; the tasks its place
 -- admitted follow), FINAL, MISSING or SUPERSEDED.
 
-local K = {task = KEYS[1], job = KEYS[2], account = KEYS[3], ledger = KEYS[4], parked = KEYS[5], due = KEYS[6]}
+local K = {task = KEYS[1], account = KEYS[2], ledger = KEYS[3], parked = KEYS[4], due = KEYS[5]}
 local now, ttl, hook_at, results = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local account_id, task_id, run, share, check_at = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
 

@@ -1,19 +1,18 @@
 -- create.lua: creates a pending task, charging its price: the account's
 -- rules checked (the one authority: active, model allowed, tasks in
--- flight, balance), the price debited, the record, its job, its ledger
--- entry and its index entry written, and the task admitted (due for its
+-- flight, balance), the price debited, the record (with the task's
+-- input), its ledger entry and its index entry written, and the task admitted (due for its
 -- first queue check, the caller queues its job) if the account's window
 -- has room and nothing of it waits before, else parked: all at once.
 --
 -- KEYS[1] -> task: the task record
--- KEYS[2] -> job: the task's job payload
--- KEYS[3] -> account: the account record
--- KEYS[4] -> ledger: the account's credit ledger
--- KEYS[5] -> parked: the account's tasks waiting for a place
--- KEYS[6] -> due: the shard's due work
--- KEYS[7] -> index: the account's task index, for listing
--- KEYS[8] -> idem: the Idempotency-Key's record (any key of the account's slot when there is none)
--- KEYS[9] -> queue: the queue's numbers (any key of the account's slot when its number is taken apart)
+-- KEYS[2] -> account: the account record
+-- KEYS[3] -> ledger: the account's credit ledger
+-- KEYS[4] -> parked: the account's tasks waiting for a place
+-- KEYS[5] -> due: the shard's due work
+-- KEYS[6] -> index: the account's task index, for listing
+-- KEYS[7] -> idem: the Idempotency-Key's record (any key of the account's slot when there is none)
+-- KEYS[8] -> queue: the queue's numbers (any key of the account's slot when its number is taken apart)
 -- ARGV[1] -> now: Unix ms
 -- ARGV[2] -> ttl: a final record's time to live, ms
 -- ARGV[3] -> price: credits
@@ -25,13 +24,13 @@
 -- ARGV[9] -> check_at: when an admitted task's job is first checked for, Unix ms
 -- ARGV[10] -> share: the places of an account of weight 1 (0: no limit)
 -- ARGV[11] -> keep: the ledger's retention, ms (0: all)
--- ARGV[12] -> with_idem: 1 when KEYS[8] is an Idempotency-Key's record, else 0
+-- ARGV[12] -> with_idem: 1 when KEYS[7] is an Idempotency-Key's record, else 0
 -- ARGV[13] -> body_hash: the request body's digest, under an Idempotency-Key
 -- ARGV[14] -> idem_window: how long a create under way holds its key, ms
 -- ARGV[15] -> idem_ttl: how long a key is kept, ms
 -- ARGV[16] -> queue_name: the queue the task joins ('' for none)
--- ARGV[17] -> queue_seq: its number there, taken already (0: take it from KEYS[9] if admitted)
--- ARGV[18] -> job_payload: the job, kept while the task is pending
+-- ARGV[17] -> queue_seq: its number there, taken already (0: take it from KEYS[8] if admitted)
+-- ARGV[18] -> input: the task's input (jobs.EncodeInput), kept until it ends
 -- ARGV[19] -> type: the task type
 -- ARGV[20] -> model: the model id
 -- ARGV[21] -> created: Unix ms
@@ -39,7 +38,7 @@
 -- ARGV[23] -> callback_events: comma separated
 --
 -- Returns {CREATED, balance, queue number (0 if parked), admitted (1/0),
--- id, job, queue, ...} (other tasks of the account this create admitted,
+-- id, queue, deadline, ...} (other tasks of the account this create admitted,
 -- for the caller to queue), {REPLAYED, 0, earlier task
 -- id}, or a refusal {code, n}: NO_ACCOUNT, DISABLED, MODEL_NOT_ALLOWED,
 -- TASK_EXISTS, INFLIGHT_LIMIT (n = the limit), NO_CREDITS (n = the
@@ -48,14 +47,14 @@
 local CREATED, REPLAYED = 1, 2
 local NO_ACCOUNT, DISABLED, MODEL_NOT_ALLOWED, TASK_EXISTS, INFLIGHT_LIMIT, NO_CREDITS, IDEM_MISMATCH, IDEM_BUSY = -1, -2, -3, -4, -5, -6, -7, -8
 
-local K = {task = KEYS[1], job = KEYS[2], account = KEYS[3], ledger = KEYS[4], parked = KEYS[5], due = KEYS[6]}
-local index_key, idem_key, queue_key = KEYS[7], KEYS[8], KEYS[9]
+local K = {task = KEYS[1], account = KEYS[2], ledger = KEYS[3], parked = KEYS[4], due = KEYS[5]}
+local index_key, idem_key, queue_key = KEYS[6], KEYS[7], KEYS[8]
 local now, ttl, price, default_max = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local deadline, tier, account_id, task_id = tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8]
 local check_at, share, keep = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 local with_idem, body_hash, idem_window, idem_ttl = ARGV[12] == '1', ARGV[13], tonumber(ARGV[14]), ARGV[15]
 local queue_name, queue_seq = ARGV[16], tonumber(ARGV[17])
-local job_payload, task_type, model, created = ARGV[18], ARGV[19], ARGV[20], ARGV[21]
+local input, task_type, model, created = ARGV[18], ARGV[19], ARGV[20], ARGV[21]
 local callback_url, callback_events = ARGV[22], ARGV[23]
 
 if with_idem then
@@ -105,8 +104,8 @@ if callback_url ~= '' then
   redis.call('HSET', K.task, 'cbev', callback_events)
 end
 if queue_name ~= '' then redis.call('HSET', K.task, 'q', queue_name) end
+hset_long(K.task, 'in', input)
 redis.call('PEXPIRE', K.task, live)
-redis.call('SET', K.job, job_payload, 'PX', live)
 redis.call('HINCRBY', K.account, 'infl', 1)
 -- Due at its deadline until admitted (then for its queue check sooner).
 redis.call('ZADD', K.due, deadline, task_due(account_id, task_id))

@@ -21,10 +21,10 @@
 -- ARGV[3] -> recheck: how long until an admitted task is checked again, ms
 -- ARGV[4] -> retry: how long until an entry returned is due again if its work is not done, ms
 --
--- Returns {DUE, next, kind, account, task, a, b, ...}: next is when the
--- first entry left is due (-1: none); each row is kind x (a, b: ''), c
--- (a: the queue, b: the run, '' before any takeover) or h (a: the event,
--- b: '').
+-- Returns {DUE, next, kind, account, task, a, b, c, ...}: next is when
+-- the first entry left is due (-1: none); each row is kind x (a, b, c: ''),
+-- c (a: the queue, b: the run, '' before any takeover, c: the deadline) or
+-- h (a: the event, b, c: '').
 
 local DUE = 1
 
@@ -38,7 +38,7 @@ for _, m in ipairs(entries) do
   local kind, account_id, task_id, ev = string.match(m, '^(%a)|([^|]+)|([^|]+)|?(.*)$')
   if kind == 'h' then
     reply[#reply + 1] = 'h'; reply[#reply + 1] = account_id; reply[#reply + 1] = task_id
-    reply[#reply + 1] = ev; reply[#reply + 1] = ''
+    reply[#reply + 1] = ev; reply[#reply + 1] = ''; reply[#reply + 1] = ''
     redis.call('ZADD', due_key, 'XX', now + retry, m)
   elseif kind == 't' then
     local acct = prefix .. 'a:' .. account_id .. ':'
@@ -51,11 +51,11 @@ for _, m in ipairs(entries) do
       redis.call('ZREM', due_key, m)
     elseif now >= dl then
       reply[#reply + 1] = 'x'; reply[#reply + 1] = account_id; reply[#reply + 1] = task_id
-      reply[#reply + 1] = ''; reply[#reply + 1] = ''
+      reply[#reply + 1] = ''; reply[#reply + 1] = ''; reply[#reply + 1] = ''
       redis.call('ZADD', due_key, 'XX', now + retry, m)
     elseif v[1] == 'pending' and v[2] == '1' then
       reply[#reply + 1] = 'c'; reply[#reply + 1] = account_id; reply[#reply + 1] = task_id
-      reply[#reply + 1] = v[4] or ''; reply[#reply + 1] = v[5] or ''
+      reply[#reply + 1] = v[4] or ''; reply[#reply + 1] = v[5] or ''; reply[#reply + 1] = dl
       redis.call('ZADD', due_key, 'XX', math.min(now + recheck, dl), m)
     else
       redis.call('ZADD', due_key, 'XX', dl, m)

@@ -3,14 +3,14 @@
 -- arguments, and the script binds its KEYS and ARGV to named locals.
 --
 -- The task keys (K) a task's state changes touch, all in the slot of the
--- account's shard: K.task (the record), K.job (the job's payload while the
--- task is pending), K.account, K.ledger (credit movements), K.parked (the
+-- account's shard: K.task (the record), K.account, K.ledger (credit
+-- movements), K.parked (the
 -- account's tasks waiting for a place, oldest first), K.due (the shard's
 -- due work: a task's next check, a webhook event to queue).
 --
 -- Promotion (promote) admits the account's oldest parked tasks into the
--- places its end freed: it touches those tasks' records and jobs, whose
--- names it makes from K.task's prefix. They are not in KEYS, but always in
+-- places its end freed: it touches those tasks' records, whose names it
+-- makes from K.task's prefix. They are not in KEYS, but always in
 -- the same slot (the shard's hash tag), which Redis allows.
 
 -- Outcomes of a change of a task's state (task.Outcome).
@@ -52,6 +52,11 @@ local function hset_long(key, field, value)
     redis.call('HSET', key, field .. '+' .. i, string.sub(value, i * PIECE + 1, (i + 1) * PIECE))
     i = i + 1
   end
+end
+local function hdel_long(key, field)
+  redis.call('HDEL', key, field)
+  local i = 1
+  while redis.call('HDEL', key, field .. '+' .. i) == 1 do i = i + 1 end
 end
 local function hget_long(key, field)
   local v = redis.call('HGET', key, field)
@@ -153,8 +158,8 @@ local function window(K, share)
 end
 
 -- promote admits the account's oldest parked tasks while its window has
--- room, and returns them with their jobs and queues: {id, job, queue, id,
--- job, queue, ...}, for the caller to queue. Each is due for its first
+-- room, and returns them with their queues and deadlines: {id, queue,
+-- deadline, id, queue, deadline, ...}, for the caller to queue their jobs. Each is due for its first
 -- queue check at check_at, or at its deadline if that is sooner.
 local function promote(K, share, check_at, account_id, task_id)
   if redis.call('ZCARD', K.parked) == 0 then return {} end
@@ -177,8 +182,8 @@ local function promote(K, share, check_at, account_id, task_id)
       if dl > 0 and dl < at then at = dl end
       redis.call('ZADD', K.due, at, task_due(account_id, id))
       out[#out + 1] = id
-      out[#out + 1] = redis.call('GET', prefix .. 'j:' .. id) or ''
       out[#out + 1] = redis.call('HGET', rec, 'q') or ''
+      out[#out + 1] = dl''
     elseif not st then
       -- Its record is gone, the task unfinished (forget): parked, it held
       -- no place.
@@ -190,14 +195,14 @@ end
 
 -- ended moves a task to a final status: it stops counting as in flight,
 -- gives its place back, its due check goes, and it is kept ttl more. What
--- only an unfinished task needs (its job, the run that owns it, its
+-- only an unfinished task needs (its input, the run that owns it, its
 -- crashes) goes: a final record is the least it can be.
 -- Returns whether a webhook event went on the due work (1) and the queue
 -- it left ('' for none).
 local function ended(K, status, ev, now, ttl, hook_at, account_id, task_id)
   redis.call('HSET', K.task, 'status', status, 'etime', now)
   redis.call('HDEL', K.task, 'run', 'live', 'crashes')
-  redis.call('DEL', K.job)
+  hdel_long(K.task, 'in')
   local q = left(K)
   release_place(K, task_id)
   redis.call('HDEL', K.task, 'dl')

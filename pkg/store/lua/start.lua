@@ -8,11 +8,10 @@
 -- is admitted.
 --
 -- KEYS[1] -> task: the task record
--- KEYS[2] -> job: the task's job payload
--- KEYS[3] -> account: the account record
--- KEYS[4] -> ledger: the account's credit ledger
--- KEYS[5] -> parked: the account's tasks waiting for a place
--- KEYS[6] -> due: the shard's due work
+-- KEYS[2] -> account: the account record
+-- KEYS[3] -> ledger: the account's credit ledger
+-- KEYS[4] -> parked: the account's tasks waiting for a place
+-- KEYS[5] -> due: the shard's due work
 -- ARGV[1] -> now: Unix ms
 -- ARGV[2] -> run: the run starting
 -- ARGV[3] -> max_crashes
@@ -25,27 +24,29 @@
 -- ARGV[10] -> share: the places of an account of weight 1 (0: no limit)
 -- ARGV[11] -> check_at: when a task this admits is first checked for its job, Unix ms
 --
--- Returns {outcome, refunded, hooked, queue left, id, job, queue, ...}:
--- APPLIED, FINAL, MISSING, SUPERSEDED, BUSY (the task is parked; nothing
--- changed) or POISONED (failed and refunded instead; the tasks its place
--- admitted follow).
+-- Returns {outcome, refunded, hooked, queue left, input, created,
+-- deadline, model, id, queue, deadline, ...}: APPLIED (with the task's
+-- input, its creation time and deadline, for the run), FINAL, MISSING, SUPERSEDED,
+-- BUSY (the task is parked; nothing changed) or POISONED (failed and
+-- refunded instead; the tasks its place admitted follow).
 
-local K = {task = KEYS[1], job = KEYS[2], account = KEYS[3], ledger = KEYS[4], parked = KEYS[5], due = KEYS[6]}
+local K = {task = KEYS[1], account = KEYS[2], ledger = KEYS[3], parked = KEYS[4], due = KEYS[5]}
 local now, run, max_crashes, ttl, keep = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local hook_at, crash_message, account_id, task_id = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local share, check_at = tonumber(ARGV[10]), ARGV[11]
 
-local v = redis.call('HMGET', K.task, 'status', 'run', 'live', 'crashes', 'dl', 'adm')
+local v = redis.call('HMGET', K.task, 'status', 'run', 'live', 'crashes', 'dl', 'adm', 'model')
 local st = v[1]
-if not st then return {MISSING, 0, 0, ''} end
-if final(st) then return {FINAL, 0, 0, ''} end
-if v[2] and v[2] ~= '' and v[2] ~= run then return {SUPERSEDED, 0, 0, ''} end
-if st == 'pending' and v[6] ~= '1' then return {BUSY, 0, 0, ''} end
+local model = v[7] or ''
+if not st then return {MISSING, 0, 0, '', '', 0, 0, model} end
+if final(st) then return {FINAL, 0, 0, '', '', 0, 0, model} end
+if v[2] and v[2] ~= '' and v[2] ~= run then return {SUPERSEDED, 0, 0, '', '', 0, 0, model} end
+if st == 'pending' and v[6] ~= '1' then return {BUSY, 0, 0, '', '', 0, 0, model} end
 if st == 'processing' and v[3] == '1' then
   -- This run started before and never let go: its worker died.
   local failed, hooked, refunded, q = crashed(K, tonumber(v[4] or '0') or 0, max_crashes, now, ttl, keep, hook_at, crash_message, account_id, task_id)
   if failed then
-    local reply = {POISONED, refunded, hooked, q}
+    local reply = {POISONED, refunded, hooked, q, '', 0, 0, model}
     for _, x in ipairs(promote(K, share, check_at, account_id, task_id)) do reply[#reply + 1] = x end
     return reply
   end
@@ -53,11 +54,11 @@ end
 local q = ''
 if st == 'pending' then
   redis.call('HSET', K.task, 'status', 'processing', 'stime', now)
-  redis.call('DEL', K.job)
   q = left(K)
   -- No more queue checks: due again only at its deadline.
   if v[5] then redis.call('ZADD', K.due, 'XX', v[5], task_due(account_id, task_id)) end
   notify(K.task)
 end
 redis.call('HSET', K.task, 'run', run, 'live', 1)
-return {APPLIED, 0, 0, q}
+local created = redis.call('HGET', K.task, 'ctime')
+return {APPLIED, 0, 0, q, hget_long(K.task, 'in') or '', tonumber(created or '0'), tonumber(v[5] or '0'), model}

@@ -4,11 +4,10 @@
 -- between (the crashes moved), the takeover is superseded.
 --
 -- KEYS[1] -> task: the task record
--- KEYS[2] -> job: the task's job payload
--- KEYS[3] -> account: the account record
--- KEYS[4] -> ledger: the account's credit ledger
--- KEYS[5] -> parked: the account's tasks waiting for a place
--- KEYS[6] -> due: the shard's due work
+-- KEYS[2] -> account: the account record
+-- KEYS[3] -> ledger: the account's credit ledger
+-- KEYS[4] -> parked: the account's tasks waiting for a place
+-- KEYS[5] -> due: the shard's due work
 -- ARGV[1] -> orphan: the run that died
 -- ARGV[2] -> new_run
 -- ARGV[3] -> max_crashes
@@ -23,29 +22,30 @@
 -- ARGV[12] -> share: the places of an account of weight 1 (0: no limit)
 -- ARGV[13] -> check_at: when a task this admits is first checked for its job, Unix ms
 --
--- Returns {outcome, owning run, refunded, hooked, queue left, id, job,
--- queue, ...}: APPLIED (the new run owns it), SUPERSEDED (another run owns
+-- Returns {outcome, owning run, refunded, hooked, queue left, model, id,
+-- queue, deadline, ...}: APPLIED (the new run owns it), SUPERSEDED (another run owns
 -- it: returned), FINAL, MISSING, or POISONED (failed and refunded
 -- instead; the tasks its place admitted follow).
 
-local K = {task = KEYS[1], job = KEYS[2], account = KEYS[3], ledger = KEYS[4], parked = KEYS[5], due = KEYS[6]}
+local K = {task = KEYS[1], account = KEYS[2], ledger = KEYS[3], parked = KEYS[4], due = KEYS[5]}
 local orphan, new_run, max_crashes, now, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local keep, hook_at, crash_message, account_id, task_id = tonumber(ARGV[6]), ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 local crashes_seen, share, check_at = tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13]
 
-local v = redis.call('HMGET', K.task, 'status', 'run', 'crashes')
+local v = redis.call('HMGET', K.task, 'status', 'run', 'crashes', 'model')
 local st = v[1]
-if not st then return {MISSING, '', 0, 0, ''} end
-if final(st) then return {FINAL, '', 0, 0, ''} end
+local model = v[4] or ''
+if not st then return {MISSING, '', 0, 0, '', model} end
+if final(st) then return {FINAL, '', 0, 0, '', model} end
 local run = v[2] or ''
-if run ~= '' and run ~= orphan then return {SUPERSEDED, run, 0, 0, ''} end
+if run ~= '' and run ~= orphan then return {SUPERSEDED, run, 0, 0, '', model} end
 local crashes = tonumber(v[3] or '0') or 0
-if crashes ~= crashes_seen then return {SUPERSEDED, run, 0, 0, ''} end
+if crashes ~= crashes_seen then return {SUPERSEDED, run, 0, 0, '', model} end
 local failed, hooked, refunded, q = crashed(K, crashes, max_crashes, now, ttl, keep, hook_at, crash_message, account_id, task_id)
 if failed then
-  local reply = {POISONED, '', refunded, hooked, q}
+  local reply = {POISONED, '', refunded, hooked, q, model}
   for _, x in ipairs(promote(K, share, check_at, account_id, task_id)) do reply[#reply + 1] = x end
   return reply
 end
 redis.call('HSET', K.task, 'run', new_run, 'live', 0)
-return {APPLIED, new_run, 0, 0, ''}
+return {APPLIED, new_run, 0, 0, '', model}

@@ -32,7 +32,7 @@ import (
 // the outcome, the credits it refunded, whether a webhook event of the
 // task is due.
 type Store interface {
-	Start(ctx context.Context, accountID, taskID, run string) (store.Change, error)
+	Start(ctx context.Context, accountID, taskID, run string) (store.Started, error)
 	Release(ctx context.Context, accountID, taskID, run string) error
 	Progress(ctx context.Context, accountID, taskID, run string, pct int) (hook bool, err error)
 	Complete(ctx context.Context, accountID, taskID, run string, results []task.Result) (store.Change, error)
@@ -197,8 +197,8 @@ const (
 // again": a transient failure with retries left, or a worker shutting
 // down. Every line it logs, and every line logged through its context,
 // carries the task id, account and attempt.
-func (p *Processor) Process(ctx context.Context, job jobs.GenerateImage, at Attempt) error {
-	r, err := p.start(ctx, job, at)
+func (p *Processor) Process(ctx context.Context, ref jobs.Ref, at Attempt) error {
+	r, job, err := p.start(ctx, ref, at)
 	if r == nil {
 		return err
 	}
@@ -221,46 +221,58 @@ type running struct {
 	lastProgress time.Time
 }
 
-// start starts the task for this run: nil when there is nothing to run
-// (with the error to return to the queue, if any).
-func (p *Processor) start(ctx context.Context, job jobs.GenerateImage, at Attempt) (*running, error) {
-	acct, id, run := job.AccountID, job.TaskID, at.Run
+// start starts the task for this run, and returns what it runs: nil when
+// there is nothing to run (with the error to return to the queue, if any).
+func (p *Processor) start(ctx context.Context, ref jobs.Ref, at Attempt) (*running, jobs.GenerateImage, error) {
+	acct, id, run := ref.AccountID, ref.TaskID, at.Run
 	if run == "" {
 		run = jobs.RunID(id, 0)
 	}
 	ctx = logging.WithLogger(ctx, p.log, zap.String("task_id", id), zap.String("account_id", acct), zap.String("run", run), zap.Int("attempt", at.Retry+1))
-	r := &running{p: p, ctx: ctx, log: logging.From(ctx), acct: acct, id: id, run: run, model: job.Input.Model.ID, at: at}
+	r := &running{p: p, ctx: ctx, log: logging.From(ctx), acct: acct, id: id, run: run, at: at}
+	var job jobs.GenerateImage
 
 	// The task's place among its account's share of the workers was taken
 	// when it was admitted: a job is queued only for a task that holds one.
-	c, err := p.store.Start(ctx, acct, id, run)
+	st, err := p.store.Start(ctx, acct, id, run)
 	if err != nil {
 		r.log.Warn("could not mark the task processing", zap.Error(err))
 		// The start may have been applied all the same (its reply lost,
 		// or Redis applied it but its replicas did not confirm it): this
 		// run hands the task back alive, so that its retry is no crash.
 		r.release()
-		return nil, err
+		return nil, job, err
 	}
+	c := st.Change
+	r.model = c.Model
 	switch c.Outcome {
 	case task.Busy:
 		r.log.Warn("the task is parked (its account's share is taken); dropping a job queued for it early: it is queued when admitted")
-		return nil, nil
+		return nil, job, nil
 	case task.Missing:
 		r.log.Warn("task record is gone (expired or never written); dropping the job")
-		return nil, nil
+		return nil, job, nil
 	case task.AlreadyFinal:
 		r.log.Info("task already finished; dropping the duplicate job")
-		return nil, nil
+		return nil, job, nil
 	case task.Superseded:
 		r.log.Info("another run owns this task (this one's worker was taken for dead); dropping the job")
-		return nil, nil
+		return nil, job, nil
 	case task.Poisoned:
 		r.log.Warn("task failed: it stopped its worker twice, and was refunded instead of run again", zap.String("code", string(task.WorkerCrashed)))
 		r.failed(c, string(task.WorkerCrashed))
 		r.admit(c)
-		return nil, nil
+		return nil, job, nil
 	}
+	in, err := jobs.DecodeInput(st.Input)
+	if err != nil {
+		// Nothing to run, and no retry will have more: the task fails
+		// (refunded) at once rather than at its deadline.
+		r.log.Error("the task's input does not decode; failing it", zap.Error(err))
+		_ = r.finish(nil, apperr.New(apperr.Internal, "the task could not be run"))
+		return nil, job, nil
+	}
+	job = jobs.GenerateImage{TaskID: id, AccountID: acct, Input: in, CreateTime: st.Created, Deadline: st.Deadline}
 	r.log.Debug("task processing", zap.String("model", r.model))
 	r.started = p.Now()
 	r.lastProgress = r.started
@@ -269,7 +281,7 @@ func (p *Processor) start(ctx context.Context, job jobs.GenerateImage, at Attemp
 	if at.Retry == 0 && run == jobs.RunID(id, 0) && !job.CreateTime.IsZero() {
 		p.Metrics.QueueWait(r.model, r.started.Sub(job.CreateTime))
 	}
-	return r, nil
+	return r, job, nil
 }
 
 // progress records the task's progress at most every progressEvery: a

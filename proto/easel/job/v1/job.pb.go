@@ -76,51 +76,33 @@ func (Tier) EnumDescriptor() ([]byte, []int) {
 	return file_easel_job_v1_job_proto_rawDescGZIP(), []int{0}
 }
 
-// GenerateImage is the payload of an "image:generate" job: everything a worker
-// needs to run the task without reading the task record first.
-type GenerateImage struct {
+// ImageRun is the payload of an "image:generate" job: which task a run is
+// of. The run's Asynq TaskID is the task id (".r<n>" after it for a later
+// run), and its deadline is the task's; the task's input is kept with its
+// record (ImageInput), and the run reads it back when it starts the task,
+// so the job is small and the input is kept once.
+type ImageRun struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Public task id, e.g. "task_lumen_2070213312745398871094512345678". It is
-	// also the Asynq TaskID, so a task is never queued twice.
-	TaskId string `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	// Account that owns the task; the task record lives in its key space.
-	AccountId string `protobuf:"bytes,2,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
-	// Public model id as the client sent it, e.g. "lumen-2.5-flash-image".
-	Model string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
-	Tier  Tier   `protobuf:"varint,4,opt,name=tier,proto3,enum=easel.job.v1.Tier" json:"tier,omitempty"`
-	// Prompt, trimmed of surrounding white space.
-	Prompt string `protobuf:"bytes,5,opt,name=prompt,proto3" json:"prompt,omitempty"`
-	// One of the supported ratios ("16:9"); empty means "choose for me" (the
-	// ratio nearest to the first source image when editing).
-	AspectRatio string `protobuf:"bytes,6,opt,name=aspect_ratio,json=aspectRatio,proto3" json:"aspect_ratio,omitempty"`
-	// "1K", "2K" or "4K"; always "1K" for the standard tier.
-	ImageSize string `protobuf:"bytes,7,opt,name=image_size,json=imageSize,proto3" json:"image_size,omitempty"`
-	// Source images; non-empty means the task is an edit.
-	ImageUrls []string `protobuf:"bytes,8,rep,name=image_urls,json=imageUrls,proto3" json:"image_urls,omitempty"`
-	// Creation time in Unix milliseconds.
-	CreateTimeMs int64 `protobuf:"varint,9,opt,name=create_time_ms,json=createTimeMs,proto3" json:"create_time_ms,omitempty"`
-	// When the task must end, in Unix milliseconds: the job's Asynq deadline,
-	// kept in the payload so a job queued again (by the recovery, or after
-	// its worker died) keeps it. Required.
-	DeadlineMs    int64 `protobuf:"varint,10,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"`
+	// The account that owns the task; the task record lives in its keys.
+	AccountId     string `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *GenerateImage) Reset() {
-	*x = GenerateImage{}
+func (x *ImageRun) Reset() {
+	*x = ImageRun{}
 	mi := &file_easel_job_v1_job_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *GenerateImage) String() string {
+func (x *ImageRun) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*GenerateImage) ProtoMessage() {}
+func (*ImageRun) ProtoMessage() {}
 
-func (x *GenerateImage) ProtoReflect() protoreflect.Message {
+func (x *ImageRun) ProtoReflect() protoreflect.Message {
 	mi := &file_easel_job_v1_job_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -132,79 +114,108 @@ func (x *GenerateImage) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use GenerateImage.ProtoReflect.Descriptor instead.
-func (*GenerateImage) Descriptor() ([]byte, []int) {
+// Deprecated: Use ImageRun.ProtoReflect.Descriptor instead.
+func (*ImageRun) Descriptor() ([]byte, []int) {
 	return file_easel_job_v1_job_proto_rawDescGZIP(), []int{0}
 }
 
-func (x *GenerateImage) GetTaskId() string {
-	if x != nil {
-		return x.TaskId
-	}
-	return ""
-}
-
-func (x *GenerateImage) GetAccountId() string {
+func (x *ImageRun) GetAccountId() string {
 	if x != nil {
 		return x.AccountId
 	}
 	return ""
 }
 
-func (x *GenerateImage) GetModel() string {
+// ImageInput is what a client asked of an image task, its defaults
+// applied: kept with the task record while the task is unfinished.
+type ImageInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Public model id as the client sent it, e.g. "lumen-2.5-flash-image".
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	Tier  Tier   `protobuf:"varint,2,opt,name=tier,proto3,enum=easel.job.v1.Tier" json:"tier,omitempty"`
+	// Prompt, trimmed of surrounding white space.
+	Prompt string `protobuf:"bytes,3,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	// One of the supported ratios ("16:9"); empty means "choose for me" (the
+	// ratio nearest to the first source image when editing).
+	AspectRatio string `protobuf:"bytes,4,opt,name=aspect_ratio,json=aspectRatio,proto3" json:"aspect_ratio,omitempty"`
+	// "1K", "2K" or "4K"; always "1K" for the standard tier.
+	ImageSize string `protobuf:"bytes,5,opt,name=image_size,json=imageSize,proto3" json:"image_size,omitempty"`
+	// Source images; non-empty means the task is an edit.
+	ImageUrls     []string `protobuf:"bytes,6,rep,name=image_urls,json=imageUrls,proto3" json:"image_urls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImageInput) Reset() {
+	*x = ImageInput{}
+	mi := &file_easel_job_v1_job_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImageInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImageInput) ProtoMessage() {}
+
+func (x *ImageInput) ProtoReflect() protoreflect.Message {
+	mi := &file_easel_job_v1_job_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImageInput.ProtoReflect.Descriptor instead.
+func (*ImageInput) Descriptor() ([]byte, []int) {
+	return file_easel_job_v1_job_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ImageInput) GetModel() string {
 	if x != nil {
 		return x.Model
 	}
 	return ""
 }
 
-func (x *GenerateImage) GetTier() Tier {
+func (x *ImageInput) GetTier() Tier {
 	if x != nil {
 		return x.Tier
 	}
 	return Tier_TIER_UNSPECIFIED
 }
 
-func (x *GenerateImage) GetPrompt() string {
+func (x *ImageInput) GetPrompt() string {
 	if x != nil {
 		return x.Prompt
 	}
 	return ""
 }
 
-func (x *GenerateImage) GetAspectRatio() string {
+func (x *ImageInput) GetAspectRatio() string {
 	if x != nil {
 		return x.AspectRatio
 	}
 	return ""
 }
 
-func (x *GenerateImage) GetImageSize() string {
+func (x *ImageInput) GetImageSize() string {
 	if x != nil {
 		return x.ImageSize
 	}
 	return ""
 }
 
-func (x *GenerateImage) GetImageUrls() []string {
+func (x *ImageInput) GetImageUrls() []string {
 	if x != nil {
 		return x.ImageUrls
 	}
 	return nil
-}
-
-func (x *GenerateImage) GetCreateTimeMs() int64 {
-	if x != nil {
-		return x.CreateTimeMs
-	}
-	return 0
-}
-
-func (x *GenerateImage) GetDeadlineMs() int64 {
-	if x != nil {
-		return x.DeadlineMs
-	}
-	return 0
 }
 
 // DeliverWebhook is the payload of a "webhook:deliver" job: one event of a
@@ -228,7 +239,7 @@ type DeliverWebhook struct {
 
 func (x *DeliverWebhook) Reset() {
 	*x = DeliverWebhook{}
-	mi := &file_easel_job_v1_job_proto_msgTypes[1]
+	mi := &file_easel_job_v1_job_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -240,7 +251,7 @@ func (x *DeliverWebhook) String() string {
 func (*DeliverWebhook) ProtoMessage() {}
 
 func (x *DeliverWebhook) ProtoReflect() protoreflect.Message {
-	mi := &file_easel_job_v1_job_proto_msgTypes[1]
+	mi := &file_easel_job_v1_job_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -253,7 +264,7 @@ func (x *DeliverWebhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliverWebhook.ProtoReflect.Descriptor instead.
 func (*DeliverWebhook) Descriptor() ([]byte, []int) {
-	return file_easel_job_v1_job_proto_rawDescGZIP(), []int{1}
+	return file_easel_job_v1_job_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *DeliverWebhook) GetAccountId() string {
@@ -288,23 +299,20 @@ var File_easel_job_v1_job_proto protoreflect.FileDescriptor
 
 const file_easel_job_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x16easel/job/v1/job.proto\x12\feasel.job.v1\"\xf0\x02\n" +
-	"\rGenerateImage\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1d\n" +
+	"\x16easel/job/v1/job.proto\x12\feasel.job.v1\")\n" +
+	"\bImageRun\x12\x1d\n" +
 	"\n" +
-	"account_id\x18\x02 \x01(\tR\taccountId\x12\x14\n" +
-	"\x05model\x18\x03 \x01(\tR\x05model\x12&\n" +
-	"\x04tier\x18\x04 \x01(\x0e2\x12.easel.job.v1.TierR\x04tier\x12\x16\n" +
-	"\x06prompt\x18\x05 \x01(\tR\x06prompt\x12!\n" +
-	"\faspect_ratio\x18\x06 \x01(\tR\vaspectRatio\x12\x1d\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\"\xc3\x01\n" +
 	"\n" +
-	"image_size\x18\a \x01(\tR\timageSize\x12\x1d\n" +
+	"ImageInput\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12&\n" +
+	"\x04tier\x18\x02 \x01(\x0e2\x12.easel.job.v1.TierR\x04tier\x12\x16\n" +
+	"\x06prompt\x18\x03 \x01(\tR\x06prompt\x12!\n" +
+	"\faspect_ratio\x18\x04 \x01(\tR\vaspectRatio\x12\x1d\n" +
 	"\n" +
-	"image_urls\x18\b \x03(\tR\timageUrls\x12$\n" +
-	"\x0ecreate_time_ms\x18\t \x01(\x03R\fcreateTimeMs\x12\x1f\n" +
-	"\vdeadline_ms\x18\n" +
-	" \x01(\x03R\n" +
-	"deadlineMsJ\x04\b\v\x10\fJ\x04\b\f\x10\rR\fcallback_urlR\x0fcallback_events\"p\n" +
+	"image_size\x18\x05 \x01(\tR\timageSize\x12\x1d\n" +
+	"\n" +
+	"image_urls\x18\x06 \x03(\tR\timageUrls\"p\n" +
 	"\x0eDeliverWebhook\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x17\n" +
@@ -329,14 +337,15 @@ func file_easel_job_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_easel_job_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_easel_job_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_easel_job_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_easel_job_v1_job_proto_goTypes = []any{
 	(Tier)(0),              // 0: easel.job.v1.Tier
-	(*GenerateImage)(nil),  // 1: easel.job.v1.GenerateImage
-	(*DeliverWebhook)(nil), // 2: easel.job.v1.DeliverWebhook
+	(*ImageRun)(nil),       // 1: easel.job.v1.ImageRun
+	(*ImageInput)(nil),     // 2: easel.job.v1.ImageInput
+	(*DeliverWebhook)(nil), // 3: easel.job.v1.DeliverWebhook
 }
 var file_easel_job_v1_job_proto_depIdxs = []int32{
-	0, // 0: easel.job.v1.GenerateImage.tier:type_name -> easel.job.v1.Tier
+	0, // 0: easel.job.v1.ImageInput.tier:type_name -> easel.job.v1.Tier
 	1, // [1:1] is the sub-list for method output_type
 	1, // [1:1] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
@@ -355,7 +364,7 @@ func file_easel_job_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_easel_job_v1_job_proto_rawDesc), len(file_easel_job_v1_job_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
