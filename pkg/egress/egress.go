@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/net/idna"
 )
 
 // Policy is an egress policy.
@@ -219,8 +221,42 @@ func (p Policy) CheckURL(u *url.URL) string {
 		if why := RefusedAddr(addr); why != "" && !p.allowed(addr) {
 			return "points to " + why
 		}
+		return ""
+	}
+	if why, a := localName(u.Hostname()); why != "" && !p.allowed(a) {
+		return "points to " + why
 	}
 	return ""
+}
+
+// localName reports a host name that always means an address in a refused
+// range, whatever DNS says: localhost and its subdomains (RFC 6761, which
+// resolvers answer themselves) and the cloud metadata services' names. a
+// is the address it stands for, for the Allow ranges.
+func localName(host string) (why string, a netip.Addr) {
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	if !isASCII(h) {
+		if m, err := idna.Lookup.ToASCII(h); err == nil {
+			h = m
+		}
+	}
+	switch {
+	case h == "localhost" || strings.HasSuffix(h, ".localhost"):
+		return "this machine (localhost)", netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	case metadataNames[h]:
+		return "a cloud metadata service", netip.AddrFrom4([4]byte{169, 254, 169, 254})
+	}
+	return "", netip.Addr{}
+}
+
+// metadataNames are the names of the cloud metadata services (169.254.169.254
+// and its kin): Google Cloud's, and AWS's instance-data names.
+var metadataNames = map[string]bool{
+	"metadata":                   true,
+	"metadata.google.internal":   true,
+	"metadata.goog":              true,
+	"instance-data":              true,
+	"instance-data.ec2.internal": true,
 }
 
 // Control is a net.Dialer Control function enforcing the policy on the

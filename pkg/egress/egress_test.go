@@ -80,7 +80,25 @@ func TestCheckURL(t *testing.T) {
 		{"https://example.com/a.png", Policy{}, ""},
 		{"http://example.com/a.png", Policy{}, ""},
 		{"http://example.com:80/a.png", Policy{}, ""},
-		{"https://localhost/a.png", Policy{}, ""}, // a name: checked when dialled, not here
+		{"https://example.net/a.png", Policy{}, ""}, // a name: checked when dialled, not here
+		// Names that always mean this machine or a metadata service are
+		// refused here too (review item 10: they were accepted at create
+		// and refused only by the worker, after a charge).
+		{"https://localhost/a.png", Policy{}, "this machine (localhost)"},
+		{"https://LocalHost./a.png", Policy{}, "this machine (localhost)"},
+		{"http://app.localhost/a.png", Policy{}, "this machine (localhost)"},
+		{"http://a.b.localhost:80/a.png", Policy{}, "this machine (localhost)"},
+		{"http://ｌｏｃａｌｈｏｓｔ/a.png", Policy{}, "this machine (localhost)"}, // full-width: IDNA maps it
+		{"http://notlocalhost/a.png", Policy{}, ""},
+		{"http://localhost.example.com/a.png", Policy{}, ""},
+		{"http://metadata.google.internal/computeMetadata/v1/", Policy{}, "cloud metadata service"},
+		{"http://METADATA.GOOGLE.INTERNAL./x", Policy{}, "cloud metadata service"},
+		{"http://metadata/x", Policy{}, "cloud metadata service"},
+		{"http://metadata.goog/x", Policy{}, "cloud metadata service"},
+		{"http://instance-data.ec2.internal/latest/", Policy{}, "cloud metadata service"},
+		{"http://localhost:9000/a.png", Policy{AllowPrivate: true}, ""},
+		{"http://localhost/a.png", Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, ""},
+		{"http://metadata.google.internal/x", Policy{Allow: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}, "cloud metadata service"},
 		{"http://127.0.0.1/a.png", Policy{}, "loopback"},
 		{"http://127.0.0.1:80/", Policy{}, "loopback"},
 		{"http://[::1]/x", Policy{}, "loopback"},

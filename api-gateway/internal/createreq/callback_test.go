@@ -126,7 +126,8 @@ func TestDecodeCallbackEgressPolicy(t *testing.T) {
 		{"a port not allowed", egress.Policy{Ports: []int{443, 8443}}, "http://hooks.example.com/hook", false},
 		{"an allowed range", egress.Policy{Allow: mustPrefixes(t, "10.20.0.0/16")}, "https://10.20.3.4/hook", true},
 		{"outside the allowed range", egress.Policy{Allow: mustPrefixes(t, "10.20.0.0/16")}, "https://10.21.3.4/hook", false},
-		{"a name is left to the worker's dial-time check", egress.Policy{}, "https://localhost/hook", true},
+		{"a name is left to the worker's dial-time check", egress.Policy{}, "https://hooks.internal.example/hook", true},
+		{"but localhost always means this machine", egress.Policy{}, "https://localhost/hook", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -51,10 +51,10 @@ type wire struct {
 }
 
 type wireInput struct {
-	Prompt      *string   `json:"prompt"`
-	AspectRatio *string   `json:"aspect_ratio"`
-	ImageSize   *string   `json:"image_size"`
-	ImageURLs   *[]string `json:"image_urls"`
+	Prompt      *promptText `json:"prompt"`
+	AspectRatio *string     `json:"aspect_ratio"`
+	ImageSize   *string     `json:"image_size"`
+	ImageURLs   *[]string   `json:"image_urls"`
 }
 
 func invalid(format string, args ...any) error {
@@ -120,7 +120,10 @@ func (d *Decoder) Decode(body []byte) (task.Input, error) {
 func jsonError(err error) error {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
+	var fe *fieldError
 	switch {
+	case errors.As(err, &fe):
+		return invalid("%s", fe.msg)
 	case errors.As(err, &se):
 		return invalid("request body is not valid JSON: %s (at byte %d)", se.Error(), se.Offset)
 	case errors.As(err, &te):
@@ -177,7 +180,7 @@ func (d *Decoder) validate(w *wire) (task.Input, error) {
 	if in.Prompt == nil {
 		return r, invalid("input.prompt is required")
 	}
-	r.Prompt = strings.TrimSpace(*in.Prompt)
+	r.Prompt = strings.TrimSpace(string(*in.Prompt))
 	if r.Prompt == "" {
 		return r, invalid("input.prompt must not be blank")
 	}

@@ -23,6 +23,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"p"},"callback_url":"https://hooks.example.com/x","callback_events":["task.progress","task.completed"]}`))
 	f.Add([]byte(`{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"p"},"callBackUrl":"http://127.0.0.1/x","callback_events":[]}`))
 	f.Add([]byte(`{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"p"},"callback_url":"https://a.example/","callBackUrl":"https://b.example/","callback_events":["task.failed","task.failed"]}`))
+	f.Add([]byte(`{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"\ud83d\udc08 \u00e9"}}`))
 	f.Add([]byte(`[]`))
 	f.Add([]byte(``))
 	d := newDecoder(f)
@@ -38,7 +39,8 @@ func FuzzDecode(f *testing.F) {
 		if _, ok := d.Catalog.Lookup(r.Model.ID); !ok {
 			t.Fatalf("accepted unknown model %q", r.Model.ID)
 		}
-		if r.Prompt == "" || r.Prompt != strings.TrimSpace(r.Prompt) || utf8.RuneCountInString(r.Prompt) > MaxPromptChars {
+		if r.Prompt == "" || r.Prompt != strings.TrimSpace(r.Prompt) || utf8.RuneCountInString(r.Prompt) > MaxPromptChars ||
+			!utf8.ValidString(r.Prompt) || strings.ContainsRune(r.Prompt, 0) {
 			t.Fatalf("accepted bad prompt %q", r.Prompt)
 		}
 		if r.AspectRatio == "" && len(r.ImageURLs) == 0 || r.AspectRatio != "" && !catalog.ValidAspectRatio(r.AspectRatio) {
