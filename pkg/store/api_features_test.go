@@ -116,16 +116,18 @@ func TestQueuePosition(t *testing.T) {
 	if p := pos(seqs[9]); p.Position != 10 || p.Known {
 		t.Fatalf("before anything left: %+v, want 10 and no ETA", p)
 	}
-	must(t, s.db.dequeued(ctx, "standard", 1)) // first sample
+	// The first task joined an empty queue: its busy spell, and the rate's
+	// first sample, start then.
+	must(t, s.db.dequeued(ctx, "standard", 1))
 	now = now.Add(queueSampleEvery)
-	must(t, s.db.dequeued(ctx, "standard", 3)) // 3 in 10 s
-	now = now.Add(10 * time.Second)            // and nothing since: 3 in 20 s
+	must(t, s.db.dequeued(ctx, "standard", 3)) // 4 in 10 s
+	now = now.Add(10 * time.Second)            // and nothing since: 4 in 20 s
 	p := pos(seqs[9])
 	if p.Position != 6 || !p.Known {
 		t.Fatalf("after 4 left: %+v, want 6 with an ETA", p)
 	}
-	if want := 40 * time.Second; p.ETA < want-time.Second || p.ETA > want+time.Second {
-		t.Errorf("ETA %v, want about %v (6 at 3 per 20 s)", p.ETA, want)
+	if want := 30 * time.Second; p.ETA < want-time.Second || p.ETA > want+time.Second {
+		t.Errorf("ETA %v, want about %v (6 at 4 per 20 s)", p.ETA, want)
 	}
 	if p := pos(seqs[0]); p.Position != 1 {
 		t.Errorf("a task the counters put behind nobody: %+v, want 1", p)

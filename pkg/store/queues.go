@@ -19,8 +19,16 @@ import (
 // clamped to at least 1.
 //
 // The rate tasks leave at, for the ETA, is measured between two samples
-// of the dequeued count taken at least queueSampleEvery apart.
+// of the dequeued count taken at least queueSampleEvery apart, within the
+// queue's busy period: a task joining an empty queue restarts the samples
+// (join_queue in lib.lua).
 const queueSampleEvery = 10 * time.Second
+
+// PickUp is the ETA of a task first in a queue that was empty: how long a
+// worker takes to pick it up (an idle worker polls its queues every 50 ms,
+// EASEL_TASK_CHECK_INTERVAL). The estimate assumes a free worker; with
+// every worker busy the task waits for one to finish.
+const PickUp = 100 * time.Millisecond
 
 // Queues reads the queues' numbers.
 type Queues struct{ db *DB }
@@ -28,14 +36,22 @@ type Queues struct{ db *DB }
 // NewQueues returns the queue numbers on db.
 func NewQueues(db *DB) *Queues { return &Queues{db: db} }
 
+var joinQueueLua = newScript("join_queue", map[string]int64{"JOINED": 1})
+
+type joinQueueArgs struct {
+	Now int64 `lua:"now"`
+}
+
+func (a joinQueueArgs) list() []any { return []any{a.Now} }
+
 // nextQueueSeq takes the next sequence number of a queue, for a task
 // about to join it.
 func (db *DB) nextQueueSeq(ctx context.Context, queue string) (int64, error) {
-	n, err := db.rdb.HIncrBy(ctx, queueKey(queue), fQueueEnq, 1).Result()
+	res, err := joinQueueLua.run(ctx, db, queueKeys{Queue: queueKey(queue)}.list(), joinQueueArgs{Now: db.now().UnixMilli()}.list())
 	if err != nil {
 		return 0, fmt.Errorf("store: queue %s: %w", queue, err)
 	}
-	return n, nil
+	return joinQueueLua.reply(res).int(1), nil
 }
 
 var dequeuedLua = newScript("dequeued", map[string]int64{"COUNTED": 1})
@@ -96,10 +112,16 @@ func (q *Queues) Stats(ctx context.Context, queue string) (QueueStats, error) {
 // queue with sequence number seq (task.Task.QueueSeq).
 func (q QueueStats) PositionOf(seq int64, now time.Time) task.QueuePosition {
 	qp := task.QueuePosition{Position: max(seq-q.Dequeued, 1)}
-	if !q.SampleAt.IsZero() && now.After(q.SampleAt) && q.Dequeued > q.SampleCount {
+	switch {
+	case q.SampleAt.IsZero() || now.Before(q.SampleAt):
+	case q.Dequeued > q.SampleCount:
 		perMs := float64(q.Dequeued-q.SampleCount) / float64(now.Sub(q.SampleAt).Milliseconds()+1)
 		qp.ETA = time.Duration(float64(qp.Position)/perMs) * time.Millisecond
 		qp.Known = true
+	case qp.Position == 1 && now.Sub(q.SampleAt) < queueSampleEvery:
+		// First in a queue that has just become busy: no rate yet, and
+		// nothing ahead.
+		qp.ETA, qp.Known = PickUp, true
 	}
 	return qp
 }

@@ -37,6 +37,7 @@ var scriptContracts = []struct {
 	{takeoverLua, taskKeys{}, takeoverArgs{}},
 	{idempotencyDoneLua, idemKeys{}, idemDoneArgs{}},
 	{dequeuedLua, queueKeys{}, dequeuedArgs{}},
+	{joinQueueLua, queueKeys{}, joinQueueArgs{}},
 	{addCreditsLua, creditKeys{}, addCreditsArgs{}},
 	{updateAccountLua, accountKeys{}, nil},
 	{claimKeyLua, keyKeys{}, claimKeyArgs{}},

@@ -127,7 +127,7 @@ for i = 1, #promoted, 3 do
   end
 end
 if admitted == 1 and queue_name ~= '' then
-  if queue_seq == 0 then queue_seq = redis.call('HINCRBY', queue_key, 'enq', 1) end
+  if queue_seq == 0 then queue_seq = join_queue(queue_key, now) end
   redis.call('HSET', K.task, 'qseq', queue_seq)
   reply[3] = queue_seq
 end

@@ -41,6 +41,19 @@ local function ledger(ledger_key, now, keep, kind, amount, balance, task_id, not
   end
 end
 
+-- join_queue takes the next number of a queue (queue_key: its numbers)
+-- for a task joining it. A task joining an empty queue starts a busy
+-- period: the rate samples (dequeued.lua) restart, so the time the queue
+-- stood empty is not taken for time its workers were slow.
+local function join_queue(queue_key, now)
+  local seq = redis.call('HINCRBY', queue_key, 'enq', 1)
+  local deq = tonumber(redis.call('HGET', queue_key, 'deq') or '0')
+  if seq - 1 <= deq then
+    redis.call('HSET', queue_key, 't0', now, 'n0', deq, 't1', now, 'n1', deq)
+  end
+  return seq
+end
+
 -- Fields a record keeps whole are at most 64 bytes, so that Redis keeps
 -- the record as a compact listpack whatever its hash-max-listpack-value:
 -- a longer value is split over field, field+1, field+2...
@@ -183,7 +196,7 @@ local function promote(K, share, check_at, account_id, task_id)
       redis.call('ZADD', K.due, at, task_due(account_id, id))
       out[#out + 1] = id
       out[#out + 1] = redis.call('HGET', rec, 'q') or ''
-      out[#out + 1] = dl''
+      out[#out + 1] = dl
     elseif not st then
       -- Its record is gone, the task unfinished (forget): parked, it held
       -- no place.
