@@ -111,7 +111,8 @@ func (a *app) printTask(t *easel.Task) {
 	}
 }
 
-// queueText describes a pending task's place: "#3 in queue, about 12s".
+// queueText describes a pending task's place: "#3 in queue, about 12s",
+// or "#1 in queue, starting" when a worker is about to pick it up.
 func queueText(t *easel.Task) string {
 	var s string
 	if t.QueuePosition != nil {
@@ -121,7 +122,11 @@ func queueText(t *easel.Task) string {
 		if s != "" {
 			s += ", "
 		}
-		s += "about " + eta.Round(time.Second).String()
+		if eta < time.Second {
+			s += "starting"
+		} else {
+			s += "about " + eta.Round(time.Second).String()
+		}
 	}
 	return s
 }
