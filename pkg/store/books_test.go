@@ -86,9 +86,13 @@ func booksOf(t *testing.T, s *stores, acct string) books {
 					t.Errorf("%s: %s and still holding %s", id, st, f)
 				}
 			}
-			if n := s.rdb.Exists(context.Background(), jobKey(acct, id)).Val(); n != 0 {
-				t.Errorf("%s: %s and still holding its job", id, st)
+			if f := inputFields(m); len(f) != 0 {
+				t.Errorf("%s: %s and still holding its input %v", id, st, f)
 			}
+		}
+		// No task keeps a job apart from its record.
+		if n := s.rdb.Exists(context.Background(), oldJobKey(acct, id)).Val(); n != 0 {
+			t.Errorf("%s: %s and holding a job key", id, st)
 		}
 	}
 	slices.Sort(b.parked)

@@ -147,8 +147,13 @@ func TestOnACluster(t *testing.T) {
 				switch e.Kind {
 				case DueCheck:
 					gotChecks = append(gotChecks, e.AccountID+"/"+e.TaskID)
-					if job, err := s.tasks.Job(ctx, e.AccountID, e.TaskID); err != nil || string(job) != "job" {
-						t.Errorf("Job(%s) = %q, %v", e.TaskID, job, err)
+					// What it takes to queue the job again: the task's
+					// deadline with the check, its input in its record.
+					if e.Deadline.UnixMilli() != std.CountUntil.UnixMilli() {
+						t.Errorf("the check of %s: deadline %v; want %v", e.TaskID, e.Deadline, std.CountUntil)
+					}
+					if in, ok := inputOf(t, s, e.AccountID, e.TaskID); !ok || in != "job" {
+						t.Errorf("the input of %s = %q (kept %v)", e.TaskID, in, ok)
 					}
 				case DueExpire:
 					gotOverdue = append(gotOverdue, e.AccountID+"/"+e.TaskID)
@@ -257,8 +262,8 @@ func TestOnACluster(t *testing.T) {
 			dues[n] = w.Entries
 		}
 		for _, id := range ids {
-			want := DueEntry{Kind: DueCheck, AccountID: id, TaskID: "p1"}
-			if !slices.Contains(dues[ShardOf(id)], want) {
+			want := DueEntry{Kind: DueCheck, AccountID: id, TaskID: "p1", Deadline: c.CountUntil}
+			if !slices.ContainsFunc(dues[ShardOf(id)], func(e DueEntry) bool { return sameEntry(e, want) }) {
 				t.Errorf("%s: due %+v; want %+v", id, dues[ShardOf(id)], want)
 			}
 			for _, e := range dues[ShardOf(id)] {
@@ -266,17 +271,27 @@ func TestOnACluster(t *testing.T) {
 					t.Errorf("a parked task is due before its deadline: %+v", e)
 				}
 			}
-			// The end of the first admits the second, with its job; the
-			// cancel of the second the third.
+			// The end of the first admits the second, with its deadline
+			// (its input stays in its record); the cancel of the second the
+			// third.
 			mustOutcome(t, task.Applied)(start(ps, id, "p1", "p1"))
 			ch := mustOutcome(t, task.Applied)(ps.tasks.Complete(ctx, id, "p1", "p1", nil))
-			if want := []task.Admitted{{AccountID: id, TaskID: "p2", Job: []byte("job of p2")}}; !sameAdmitted(ch.Admitted, want) {
+			if want := []task.Admitted{{AccountID: id, TaskID: "p2", Deadline: c.CountUntil}}; !sameAdmitted(ch.Admitted, want) {
 				t.Errorf("%s: Complete admitted %+v; want %+v", id, ch.Admitted, want)
+			}
+			if in, ok := inputOf(t, ps, id, "p2"); !ok || in != "job of p2" {
+				t.Errorf("%s: the input of p2 = %q (kept %v)", id, in, ok)
 			}
 			cn, err := ps.tasks.Cancel(ctx, id, "p2")
 			must(t, err)
-			if want := []task.Admitted{{AccountID: id, TaskID: "p3", Job: []byte("job of p3")}}; !sameAdmitted(cn.Admitted, want) {
+			if want := []task.Admitted{{AccountID: id, TaskID: "p3", Deadline: c.CountUntil}}; !sameAdmitted(cn.Admitted, want) {
 				t.Errorf("%s: Cancel admitted %+v; want %+v", id, cn.Admitted, want)
+			}
+			if in, ok := inputOf(t, ps, id, "p3"); !ok || in != "job of p3" {
+				t.Errorf("%s: the input of p3 = %q (kept %v)", id, in, ok)
+			}
+			if in, ok := inputOf(t, ps, id, "p2"); ok {
+				t.Errorf("%s: the canceled p2 keeps its input %q", id, in)
 			}
 			checkWindow(t, ps, id)
 		}

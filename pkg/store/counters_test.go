@@ -366,7 +366,7 @@ func TestLostRecordsLeaveTheBooks(t *testing.T) {
 			now := time.Now()
 			s := windowStore(t, 1, &now)
 			createAll(t, s, "a", std, "a1", "k1", "k2")
-			must(t, s.rdb.Del(ctx, taskKey("a", tt.lose), jobKey("a", tt.lose)).Err())
+			must(t, s.rdb.Del(ctx, taskKey("a", tt.lose)).Err())
 			admitted := tt.find(t, s, now)
 			if !sameAdmitted(admitted, admittedOf(tt.admit...)) {
 				t.Errorf("admitted %+v; want %v", admitted, tt.admit)

@@ -13,12 +13,12 @@ import (
 
 // The shard's due work, read with the store's clock moved: each
 // unfinished task has one entry, due FirstQueueCheck after its admission
-// (DueCheck, its queue and run; then every QueueRecheck, never past its
-// deadline), at its deadline while parked or processing (DueExpire then,
-// again dueRetry later if the expire did not happen); an ended task's
-// entry is gone, and so is a stale one Due finds; a final webhook event
-// is due HookGrace after the end (DueHook, again dueRetry later until
-// Queued). Next is when the first entry left is due.
+// (DueCheck, its queue, run and deadline; then every QueueRecheck, never
+// past its deadline), at its deadline while parked or processing
+// (DueExpire then, again dueRetry later if the expire did not happen); an
+// ended task's entry is gone, and so is a stale one Due finds; a final
+// webhook event is due HookGrace after the end (DueHook, again dueRetry
+// later until Queued). Next is when the first entry left is due.
 func TestDue(t *testing.T) {
 	const dl = 2 * time.Minute // every task's deadline, from the start
 	type step struct {
@@ -198,6 +198,11 @@ func TestDue(t *testing.T) {
 				for _, e := range w.Entries {
 					if e.AccountID != "a" {
 						t.Errorf("an entry of account %q", e.AccountID)
+					}
+					// A check carries the task's deadline, what it takes to
+					// queue its job again; the other kinds none.
+					if wantDl := map[bool]time.Time{true: t0.Add(dl)}[e.Kind == DueCheck]; !e.Deadline.Equal(wantDl) {
+						t.Errorf("step %d: %c %s: deadline %v; want %v", i, e.Kind, e.TaskID, e.Deadline, wantDl)
 					}
 					r := string(e.Kind) + " " + e.TaskID
 					if e.Queue != "" || e.Run != "" || e.Event != "" {

@@ -313,20 +313,20 @@ func TestChangesReportWhatTheyDid(t *testing.T) {
 		}, Change{Model: testModel, Outcome: task.Applied, Refunded: std.Price}, ""},
 		{"start", all, nil, func(s *stores) (Change, error) {
 			return start(s, "a", "t", "t")
-		}, Change{Outcome: task.Applied}, ""},
+		}, Change{Model: testModel, Outcome: task.Applied}, ""},
 		{"start, poisoned", all, crashedOnce, func(s *stores) (Change, error) {
 			return start(s, "a", "t", "t")
-		}, Change{Outcome: task.Poisoned, Hooked: true, Refunded: std.Price}, task.EventFailed},
+		}, Change{Model: testModel, Outcome: task.Poisoned, Hooked: true, Refunded: std.Price}, task.EventFailed},
 		{"start, poisoned, a callback for completions only", []string{task.EventCompleted}, crashedOnce, func(s *stores) (Change, error) {
 			return start(s, "a", "t", "t")
-		}, Change{Outcome: task.Poisoned, Refunded: std.Price}, ""},
+		}, Change{Model: testModel, Outcome: task.Poisoned, Refunded: std.Price}, ""},
 		{"start, poisoned, no callback", nil, crashedOnce, func(s *stores) (Change, error) {
 			return start(s, "a", "t", "t")
-		}, Change{Outcome: task.Poisoned, Refunded: std.Price}, ""},
+		}, Change{Model: testModel, Outcome: task.Poisoned, Refunded: std.Price}, ""},
 		{"takeover", all, started, func(s *stores) (Change, error) {
 			c, _, err := s.tasks.Takeover(ctx, "a", "t", "t", next)
 			return c, err
-		}, Change{Outcome: task.Applied}, ""},
+		}, Change{Model: testModel, Outcome: task.Applied}, ""},
 		{"takeover, poisoned", all, func(t *testing.T, s *stores) {
 			started(t, s)
 			c, _, err := s.tasks.Takeover(ctx, "a", "t", "t", next)
@@ -334,7 +334,7 @@ func TestChangesReportWhatTheyDid(t *testing.T) {
 		}, func(s *stores) (Change, error) {
 			c, _, err := s.tasks.Takeover(ctx, "a", "t", "t.r1", next)
 			return c, err
-		}, Change{Outcome: task.Poisoned, Hooked: true, Refunded: std.Price}, task.EventFailed},
+		}, Change{Model: testModel, Outcome: task.Poisoned, Hooked: true, Refunded: std.Price}, task.EventFailed},
 		{"takeover, poisoned, no callback", nil, func(t *testing.T, s *stores) {
 			started(t, s)
 			c, _, err := s.tasks.Takeover(ctx, "a", "t", "t", next)
@@ -342,7 +342,7 @@ func TestChangesReportWhatTheyDid(t *testing.T) {
 		}, func(s *stores) (Change, error) {
 			c, _, err := s.tasks.Takeover(ctx, "a", "t", "t.r1", next)
 			return c, err
-		}, Change{Outcome: task.Poisoned, Refunded: std.Price}, ""},
+		}, Change{Model: testModel, Outcome: task.Poisoned, Refunded: std.Price}, ""},
 		{"cancel while pending", all, nil, func(s *stores) (Change, error) {
 			return cancelChange(s)
 		}, Change{Outcome: task.Applied, Hooked: true, Refunded: std.Price}, task.EventCanceled},

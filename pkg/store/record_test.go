@@ -10,7 +10,8 @@ import (
 
 // A record keeps every value in at most pieceLen bytes (a longer one is
 // split over field, field+1, ...), so it stays a compact listpack whatever
-// it holds, and reads back whole. The job payload is a key of its own.
+// it holds, and reads back whole: the task's input too, kept in the
+// record until the task ends.
 func TestCompactRecords(t *testing.T) {
 	long := func(n int) string {
 		var b strings.Builder
@@ -50,10 +51,15 @@ func TestCompactRecords(t *testing.T) {
 			if v := s.rdb.HGetAll(ctx, key).Val(); len(v[fTaskCallback]) > pieceLen {
 				t.Errorf("the callback held in one field of %d bytes", len(v[fTaskCallback]))
 			}
-			if job, _ := s.tasks.Job(ctx, "a", tk.ID); len(job) != 500 {
-				t.Errorf("the job payload: %d bytes", len(job))
+			if in, _ := inputOf(t, s, "a", tk.ID); in != strings.Repeat("j", 500) {
+				t.Errorf("the record's input: %d bytes", len(in))
 			}
-			mustOutcome(t, task.Applied)(start(s, "a", tk.ID, tk.ID))
+			st, err := s.tasks.Start(ctx, "a", tk.ID, tk.ID)
+			mustOutcome(t, task.Applied)(st.Change, err)
+			if string(st.Input) != strings.Repeat("j", 500) {
+				t.Errorf("the input Start read back: %d bytes; want 500", len(st.Input))
+			}
+			checkListpack(t, s, key, "processing")
 			if tt.message == "" {
 				var rs []task.Result
 				for i := 0; i < tt.results; i++ {
@@ -78,9 +84,13 @@ func TestCompactRecords(t *testing.T) {
 			if len(got.Results) != tt.results {
 				t.Errorf("%d results; want %d", len(got.Results), tt.results)
 			}
-			// The job payload is gone with the start; no field holds it.
-			if n := s.rdb.Exists(ctx, jobKey("a", tk.ID)).Val(); n != 0 {
-				t.Error("the job payload outlived the start")
+			// The input is gone with the end; no field holds it, and no key
+			// apart from the record ever did.
+			if f := inputFields(s.rdb.HGetAll(ctx, key).Val()); len(f) != 0 {
+				t.Errorf("the input outlived the end: %v", f)
+			}
+			if n := s.rdb.Exists(ctx, oldJobKey("a", tk.ID)).Val(); n != 0 {
+				t.Error("a job key beside the record")
 			}
 		})
 	}

@@ -200,8 +200,9 @@ func TestTakeover(t *testing.T) {
 }
 
 // Every admitted task is due for a queue check FirstQueueCheck after it
-// was admitted, with its job kept apart (Job), until a run starts it or it
-// ends; a check moves itself on (QueueRecheck later).
+// was admitted, with what it takes to queue its job again (its queue, run
+// and deadline; its input stays in its record), until a run starts it or
+// it ends; a check moves itself on (QueueRecheck later).
 func TestQueueChecks(t *testing.T) {
 	created := time.Now().Truncate(time.Millisecond)
 	s, _ := newStoreWith(t, Options{Now: func() time.Time { return created }})
@@ -228,19 +229,26 @@ func TestQueueChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []DueEntry{{Kind: DueCheck, AccountID: "a", TaskID: "waiting"}, {Kind: DueCheck, AccountID: "a", TaskID: "queued", Queue: "standard"}}
+	dl := time.UnixMilli(std.CountUntil.UnixMilli())
+	want := []DueEntry{{Kind: DueCheck, AccountID: "a", TaskID: "waiting", Deadline: dl},
+		{Kind: DueCheck, AccountID: "a", TaskID: "queued", Queue: "standard", Deadline: dl}}
 	if !sameEntries(got.Entries, want) {
 		t.Fatalf("Due = %+v; want the two waiting tasks' checks", got.Entries)
 	}
-	for _, id := range []string{"waiting", "queued"} {
-		if job, err := s.tasks.Job(ctx, "a", id); err != nil || string(job) != "job of "+id {
-			t.Errorf("Job(%s) = %q, %v", id, job, err)
+	// An unfinished task keeps its input in its record (a started one for
+	// a run after a crash); an ended one no longer carries it. None keeps
+	// a job apart from its record.
+	for _, id := range []string{"waiting", "queued", "started"} {
+		if in, ok := inputOf(t, s, "a", id); !ok || in != "job of "+id {
+			t.Errorf("the input of %s = %q (kept %v)", id, in, ok)
 		}
 	}
-	// A started or ended task no longer carries its job.
-	for _, id := range []string{"started", "failed"} {
-		if job, err := s.tasks.Job(ctx, "a", id); err != nil || job != nil {
-			t.Errorf("Job(%s) = %q, %v; want none", id, job, err)
+	if in, ok := inputOf(t, s, "a", "failed"); ok {
+		t.Errorf("the input of the failed task = %q; want none", in)
+	}
+	for _, id := range []string{"waiting", "queued", "started", "failed"} {
+		if n := s.rdb.Exists(ctx, oldJobKey("a", id)).Val(); n != 0 {
+			t.Errorf("%s keeps a job key", id)
 		}
 	}
 	// The checks moved on: due again QueueRecheck later, not before.
@@ -266,7 +274,7 @@ func sameEntries(got, want []DueEntry) bool {
 	for _, g := range got {
 		found := false
 		for i, w := range left {
-			if g == w {
+			if sameEntry(g, w) {
 				left = append(left[:i], left[i+1:]...)
 				found = true
 				break
@@ -277,4 +285,12 @@ func sameEntries(got, want []DueEntry) bool {
 		}
 	}
 	return true
+}
+
+// sameEntry reports whether two due entries are the same (their deadlines
+// the same instant).
+func sameEntry(a, b DueEntry) bool {
+	d := a.Deadline.Equal(b.Deadline)
+	a.Deadline, b.Deadline = time.Time{}, time.Time{}
+	return d && a == b
 }

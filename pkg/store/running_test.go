@@ -121,15 +121,16 @@ func TestPlaces(t *testing.T) {
 		t.Errorf("another account's task: %v", c.Outcome)
 	}
 	// Completed, failed: two places free, each to the oldest task waiting,
-	// with its job. Handed back: the place is kept.
+	// with its deadline (its input stays in its record, for its run).
+	// Handed back: the place is kept.
 	ch, err := s.tasks.Complete(ctx, "acct_a", running[0], running[0], nil)
 	must(t, err)
-	if want := []task.Admitted{{AccountID: "acct_a", TaskID: waiting[0], Job: []byte("job of " + waiting[0])}}; !sameAdmitted(ch.Admitted, want) {
+	if want := []task.Admitted{{AccountID: "acct_a", TaskID: waiting[0], Deadline: c.CountUntil}}; !sameAdmitted(ch.Admitted, want) {
 		t.Errorf("Complete admitted %+v; want %+v", ch.Admitted, want)
 	}
 	ch, err = s.tasks.Fail(ctx, "acct_a", running[1], running[1], task.Failure{Code: "generation_failed", Message: "x"})
 	must(t, err)
-	if want := []task.Admitted{{AccountID: "acct_a", TaskID: waiting[1], Job: []byte("job of " + waiting[1])}}; !sameAdmitted(ch.Admitted, want) {
+	if want := []task.Admitted{{AccountID: "acct_a", TaskID: waiting[1], Deadline: c.CountUntil}}; !sameAdmitted(ch.Admitted, want) {
 		t.Errorf("Fail admitted %+v; want %+v", ch.Admitted, want)
 	}
 	if err := s.tasks.Release(ctx, "acct_a", running[2], running[2]); err != nil {
@@ -139,8 +140,8 @@ func TestPlaces(t *testing.T) {
 		t.Errorf("Running = %d after a release; want 5 (it keeps its place)", n)
 	}
 	for i, id := range waiting[:2] {
-		if c, _ := start(s, "acct_a", id, id); c.Outcome != task.Applied {
-			t.Errorf("waiting task %d after places were given back: %v", i, c.Outcome)
+		if st, _ := s.tasks.Start(ctx, "acct_a", id, id); st.Outcome != task.Applied || string(st.Input) != "job of "+id {
+			t.Errorf("waiting task %d after places were given back: %v, input %q", i, st.Outcome, st.Input)
 		}
 	}
 	if c, _ := start(s, "acct_a", waiting[2], waiting[2]); c.Outcome != task.Busy {
@@ -194,9 +195,11 @@ func TestPlaces(t *testing.T) {
 }
 
 // sameAdmitted reports whether got are the tasks of want, in order, with
-// their jobs.
+// what it takes to queue their jobs: their queues and deadlines (to the
+// millisecond, as the records keep them).
 func sameAdmitted(got, want []task.Admitted) bool {
 	return slices.EqualFunc(got, want, func(a, b task.Admitted) bool {
-		return a.AccountID == b.AccountID && a.TaskID == b.TaskID && string(a.Job) == string(b.Job)
+		return a.AccountID == b.AccountID && a.TaskID == b.TaskID && a.Queue == b.Queue &&
+			a.Deadline.UnixMilli() == b.Deadline.UnixMilli()
 	})
 }

@@ -230,10 +230,10 @@ func allowedLiterals() map[string]string {
 	add("a failure code", string(task.WorkerCrashed))
 	add("the events channel", EventsChannel)
 	// The names the scripts make from a shard's prefix (keys.go's taskKey,
-	// jobKey, accountKey, parkedKey) and of the due work's members
-	// (taskDue, hookDue), the kinds of due work (DueKind) and a chunked
-	// field's suffix (pieceLen).
-	add("a key's part", "a:", ":t:", "t:", "j:", "t|", "h|", ":", "acct", "parked")
+	// accountKey, parkedKey: no job key any more, a task's input is in its
+	// record) and of the due work's members (taskDue, hookDue), the kinds
+	// of due work (DueKind) and a chunked field's suffix (pieceLen).
+	add("a key's part", "a:", ":t:", "t:", "t|", "h|", ":", "acct", "parked")
 	for _, k := range []DueKind{DueCheck, DueExpire, DueHook} {
 		add("a kind of due work", string(k))
 	}

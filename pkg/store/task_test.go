@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -82,9 +83,39 @@ func create(t *testing.T, s *stores, acct, id string) {
 	}
 }
 
-// start starts a task.
+// start starts a task, for its change.
 func start(s *stores, acct, id, run string) (Change, error) {
-	return s.tasks.Start(context.Background(), acct, id, run)
+	st, err := s.tasks.Start(context.Background(), acct, id, run)
+	return st.Change, err
+}
+
+// oldJobKey is where a pending task's job payload was kept, apart from its
+// record ("a:<account>:j:<task>"), before the input moved into the record:
+// nothing writes it any more.
+func oldJobKey(acct, id string) string { return tag(acct) + "j:" + id }
+
+// inputOf reads the input a task's record keeps (fTaskInput, over its
+// chunks), and whether it keeps one.
+func inputOf(t *testing.T, s *stores, acct, id string) (string, bool) {
+	t.Helper()
+	m, err := s.rdb.HGetAll(context.Background(), taskKey(acct, id)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ok := m[fTaskInput]
+	return longField(m, fTaskInput), ok
+}
+
+// inputFields are the fields of a record that hold its input (fTaskInput
+// and its chunks).
+func inputFields(m map[string]string) []string {
+	var out []string
+	for f := range m {
+		if f == fTaskInput || strings.HasPrefix(f, fTaskInput+"+") {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // progress sets a task's progress and returns whether a webhook is wanted.
@@ -117,17 +148,27 @@ func TestCreateAndGet(t *testing.T) {
 	if n := srv.Client(t).HExists(ctx, taskKey("acct_a", "task_lumen_1"), fTaskQueue).Val(); n {
 		t.Error("a task with no queue holds a queue field")
 	}
-	// A pending record, and its job, live until the task's deadline and
-	// the result TTL after it.
+	// A pending record, with its input, lives until the task's deadline
+	// and the result TTL after it; no job is kept apart from it.
 	want := time.Until(std.CountUntil) + task.ResultTTL
-	for _, k := range []string{taskKey("acct_a", "task_lumen_1"), jobKey("acct_a", "task_lumen_1")} {
+	for _, k := range []string{taskKey("acct_a", "task_lumen_1")} {
 		ttl := srv.Client(t).PTTL(ctx, k).Val()
 		if ttl <= want-time.Minute || ttl > want+time.Second {
 			t.Errorf("%s: TTL %v; want %v (the deadline, then 24h)", k, ttl, want)
 		}
 	}
-	if job, err := s.tasks.Job(ctx, "acct_a", "task_lumen_1"); err != nil || string(job) != "the job" {
-		t.Errorf("Job = %q, %v", job, err)
+	if n := srv.Client(t).Exists(ctx, oldJobKey("acct_a", "task_lumen_1")).Val(); n != 0 {
+		t.Error("a job key was written beside the record")
+	}
+	if in, ok := inputOf(t, s, "acct_a", "task_lumen_1"); !ok || in != "the job" {
+		t.Errorf("the record's input = %q (kept %v); want %q", in, ok, "the job")
+	}
+	// The run that starts it gets the input back, with its times.
+	st, err := s.tasks.Start(ctx, "acct_a", "task_lumen_1", "task_lumen_1")
+	if err != nil || st.Outcome != task.Applied || string(st.Input) != "the job" || st.Model != testModel ||
+		st.Created.UnixMilli() != 1_700_000_000_123 || st.Deadline.UnixMilli() != std.CountUntil.UnixMilli() {
+		t.Errorf("Start = %+v, %v; want applied with the input %q, created %d, deadline %v", st, err, "the job",
+			int64(1_700_000_000_123), std.CountUntil)
 	}
 	if _, err := s.tasks.Create(ctx, pending("acct_a", "task_lumen_1"), std, nil); err == nil {
 		t.Error("second Create of one id succeeded")
@@ -223,9 +264,15 @@ func TestLifecycle(t *testing.T) {
 					t.Errorf("progress %d after restart; want it kept at 50", got.Progress)
 				}
 			}
-			// A task that started or ended holds no job any more.
-			if n := srv.Client(t).Exists(ctx, jobKey("a", "t")).Val(); n != 0 {
-				t.Errorf("a %s task still holds its job", got.Status)
+			// A task that ended holds no input any more; one still
+			// processing keeps it, for a run after a crash. Neither holds a
+			// job apart from its record.
+			m := srv.Client(t).HGetAll(ctx, taskKey("a", "t")).Val()
+			if f := inputFields(m); (len(f) == 0) != got.Status.Final() {
+				t.Errorf("a %s task holds input fields %v", got.Status, f)
+			}
+			if n := srv.Client(t).Exists(ctx, oldJobKey("a", "t")).Val(); n != 0 {
+				t.Errorf("a %s task holds a job key", got.Status)
 			}
 		})
 	}
@@ -361,7 +408,7 @@ func TestMissingRecordIsNeverRecreated(t *testing.T) {
 	c, _, err := s.tasks.Takeover(ctx, "a", "gone", "gone", runName)
 	mustOutcome(t, task.Missing)(c, err)
 	must(t, s.tasks.Release(ctx, "a", "gone", "gone"))
-	for _, k := range []string{taskKey("a", "gone"), jobKey("a", "gone")} {
+	for _, k := range []string{taskKey("a", "gone"), oldJobKey("a", "gone")} {
 		if n := srv.Client(t).Exists(ctx, k).Val(); n != 0 {
 			t.Errorf("a late worker recreated %s", k)
 		}
@@ -387,7 +434,7 @@ func TestAbort(t *testing.T) {
 	if _, err := s.tasks.Get(ctx, "a", "p"); apperr.CodeOf(err) != apperr.NotFound {
 		t.Errorf("pending task still there: %v", err)
 	}
-	for _, k := range []string{jobKey("a", "p")} {
+	for _, k := range []string{taskKey("a", "p"), oldJobKey("a", "p")} {
 		if srv.Client(t).Exists(ctx, k).Val() != 0 {
 			t.Errorf("%s survived the abort", k)
 		}

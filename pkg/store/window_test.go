@@ -39,17 +39,19 @@ func createAll(t *testing.T, s *stores, acct string, c task.Charge, ids ...strin
 	return out
 }
 
+// admittedOf are tasks of "a" that createAll made with std, admitted:
+// with their queue and deadline.
 func admittedOf(ids ...string) []task.Admitted {
 	out := make([]task.Admitted, len(ids))
 	for i, id := range ids {
-		out[i] = task.Admitted{AccountID: "a", TaskID: id, Job: []byte("job of " + id)}
+		out[i] = task.Admitted{AccountID: "a", TaskID: id, Queue: "standard", Deadline: std.CountUntil}
 	}
 	return out
 }
 
 // Every way a task gives back its place admits the account's oldest
-// parked task, in the same step, and returns it with its job, queue
-// numbered; a second admits the next (FIFO by creation, not by id). A run
+// parked task, in the same step, and returns it with its queue and
+// deadline (its input is in its record, for its run), queue numbered; a second admits the next (FIFO by creation, not by id). A run
 // that lets go (Release) or is taken over keeps the place.
 func TestWindowFreesAPlace(t *testing.T) {
 	fail := task.Failure{Code: "generation_failed", Message: "no"}
@@ -148,7 +150,7 @@ func TestWindowFreesAPlace(t *testing.T) {
 					continue
 				}
 				if !sameAdmitted(admitted, admittedOf(step.admits)) {
-					t.Fatalf("freeing %s admitted %+v; want %s with its job", step.free, admitted, step.admits)
+					t.Fatalf("freeing %s admitted %+v; want %s with its queue and deadline", step.free, admitted, step.admits)
 				}
 				// The task admitted holds a place now, is due for its
 				// queue check, has its number in its queue, and starts.
@@ -162,8 +164,15 @@ func TestWindowFreesAPlace(t *testing.T) {
 				if tk, _ := s.tasks.Get(ctx, "a", step.admits); tk.Queue != "standard" || tk.QueueSeq != int64(3+i) {
 					t.Errorf("%s in %q with number %d; want standard, %d", step.admits, tk.Queue, tk.QueueSeq, 3+i)
 				}
+				if in, ok := inputOf(t, s, "a", step.admits); !ok || in != "job of "+step.admits {
+					t.Errorf("%s after its admission: input %q (kept %v)", step.admits, in, ok)
+				}
 				if w.started {
-					mustOutcome(t, task.Applied)(start(s, "a", step.admits, step.admits))
+					st, err := s.tasks.Start(ctx, "a", step.admits, step.admits)
+					mustOutcome(t, task.Applied)(st.Change, err)
+					if string(st.Input) != "job of "+step.admits {
+						t.Errorf("%s started with the input %q", step.admits, st.Input)
+					}
 				}
 				checkWindow(t, s, "a")
 			}
@@ -321,7 +330,7 @@ func TestWindowIsPerAccount(t *testing.T) {
 	checkWindow(t, s, two.ID)
 }
 
-// A parked task waits, costing nothing: it keeps its job, is due only at
+// A parked task waits, costing nothing: it keeps its input, is due only at
 // its deadline, a start of it is Busy and changes nothing; it can be
 // canceled (refunded in full), and expires at its deadline (refunded).
 func TestParkedTask(t *testing.T) {
@@ -332,8 +341,8 @@ func TestParkedTask(t *testing.T) {
 	if got := createAll(t, s, "a", c, "holder", "p", "q"); fmt.Sprint(got) != "[true false false]" {
 		t.Fatalf("admitted %v", got)
 	}
-	if job, err := s.tasks.Job(ctx, "a", "p"); err != nil || string(job) != "job of p" {
-		t.Errorf("Job(p) = %q, %v; a parked task keeps its job", job, err)
+	if in, ok := inputOf(t, s, "a", "p"); !ok || in != "job of p" {
+		t.Errorf("the input of p = %q (kept %v); a parked task keeps its input", in, ok)
 	}
 	if tk, _ := s.tasks.Get(ctx, "a", "p"); tk.Status != task.Pending || tk.Queue != "standard" || tk.QueueSeq != 0 {
 		t.Errorf("a parked task %+v; want pending, to join its queue, with no number yet", tk)
@@ -361,7 +370,7 @@ func TestParkedTask(t *testing.T) {
 	// Due: the holder's check; the parked tasks not before their deadline.
 	w, err := s.tasks.Due(ctx, ShardOf("a"), now.Add(FirstQueueCheck), 100)
 	must(t, err)
-	if want := []DueEntry{{Kind: DueCheck, AccountID: "a", TaskID: "holder", Queue: "standard"}}; !sameEntries(w.Entries, want) {
+	if want := []DueEntry{{Kind: DueCheck, AccountID: "a", TaskID: "holder", Queue: "standard", Deadline: c.CountUntil}}; !sameEntries(w.Entries, want) {
 		t.Errorf("Due = %+v; want %+v", w.Entries, want)
 	}
 
@@ -374,8 +383,11 @@ func TestParkedTask(t *testing.T) {
 	if after, _ := balance(t, s, "a"); after != credits+std.Price {
 		t.Errorf("balance %d → %d; want the price back", credits, after)
 	}
-	if job, _ := s.tasks.Job(ctx, "a", "p"); job != nil {
-		t.Errorf("a canceled task keeps its job %q", job)
+	if in, ok := inputOf(t, s, "a", "p"); ok {
+		t.Errorf("a canceled task keeps its input %q", in)
+	}
+	if n := s.rdb.Exists(ctx, oldJobKey("a", "p")).Val(); n != 0 {
+		t.Error("a canceled task keeps a job key")
 	}
 	checkWindow(t, s, "a")
 
