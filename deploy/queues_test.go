@@ -41,7 +41,7 @@ func TestQueueKeys(t *testing.T) {
 			Input:      task.Input{Model: model, Prompt: "p"}.WithDefaults(),
 			CreateTime: time.Now(), Deadline: time.Now().Add(time.Hour),
 		}
-		if err := enq.EnqueueGenerateImage(ctx, j, jobs.RunID(id, 0)); err != nil {
+		if err := enq.EnqueueGenerateImage(ctx, jobs.RefOf(j), jobs.RunID(id, 0)); err != nil {
 			t.Fatal(err)
 		}
 		q := jobs.Queue(tier)

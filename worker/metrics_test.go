@@ -63,7 +63,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	for _, id := range []string{"task_lumen_1", "task_lumen_2"} {
 		j := jobs.GenerateImage{TaskID: id, AccountID: "a", CreateTime: time.Now(), Deadline: time.Now().Add(time.Hour),
 			Input: task.Input{Model: catalog.Model{ID: "lumen-2.5-flash-image", Tier: catalog.Standard}, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}}
-		if err := q.EnqueueGenerateImage(context.Background(), j, id); err != nil {
+		if err := q.EnqueueGenerateImage(context.Background(), jobs.RefOf(j), id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -125,7 +125,7 @@ func TestSweepMetrics(t *testing.T) {
 				if c, err := e.tasks.Start(ctx, e.acct, j.TaskID, run); err != nil || c.Outcome != task.Applied {
 					t.Fatal(c, err)
 				}
-				s.q = &orphanQueue{orphans: []jobs.Orphan{{Run: run, Job: j}}}
+				s.q = &orphanQueue{orphans: []jobs.Orphan{{Run: run, Ref: jobs.RefOf(j)}}}
 				s.takeOverOrphans(ctx)
 			}
 		}, map[string]float64{failed("worker_crashed"): 1, refunded: 10}},

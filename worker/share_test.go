@@ -95,17 +95,17 @@ func TestAccountShareOnAWorker(t *testing.T) {
 		now := time.Now()
 		j := jobs.GenerateImage{TaskID: id, AccountID: acct, CreateTime: now, Deadline: now.Add(time.Minute),
 			Input: task.Input{Model: catalog.Model{ID: "lumen-2.5-flash-image", Tier: catalog.Standard}, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}}
-		payload, err := jobs.EncodeGenerateImage(j)
+		input, err := jobs.EncodeInput(j.Input)
 		if err != nil {
 			t.Fatal(err)
 		}
 		c, err := tasks.Create(ctx, &task.Task{ID: id, AccountID: acct, Type: task.Type, Model: j.Input.Model.ID, CreateTime: now},
-			task.Charge{Price: 1, Tier: "standard", CountUntil: now.Add(2 * time.Minute)}, payload)
+			task.Charge{Price: 1, Tier: "standard", CountUntil: j.Deadline.Add(jobs.CountMargin), Queue: jobs.Queue(catalog.Standard)}, input)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if c.Admitted {
-			if err := q.EnqueueGenerateImage(ctx, j, id); err != nil {
+			if err := q.EnqueueGenerateImage(ctx, jobs.RefOf(j), id); err != nil {
 				t.Fatal(err)
 			}
 		}

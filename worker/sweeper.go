@@ -434,7 +434,7 @@ func (r *recovery) check(ctx context.Context, checks []store.DueEntry) int {
 		// A task that started or ended since the check was read has no job
 		// to lose; queueing its run again at worst costs a pickup that finds
 		// the task started or final and drops the job.
-		ref := jobs.Ref{AccountID: c.AccountID, TaskID: c.TaskID, Queue: c.Queue, Deadline: c.Deadline}
+		ref := jobs.Ref{AccountID: c.AccountID, TaskID: c.TaskID, Queue: c.Queue, Deadline: jobs.RunDeadline(c.Deadline)}
 		added, err := r.q.EnsureGenerateImage(ctx, ref, runs[i].ID)
 		if err != nil {
 			log.Warn("recovery: could not queue a task's job; will try again", zap.Error(err))

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -70,8 +71,9 @@ func (n *notifyLog) got() []string {
 	return append([]string(nil), n.events...)
 }
 
-// charge records a pending task as the gateway does, job payload and all,
-// counting in flight until until, without queueing its job.
+// charge records a pending task as the gateway does, input and all,
+// counting in flight until until (jobs.CountMargin past the job's
+// deadline, as the gateway's create counts it), without queueing its job.
 func (e *sweepEnv) charge(t *testing.T, id string, until time.Time) jobs.GenerateImage {
 	t.Helper()
 	return e.chargeWith(t, id, until, task.Callback{})
@@ -89,14 +91,18 @@ func (e *sweepEnv) chargeWith(t *testing.T, id string, until time.Time, cb task.
 func (e *sweepEnv) create(t *testing.T, id string, until time.Time, cb task.Callback) (jobs.GenerateImage, bool) {
 	t.Helper()
 	now := time.Now()
-	j := jobs.GenerateImage{TaskID: id, AccountID: e.acct, CreateTime: now, Deadline: now.Add(10 * time.Minute),
+	j := jobs.GenerateImage{TaskID: id, AccountID: e.acct, CreateTime: now, Deadline: jobs.RunDeadline(until),
 		Input: task.Input{Model: catalog.Model{ID: "lumen-2.5-flash-image", Tier: catalog.Standard}, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}}
-	payload, err := jobs.EncodeGenerateImage(j)
+	// The client's input, callback and all: the store keeps it without
+	// the callback (jobs.EncodeInput), which the record keeps apart.
+	sent := j.Input
+	sent.Callback = cb
+	input, err := jobs.EncodeInput(sent)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := &task.Task{ID: id, AccountID: e.acct, Type: task.Type, Model: j.Input.Model.ID, CreateTime: now, Callback: cb}
-	c, err := e.tasks.Create(context.Background(), rec, task.Charge{Price: 10, Tier: "standard", CountUntil: until}, payload)
+	c, err := e.tasks.Create(context.Background(), rec, task.Charge{Price: 10, Tier: "standard", CountUntil: until, Queue: jobs.Queue(catalog.Standard)}, input)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +293,7 @@ func TestRecoveryQueuesMissingJobs(t *testing.T) {
 	lost := e.chargeWith(t, "task_lumen_1", time.Now().Add(time.Hour), hooksWanted)
 	queued := e.charge(t, "task_lumen_2", time.Now().Add(time.Hour))
 	e.charge(t, "task_lumen_3", time.Now().Add(time.Hour))
-	if err := e.q.EnqueueGenerateImage(ctx, queued, queued.TaskID); err != nil { // its gateway queued it, then died
+	if err := e.q.EnqueueGenerateImage(ctx, jobs.RefOf(queued), queued.TaskID); err != nil { // its gateway queued it, then died
 		t.Fatal(err)
 	}
 	if c, err := e.tasks.Start(ctx, e.acct, "task_lumen_3", "task_lumen_3"); err != nil || c.Outcome != task.Applied {
@@ -320,12 +326,13 @@ func TestRecoveryQueuesMissingJobs(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s is not queued: %v", j.TaskID, err)
 		}
-		got, err := jobs.ParseGenerateImage(asynq.NewTask(info.Type, info.Payload))
-		if err != nil || got.Input.Prompt != "p" || !info.Deadline.Equal(j.Deadline.Truncate(time.Second)) && info.Deadline.Unix() != j.Deadline.Unix() {
-			t.Errorf("%s queued as %+v (deadline %v), %v", j.TaskID, got, info.Deadline, err)
-		}
-		if got.Input.Callback.URL != "" {
-			t.Errorf("%s queued with the callback %+v; the record keeps it", j.TaskID, got.Input.Callback)
+		// As a worker reads it: the run's id, queue and deadline are
+		// Asynq's (its deadlines are to the second). The job's deadline is
+		// the task's, as its gateway queues it: not the time the store
+		// counts the task until (jobs.CountMargin later).
+		got, err := jobs.ParseGenerateImage(asynq.NewTask(info.Type, info.Payload), info.ID, info.Queue, info.Deadline)
+		if err != nil || got.TaskID != j.TaskID || got.AccountID != e.acct || got.Queue != jobs.Queue(catalog.Standard) || info.Deadline.Unix() != j.Deadline.Unix() {
+			t.Errorf("%s queued as %+v (deadline %v; want %v), %v", j.TaskID, got, info.Deadline, j.Deadline, err)
 		}
 	}
 	if rec, _ := e.tasks.Get(ctx, e.acct, lost.TaskID); rec.Callback.URL != hooksWanted.URL {
@@ -359,6 +366,22 @@ func TestRecoveryQueuesMissingJobs(t *testing.T) {
 	}
 	if infos, _ := ins.ListPendingTasks(jobs.Queue(catalog.Standard)); len(infos) != 2 {
 		t.Errorf("%d jobs pending; want 2 (each task once)", len(infos))
+	}
+
+	// Their runs start them with the input the record kept: the task's,
+	// without the callback (the record keeps that apart).
+	for _, j := range []jobs.GenerateImage{lost, queued} {
+		st, err := e.tasks.Start(ctx, e.acct, j.TaskID, j.TaskID)
+		if err != nil || st.Outcome != task.Applied {
+			t.Fatalf("Start %s = %v, %v", j.TaskID, st.Outcome, err)
+		}
+		in, err := jobs.DecodeInput(st.Input)
+		if err != nil || in.Prompt != "p" || !reflect.DeepEqual(in, j.Input) {
+			t.Errorf("%s runs the input %+v, %v; want %+v", j.TaskID, in, err, j.Input)
+		}
+		if in.Callback.URL != "" || len(in.Callback.Events) != 0 {
+			t.Errorf("%s runs with the callback %+v; the record keeps it", j.TaskID, in.Callback)
+		}
 	}
 }
 
@@ -545,7 +568,7 @@ func (e *sweepEnv) crashedOnce(t *testing.T, id string) jobs.Orphan {
 	if c, err := e.tasks.Start(ctx, e.acct, id, run); err != nil || c.Outcome != task.Applied {
 		t.Fatal(c, err)
 	}
-	return jobs.Orphan{Run: run, Job: j}
+	return jobs.Orphan{Run: run, Ref: jobs.RefOf(j)}
 }
 
 // sweepLoops runs n sweepers, each in its own lease-and-tick loop on the
@@ -629,7 +652,7 @@ func TestRunSweeperLoop(t *testing.T) {
 	if c, err := e.tasks.Start(ctx, e.acct, j.TaskID, j.TaskID); err != nil || c.Outcome != task.Applied {
 		t.Fatal(c, err)
 	}
-	q := &orphanQueue{orphans: []jobs.Orphan{{Run: j.TaskID, Job: j}}}
+	q := &orphanQueue{orphans: []jobs.Orphan{{Run: j.TaskID, Ref: jobs.RefOf(j)}}}
 	done := make(chan struct{})
 	s := e.sweeper(q)
 	go func() {
@@ -697,23 +720,25 @@ func TestEveryUnderLease(t *testing.T) {
 	}
 }
 
-// orphanQueue lists fixed orphans and records the runs queued and the
-// tasks admitted.
+// orphanQueue lists fixed orphans and records the runs queued (and what
+// each was queued with) and the tasks admitted.
 type orphanQueue struct {
 	orphans  []jobs.Orphan
 	mu       sync.Mutex
 	queued   []string
+	refs     []jobs.Ref
 	admitted []task.Admitted
 	err      error
 }
 
-func (q *orphanQueue) EnqueueGenerateImage(_ context.Context, j jobs.GenerateImage, run string) error {
+func (q *orphanQueue) EnqueueGenerateImage(_ context.Context, r jobs.Ref, run string) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.err != nil {
 		return q.err
 	}
 	q.queued = append(q.queued, run)
+	q.refs = append(q.refs, r)
 	return nil
 }
 
@@ -746,13 +771,14 @@ func TestSweepTakesOverOrphans(t *testing.T) {
 	e := newSweepEnvWith(t, store.Options{Share: 1})
 	ctx := context.Background()
 	j := e.chargeWith(t, "task_lumen_1", time.Now().Add(time.Hour), hooksWanted)
-	if _, admitted := e.create(t, "task_lumen_2", time.Now().Add(time.Hour), task.Callback{}); admitted {
+	parked, admitted := e.create(t, "task_lumen_2", time.Now().Add(time.Hour), task.Callback{})
+	if admitted {
 		t.Fatal("the account's second task was admitted with a share of 1")
 	}
 	if c, err := e.tasks.Start(ctx, e.acct, j.TaskID, j.TaskID); err != nil || c.Outcome != task.Applied {
 		t.Fatal(c, err)
 	}
-	q := &orphanQueue{orphans: []jobs.Orphan{{Run: j.TaskID, Job: j}}, err: errors.New("redis down")}
+	q := &orphanQueue{orphans: []jobs.Orphan{{Run: j.TaskID, Ref: jobs.RefOf(j)}}, err: errors.New("redis down")}
 	s := e.sweeper(q)
 	if takenOver, _ := s.takeOverOrphans(ctx); takenOver != 0 {
 		t.Errorf("%d taken over with the queue down; want no takeover reported", takenOver)
@@ -764,6 +790,10 @@ func TestSweepTakesOverOrphans(t *testing.T) {
 	if len(q.queued) != 1 || q.queued[0] != j.TaskID+".r1" {
 		t.Fatalf("round (%d taken over, %d poisoned) queued %v; want the new run %s.r1", takenOver, poisoned, q.queued, j.TaskID)
 	}
+	// The new run is of the orphan's task, on its queue, by its deadline.
+	if q.refs[0] != jobs.RefOf(j) {
+		t.Errorf("the new run queued with %+v; want the orphan's %+v", q.refs[0], jobs.RefOf(j))
+	}
 	// The new run dies too: the second crash fails the task.
 	if len(e.notes.got()) != 0 {
 		t.Errorf("webhook events %v for a task taken over; want none", e.notes.got())
@@ -774,7 +804,7 @@ func TestSweepTakesOverOrphans(t *testing.T) {
 	if c, err := e.tasks.Start(ctx, e.acct, j.TaskID, j.TaskID+".r1"); err != nil || c.Outcome != task.Applied {
 		t.Fatal(c, err)
 	}
-	q.orphans = []jobs.Orphan{{Run: j.TaskID + ".r1", Job: j}}
+	q.orphans = []jobs.Orphan{{Run: j.TaskID + ".r1", Ref: jobs.RefOf(j)}}
 	if _, poisoned := s.takeOverOrphans(ctx); poisoned != 1 {
 		t.Fatalf("%d poisoned; want the task poisoned", poisoned)
 	}
@@ -788,7 +818,11 @@ func TestSweepTakesOverOrphans(t *testing.T) {
 		t.Errorf("webhook events %v; want the task's failure", got)
 	}
 	// Its place admitted the parked task, whose job the sweeper queued.
-	if len(q.admitted) != 1 || q.admitted[0].TaskID != "task_lumen_2" || len(q.admitted[0].Job) == 0 {
-		t.Errorf("admitted %+v; want task_lumen_2 with its job", q.admitted)
+	// It is to be queued on its queue, by its deadline (the store counts it
+	// jobs.CountMargin longer: jobs.Enqueuer.EnqueueAdmitted's run ends at
+	// jobs.RunDeadline).
+	if len(q.admitted) != 1 || q.admitted[0].TaskID != parked.TaskID || q.admitted[0].AccountID != e.acct || q.admitted[0].Queue != jobs.Queue(catalog.Standard) ||
+		jobs.RunDeadline(q.admitted[0].Deadline).UnixMilli() != parked.Deadline.UnixMilli() {
+		t.Errorf("admitted %+v; want %s with what its job is queued with", q.admitted, parked.TaskID)
 	}
 }

@@ -255,17 +255,23 @@ func TestHookDeliverRotatedSecret(t *testing.T) {
 }
 
 // pending makes a pending task of the account with a callback to url
-// wanting events (the record keeps it), and returns its job.
+// wanting events (the record keeps it), its input kept as the gateway
+// keeps it, and returns its job.
 func (e *hookEnv) pending(t *testing.T, id, url string, events ...string) jobs.GenerateImage {
 	t.Helper()
 	now := time.Now()
-	rec := &task.Task{ID: id, AccountID: e.acct, Type: task.Type, Model: "lumen-2.5-flash-image", CreateTime: now,
-		Callback: task.Callback{URL: url, Events: events}}
-	if _, err := e.tasks.Create(context.Background(), rec, task.Charge{Price: 4, Tier: "standard", CountUntil: now.Add(time.Hour)}, nil); err != nil {
+	j := jobs.GenerateImage{TaskID: id, AccountID: e.acct, CreateTime: now, Deadline: now.Add(time.Hour),
+		Input: task.Input{Model: catalog.Model{ID: "lumen-2.5-flash-image", Tier: catalog.Standard}, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}}
+	input, err := jobs.EncodeInput(j.Input)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return jobs.GenerateImage{TaskID: id, AccountID: e.acct, CreateTime: now, Deadline: now.Add(time.Hour),
-		Input: task.Input{Model: catalog.Model{ID: "lumen-2.5-flash-image", Tier: catalog.Standard}, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}}
+	rec := &task.Task{ID: id, AccountID: e.acct, Type: task.Type, Model: "lumen-2.5-flash-image", CreateTime: now,
+		Callback: task.Callback{URL: url, Events: events}}
+	if _, err := e.tasks.Create(context.Background(), rec, task.Charge{Price: 4, Tier: "standard", CountUntil: now.Add(time.Hour)}, input); err != nil {
+		t.Fatal(err)
+	}
+	return j
 }
 
 // processor is the worker's processor on e's task store, queueing webhook
@@ -315,7 +321,7 @@ func TestHookDeliverNothingToSend(t *testing.T) {
 	unwanted := e.pending(t, "task_lumen_1", rc.srv.URL, task.EventFailed)
 	wanted := e.pending(t, "task_lumen_2", rc.srv.URL, task.DefaultEvents...)
 	for _, j := range []jobs.GenerateImage{unwanted, wanted} {
-		if err := proc.Process(ctx, j, processor.Attempt{Run: j.TaskID, MaxRetry: 3}); err != nil {
+		if err := proc.Process(ctx, jobs.RefOf(j), processor.Attempt{Run: j.TaskID, MaxRetry: 3}); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := e.tasks.Get(ctx, e.acct, j.TaskID); got.Status != task.Completed {

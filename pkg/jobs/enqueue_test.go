@@ -30,7 +30,7 @@ func TestEnsureGenerateImage(t *testing.T) {
 		{RunID(j.TaskID, 1), true},
 		{RunID(j.TaskID, 1), false},
 	} {
-		added, err := e.EnsureGenerateImage(ctx, j, step.run)
+		added, err := e.EnsureGenerateImage(ctx, RefOf(j), step.run)
 		if err != nil || added != step.want {
 			t.Errorf("EnsureGenerateImage(%s) = %v, %v; want %v", step.run, added, err, step.want)
 		}

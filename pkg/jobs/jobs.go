@@ -73,6 +73,25 @@ func RefOf(j GenerateImage) Ref {
 	return Ref{AccountID: j.AccountID, TaskID: j.TaskID, Queue: Queue(j.Input.Model.Tier), Deadline: j.Deadline}
 }
 
+// CountMargin is how long past its deadline a task no run finished still
+// counts as in flight: a create's task.Charge.CountUntil is the task's
+// deadline plus CountMargin, when the workers' recovery fails it. What the
+// task store says of a task's deadline (task.Admitted, store.DueEntry,
+// store.Started) is that time; the task's runs end CountMargin earlier, at
+// its deadline (RunDeadline), whoever queues them.
+const CountMargin = time.Minute
+
+// RunDeadline is the deadline of a task, and of its runs, that counts as
+// in flight until countUntil (task.Charge.CountUntil). A task the store
+// knows no such time of (zero, or Unix 0) has none: no run is queued for
+// it.
+func RunDeadline(countUntil time.Time) time.Time {
+	if countUntil.UnixMilli() <= 0 {
+		return time.Time{}
+	}
+	return countUntil.Add(-CountMargin)
+}
+
 // RunID is the Asynq TaskID of run n of a task: the task id for the first
 // run, "<task id>.r<n>" for a run queued after run n-1's worker died. Each
 // run's id is unique, so queueing a run twice is a conflict, never a second
@@ -254,7 +273,7 @@ func NewEnqueuer(rdb redis.UniversalClient) *Enqueuer {
 func (e *Enqueuer) EnqueueAdmitted(ctx context.Context, admitted []task.Admitted) error {
 	var first error
 	for _, a := range admitted {
-		r := Ref{AccountID: a.AccountID, TaskID: a.TaskID, Queue: a.Queue, Deadline: a.Deadline}
+		r := Ref{AccountID: a.AccountID, TaskID: a.TaskID, Queue: a.Queue, Deadline: RunDeadline(a.Deadline)}
 		if err := e.EnqueueGenerateImage(ctx, r, RunID(a.TaskID, 0)); err != nil && first == nil {
 			first = err
 		}

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"reflect"
 	"testing"
 	"time"
@@ -15,6 +16,9 @@ import (
 
 var pro = catalog.Model{ID: "lumen-3-pro-image-preview", Tier: catalog.Pro}
 
+// A job round-trips in its two parts: the Ref its run's Asynq job carries
+// (the run's id, queue and deadline are Asynq's, the payload only the
+// account), and the input the task record keeps.
 func TestRoundTrip(t *testing.T) {
 	tests := map[string]GenerateImage{
 		"edit with a ratio": {TaskID: "task_lumen_1", AccountID: "acct_x", CreateTime: time.UnixMilli(42), Deadline: time.UnixMilli(600_042),
@@ -26,68 +30,186 @@ func TestRoundTrip(t *testing.T) {
 	}
 	for name, j := range tests {
 		t.Run(name, func(t *testing.T) {
-			at, err := NewGenerateImageTask(j, j.TaskID)
+			r := RefOf(j)
+			if want := (Ref{AccountID: j.AccountID, TaskID: j.TaskID, Queue: Queue(j.Input.Model.Tier), Deadline: j.Deadline}); r != want {
+				t.Errorf("RefOf = %+v; want %+v", r, want)
+			}
+			at, err := NewGenerateImageTask(r, j.TaskID)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if at.Type() != TypeGenerateImage {
 				t.Errorf("type %s", at.Type())
 			}
-			got, err := ParseGenerateImage(at)
+			// The payload is the account alone.
+			var p jobv1.ImageRun
+			if err := proto.Unmarshal(at.Payload(), &p); err != nil || !proto.Equal(&p, &jobv1.ImageRun{AccountId: j.AccountID}) {
+				t.Errorf("payload %v, %v; want the account %s alone", &p, err, j.AccountID)
+			}
+			got, err := ParseGenerateImage(at, j.TaskID, r.Queue, r.Deadline)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(got, j) {
-				t.Errorf("round trip: %+v; want %+v", got, j)
+			if got != r {
+				t.Errorf("round trip: %+v; want %+v", got, r)
+			}
+
+			b, err := EncodeInput(j.Input)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in, err := DecodeInput(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(in, j.Input) {
+				t.Errorf("input round trip: %+v; want %+v", in, j.Input)
 			}
 		})
 	}
 }
 
-func TestRejects(t *testing.T) {
-	enc := func(p *jobv1.GenerateImage) []byte { b, _ := proto.Marshal(p); return b }
-	good := &jobv1.GenerateImage{TaskId: "t", AccountId: "a", Model: "m", Tier: jobv1.Tier_TIER_STANDARD, AspectRatio: "1:1", ImageSize: "1K", DeadlineMs: 1}
-	with := func(f func(p *jobv1.GenerateImage)) []byte {
-		p := proto.Clone(good).(*jobv1.GenerateImage)
-		f(p)
-		return enc(p)
-	}
-	if _, err := ParseGenerateImage(asynq.NewTask(TypeGenerateImage, enc(good))); err != nil {
-		t.Fatalf("the good payload: %v", err)
-	}
-	tests := map[string]*asynq.Task{
-		"other type":     asynq.NewTask("email:send", enc(good)),
-		"garbage":        asynq.NewTask(TypeGenerateImage, []byte{0xff, 0xff, 0xff}),
-		"no tier":        asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.Tier = 0 })),
-		"no account":     asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.AccountId = "" })),
-		"no size":        asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.ImageSize = "" })),
-		"no ratio":       asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.AspectRatio = "" })),
-		"unknown ratio":  asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.AspectRatio = "7:3" })),
-		"empty":          asynq.NewTask(TypeGenerateImage, nil),
-		"no model":       asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.Model = "" })),
-		"unknown tier 9": asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.Tier = 9 })),
-		"no deadline":    asynq.NewTask(TypeGenerateImage, with(func(p *jobv1.GenerateImage) { p.DeadlineMs = 0 })),
-	}
-	for name, at := range tests {
-		if _, err := ParseGenerateImage(at); err == nil {
-			t.Errorf("%s: parsed", name)
+// A run's Ref round-trips through its ImageRun payload (Asynq gives the
+// reader the run's id, queue and deadline). A run of another task, a Ref
+// without a deadline or on an unknown queue is never built; a run read
+// without its id, a deadline or a known queue is refused.
+func TestImageRun(t *testing.T) {
+	dl := time.UnixMilli(1_700_000_000_000)
+	r := Ref{AccountID: "acct_x", TaskID: "task_lumen_7", Queue: Queue(catalog.Pro), Deadline: dl}
+	for _, run := range []string{r.TaskID, RunID(r.TaskID, 1), RunID(r.TaskID, 12)} {
+		at, err := NewGenerateImageTask(r, run)
+		if err != nil {
+			t.Fatalf("run %s: %v", run, err)
+		}
+		got, err := ParseGenerateImage(at, run, r.Queue, r.Deadline)
+		if err != nil || got != r {
+			t.Errorf("run %s parses as %+v, %v; want %+v", run, got, err, r)
 		}
 	}
-	if _, err := NewGenerateImageTask(GenerateImage{TaskID: "t", AccountID: "a", Deadline: time.Now(), Input: task.Input{Model: catalog.Model{ID: "m"}, ImageSize: "1K", AspectRatio: "1:1"}}, "t"); err == nil {
-		t.Error("built a task without a tier")
-	}
-	if _, err := NewGenerateImageTask(GenerateImage{TaskID: "t", AccountID: "a", Input: task.Input{Model: pro, ImageSize: "1K", AspectRatio: "1:1"}}, "t"); err == nil {
-		t.Error("built a task without a deadline")
-	}
-	// The callback never travels in the job: the task record keeps it.
-	cb := GenerateImage{TaskID: "t", AccountID: "a", Deadline: time.UnixMilli(5), Input: task.Input{Model: pro, ImageSize: "1K", AspectRatio: "1:1",
-		Callback: task.Callback{URL: "https://hooks.example/x", Events: task.DefaultEvents}}}
-	b, err := EncodeGenerateImage(cb)
+	// The task is the run's: the payload names none. A run read without
+	// its run id, queue or deadline is refused.
+	at, err := NewGenerateImageTask(r, r.TaskID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back, err := DecodeGenerateImage(b); err != nil || back.Input.Callback.URL != "" || len(back.Input.Callback.Events) != 0 {
-		t.Errorf("the callback travelled in the job: %+v, %v", back.Input.Callback, err)
+	if got, err := ParseGenerateImage(at, RunID("task_lumen_8", 2), r.Queue, dl); err != nil || got.TaskID != "task_lumen_8" {
+		t.Errorf("run %s parses as %+v, %v", RunID("task_lumen_8", 2), got, err)
+	}
+	for name, tt := range map[string]struct {
+		run, queue string
+		deadline   time.Time
+	}{
+		"no run":                    {"", r.Queue, dl},
+		"no deadline":               {r.TaskID, r.Queue, time.Time{}},
+		"an unknown queue":          {r.TaskID, "default", dl},
+		"no queue":                  {r.TaskID, "", dl},
+		"the webhooks' queue":       {r.TaskID, WebhookQueue, dl},
+		"another run, no deadline":  {RunID("task_lumen_8", 1), r.Queue, time.Time{}},
+		"an unknown queue, run one": {RunID(r.TaskID, 1), "turbo", dl},
+	} {
+		if got, err := ParseGenerateImage(at, tt.run, tt.queue, tt.deadline); err == nil {
+			t.Errorf("%s: parsed as %+v", name, got)
+		}
+	}
+	for name, tt := range map[string]struct {
+		ref Ref
+		run string
+	}{
+		"a run of another task": {r, "task_lumen_8"},
+		"a task it prefixes":    {r, r.TaskID + "1"},
+		"no deadline":           {Ref{AccountID: r.AccountID, TaskID: r.TaskID, Queue: r.Queue}, r.TaskID},
+		"an unknown queue":      {Ref{AccountID: r.AccountID, TaskID: r.TaskID, Queue: "default", Deadline: dl}, r.TaskID},
+		"no queue":              {Ref{AccountID: r.AccountID, TaskID: r.TaskID, Deadline: dl}, r.TaskID},
+		"no account":            {Ref{TaskID: r.TaskID, Queue: r.Queue, Deadline: dl}, r.TaskID},
+		"no task":               {Ref{AccountID: r.AccountID, Queue: r.Queue, Deadline: dl}, ""},
+	} {
+		if _, err := NewGenerateImageTask(tt.ref, tt.run); err == nil {
+			t.Errorf("%s: built a task", name)
+		}
+	}
+}
+
+func TestRejects(t *testing.T) {
+	dl := time.UnixMilli(1_000)
+	const std = "standard"
+	enc := func(m proto.Message) []byte { b, _ := proto.Marshal(m); return b }
+	good := &jobv1.ImageRun{AccountId: "a"}
+	if _, err := ParseGenerateImage(asynq.NewTask(TypeGenerateImage, enc(good)), "t", std, dl); err != nil {
+		t.Fatalf("the good payload: %v", err)
+	}
+	tests := map[string]struct {
+		at       *asynq.Task
+		run, q   string
+		deadline time.Time
+	}{
+		"other type":    {asynq.NewTask("email:send", enc(good)), "t", std, dl},
+		"garbage":       {asynq.NewTask(TypeGenerateImage, []byte{0xff, 0xff, 0xff}), "t", std, dl},
+		"no account":    {asynq.NewTask(TypeGenerateImage, enc(&jobv1.ImageRun{})), "t", std, dl},
+		"empty":         {asynq.NewTask(TypeGenerateImage, nil), "t", std, dl},
+		"no deadline":   {asynq.NewTask(TypeGenerateImage, enc(good)), "t", std, time.Time{}},
+		"no task":       {asynq.NewTask(TypeGenerateImage, enc(good)), "", std, dl},
+		"unknown queue": {asynq.NewTask(TypeGenerateImage, enc(good)), "t", "elsewhere", dl},
+	}
+	for name, tt := range tests {
+		if _, err := ParseGenerateImage(tt.at, tt.run, tt.q, tt.deadline); err == nil {
+			t.Errorf("%s: parsed", name)
+		}
+	}
+
+	// The input is checked both ways: kept (EncodeInput) and read back
+	// (DecodeInput).
+	goodIn := &jobv1.ImageInput{Model: "m", Tier: jobv1.Tier_TIER_STANDARD, AspectRatio: "1:1", ImageSize: "1K"}
+	with := func(f func(p *jobv1.ImageInput)) []byte {
+		p := proto.Clone(goodIn).(*jobv1.ImageInput)
+		f(p)
+		return enc(p)
+	}
+	if _, err := DecodeInput(enc(goodIn)); err != nil {
+		t.Fatalf("the good input: %v", err)
+	}
+	for name, b := range map[string][]byte{
+		"garbage":        {0xff, 0xff, 0xff},
+		"no tier":        with(func(p *jobv1.ImageInput) { p.Tier = 0 }),
+		"no size":        with(func(p *jobv1.ImageInput) { p.ImageSize = "" }),
+		"no ratio":       with(func(p *jobv1.ImageInput) { p.AspectRatio = "" }),
+		"unknown ratio":  with(func(p *jobv1.ImageInput) { p.AspectRatio = "7:3" }),
+		"empty":          nil,
+		"no model":       with(func(p *jobv1.ImageInput) { p.Model = "" }),
+		"unknown tier 9": with(func(p *jobv1.ImageInput) { p.Tier = 9 }),
+	} {
+		if _, err := DecodeInput(b); err == nil {
+			t.Errorf("input %s: decoded", name)
+		}
+	}
+	if _, err := EncodeInput(task.Input{Model: catalog.Model{ID: "m"}, ImageSize: "1K", AspectRatio: "1:1"}); err == nil {
+		t.Error("kept an input without a tier")
+	}
+	// A job without a tier has no queue, nor one without a deadline a
+	// run.
+	if _, err := NewGenerateImageTask(RefOf(GenerateImage{TaskID: "t", AccountID: "a", Deadline: time.Now(), Input: task.Input{Model: catalog.Model{ID: "m"}, ImageSize: "1K", AspectRatio: "1:1"}}), "t"); err == nil {
+		t.Error("built a task without a tier")
+	}
+	if _, err := NewGenerateImageTask(RefOf(GenerateImage{TaskID: "t", AccountID: "a", Input: task.Input{Model: pro, ImageSize: "1K", AspectRatio: "1:1"}}), "t"); err == nil {
+		t.Error("built a task without a deadline")
+	}
+	// The callback is never in the input kept: the task record keeps it
+	// apart.
+	cb := task.Input{Model: pro, ImageSize: "1K", AspectRatio: "1:1",
+		Callback: task.Callback{URL: "https://hooks.example/x", Events: task.DefaultEvents}}
+	b, err := EncodeInput(cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back, err := DecodeInput(b); err != nil || back.Callback.URL != "" || len(back.Callback.Events) != 0 {
+		t.Errorf("the callback was kept with the input: %+v, %v", back.Callback, err)
+	}
+	// Nor is anything of the job but its account in its Asynq payload.
+	at, err := NewGenerateImageTask(RefOf(GenerateImage{TaskID: "t", AccountID: "a", Deadline: dl, Input: cb}), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(at.Payload(), enc(good)) {
+		t.Errorf("the job's payload is %x; want the account alone (%x)", at.Payload(), enc(good))
 	}
 }
 
@@ -109,29 +231,52 @@ func TestQueuesPerTier(t *testing.T) {
 func TestRuns(t *testing.T) {
 	j := GenerateImage{TaskID: "task_lumen_7", AccountID: "a", CreateTime: time.UnixMilli(1), Deadline: time.UnixMilli(2),
 		Input: task.Input{Model: pro, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}}
+	r := RefOf(j)
 	for n, want := range map[int]string{0: "task_lumen_7", 1: "task_lumen_7.r1", 2: "task_lumen_7.r2"} {
 		if got := RunID(j.TaskID, n); got != want {
 			t.Errorf("RunID(%d) = %q; want %q", n, got, want)
 		}
-		at, err := NewGenerateImageTask(j, RunID(j.TaskID, n))
+		if got := TaskOfRun(RunID(j.TaskID, n)); got != j.TaskID {
+			t.Errorf("TaskOfRun(%q) = %q; want %q", RunID(j.TaskID, n), got, j.TaskID)
+		}
+		at, err := NewGenerateImageTask(r, RunID(j.TaskID, n))
 		if err != nil {
 			t.Fatal(err)
 		}
-		back, err := ParseGenerateImage(at)
-		if err != nil || back.TaskID != j.TaskID {
-			t.Errorf("run %d parses as task %q, %v", n, back.TaskID, err)
+		back, err := ParseGenerateImage(at, RunID(j.TaskID, n), r.Queue, r.Deadline)
+		if err != nil || back.TaskID != j.TaskID || back != r {
+			t.Errorf("run %d parses as %+v, %v; want %+v", n, back, err, r)
 		}
 	}
-	if _, err := NewGenerateImageTask(j, "task_lumen_8"); err == nil {
+	if _, err := NewGenerateImageTask(r, "task_lumen_8"); err == nil {
 		t.Error("queued a run of another task")
 	}
-	// The stored payload is the queued one.
-	b, err := EncodeGenerateImage(j)
+	// The stored input is the one the run reads back.
+	b, err := EncodeInput(j.Input)
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := DecodeGenerateImage(b)
-	if err != nil || !reflect.DeepEqual(back, j) {
-		t.Errorf("Decode(Encode(j)) = %+v, %v", back, err)
+	back, err := DecodeInput(b)
+	if err != nil || !reflect.DeepEqual(back, j.Input) {
+		t.Errorf("DecodeInput(EncodeInput(in)) = %+v, %v", back, err)
+	}
+}
+
+// A run ends at its task's deadline: CountMargin before the time the task
+// store counts the task until, and says of it (task.Admitted,
+// store.DueEntry, store.Started). A task the store knows no such time of
+// has no run deadline, so no run is built for it.
+func TestRunDeadline(t *testing.T) {
+	until := time.UnixMilli(1_700_000_060_000)
+	if got, want := RunDeadline(until), time.UnixMilli(1_700_000_000_000); !got.Equal(want) || CountMargin != time.Minute {
+		t.Errorf("RunDeadline(%v) = %v; want %v (CountMargin %v)", until, got, want, CountMargin)
+	}
+	for _, none := range []time.Time{{}, time.UnixMilli(0)} {
+		if got := RunDeadline(none); !got.IsZero() {
+			t.Errorf("RunDeadline(%v) = %v; want none", none, got)
+		}
+		if _, err := NewGenerateImageTask(Ref{AccountID: "a", TaskID: "t", Queue: Queue(catalog.Standard), Deadline: RunDeadline(none)}, "t"); err == nil {
+			t.Errorf("built a run by the deadline of a task counted until %v", none)
+		}
 	}
 }

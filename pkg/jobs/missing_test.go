@@ -80,7 +80,7 @@ func TestMissing(t *testing.T) {
 		server.Shutdown()
 	})
 	for _, id := range []string{"task_lumen_3", "task_lumen_4"} {
-		if err := e.EnqueueGenerateImage(ctx, imageJob(id, catalog.Standard), id); err != nil {
+		if err := e.EnqueueGenerateImage(ctx, RefOf(imageJob(id, catalog.Standard)), id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -91,7 +91,7 @@ func TestMissing(t *testing.T) {
 	// server serves.
 	for _, run := range []string{"task_lumen_1", RunID("task_lumen_2", 1), "task_lumen_5", "task_lumen_6"} {
 		id := run[:len("task_lumen_1")]
-		if err := e.EnqueueGenerateImage(ctx, imageJob(id, catalog.Pro), run); err != nil {
+		if err := e.EnqueueGenerateImage(ctx, RefOf(imageJob(id, catalog.Pro)), run); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -148,31 +148,24 @@ func TestMissing(t *testing.T) {
 // jobsNoQueue is a queue name no job is ever put on.
 const jobsNoQueue = "no-such-queue"
 
-// EnqueueAdmitted queues the first run of each task admitted, on its
-// tier's queue, from the job payload the task kept; a payload that does
-// not decode is skipped (its task's deadline fails it), a run queued
-// already is no error, and an error is reported after trying them all.
+// EnqueueAdmitted queues the first run of each task admitted, on the
+// queue the task's record gave it, by the task's deadline (the record
+// counts it until CountMargin later); the job carries no more: the run
+// reads the input from the record. A run queued already is no error, and
+// a run that cannot be queued (no queue, an unknown one, no deadline) is
+// reported after trying them all.
 func TestEnqueueAdmitted(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	e := NewEnqueuer(rdb)
 	ins := asynq.NewInspectorFromRedisClient(rdb)
 	ctx := context.Background()
-	payload := func(j GenerateImage) []byte {
-		t.Helper()
-		b, err := EncodeGenerateImage(j)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
+	admittedOf := func(j GenerateImage) task.Admitted {
+		// As the store says it: the time the task counts until.
+		return task.Admitted{AccountID: j.AccountID, TaskID: j.TaskID, Queue: Queue(j.Input.Model.Tier), Deadline: j.Deadline.Add(CountMargin)}
 	}
 	std, pro := imageJob("task_lumen_1", catalog.Standard), imageJob("task_lumen_2", catalog.Pro)
-	admitted := []task.Admitted{
-		{AccountID: "acct_x", TaskID: std.TaskID, Job: payload(std)},
-		{AccountID: "acct_x", TaskID: "task_lumen_3", Job: []byte("not a job")},
-		{AccountID: "acct_x", TaskID: "task_lumen_4"}, // no payload kept
-		{AccountID: "acct_x", TaskID: pro.TaskID, Job: payload(pro)},
-	}
+	admitted := []task.Admitted{admittedOf(std), admittedOf(pro)}
 	if err := e.EnqueueAdmitted(ctx, admitted); err != nil {
 		t.Fatal(err)
 	}
@@ -181,8 +174,10 @@ func TestEnqueueAdmitted(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s not queued: %v", j.TaskID, err)
 		}
-		got, err := ParseGenerateImage(asynq.NewTask(info.Type, info.Payload))
-		if err != nil || got.TaskID != j.TaskID || got.Input.Model != j.Input.Model || info.State != asynq.TaskStatePending || info.MaxRetry != MaxRetry {
+		// What a worker reads of it: Asynq keeps deadlines to the second.
+		got, err := ParseGenerateImage(asynq.NewTask(info.Type, info.Payload), info.ID, info.Queue, info.Deadline)
+		if err != nil || got.TaskID != j.TaskID || got.AccountID != j.AccountID || got.Queue != Queue(j.Input.Model.Tier) ||
+			got.Deadline.Unix() != j.Deadline.Unix() || info.State != asynq.TaskStatePending || info.MaxRetry != MaxRetry {
 			t.Errorf("%s queued as %+v (%+v), %v", j.TaskID, got, info, err)
 		}
 	}
@@ -199,21 +194,25 @@ func TestEnqueueAdmitted(t *testing.T) {
 		t.Errorf("EnqueueAdmitted(nil): %v", err)
 	}
 
-	// A run that cannot be queued (its job names another task) is
-	// reported, after the others are queued.
+	// Runs that cannot be queued (no queue, an unknown queue, no
+	// deadline) are reported, after the others are queued.
 	other := imageJob("task_lumen_5", catalog.Standard)
-	err := e.EnqueueAdmitted(ctx, []task.Admitted{
-		{AccountID: "acct_x", TaskID: "task_lumen_9", Job: payload(std)},
-		{AccountID: "acct_x", TaskID: other.TaskID, Job: payload(other)},
-	})
+	noQueue, unknownQueue := admittedOf(imageJob("task_lumen_9", catalog.Standard)), admittedOf(imageJob("task_lumen_10", catalog.Standard))
+	noDeadline, unixZero := admittedOf(imageJob("task_lumen_11", catalog.Standard)), admittedOf(imageJob("task_lumen_12", catalog.Standard))
+	noQueue.Queue, unknownQueue.Queue, noDeadline.Deadline, unixZero.Deadline = "", jobsNoQueue, time.Time{}, time.UnixMilli(0)
+	err := e.EnqueueAdmitted(ctx, []task.Admitted{noQueue, unknownQueue, noDeadline, unixZero, admittedOf(other)})
 	if err == nil {
-		t.Error("EnqueueAdmitted of a job of another task: no error")
+		t.Error("EnqueueAdmitted of runs that cannot be queued: no error")
 	}
 	if _, err := ins.GetTaskInfo(Queue(catalog.Standard), other.TaskID); err != nil {
-		t.Errorf("the run after the one that failed was not queued: %v", err)
+		t.Errorf("the run after the ones that failed was not queued: %v", err)
 	}
-	if _, err := ins.GetTaskInfo(Queue(catalog.Standard), "task_lumen_9"); err == nil {
-		t.Error("a run was queued for a job of another task")
+	for _, a := range []task.Admitted{noQueue, unknownQueue, noDeadline, unixZero} {
+		for _, q := range []string{Queue(catalog.Standard), Queue(catalog.Pro), jobsNoQueue} {
+			if _, err := ins.GetTaskInfo(q, a.TaskID); err == nil {
+				t.Errorf("a run of %s was queued on %s (%+v)", a.TaskID, q, a)
+			}
+		}
 	}
 
 	// The queue unreachable: an error.

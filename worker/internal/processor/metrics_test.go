@@ -103,7 +103,7 @@ func TestMetrics(t *testing.T) {
 			want: map[string]float64{failed("worker_crashed"): 1, refunded: price}},
 		{name: "duplicate of a finished task: nothing", gen: ok, attempt: first,
 			before: func(t *testing.T, f *fixture, j jobs.GenerateImage) {
-				if err := f.proc.Process(context.Background(), j, first); err != nil {
+				if err := f.proc.Process(context.Background(), jobs.RefOf(j), first); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -113,19 +113,21 @@ func TestMetrics(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t, tt.gen)
 			reg := f.metered()
-			j := f.job(t, "task_lumen_7"+string(rune('0'+i)), std, nil)
+			var mod func(*task.Input)
 			if tt.edit {
 				path := "/ok.jpg"
 				if tt.missing {
 					path = "/missing.jpg"
 				}
-				j.Input.ImageURLs = []string{jpegServer(t, 64, 64).URL + path}
+				urls := []string{jpegServer(t, 64, 64).URL + path}
+				mod = func(in *task.Input) { in.ImageURLs = urls }
 			}
+			j := f.job(t, "task_lumen_7"+string(rune('0'+i)), std, mod)
 			if tt.before != nil {
 				tt.before(t, f, j)
 			}
 			before := promtest.Counts(t, reg)
-			if err := f.proc.Process(context.Background(), j, tt.attempt); (err != nil) != tt.wantErr {
+			if err := f.proc.Process(context.Background(), jobs.RefOf(j), tt.attempt); (err != nil) != tt.wantErr {
 				t.Fatalf("Process: %v; want an error: %v", err, tt.wantErr)
 			}
 			if got := promtest.Moved(before, promtest.Counts(t, reg)); !maps.Equal(got, tt.want) {
@@ -149,7 +151,7 @@ func TestInFlight(t *testing.T) {
 	}))
 	reg = f.metered()
 	j := f.job(t, "task_lumen_90", std, nil)
-	if err := f.proc.Process(context.Background(), j, Attempt{MaxRetry: 3}); err != nil {
+	if err := f.proc.Process(context.Background(), jobs.RefOf(j), Attempt{MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if after := promtest.Counts(t, reg)[key]; during != 1 || after != 0 {

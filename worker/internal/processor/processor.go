@@ -272,7 +272,7 @@ func (p *Processor) start(ctx context.Context, ref jobs.Ref, at Attempt) (*runni
 		_ = r.finish(nil, apperr.New(apperr.Internal, "the task could not be run"))
 		return nil, job, nil
 	}
-	job = jobs.GenerateImage{TaskID: id, AccountID: acct, Input: in, CreateTime: st.Created, Deadline: st.Deadline}
+	job = jobs.GenerateImage{TaskID: id, AccountID: acct, Input: in, CreateTime: st.Created, Deadline: jobs.RunDeadline(st.Deadline)}
 	r.log.Debug("task processing", zap.String("model", r.model))
 	r.started = p.Now()
 	r.lastProgress = r.started

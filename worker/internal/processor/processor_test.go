@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"sync"
@@ -47,11 +48,42 @@ const (
 )
 
 // recorder is the real task store, with the progress values it was given
-// written down.
+// written down, and the input each task's last applied start read back.
 type recorder struct {
 	*store.Tasks
 	mu       sync.Mutex
 	progress []int
+	inputs   map[string][]byte
+}
+
+func (r *recorder) Start(ctx context.Context, a, id, run string) (store.Started, error) {
+	st, err := r.Tasks.Start(ctx, a, id, run)
+	if err == nil && st.Outcome == task.Applied {
+		r.mu.Lock()
+		if r.inputs == nil {
+			r.inputs = map[string][]byte{}
+		}
+		r.inputs[id] = st.Input
+		r.mu.Unlock()
+	}
+	return st, err
+}
+
+// input is the input the last applied start of task id read back from its
+// record: what its run ran.
+func (f *fixture) input(t *testing.T, id string) task.Input {
+	t.Helper()
+	f.store.mu.Lock()
+	b, ok := f.store.inputs[id]
+	f.store.mu.Unlock()
+	if !ok {
+		t.Fatalf("%s was never started", id)
+	}
+	in, err := jobs.DecodeInput(b)
+	if err != nil {
+		t.Fatalf("the input %s's start read back: %v", id, err)
+	}
+	return in
 }
 
 func (r *recorder) Progress(ctx context.Context, a, id, run string, pct int) (bool, error) {
@@ -140,15 +172,17 @@ func (f *fixture) job(t *testing.T, id, model string, mod func(*task.Input)) job
 	return f.jobWith(t, id, model, task.Callback{}, "", mod)
 }
 
-// jobWith writes a pending record with a callback (the record keeps it:
-// the job does not carry it) in queue ("": none), and returns its job.
+// jobWith writes a pending record with a callback (the record keeps it
+// apart: the input kept does not carry it) in queue ("": none), and
+// returns its job: what its run runs (Process takes its jobs.RefOf).
 func (f *fixture) jobWith(t *testing.T, id, model string, cb task.Callback, queue string, mod func(*task.Input)) jobs.GenerateImage {
 	t.Helper()
 	return f.jobOf(t, f.acct, id, model, cb, queue, mod)
 }
 
-// jobOf is jobWith for a task of account acct. The record keeps the job's
-// payload, as the gateway's create does.
+// jobOf is jobWith for a task of account acct. The record keeps the
+// task's input, callback and all as the client sent it, as the gateway's
+// create does (jobs.EncodeInput).
 func (f *fixture) jobOf(t *testing.T, acct, id, model string, cb task.Callback, queue string, mod func(*task.Input)) jobs.GenerateImage {
 	t.Helper()
 	tier := catalog.Standard
@@ -161,12 +195,14 @@ func (f *fixture) jobOf(t *testing.T, acct, id, model string, cb task.Callback, 
 	if mod != nil {
 		mod(&j.Input)
 	}
-	payload, err := jobs.EncodeGenerateImage(j)
+	sent := j.Input
+	sent.Callback = cb
+	input, err := jobs.EncodeInput(sent)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := f.store.Create(context.Background(), &task.Task{ID: id, AccountID: acct, Type: task.Type, Model: model, CreateTime: now, Callback: cb},
-		task.Charge{Price: price, Tier: string(tier), MaxInflight: 100, CountUntil: now.Add(time.Hour), Queue: queue}, payload)
+		task.Charge{Price: price, Tier: string(tier), MaxInflight: 100, CountUntil: j.Deadline.Add(jobs.CountMargin), Queue: queue}, input)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +254,7 @@ func TestTextToImage(t *testing.T) {
 	}
 	f := newFixture(t, g)
 	j := f.job(t, "task_lumen_1", pro, func(in *task.Input) { in.AspectRatio = "9:16"; in.ImageSize = "2K" })
-	if err := f.proc.Process(context.Background(), j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
+	if err := f.proc.Process(context.Background(), jobs.RefOf(j), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	got := f.get(t, "task_lumen_1")
@@ -256,7 +292,7 @@ func TestIdenticalResultsAreStoredOnce(t *testing.T) {
 	g, _ := procedural.New(procedural.Options{})
 	f := newFixture(t, g)
 	for _, id := range []string{"task_lumen_21", "task_lumen_22"} {
-		if err := f.proc.Process(context.Background(), f.job(t, id, std, nil), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
+		if err := f.proc.Process(context.Background(), jobs.RefOf(f.job(t, id, std, nil)), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -272,7 +308,7 @@ func TestIdenticalResultsAreStoredOnce(t *testing.T) {
 	}
 	// As another worker, or this one ten minutes later, would.
 	f.proc.touched.Purge()
-	if err := f.proc.Process(context.Background(), f.job(t, "task_lumen_23", std, nil), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
+	if err := f.proc.Process(context.Background(), jobs.RefOf(f.job(t, "task_lumen_23", std, nil)), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := os.Stat(path); err != nil || time.Since(st.ModTime()) > time.Hour {
@@ -324,7 +360,7 @@ func TestEditPicksNearestRatio(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			id := "task_lumen_" + string(rune('1'+i))
 			j := f.job(t, id, tt.model, func(in *task.Input) { in.ImageURLs = tt.urls; in.AspectRatio = tt.ratio })
-			if err := f.proc.Process(context.Background(), j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
+			if err := f.proc.Process(context.Background(), jobs.RefOf(j), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 				t.Fatal(err)
 			}
 			got := f.get(t, id)
@@ -342,7 +378,7 @@ func TestEditFetchFailure(t *testing.T) {
 	f := newFixture(t, nil)
 	srv := jpegServer(t, 64, 64)
 	j := f.job(t, "task_lumen_9", std, func(in *task.Input) { in.ImageURLs = []string{srv.URL + "/ok.jpg", srv.URL + "/missing.jpg"} })
-	if err := f.proc.Process(context.Background(), j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
+	if err := f.proc.Process(context.Background(), jobs.RefOf(j), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatalf("a final failure must not ask for a retry: %v", err)
 	}
 	got := f.get(t, "task_lumen_9")
@@ -429,7 +465,7 @@ func TestFailures(t *testing.T) {
 				ctx, cancel = tt.ctx()
 			}
 			defer cancel()
-			err := f.proc.Process(ctx, j, tt.attempt)
+			err := f.proc.Process(ctx, jobs.RefOf(j), tt.attempt)
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("Process = %v; want error: %v", err, tt.wantErr)
 			}
@@ -470,7 +506,7 @@ func TestRetryThenSucceed(t *testing.T) {
 		return []imagegen.Image{{Data: []byte("\x89PNG"), MIME: "image/png", Width: 1, Height: 1}}, nil
 	}))
 	j := f.job(t, "task_lumen_3", std, nil)
-	if err := f.proc.Process(context.Background(), j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
+	if err := f.proc.Process(context.Background(), jobs.RefOf(j), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.get(t, "task_lumen_3"); got.Status != task.Completed || calls != 3 {
@@ -490,7 +526,7 @@ func TestRetriesStopAtMaxElapsed(t *testing.T) {
 	f.proc.Retry = Retry{MaxAttempts: 100, MaxElapsed: 50 * time.Millisecond, Initial: 20 * time.Millisecond, MaxInterval: 20 * time.Millisecond}
 	j := f.job(t, "task_lumen_4", std, nil)
 	start := time.Now()
-	if err := f.proc.Process(context.Background(), j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
+	if err := f.proc.Process(context.Background(), jobs.RefOf(j), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.get(t, "task_lumen_4"); got.Status != task.Failed || calls >= 100 || time.Since(start) > 5*time.Second {
@@ -506,12 +542,12 @@ func TestDuplicateAndOrphanJobs(t *testing.T) {
 	})
 	f := newFixture(t, gen)
 	j := f.job(t, "task_lumen_7", std, nil)
-	if err := f.proc.Process(context.Background(), j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
+	if err := f.proc.Process(context.Background(), jobs.RefOf(j), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	first := f.get(t, "task_lumen_7")
 	// Asynq delivers at least once: a second run must change nothing.
-	if err := f.proc.Process(context.Background(), j, Attempt{Retry: 1, MaxRetry: 3}); err != nil {
+	if err := f.proc.Process(context.Background(), jobs.RefOf(j), Attempt{Retry: 1, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if calls != 1 {
@@ -523,7 +559,7 @@ func TestDuplicateAndOrphanJobs(t *testing.T) {
 	// A job whose record is gone (expired, or removed after an enqueue
 	// failure) is dropped without recreating it.
 	orphan := jobs.GenerateImage{TaskID: "task_lumen_8", AccountID: f.acct, Deadline: time.Now().Add(time.Hour), Input: task.Input{Model: catalog.Model{ID: std, Tier: catalog.Standard}, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}}
-	if err := f.proc.Process(context.Background(), orphan, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
+	if err := f.proc.Process(context.Background(), jobs.RefOf(orphan), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.store.Get(context.Background(), f.acct, "task_lumen_8"); apperr.CodeOf(err) != apperr.NotFound {
@@ -537,11 +573,75 @@ func TestDuplicateAndOrphanJobs(t *testing.T) {
 func TestWrongModelFailsCleanly(t *testing.T) {
 	f := newFixture(t, nil)
 	j := f.job(t, "task_other_1", "other-2.5-flash-image", nil)
-	if err := f.proc.Process(context.Background(), j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
+	if err := f.proc.Process(context.Background(), jobs.RefOf(j), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.get(t, "task_other_1"); got.Status != task.Failed || got.Failure.Code != "generation_failed" {
 		t.Errorf("task %+v", got)
+	}
+}
+
+// The job names the task only: the run reads what it runs from the task's
+// record, where the create kept it. A long prompt and many sources, kept
+// over several of the record's fields, come back whole.
+func TestRunReadsTheInputFromTheRecord(t *testing.T) {
+	var got imagegen.Request
+	f := newFixture(t, genFunc(func(_ context.Context, req imagegen.Request, _ func(int)) ([]imagegen.Image, error) {
+		got = req
+		return []imagegen.Image{{Data: []byte("\x89PNG"), MIME: "image/png", Width: 1, Height: 1}}, nil
+	}))
+	srv := jpegServer(t, 64, 64)
+	prompt := strings.Repeat("a lighthouse at dusk, «painted» in oils; ", 20)
+	var urls []string
+	for i := range 6 {
+		urls = append(urls, srv.URL+"/source-"+string(rune('a'+i))+".jpg")
+	}
+	j := f.job(t, "task_lumen_64", pro, func(in *task.Input) { in.Prompt = prompt; in.ImageURLs = urls; in.ImageSize = "2K" })
+	if err := f.proc.Process(context.Background(), jobs.RefOf(j), Attempt{MaxRetry: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.get(t, j.TaskID).Status; st != task.Completed {
+		t.Fatalf("task %s; want completed", st)
+	}
+	if in := f.input(t, j.TaskID); !reflect.DeepEqual(in, j.Input) {
+		t.Errorf("the run read %+v; want %+v", in, j.Input)
+	}
+	if got.TaskID != j.TaskID || got.Prompt != prompt || len(got.Sources) != len(urls) || got.Model.ID != pro || got.ImageSize != "2K" {
+		t.Errorf("generated %q (%s, %s) from %d sources; want the task's prompt, %d sources", got.Prompt, got.Model.ID, got.ImageSize, len(got.Sources), len(urls))
+	}
+}
+
+// A task whose kept input does not decode cannot run, now or on any
+// retry: its run fails it at once (refunded) rather than leave it to its
+// deadline, and the job is done with.
+func TestUndecodableInputFailsTheTask(t *testing.T) {
+	ran := false
+	f := newFixture(t, genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
+		ran = true
+		return nil, errors.New("must not run")
+	}))
+	ctx := context.Background()
+	for i, input := range [][]byte{[]byte("not an input"), nil} {
+		id := "task_lumen_6" + string(rune('5'+i))
+		now := time.Now()
+		if _, err := f.store.Create(ctx, &task.Task{ID: id, AccountID: f.acct, Type: task.Type, Model: std, CreateTime: now},
+			task.Charge{Price: price, Tier: string(catalog.Standard), MaxInflight: 100, CountUntil: now.Add(time.Hour), Queue: jobs.Queue(catalog.Standard)}, input); err != nil {
+			t.Fatal(err)
+		}
+		ref := jobs.Ref{AccountID: f.acct, TaskID: id, Queue: jobs.Queue(catalog.Standard), Deadline: now.Add(time.Hour)}
+		if err := f.proc.Process(ctx, ref, Attempt{MaxRetry: 3}); err != nil {
+			t.Fatalf("input %q: Process = %v; want the job done with (nil)", input, err)
+		}
+		got := f.get(t, id)
+		if got.Status != task.Failed || got.Failure == nil || got.Failure.Code != string(apperr.Internal) || !got.Refunded {
+			t.Errorf("input %q: task %s %+v, refunded %v; want failed, internal, refunded", input, got.Status, got.Failure, got.Refunded)
+		}
+		if bal, refunds := f.credits(t); bal != startCredits || refunds != i+1 {
+			t.Errorf("input %q: balance %d with %d refunds; want %d with %d", input, bal, refunds, startCredits, i+1)
+		}
+	}
+	if ran {
+		t.Error("a task without an input it could read ran")
 	}
 }
 
@@ -592,7 +692,7 @@ func TestRefundAcrossRetries(t *testing.T) {
 					continue
 				}
 				current = r.gen
-				_ = f.proc.Process(context.Background(), j, Attempt{Retry: r.retry, MaxRetry: 3})
+				_ = f.proc.Process(context.Background(), jobs.RefOf(j), Attempt{Retry: r.retry, MaxRetry: 3})
 			}
 			got := f.get(t, "task_lumen_42")
 			bal, refunds := f.credits(t)
@@ -620,7 +720,7 @@ func TestTaskLogLines(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	f.proc = New(f.store, f.blobs, f.proc.gen, f.proc.fetch, f.proc.catalog, zap.New(core, zap.AddCaller()), f.proc.Options)
 	j := f.job(t, "task_lumen_7", std, nil)
-	if err := f.proc.Process(context.Background(), j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
+	if err := f.proc.Process(context.Background(), jobs.RefOf(j), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	entries := logs.All()
@@ -661,7 +761,7 @@ func TestSlowSourceIsAFetchFailure(t *testing.T) {
 	j := f.job(t, "task_lumen_31", std, func(in *task.Input) { in.ImageURLs = []string{slow.URL + "/drip.png"} })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // the task's deadline
 	defer cancel()
-	if err := f.proc.Process(ctx, j, Attempt{Retry: 0, MaxRetry: 3}); err != nil {
+	if err := f.proc.Process(ctx, jobs.RefOf(j), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatalf("a final failure must not ask for a retry: %v", err)
 	}
 	got := f.get(t, "task_lumen_31")
@@ -687,7 +787,7 @@ func TestCrashedRunsAndSupersededRuns(t *testing.T) {
 			t.Fatalf("start %d: %v %v", i, c.Outcome, err)
 		}
 	}
-	if err := f.proc.Process(ctx, j, Attempt{Retry: 2, MaxRetry: 3, Run: j.TaskID}); err != nil {
+	if err := f.proc.Process(ctx, jobs.RefOf(j), Attempt{Retry: 2, MaxRetry: 3, Run: j.TaskID}); err != nil {
 		t.Fatal(err)
 	}
 	got := f.get(t, j.TaskID)
@@ -703,13 +803,13 @@ func TestCrashedRunsAndSupersededRuns(t *testing.T) {
 	if c, run, err := f.store.Takeover(ctx, f.acct, j2.TaskID, j2.TaskID, func(n int) string { return jobs.RunID(j2.TaskID, n) }); err != nil || c.Outcome != task.Applied {
 		t.Fatalf("takeover: %v %s %v", c.Outcome, run, err)
 	}
-	if err := f.proc.Process(ctx, j2, Attempt{Retry: 1, MaxRetry: 3, Run: j2.TaskID}); err != nil {
+	if err := f.proc.Process(ctx, jobs.RefOf(j2), Attempt{Retry: 1, MaxRetry: 3, Run: j2.TaskID}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.get(t, j2.TaskID); got.Status != task.Processing || calls != 0 {
 		t.Errorf("the superseded run changed the task (%s) or ran (%d)", got.Status, calls)
 	}
-	if err := f.proc.Process(ctx, j2, Attempt{Retry: 0, MaxRetry: 3, Run: jobs.RunID(j2.TaskID, 1)}); err != nil {
+	if err := f.proc.Process(ctx, jobs.RefOf(j2), Attempt{Retry: 0, MaxRetry: 3, Run: jobs.RunID(j2.TaskID, 1)}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.get(t, j2.TaskID); got.Status != task.Completed || calls != 1 {
@@ -743,7 +843,7 @@ func TestStartCountsTaskOutOfQueue(t *testing.T) {
 	if n := dequeued(); n != 0 {
 		t.Fatalf("%d counted out before any start", n)
 	}
-	if err := f.proc.Process(ctx, first, Attempt{Run: first.TaskID, MaxRetry: 3}); err != nil {
+	if err := f.proc.Process(ctx, jobs.RefOf(first), Attempt{Run: first.TaskID, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	st, _ := queues.Stats(ctx, queue)
@@ -754,10 +854,10 @@ func TestStartCountsTaskOutOfQueue(t *testing.T) {
 		t.Errorf("the task behind stands at %d; want 1", p.Position)
 	}
 	// A duplicate of the finished job counts nothing more.
-	if err := f.proc.Process(ctx, first, Attempt{Run: first.TaskID, Retry: 1, MaxRetry: 3}); err != nil {
+	if err := f.proc.Process(ctx, jobs.RefOf(first), Attempt{Run: first.TaskID, Retry: 1, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.proc.Process(ctx, second, Attempt{Run: second.TaskID, MaxRetry: 3}); err != nil {
+	if err := f.proc.Process(ctx, jobs.RefOf(second), Attempt{Run: second.TaskID, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if n := dequeued(); n != 2 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/quota"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/tools/testkit/redistest"
@@ -60,7 +61,7 @@ func TestUpstreamQuota(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		j := f.job(t, fmt.Sprintf("task_lumen_8%d", i), std, nil)
 		wg.Go(func() {
-			if err := f.proc.Process(ctx, j, Attempt{Run: j.TaskID}); err != nil {
+			if err := f.proc.Process(ctx, jobs.RefOf(j), Attempt{Run: j.TaskID}); err != nil {
 				t.Error(err)
 			}
 			if got := f.get(t, j.TaskID); got.Status != task.Completed {
@@ -77,7 +78,7 @@ func TestUpstreamQuota(t *testing.T) {
 	calls.Store(0)
 	j := f.job(t, "task_lumen_90", std, nil)
 	start := time.Now()
-	if err := f.proc.Process(ctx, j, Attempt{Run: j.TaskID}); err != nil {
+	if err := f.proc.Process(ctx, jobs.RefOf(j), Attempt{Run: j.TaskID}); err != nil {
 		t.Fatal(err)
 	}
 	if took := time.Since(start); took < 500*time.Millisecond || calls.Load() != 2 {
@@ -111,7 +112,7 @@ func TestQuotaWaitIsNotRetryTime(t *testing.T) {
 	}
 	time.AfterFunc(800*time.Millisecond, other.Release)
 	j := f.job(t, "task_lumen_95", std, nil)
-	if err := f.proc.Process(ctx, j, Attempt{Run: j.TaskID}); err != nil {
+	if err := f.proc.Process(ctx, jobs.RefOf(j), Attempt{Run: j.TaskID}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.get(t, j.TaskID); got.Status != task.Completed || calls.Load() != 2 {

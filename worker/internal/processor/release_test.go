@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
@@ -24,7 +26,7 @@ type unconfirmedStarts struct {
 	n int
 }
 
-func (u *unconfirmedStarts) Start(ctx context.Context, acct, id, run string) (store.Change, error) {
+func (u *unconfirmedStarts) Start(ctx context.Context, acct, id, run string) (store.Started, error) {
 	c, err := u.Store.Start(ctx, acct, id, run)
 	if err == nil && u.n > 0 {
 		u.n--
@@ -46,11 +48,11 @@ func TestUnconfirmedStartIsNoCrash(t *testing.T) {
 	ctx := context.Background()
 	j := f.job(t, "task_lumen_60", std, nil)
 	for retry := 0; retry < 3; retry++ {
-		if err := f.proc.Process(ctx, j, Attempt{Retry: retry, MaxRetry: 5, Run: j.TaskID}); err == nil {
+		if err := f.proc.Process(ctx, jobs.RefOf(j), Attempt{Retry: retry, MaxRetry: 5, Run: j.TaskID}); err == nil {
 			t.Fatalf("attempt %d: no error from a start that was not confirmed", retry)
 		}
 	}
-	if err := f.proc.Process(ctx, j, Attempt{Retry: 3, MaxRetry: 5, Run: j.TaskID}); err != nil {
+	if err := f.proc.Process(ctx, jobs.RefOf(j), Attempt{Retry: 3, MaxRetry: 5, Run: j.TaskID}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.get(t, j.TaskID); got.Status != task.Completed || calls != 1 {
@@ -120,8 +122,11 @@ func TestAccountShare(t *testing.T) {
 		return running, parked
 	}
 
-	first, second := f.job(t, "task_lumen_70", std, nil), f.job(t, "task_lumen_71", std, nil)
-	third := f.job(t, "task_lumen_72", std, nil)
+	// As the gateway's create, each joins its tier's queue: the queue its
+	// job is queued on when it is admitted.
+	queue := jobs.Queue(catalog.Standard)
+	first, second := f.jobWith(t, "task_lumen_70", std, task.Callback{}, queue, nil), f.jobWith(t, "task_lumen_71", std, task.Callback{}, queue, nil)
+	third := f.jobWith(t, "task_lumen_72", std, task.Callback{}, queue, func(in *task.Input) { in.Prompt = "the third task's prompt" })
 	for _, j := range []jobs.GenerateImage{first, second} {
 		if !f.created[j.TaskID].Admitted {
 			t.Fatalf("%s was parked with the account's window empty", j.TaskID)
@@ -139,7 +144,7 @@ func TestAccountShare(t *testing.T) {
 	for _, j := range []jobs.GenerateImage{first, second} {
 		ch := make(chan error, 1)
 		done[j.TaskID] = ch
-		go func() { ch <- f.proc.Process(ctx, j, Attempt{Run: j.TaskID, MaxRetry: 3}) }()
+		go func() { ch <- f.proc.Process(ctx, jobs.RefOf(j), Attempt{Run: j.TaskID, MaxRetry: 3}) }()
 	}
 	for range 2 {
 		select {
@@ -153,7 +158,7 @@ func TestAccountShare(t *testing.T) {
 	// dropped, whichever try it is: no error, so Asynq neither retries it
 	// nor holds a worker for it.
 	for _, at := range []Attempt{{Run: third.TaskID, MaxRetry: 3}, {Run: third.TaskID, Retry: 3, MaxRetry: 3}} {
-		if err := f.proc.Process(ctx, third, at); err != nil {
+		if err := f.proc.Process(ctx, jobs.RefOf(third), at); err != nil {
 			t.Fatalf("Process of a parked task's job (%+v) = %v; want it dropped (nil)", at, err)
 		}
 	}
@@ -176,7 +181,7 @@ func TestAccountShare(t *testing.T) {
 	if !f.created[theirs.TaskID].Admitted {
 		t.Fatal("another account's task was parked")
 	}
-	if err := f.proc.Process(ctx, theirs, Attempt{Run: theirs.TaskID, MaxRetry: 3}); err != nil {
+	if err := f.proc.Process(ctx, jobs.RefOf(theirs), Attempt{Run: theirs.TaskID, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := f.store.Get(ctx, other.ID, theirs.TaskID); err != nil || got.Status != task.Completed {
@@ -195,10 +200,14 @@ func TestAccountShare(t *testing.T) {
 	if len(got) != 1 || got[0].TaskID != third.TaskID || got[0].AccountID != f.acct {
 		t.Fatalf("admitted %+v; want %s", got, third.TaskID)
 	}
-	j, err := jobs.DecodeGenerateImage(got[0].Job)
-	if err != nil || j.TaskID != third.TaskID || j.AccountID != f.acct || j.Input.Prompt != third.Input.Prompt {
-		t.Fatalf("the admitted task's job %+v, %v; want the job of %s", j, err, third.TaskID)
+	// What its job is queued with (jobs.Enqueuer.EnqueueAdmitted): its
+	// queue, and its deadline (the store counts it until jobs.CountMargin
+	// later). The job carries no more: the run reads the input from the
+	// record.
+	if got[0].Queue != queue || jobs.RunDeadline(got[0].Deadline).UnixMilli() != third.Deadline.UnixMilli() {
+		t.Fatalf("the admitted task %+v; want queue %s, deadline %v", got[0], queue, third.Deadline)
 	}
+	j := jobs.Ref{AccountID: got[0].AccountID, TaskID: got[0].TaskID, Queue: got[0].Queue, Deadline: jobs.RunDeadline(got[0].Deadline)}
 	if r, p := counts(f.acct); r != 2 || p != 0 {
 		t.Errorf("after the first ended: %d places held, %d parked; want 2 (the second and the third) and 0", r, p)
 	}
@@ -207,6 +216,9 @@ func TestAccountShare(t *testing.T) {
 	}
 	if got := f.get(t, third.TaskID); got.Status != task.Completed || !ran(third.TaskID) {
 		t.Errorf("the admitted task is %s; want completed", got.Status)
+	}
+	if in := f.input(t, third.TaskID); !reflect.DeepEqual(in, third.Input) {
+		t.Errorf("the admitted task ran the input %+v; want its own, %+v", in, third.Input)
 	}
 	close(hold[second.TaskID])
 	if err := <-done[second.TaskID]; err != nil {
@@ -249,8 +261,9 @@ func TestEveryEndAdmitsTheNextTask(t *testing.T) {
 			admit := &admitLog{err: tt.queueErr}
 			f.proc.Admitter = admit
 			ctx := context.Background()
-			j := f.job(t, "task_lumen_60", std, nil)
-			next := f.job(t, "task_lumen_61", std, nil)
+			queue := jobs.Queue(catalog.Standard)
+			j := f.jobWith(t, "task_lumen_60", std, task.Callback{}, queue, nil)
+			next := f.jobWith(t, "task_lumen_61", std, task.Callback{}, queue, nil)
 			if !f.created[j.TaskID].Admitted || f.created[next.TaskID].Admitted {
 				t.Fatalf("creations %+v; want the first admitted, the second parked", f.created)
 			}
@@ -259,14 +272,15 @@ func TestEveryEndAdmitsTheNextTask(t *testing.T) {
 					t.Fatal(c, err)
 				}
 			}
-			if err := f.proc.Process(ctx, j, Attempt{Run: j.TaskID, Retry: tt.crashes, MaxRetry: 3}); err != nil {
+			if err := f.proc.Process(ctx, jobs.RefOf(j), Attempt{Run: j.TaskID, Retry: tt.crashes, MaxRetry: 3}); err != nil {
 				t.Fatal(err)
 			}
 			if got := f.get(t, j.TaskID); got.Status != tt.status {
 				t.Fatalf("task %s; want %s", got.Status, tt.status)
 			}
-			if got := admit.admitted(); len(got) != 1 || got[0].TaskID != next.TaskID || len(got[0].Job) == 0 {
-				t.Errorf("admitted %+v; want %s with its job", got, next.TaskID)
+			if got := admit.admitted(); len(got) != 1 || got[0].TaskID != next.TaskID || got[0].AccountID != f.acct || got[0].Queue != queue ||
+				jobs.RunDeadline(got[0].Deadline).UnixMilli() != next.Deadline.UnixMilli() {
+				t.Errorf("admitted %+v; want %s with what its job is queued with (queue %s, deadline %v)", got, next.TaskID, queue, next.Deadline)
 			}
 			if n, _ := f.store.Parked(ctx, f.acct); n != 0 {
 				t.Errorf("%d tasks parked; want 0", n)
