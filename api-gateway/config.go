@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/easelhq/easel/api-gateway/internal/connlimit"
+
 	"github.com/easelhq/easel/api-gateway/internal/pricing"
 	"github.com/easelhq/easel/pkg/config"
 	"github.com/easelhq/easel/pkg/egress"
@@ -49,11 +51,15 @@ type Config struct {
 	// and its account: a revoked key or disabled account stops working
 	// within it. At most 5s.
 	AuthCacheTTL time.Duration `env:"EASEL_AUTH_CACHE_TTL" envDefault:"2s"`
-	// AuthFailRate is how many requests a second whose key fails
-	// authentication a client address may make (bursts of four times that);
-	// past it the gateway refuses them, 429, before any Redis call. 0 turns
-	// the limit off.
-	AuthFailRate float64 `env:"EASEL_AUTH_FAIL_RATE" envDefault:"5"`
+	// AuthFailRate is how many requests a second whose API key or admin
+	// token fails authentication a client address may make (bursts of four
+	// times that); past it the gateway refuses them, 429, before any Redis
+	// call. AuthFailPrefixRate is the same for a network (a /24 or a /64,
+	// bursts of four times that), AuthFailGlobalRate for everyone on this
+	// gateway (bursts of twice that). 0 turns a limit off.
+	AuthFailRate       float64 `env:"EASEL_AUTH_FAIL_RATE" envDefault:"5"`
+	AuthFailPrefixRate float64 `env:"EASEL_AUTH_FAIL_PREFIX_RATE" envDefault:"20"`
+	AuthFailGlobalRate float64 `env:"EASEL_AUTH_FAIL_GLOBAL_RATE" envDefault:"500"`
 	// TrustedProxies are the proxies (CIDR ranges) whose X-Forwarded-For
 	// gives the client's address; from anyone else it is ignored.
 	TrustedProxies string `env:"EASEL_TRUSTED_PROXIES"`
@@ -64,6 +70,10 @@ type Config struct {
 	// cap). Behind a load balancer every connection comes from it: raise
 	// this, or set 0 and cap at the balancer.
 	MaxConnsPerClient int `env:"EASEL_MAX_CONNS_PER_CLIENT" envDefault:"512"`
+	// MaxConnsPerNetwork caps one client network's (a /24 or a /64) open
+	// connections (0: no cap); behind a load balancer, as
+	// MaxConnsPerClient.
+	MaxConnsPerNetwork int `env:"EASEL_MAX_CONNS_PER_NETWORK" envDefault:"2048"`
 	// MetricsAddr is the operations listener: /metrics, /healthz and
 	// /readyz, for Prometheus and probes, apart from the public API. Empty
 	// (or off) turns it off.
@@ -84,15 +94,19 @@ const metricsOff = "off"
 
 // connCaps returns the total and per-client connection caps for a process
 // that may open files more files.
-func (c *Config) connCaps(files uint64) (total, perClient int) {
-	total = c.MaxConns
+// firstByteNearCap is how long a connection accepted near the total cap
+// has to send its first byte.
+const firstByteNearCap = 2 * time.Second
+
+func (c *Config) connCaps(files uint64) connlimit.Limits {
+	total := c.MaxConns
 	if total == 0 {
 		total = 100_000
 		if files > 0 {
 			total = int(min(files*9/10, 100_000))
 		}
 	}
-	return total, c.MaxConnsPerClient
+	return connlimit.Limits{Total: total, PerClient: c.MaxConnsPerClient, PerNetwork: c.MaxConnsPerNetwork, FirstByte: firstByteNearCap}
 }
 
 // trustedProxies are the parsed EASEL_TRUSTED_PROXIES.
@@ -180,11 +194,16 @@ func (c *Config) Validate() error {
 	if c.AuthCacheTTL < 0 || c.AuthCacheTTL > 5*time.Second {
 		errs = append(errs, fmt.Errorf("EASEL_AUTH_CACHE_TTL %s: want 0 to 5s (revocations must take effect within 5s)", c.AuthCacheTTL))
 	}
-	if c.AuthFailRate < 0 || c.AuthFailRate > 1e6 {
-		errs = append(errs, fmt.Errorf("EASEL_AUTH_FAIL_RATE %g: want 0 (off) to 1000000", c.AuthFailRate))
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"EASEL_AUTH_FAIL_RATE", c.AuthFailRate}, {"EASEL_AUTH_FAIL_PREFIX_RATE", c.AuthFailPrefixRate}, {"EASEL_AUTH_FAIL_GLOBAL_RATE", c.AuthFailGlobalRate}} {
+		if r.v < 0 || r.v > 1e6 {
+			errs = append(errs, fmt.Errorf("%s %g: want 0 (off) to 1000000", r.name, r.v))
+		}
 	}
-	if c.MaxConns < 0 || c.MaxConnsPerClient < 0 {
-		errs = append(errs, errors.New("EASEL_MAX_CONNS and EASEL_MAX_CONNS_PER_CLIENT: want 0 or more"))
+	if c.MaxConns < 0 || c.MaxConnsPerClient < 0 || c.MaxConnsPerNetwork < 0 {
+		errs = append(errs, errors.New("EASEL_MAX_CONNS, EASEL_MAX_CONNS_PER_CLIENT and EASEL_MAX_CONNS_PER_NETWORK: want 0 or more"))
 	}
 	if _, err := egress.ParsePrefixes(c.TrustedProxies); err != nil {
 		errs = append(errs, fmt.Errorf("EASEL_TRUSTED_PROXIES: %w", err))

@@ -125,8 +125,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		Blobs:             blobs,
 		Redirect:          redirect,
 		Ready:             ready,
-		// Failed authentications per client address, before Redis.
-		AuthGuard:      auth.NewGuard(cfg.AuthFailRate, int(4*cfg.AuthFailRate)),
+		// Failed authentications per client address, network and in all,
+		// before Redis.
+		AuthGuard:      auth.NewGuard(auth.GuardLimits{PerAddress: cfg.AuthFailRate, PerPrefix: cfg.AuthFailPrefixRate, Global: cfg.AuthFailGlobalRate}),
 		TrustedProxies: cfg.trustedProxies(),
 		// An API request's Redis calls share this budget (each is bounded by
 		// EASEL_REDIS_TIMEOUT too): a Redis that is down or hung costs a
@@ -155,9 +156,11 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	// Shutting down: waiting requests answer now, streams end.
 	srv.RegisterOnShutdown(hub.Close)
 	files := service.FileLimit()
-	total, perClient := cfg.connCaps(files)
+	caps := cfg.connCaps(files)
+	capped := connlimit.Wrap(ln, caps)
+	srv.ConnState = capped.ConnState
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(connlimit.Wrap(ln, total, perClient)) }()
+	go func() { serveErr <- srv.Serve(capped) }()
 	log.Info("gateway listening",
 		zap.String("addr", ln.Addr().String()),
 		zap.String("public_url", cfg.PublicURL),
@@ -166,8 +169,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		zap.String("prices", prices.String()),
 		zap.Bool("admin_api", admin != nil),
 		zap.Uint64("file_limit", files),
-		zap.Int("max_conns", total),
-		zap.Int("max_conns_per_client", perClient),
+		zap.Int("max_conns", caps.Total),
+		zap.Int("max_conns_per_client", caps.PerClient),
+		zap.Int("max_conns_per_network", caps.PerNetwork),
 		zap.String("metrics_addr", ops.addr()),
 		zap.Bool("metrics_on_api", cfg.MetricsOnAPI))
 

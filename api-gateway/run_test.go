@@ -202,19 +202,19 @@ func TestGatewayCapsConnectionsPerClient(t *testing.T) {
 
 func TestConnCaps(t *testing.T) {
 	for _, tt := range []struct {
-		max, perClient int
-		files          uint64
-		total          int
+		max, perClient, perNetwork int
+		files                      uint64
+		total                      int
 	}{
-		{0, 512, 1 << 20, 100_000},
-		{0, 512, 1024, 921},
-		{0, 0, 0, 100_000},
-		{2000, 10, 1024, 2000},
+		{0, 512, 2048, 1 << 20, 100_000},
+		{0, 512, 2048, 1024, 921},
+		{0, 0, 0, 0, 100_000},
+		{2000, 10, 40, 1024, 2000},
 	} {
-		c := Config{MaxConns: tt.max, MaxConnsPerClient: tt.perClient}
-		total, per := c.connCaps(tt.files)
-		if total != tt.total || per != tt.perClient {
-			t.Errorf("caps(%+v, files %d) = %d, %d; want %d, %d", tt, tt.files, total, per, tt.total, tt.perClient)
+		c := Config{MaxConns: tt.max, MaxConnsPerClient: tt.perClient, MaxConnsPerNetwork: tt.perNetwork}
+		got := c.connCaps(tt.files)
+		if got.Total != tt.total || got.PerClient != tt.perClient || got.PerNetwork != tt.perNetwork || got.FirstByte <= 0 {
+			t.Errorf("caps(%+v, files %d) = %+v; want total %d, per client %d, per network %d, a first-byte timeout", tt, tt.files, got, tt.total, tt.perClient, tt.perNetwork)
 		}
 	}
 }

@@ -33,11 +33,13 @@ import (
 //	kill -9 of a worker holding tasks (restarted 3 s later)
 //	SIGTERM of a worker (restarted once it has stopped)
 //	SIGKILL of Redis, restarted from its AOF 2 s later
+//	SIGSTOP of Redis for 5 s (a hang)
 //	kill -9 of the gateway during creates (restarted 2 s later)
 //
 // Then it waits for the recovery bound and checks: every task a client was
-// told about (200) exists and has ended; no task, told about or not, is
-// stuck; every failed task was refunded exactly once and no completed one
+// told about (200) exists and has ended; no task a client was told was not
+// created (503) exists: during the hang, every task made was answered 200
+// or 504 with its id; no task, told about or not, is stuck; every failed task was refunded exactly once and no completed one
 // was; every task was charged exactly once; the balance is exact. It prints
 // the figures docs/security.md quotes.
 func TestChaos(t *testing.T) {
@@ -138,11 +140,26 @@ func TestChaos(t *testing.T) {
 	}
 	event("Redis restarted from its AOF")
 
+	// A hang: creates under way when Redis stops are answered 503 (not
+	// created) only when that is certain, else 504 with their task id.
+	at(37 * time.Second)
+	hangStart := time.Now()
+	if err := rp.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	event("SIGSTOP Redis")
+	at(42 * time.Second)
+	if err := rp.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	hangEnd := time.Now()
+	event("SIGCONT Redis")
+
 	// Three times: a burst of creates, and kill -9 of the gateway a few
 	// milliseconds into it, so that some creates are charged and not yet
 	// queued when it dies; restarted 2 s later.
 	for i, delay := range []time.Duration{2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond} {
-		at(time.Duration(42+4*i) * time.Second)
+		at(time.Duration(46+4*i) * time.Second)
 		burst := &sync.WaitGroup{}
 		for j := 0; j < 128; j++ {
 			burst.Add(1)
@@ -152,12 +169,12 @@ func TestChaos(t *testing.T) {
 		event(fmt.Sprintf("kill -9 gateway %s into a burst of 128 creates", delay))
 		gw.signal(t, syscall.SIGKILL)
 		burst.Wait()
-		at(time.Duration(44+4*i) * time.Second)
+		at(time.Duration(48+4*i) * time.Second)
 		gw.restart(t)
 		event("gateway restarted")
 	}
 
-	at(56 * time.Second)
+	at(60 * time.Second)
 	stopLoad()
 	loadDone.Wait()
 	loadStopped := time.Now()
@@ -194,6 +211,25 @@ func TestChaos(t *testing.T) {
 	}
 	if !settled {
 		t.Errorf("%d tasks still unfinished %s after the load stopped", unfinished(tasks), bound)
+	}
+	// No client told "not created" for a task that exists: a task created
+	// during the hang (no gateway died then) was answered 200 or 504.
+	unknown := load.unknownIDs()
+	hangTasks, toldNotCreated := 0, 0
+	for id, tk := range tasks {
+		if tk.CreateTime.Before(hangStart.Add(-time.Second)) || tk.CreateTime.After(hangEnd) {
+			continue
+		}
+		hangTasks++
+		if !slices.Contains(acked, id) && !unknown[id] {
+			toldNotCreated++
+			t.Errorf("task %s, created during the Redis hang, exists, and its client was told it was not created", id)
+		}
+	}
+	for id := range unknown {
+		if tk, ok := tasks[id]; ok {
+			t.Logf("504 (outcome unknown) for %s: it was made (%s)", id, tk.Status)
+		}
 	}
 	entries, err := accounts.Ledger(context.Background(), acct.ID, 1_000_000)
 	if err != nil {
@@ -253,14 +289,15 @@ func TestChaos(t *testing.T) {
 		t.Errorf("balance %d; want %d", a.Credits, want)
 	}
 
-	report := fmt.Sprintf(`chaos run: 1 gateway, 3 workers (16 slots, 1 s a task), redis-server with AOF (everysec), 8 clients creating for 56 s
+	report := fmt.Sprintf(`chaos run: 1 gateway, 3 workers (16 slots, 1 s a task), redis-server with AOF (everysec), 8 clients creating for 60 s
 %s
 creates answered 200: %d; other answers: %s
+during the Redis hang: %d tasks made, %d answered 504 (outcome unknown), %d told "not created" and made
 tasks in Redis: %d (%d the clients never heard of, charged as the gateway died: the longest waited %s to start)
 ended: %d completed, %v failed; lost (acknowledged, gone): %d; stuck after %s: %d
 every task charged once, every failed one refunded once, none completed refunded; balance exact: %v
 all tasks ended %s after the load stopped; the longest task took %s from creation to its end
-`, strings.Join(events, "\n"), len(acked), load.summary(), len(tasks), unacked, orphanWait.Round(100*time.Millisecond), completed, failed, lost, bound, stuck,
+`, strings.Join(events, "\n"), len(acked), load.summary(), hangTasks, len(unknown), toldNotCreated, len(tasks), unacked, orphanWait.Round(100*time.Millisecond), completed, failed, lost, bound, stuck,
 		!t.Failed(), settleTime.Round(time.Second), longest.Round(100*time.Millisecond))
 	t.Log("\n" + report)
 	if n := len(load.noAnswers); n > 0 {
@@ -297,6 +334,7 @@ type loadRecord struct {
 	mu        sync.Mutex
 	acked     []string
 	sent      map[string]int // outcome → count
+	unknown   map[string]bool // task ids of 504s (outcome unknown)
 	noAnswers []time.Time
 	errs      []string
 }
@@ -318,14 +356,20 @@ func (l *loadRecord) create(c *http.Client, base, key, body string) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		l.sent[fmt.Sprint(resp.StatusCode)]++
-		return
-	}
 	var env struct {
 		Data struct {
 			TaskID string `json:"task_id"`
 		} `json:"data"`
+	}
+	if resp.StatusCode == http.StatusGatewayTimeout && json.Unmarshal(b, &env) == nil && env.Data.TaskID != "" {
+		if l.unknown == nil {
+			l.unknown = map[string]bool{}
+		}
+		l.unknown[env.Data.TaskID] = true
+	}
+	if resp.StatusCode != 200 {
+		l.sent[fmt.Sprint(resp.StatusCode)]++
+		return
 	}
 	if json.Unmarshal(b, &env) != nil || env.Data.TaskID == "" {
 		l.sent["200 without a task id"]++
@@ -338,6 +382,16 @@ func (l *loadRecord) ackedIDs() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]string(nil), l.acked...)
+}
+
+func (l *loadRecord) unknownIDs() map[string]bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]bool{}
+	for id := range l.unknown {
+		out[id] = true
+	}
+	return out
 }
 
 func (l *loadRecord) summary() string {

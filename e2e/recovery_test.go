@@ -21,18 +21,19 @@ func TestRecoveryQueuesAndExpires(t *testing.T) {
 	acct, _ := s.newAccount(t, account.Spec{Name: "recovery", Credits: 100})
 	charge := func(id string, countUntil time.Time) {
 		now := time.Now()
-		j := jobs.GenerateImage{TaskID: id, AccountID: acct, CreateTime: now, Deadline: now.Add(time.Minute),
-			Input: task.Input{Model: catalog.Model{ID: std, Tier: catalog.Standard}, Prompt: "recovered", AspectRatio: "1:1", ImageSize: "1K"}}
-		payload, err := jobs.EncodeGenerateImage(j)
+		input, err := jobs.EncodeInput(task.Input{Model: catalog.Model{ID: std, Tier: catalog.Standard}, Prompt: "recovered", AspectRatio: "1:1", ImageSize: "1K"})
 		if err != nil {
 			t.Fatal(err)
 		}
+		// As the gateway records it: its input, and the queue its job goes
+		// on (which the recovery queues it on).
 		rec := &task.Task{ID: id, AccountID: acct, Type: task.Type, Model: std, CreateTime: now}
-		if _, err := s.tasks.Create(ctx, rec, task.Charge{Price: 4, Tier: "standard", MaxInflight: 10, CountUntil: countUntil}, payload); err != nil {
+		c := task.Charge{Price: 4, Tier: "standard", MaxInflight: 10, CountUntil: countUntil, Queue: jobs.Queue(catalog.Standard)}
+		if _, err := s.tasks.Create(ctx, rec, c, input); err != nil {
 			t.Fatal(err)
 		}
 	}
-	charge("task_lumen_9000000000000000001", time.Now().Add(time.Hour))    // its gateway died: never queued
+	charge("task_lumen_9000000000000000001", time.Now().Add(time.Hour)) // its gateway died: never queued
 	// Overdue: its deadline passed before its first check is due, so the
 	// check finds it past its deadline and fails it instead of queueing it.
 	charge("task_lumen_9000000000000000002", time.Now().Add(-time.Second))

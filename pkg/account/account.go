@@ -29,9 +29,9 @@ type Account struct {
 	Credits int64          `json:"credits"`
 	Models  []catalog.Tier `json:"models,omitempty"` // empty: every model
 	// Per-account limits; 0 means the deployment's default.
-	RateLimit      int       `json:"rate_limit,omitempty"`       // creates per second, per key
-	QueryRateLimit int       `json:"query_rate_limit,omitempty"` // queries per second, per key
-	MaxInflight    int       `json:"max_inflight,omitempty"`     // pending + processing tasks
+	RateLimit      int `json:"rate_limit,omitempty"`       // creates per second, per key
+	QueryRateLimit int `json:"query_rate_limit,omitempty"` // queries per second, per key
+	MaxInflight    int `json:"max_inflight,omitempty"`     // pending + processing tasks
 	// Weight multiplies the account's share of the workers
 	// (EASEL_ACCOUNT_MAX_RUNNING): its tasks hold at most share × weight
 	// places at once, and accounts with work waiting are served in

@@ -15,6 +15,7 @@ package apperr
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Code classifies an error. Codes name what went wrong in the domain; the
@@ -48,6 +49,9 @@ const (
 	InsufficientCredits Code = "insufficient_credits"
 	// Unavailable: a dependency (Redis, the queue) is down; try again.
 	Unavailable Code = "unavailable"
+	// OutcomeUnknown: a dependency stopped answering while a change was
+	// under way, and whether it was made is not known yet.
+	OutcomeUnknown Code = "outcome_unknown"
 	// Internal: a bug or an unexpected failure.
 	Internal Code = "internal"
 )
@@ -201,6 +205,25 @@ func (e *ModelNotAllowedError) Error() string { return "model " + e.Model + " no
 
 // ErrorCode implements Coded.
 func (e *ModelNotAllowedError) ErrorCode() Code { return Forbidden }
+
+// OutcomeUnknownError: the task store stopped answering during the create
+// of TaskID, and its undo could not be confirmed either: the task may
+// exist. The create cannot take effect after SettledBy; from then on, a
+// query of TaskID tells (found: created and charged; not found: not).
+type OutcomeUnknownError struct {
+	TaskID    string
+	SettledBy time.Time
+	Err       error
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	return fmt.Sprintf("create of %s: outcome unknown until %s: %v", e.TaskID, e.SettledBy.Format(time.RFC3339Nano), e.Err)
+}
+
+func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
+
+// ErrorCode implements Coded.
+func (e *OutcomeUnknownError) ErrorCode() Code { return OutcomeUnknown }
 
 // sentinel is a typed error with no details.
 type sentinel struct {

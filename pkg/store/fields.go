@@ -29,11 +29,12 @@ const (
 	fTaskEvents   = "cbev"    // the webhook event types, comma separated
 	fTaskQueue    = "q"       // the queue a pending task waits in
 	fTaskQueueSeq = "qseq"    // its sequence number there
+	fTaskVoid     = "void"    // alone in a tombstone: an undo found no task (abort.lua)
 )
 
 var taskFields = []string{fTaskType, fTaskModel, fTaskStatus, fTaskProgress, fTaskCreated, fTaskStarted, fTaskEnded,
 	fTaskResult, fTaskErrCode, fTaskErrMsg, fTaskPrice, fTaskRefunded, fTaskDeadline, fTaskInput, fTaskAdmitted, fTaskRun, fTaskLive,
-	fTaskCrashes, fTaskCallback, fTaskEvents, fTaskQueue, fTaskQueueSeq}
+	fTaskCrashes, fTaskCallback, fTaskEvents, fTaskQueue, fTaskQueueSeq, fTaskVoid}
 
 // A value longer than pieceLen is kept over several fields, field, field+1,
 // field+2... (lib.lua's hset_long), so that every field of a record fits

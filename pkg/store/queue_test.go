@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/task"
 )
 
@@ -200,8 +201,12 @@ func TestQueueBookkeeping(t *testing.T) {
 			n := s.rdb.Exists(ctx, taskKey("a", id)).Val()
 			switch {
 			case tt.gone:
-				if n != 0 {
-					t.Error("the record is still there")
+				// Gone, or an undo's tombstone (abort.lua): no task.
+				if keys := s.rdb.HKeys(ctx, taskKey("a", id)).Val(); n != 0 && fmt.Sprint(keys) != "["+fTaskVoid+"]" {
+					t.Errorf("the record is still there: %v", keys)
+				}
+				if _, err := s.tasks.Get(ctx, "a", id); apperr.CodeOf(err) != apperr.NotFound {
+					t.Errorf("Get of an aborted task: %v; want not found", err)
 				}
 			case n == 0:
 				t.Error("the record is gone")

@@ -247,7 +247,7 @@ func allowedLiterals() map[string]string {
 }
 
 var redisCommands = []string{"DEL", "EXISTS", "GET", "HDEL", "HGET", "HINCRBY", "HMGET", "HSET", "HSETNX", "PEXPIRE",
-	"PUBLISH", "SET", "XADD", "ZADD", "ZCARD", "ZPOPMIN", "ZRANGE", "ZRANGEBYSCORE", "ZREM", "ZREMRANGEBYSCORE"}
+	"PUBLISH", "SET", "TIME", "XADD", "ZADD", "ZCARD", "ZPOPMIN", "ZRANGE", "ZRANGEBYSCORE", "ZREM", "ZREMRANGEBYSCORE"}
 
 func TestScriptsNameOnlyDeclaredFields(t *testing.T) {
 	allowed := allowedLiterals()

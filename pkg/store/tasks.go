@@ -49,9 +49,10 @@ func (k taskKeys) list() []string {
 	return []string{k.Task, k.Account, k.Ledger, k.Parked, k.Due}
 }
 
-// Idempotency keys are kept this long, and a create under way holds its key
-// this long at most (a gateway that died mid-create leaves its task to the
-// recovery, and its key to a replay).
+// Idempotency keys are kept this long. A create under way holds its key
+// until its undo could no longer apply (ValidUntil, then UndoWindow): a
+// gateway that died mid-create leaves its task to the recovery, and its
+// key to a replay from then on. Without a ValidUntil, idempotencyPending.
 const (
 	IdempotencyTTL     = 24 * time.Hour
 	idempotencyPending = 30 * time.Second
@@ -79,7 +80,7 @@ func (db *DB) keepMs() int64 { return db.ledgerKeep.Milliseconds() }
 var createLua = durableScript("create", map[string]int64{
 	"CREATED": createCreated, "REPLAYED": createReplayed, "NO_ACCOUNT": createNoAccount, "DISABLED": createDisabled,
 	"MODEL_NOT_ALLOWED": createModelNotAllowed, "TASK_EXISTS": createTaskExists, "INFLIGHT_LIMIT": createInflightLimit,
-	"NO_CREDITS": createNoCredits, "IDEM_MISMATCH": createIdemMismatch, "IDEM_BUSY": createIdemBusy,
+	"NO_CREDITS": createNoCredits, "IDEM_MISMATCH": createIdemMismatch, "IDEM_BUSY": createIdemBusy, "LATE": createLate,
 })
 
 // create.lua's reply codes.
@@ -94,7 +95,30 @@ const (
 	createNoCredits       = -6
 	createIdemMismatch    = -7
 	createIdemBusy        = -8
+	createLate            = -9
 )
+
+// A create with a task.Charge.ValidUntil, and an undo (Abort) whose
+// context has a deadline, apply only until then by Redis's clock: held up
+// longer (Redis hung, the network stalled), Redis refuses them, so their
+// caller, which gave up on them, knows they will never take effect.
+//
+// ClockSkew is what a caller adds to its own deadline for the clocks of
+// Redis and its host to differ (NTP keeps them far closer). UndoWindow is
+// how long an undo is waited for. An undo that finds no task leaves a
+// tombstone for voidFor, far longer than any of these, so that a create it
+// overtook never applies. CreateWindow is the bound a caller without a deadline of its own gives
+// its creates.
+const (
+	ClockSkew    = 2 * time.Second
+	UndoWindow   = 2 * time.Second
+	CreateWindow = 10 * time.Second
+	voidFor      = 10 * time.Minute
+)
+
+// ErrLate: the create or undo reached Redis after its time and did nothing
+// (Redis was held up, or the caller's clock is behind Redis's).
+var ErrLate = errors.New("store: the change reached Redis after its time (nothing was done)")
 
 type createKeys struct {
 	Task    string `lua:"task"`
@@ -125,7 +149,7 @@ type createArgs struct {
 	Keep           int64  `lua:"keep"`
 	WithIdem       int    `lua:"with_idem"`
 	BodyHash       string `lua:"body_hash"`
-	IdemWindow     int64  `lua:"idem_window"`
+	IdemUntil      int64  `lua:"idem_until"`
 	IdemTTL        int64  `lua:"idem_ttl"`
 	QueueName      string `lua:"queue_name"`
 	QueueSeq       int64  `lua:"queue_seq"`
@@ -135,12 +159,13 @@ type createArgs struct {
 	Created        int64  `lua:"created"`
 	CallbackURL    string `lua:"callback_url"`
 	CallbackEvents string `lua:"callback_events"`
+	ValidUntil     int64  `lua:"valid_until"`
 }
 
 func (a createArgs) list() []any {
 	return []any{a.Now, a.TTL, a.Price, a.DefaultMax, a.Deadline, a.Tier, a.AccountID, a.TaskID, a.CheckAt, a.Share, a.Keep,
-		a.WithIdem, a.BodyHash, a.IdemWindow, a.IdemTTL, a.QueueName, a.QueueSeq, a.Input, a.Type, a.Model, a.Created,
-		a.CallbackURL, a.CallbackEvents}
+		a.WithIdem, a.BodyHash, a.IdemUntil, a.IdemTTL, a.QueueName, a.QueueSeq, a.Input, a.Type, a.Model, a.Created,
+		a.CallbackURL, a.CallbackEvents, a.ValidUntil}
 }
 
 // Creation is what a create did.
@@ -180,8 +205,12 @@ func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, input [
 		Now: now.UnixMilli(), TTL: db.ttl.Milliseconds(), Price: c.Price, DefaultMax: c.MaxInflight,
 		Deadline: c.CountUntil.UnixMilli(), Tier: c.Tier, AccountID: acct, TaskID: t.ID,
 		CheckAt: now.Add(FirstQueueCheck).UnixMilli(), Share: db.share, Keep: db.keepMs(),
-		IdemWindow: idempotencyPending.Milliseconds(), IdemTTL: IdempotencyTTL.Milliseconds(),
+		IdemUntil: now.Add(idempotencyPending).UnixMilli(), IdemTTL: IdempotencyTTL.Milliseconds(),
 		QueueName: c.Queue, Input: input, Type: t.Type, Model: t.Model, Created: t.CreateTime.UnixMilli(),
+	}
+	if !c.ValidUntil.IsZero() {
+		a.ValidUntil = c.ValidUntil.UnixMilli()
+		a.IdemUntil = c.ValidUntil.Add(UndoWindow + ClockSkew).UnixMilli()
 	}
 	if c.Idempotency.Key != "" {
 		k.Idem, a.WithIdem, a.BodyHash = idempotencyKey(acct, c.Idempotency.Key), 1, c.Idempotency.BodyHash
@@ -246,6 +275,8 @@ func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, input [
 		return Creation{}, &apperr.ModelNotAllowedError{Model: t.Model}
 	case createTaskExists:
 		return Creation{}, fmt.Errorf("store: task %s already exists", t.ID)
+	case createLate:
+		return Creation{}, ErrLate
 	case createInflightLimit:
 		return Creation{}, &apperr.InflightLimitError{Limit: n}
 	default: // createNoCredits
@@ -312,7 +343,7 @@ func (s *Tasks) Get(ctx context.Context, accountID, taskID string) (*task.Task, 
 	if err != nil {
 		return nil, fmt.Errorf("store: task %s: %w", taskID, err)
 	}
-	if len(m) == 0 {
+	if m[fTaskStatus] == "" { // none, or an undo's tombstone (Abort)
 		return nil, &apperr.NotFoundError{Kind: "task", ID: taskID}
 	}
 	return decodeTask(accountID, taskID, m)
@@ -754,7 +785,7 @@ func (s *Tasks) Cancel(ctx context.Context, accountID, taskID string) (Canceled,
 	return Canceled{}, &apperr.NotFoundError{Kind: "task", ID: taskID}
 }
 
-var abortLua = durableScript("abort", map[string]int64{"ABORTED": 0, "NOT_PENDING": 1})
+var abortLua = durableScript("abort", map[string]int64{"ABORTED": 0, "NOT_PENDING": 1, "ABSENT": 2, "LATE": 3})
 
 type abortKeys struct {
 	Task    string `lua:"task"`
@@ -771,18 +802,20 @@ func (k abortKeys) list() []string {
 }
 
 type abortArgs struct {
-	Now       int64  `lua:"now"`
-	Keep      int64  `lua:"keep"`
-	AccountID string `lua:"account_id"`
-	TaskID    string `lua:"task_id"`
-	Note      string `lua:"note"`
-	WithIdem  int    `lua:"with_idem"`
-	Share     int    `lua:"share"`
-	CheckAt   int64  `lua:"check_at"`
+	Now        int64  `lua:"now"`
+	Keep       int64  `lua:"keep"`
+	AccountID  string `lua:"account_id"`
+	TaskID     string `lua:"task_id"`
+	Note       string `lua:"note"`
+	WithIdem   int    `lua:"with_idem"`
+	Share      int    `lua:"share"`
+	CheckAt    int64  `lua:"check_at"`
+	VoidFor    int64  `lua:"void_for"`
+	ValidUntil int64  `lua:"valid_until"`
 }
 
 func (a abortArgs) list() []any {
-	return []any{a.Now, a.Keep, a.AccountID, a.TaskID, a.Note, a.WithIdem, a.Share, a.CheckAt}
+	return []any{a.Now, a.Keep, a.AccountID, a.TaskID, a.Note, a.WithIdem, a.Share, a.CheckAt, a.VoidFor, a.ValidUntil}
 }
 
 // Abort undoes the creation of a task that is still pending: the
@@ -792,14 +825,21 @@ func (a abortArgs) list() []any {
 // abort applies: a task that goes on (a worker started it) keeps its key,
 // so a retry replays it instead of creating and charging again. It
 // reports whether the task was aborted, and the tasks of the account the
-// place it freed admitted (to be queued).
+// place it freed admitted (to be queued). Not aborted, the task either went
+// on (Get finds it) or was never made: then the abort leaves a tombstone
+// its create, if still on its way, cannot get past. With a deadline on
+// ctx, an abort that reaches Redis after it (and ClockSkew) does nothing:
+// ErrLate.
 func (s *Tasks) Abort(ctx context.Context, accountID, taskID, idemKey string) (bool, []task.Admitted, error) {
 	now := s.db.now()
 	k := abortKeys{Task: taskKey(accountID, taskID), Account: accountKey(accountID),
 		Ledger: ledgerKey(accountID), Parked: parkedKey(accountID), Due: dueOf(accountID), Index: tasksIndexKey(accountID),
 		Idem: noKey(accountID)}
 	a := abortArgs{Now: now.UnixMilli(), Keep: s.db.keepMs(), AccountID: accountID, TaskID: taskID, Note: "enqueue_failed",
-		Share: s.db.share, CheckAt: now.Add(FirstQueueCheck).UnixMilli()}
+		Share: s.db.share, CheckAt: now.Add(FirstQueueCheck).UnixMilli(), VoidFor: voidFor.Milliseconds()}
+	if d, ok := ctx.Deadline(); ok {
+		a.ValidUntil = d.Add(ClockSkew).UnixMilli()
+	}
 	if idemKey != "" {
 		k.Idem, a.WithIdem = idempotencyKey(accountID, idemKey), 1
 	}
@@ -811,6 +851,9 @@ func (s *Tasks) Abort(ctx context.Context, accountID, taskID, idemKey string) (b
 	code, err := r.code()
 	if err != nil {
 		return false, nil, err
+	}
+	if code == 3 {
+		return false, nil, ErrLate
 	}
 	s.left(ctx, r.str(1))
 	return code == 0, s.admitted(ctx, accountID, r, 2), nil

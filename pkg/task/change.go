@@ -69,6 +69,12 @@ type Charge struct {
 	Idempotency Idempotency
 	// Queue is the queue the task joins, for its queue position.
 	Queue string
+	// ValidUntil bounds when the create may take effect, by the task
+	// store's clock: one that reaches the store later (it was held up, and
+	// its caller gave up on it) is refused (store.ErrLate), and its
+	// Idempotency-Key, while the create is under way, is held only until
+	// its undo could no longer apply either. Zero: no bound.
+	ValidUntil time.Time
 }
 
 // Replayed is the answer to a create whose idempotency key an earlier

@@ -19,7 +19,7 @@ import (
 func TestAccessLogStatus(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
 	queueDown := false
-	e := newEnvLogged(t, queueFunc(func(ctx context.Context, j jobs.GenerateImage, run string) error {
+	e := newEnvLogged(t, queueFunc(func(ctx context.Context, j jobs.Ref, run string) error {
 		if queueDown {
 			return errors.New("connection refused")
 		}

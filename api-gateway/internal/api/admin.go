@@ -54,34 +54,43 @@ type AdminDeps struct {
 
 type admin struct {
 	AdminDeps
+	h        *handlers // the API's guard of failed credentials, its metrics
 	tokenSum [32]byte
 }
 
-func registerAdmin(g *echo.Group, d *AdminDeps) {
-	a := &admin{AdminDeps: *d, tokenSum: sha256.Sum256([]byte(d.Token))}
+func registerAdmin(g *echo.Group, h *handlers, d *AdminDeps) {
+	a := &admin{AdminDeps: *d, h: h, tokenSum: sha256.Sum256([]byte(d.Token))}
 	g.Use(a.guard)
 	g.POST("/accounts", a.createAccount)
-	g.GET("/accounts", a.listAccounts)
-	g.GET("/accounts/:id", a.showAccount)
+	get(g, "/accounts", a.listAccounts)
+	get(g, "/accounts/:id", a.showAccount)
 	g.PATCH("/accounts/:id/limits", a.setLimits)
 	g.POST("/accounts/:id/disable", a.setStatus(account.Disabled))
 	g.POST("/accounts/:id/enable", a.setStatus(account.Active))
 	g.POST("/accounts/:id/credits", a.addCredits)
-	g.GET("/accounts/:id/ledger", a.ledger)
+	get(g, "/accounts/:id/ledger", a.ledger)
 	g.POST("/accounts/:id/keys", a.createKey)
-	g.GET("/accounts/:id/keys", a.listKeys)
-	g.GET("/accounts/:id/webhook-secret", a.webhookSecret)
+	get(g, "/accounts/:id/keys", a.listKeys)
+	get(g, "/accounts/:id/webhook-secret", a.webhookSecret)
 	g.POST("/accounts/:id/webhook-secret/rotate", a.rotateWebhookSecret)
 	g.POST("/keys/revoke", a.revokeKey)
 }
 
-// guard checks the admin token, comparing hashes in constant time.
+// guard checks the admin token, comparing hashes in constant time, under
+// the same budgets of failures as API keys (auth.Guard): wrong tokens from
+// an address, a network or everyone are refused, 429, past them.
 func (a *admin) guard(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		scheme, token, ok := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
-		sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
-		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(sum[:], a.tokenSum[:]) != 1 {
-			return apperr.New(apperr.Unauthenticated, "admin API: missing or invalid admin token (Authorization: Bearer <EASEL_ADMIN_TOKEN>)")
+		err := a.h.guarded(c, "admin token", func() error {
+			scheme, token, ok := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
+			sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
+			if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(sum[:], a.tokenSum[:]) != 1 {
+				return apperr.New(apperr.Unauthenticated, "admin API: missing or invalid admin token (Authorization: Bearer <EASEL_ADMIN_TOKEN>)")
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		logging.From(c.Request().Context()).Info("admin request", zap.String("method", c.Request().Method), zap.String("route", c.Path()))
 		return next(c)

@@ -259,32 +259,43 @@ func New(d Deps) *echo.Echo {
 		}),
 	)
 
-	e.GET("/healthz", h.healthz)
-	e.GET("/readyz", h.readyz)
-	e.GET("/openapi.json", h.openapi)
-	e.GET("/playground", h.playground)
-	e.GET("/playground/*", h.playground)
+	get(e, "/healthz", h.healthz)
+	get(e, "/readyz", h.readyz)
+	get(e, "/openapi.json", h.openapi)
+	get(e, "/playground", h.playground)
+	get(e, "/playground/*", h.playground)
 
 	v1 := e.Group("/v1")
 	v1.POST("/task/create", h.create, h.deadline, h.authenticate, h.limit(ratelimit.Create))
-	v1.GET("/task/query", h.query, h.deadline, h.authenticate, h.limit(ratelimit.Query))
-	v1.GET("/task/webhooks", h.webhooks, h.deadline, h.authenticate, h.limit(ratelimit.Query))
+	get(v1, "/task/query", h.query, h.deadline, h.authenticate, h.limit(ratelimit.Query))
+	get(v1, "/task/webhooks", h.webhooks, h.deadline, h.authenticate, h.limit(ratelimit.Query))
 	v1.POST("/task/cancel", h.cancel, h.deadline, h.authenticate, h.limit(ratelimit.Query))
-	v1.GET("/task/list", h.list, h.deadline, h.authenticate, h.limit(ratelimit.Query))
-	v1.GET("/task/stream", h.stream, h.deadline, h.authenticate, h.limit(ratelimit.Query))
-	v1.GET("/files/*", h.download)
-	v1.HEAD("/files/*", h.download)
+	get(v1, "/task/list", h.list, h.deadline, h.authenticate, h.limit(ratelimit.Query))
+	get(v1, "/task/stream", h.stream, h.deadline, h.authenticate, h.limit(ratelimit.Query))
+	get(v1, "/files/*", h.download)
 	if d.Admin != nil {
-		registerAdmin(e.Group("/admin/v1", h.deadline), d.Admin)
+		registerAdmin(e.Group("/admin/v1", h.deadline), h, d.Admin)
 	}
 	if d.MetricsHandler != nil {
-		e.GET("/metrics", echo.WrapHandler(d.MetricsHandler))
+		get(e, "/metrics", echo.WrapHandler(d.MetricsHandler))
 	}
 	h.routes = map[string]bool{}
 	for _, r := range e.Routes() {
 		h.routes[r.Path] = true
 	}
 	return e
+}
+
+// router is what get registers on: an *echo.Echo or an *echo.Group.
+type router interface {
+	Match(methods []string, path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) []*echo.Route
+}
+
+// get registers a GET route and its HEAD: every resource served to GET
+// answers HEAD with the same status and headers and no body (net/http
+// drops the body of a HEAD response).
+func get(r router, path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+	r.Match([]string{http.MethodGet, http.MethodHead}, path, h, m...)
 }
 
 type handlers struct {
@@ -362,24 +373,38 @@ func (h *handlers) logRequest(c echo.Context, v middleware.RequestLoggerValues) 
 	return nil
 }
 
+// knownKeys is an authenticator that can tell, for nothing, a key it has
+// resolved lately (auth.Cache).
+type knownKeys interface {
+	Known(key string) (*account.Account, bool)
+}
+
 // authenticate checks the Bearer key and puts the account on the context.
-// A client address whose requests failed authentication too often lately is
-// refused (429) before any lookup.
+// A check that may fail takes a try from the client's budgets of failures
+// first (auth.Guard): past them it is refused, 429, before any lookup. A key
+// this gateway resolved lately is known without one.
 func (h *handlers) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		addr := c.RealIP()
-		if wait, blocked := h.AuthGuard.Blocked(addr); blocked {
-			h.Metrics.AuthRefused(metrics.AuthLimited)
-			c.Response().Header().Set("Retry-After", strconv.Itoa(max(ceilSeconds(wait), 1)))
-			return apperr.Errorf(apperr.LimitExceeded, "too many requests with a missing or invalid API key from this address; retry after %s", wait.Round(time.Millisecond))
+		key, err := bearer(c.Request().Header.Get(echo.HeaderAuthorization))
+		var acct *account.Account
+		if err == nil {
+			if k, ok := h.Auth.(knownKeys); ok {
+				acct, _ = k.Known(key)
+			}
 		}
-		acct, key, err := h.authenticateKey(c)
+		if acct == nil {
+			parsed := err
+			err = h.guarded(c, "API key", func() (err error) {
+				if parsed != nil {
+					return parsed
+				}
+				acct, err = h.Auth.Authenticate(c.Request().Context(), key)
+				return err
+			})
+		}
 		if err != nil {
 			if reason := authRefusal(err); reason != "" {
 				h.Metrics.AuthRefused(reason)
-			}
-			if apperr.CodeOf(err) == apperr.Unauthenticated {
-				h.AuthGuard.Failed(addr)
 			}
 			return err
 		}
@@ -418,19 +443,35 @@ func (h *handlers) deadline(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// authenticateKey reads the Bearer key and resolves it.
-func (h *handlers) authenticateKey(c echo.Context) (*account.Account, string, error) {
-	hdr := c.Request().Header.Get(echo.HeaderAuthorization)
+// guarded runs check, a credential check that may fail (what is checked
+// is named in the 429), under the client address's budgets of failures
+// (auth.Guard): a spent budget refuses it before it runs, and a check that
+// did not refuse the credential gives its try back.
+func (h *handlers) guarded(c echo.Context, what string, check func() error) error {
+	try, wait, ok := h.AuthGuard.Try(c.RealIP())
+	if !ok {
+		h.Metrics.AuthRefused(metrics.AuthLimited)
+		c.Response().Header().Set("Retry-After", strconv.Itoa(max(ceilSeconds(wait), 1)))
+		return apperr.Errorf(apperr.LimitExceeded, "too many requests with a missing or invalid %s from this address or network; retry after %s", what, wait.Round(time.Millisecond))
+	}
+	err := check()
+	if err == nil || apperr.CodeOf(err) != apperr.Unauthenticated {
+		try.Good()
+	}
+	return err
+}
+
+// bearer reads the API key of an Authorization header.
+func bearer(hdr string) (string, error) {
 	if hdr == "" {
-		return nil, "", apperr.New(apperr.Unauthenticated, "missing Authorization header: send Authorization: Bearer <API key>")
+		return "", apperr.New(apperr.Unauthenticated, "missing Authorization header: send Authorization: Bearer <API key>")
 	}
 	scheme, key, ok := strings.Cut(hdr, " ")
 	key = strings.TrimSpace(key)
 	if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
-		return nil, "", apperr.New(apperr.Unauthenticated, "malformed Authorization header: want Authorization: Bearer <API key>")
+		return "", apperr.New(apperr.Unauthenticated, "malformed Authorization header: want Authorization: Bearer <API key>")
 	}
-	acct, err := h.Auth.Authenticate(c.Request().Context(), key)
-	return acct, key, err
+	return key, nil
 }
 
 func accountOf(c echo.Context) *account.Account {

@@ -59,21 +59,23 @@ type env struct {
 	now      time.Time
 }
 
-type queueFunc func(ctx context.Context, j jobs.GenerateImage, run string) error
+type queueFunc func(ctx context.Context, j jobs.Ref, run string) error
 
 func (f queueFunc) CancelRun(context.Context, string) error { return nil }
 
 func (f queueFunc) QueueHook(context.Context, jobs.Outbox, jobs.DeliverWebhook) error { return nil }
 
-func (f queueFunc) EnqueueGenerateImage(ctx context.Context, j jobs.GenerateImage, run string) error {
+func (f queueFunc) EnqueueGenerateImage(ctx context.Context, j jobs.Ref, run string) error {
 	return f(ctx, j, run)
 }
 
-// EnqueueAdmitted queues the first run of each task admitted, through f.
+// EnqueueAdmitted queues the first run of each task admitted, through f,
+// as jobs.Enqueuer.EnqueueAdmitted does: the job of a task admitted is its
+// Ref, its run ending at the task's run deadline.
 func (f queueFunc) EnqueueAdmitted(ctx context.Context, admitted []task.Admitted) error {
 	for _, a := range admitted {
-		j, err := jobs.DecodeGenerateImage(a.Job)
-		if err != nil {
+		j := jobs.Ref{AccountID: a.AccountID, TaskID: a.TaskID, Queue: a.Queue, Deadline: jobs.RunDeadline(a.Deadline)}
+		if _, err := jobs.NewGenerateImageTask(j, jobs.RunID(a.TaskID, 0)); err != nil {
 			return err
 		}
 		if err := f(ctx, j, jobs.RunID(a.TaskID, 0)); err != nil {
@@ -333,17 +335,19 @@ func TestCreateAndQuery(t *testing.T) {
 		t.Errorf("%d task records (%v); want 1", n, err)
 	}
 
-	// The job is on the pro queue, under the task id, with the payload.
+	// The job is on the pro queue, under the task id, naming the task of
+	// the account; its input is kept with the task's record (checked last,
+	// as its run would read it).
 	info, err := asynq.NewInspectorFromRedisClient(e.rdb).GetTaskInfo(jobs.Queue(catalog.Pro), id)
 	if err != nil {
 		t.Fatalf("job not queued: %v", err)
 	}
-	job, err := jobs.ParseGenerateImage(asynq.NewTask(info.Type, info.Payload))
+	job, err := jobs.ParseGenerateImage(asynq.NewTask(info.Type, info.Payload), info.ID, info.Queue, info.Deadline)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job.Input.Prompt != "a cat" || job.Input.AspectRatio != "16:9" || job.Input.ImageSize != "4K" || job.AccountID != e.acctA || job.Input.Model.ID != pro || job.TaskID != id {
-		t.Errorf("payload %v", job)
+	if job.AccountID != e.acctA || job.TaskID != id || job.Queue != jobs.Queue(catalog.Pro) {
+		t.Errorf("job %+v", job)
 	}
 	if info.Deadline.Before(time.Now().Add(9*time.Minute)) || info.Deadline.After(time.Now().Add(11*time.Minute)) {
 		t.Errorf("deadline %v; want ~10 minutes from now", info.Deadline)
@@ -375,6 +379,20 @@ func TestCreateAndQuery(t *testing.T) {
 	assertEnvelope(t, e.query(e.keyA, "../../etc/passwd"), 404, "not found")
 	assertEnvelope(t, e.do("GET", "/v1/task/query", map[string]string{"Authorization": "Bearer " + e.keyA}, ""), 400, "task_id is required")
 	assertEnvelope(t, e.do("GET", "/v1/task/query?task_id="+id, nil, ""), 401, "missing Authorization")
+
+	// The job's run reads the task's input, as created (defaults applied,
+	// prompt trimmed), from its record when it starts the task.
+	st, err := e.store.Start(context.Background(), job.AccountID, job.TaskID, info.ID)
+	if err != nil || st.Outcome != task.Applied {
+		t.Fatalf("Start = %+v, %v", st, err)
+	}
+	in, err := jobs.DecodeInput(st.Input)
+	if err != nil || in.Prompt != "a cat" || in.AspectRatio != "16:9" || in.ImageSize != "4K" || in.Model.ID != pro || in.Model.Tier != catalog.Pro {
+		t.Errorf("the task's input %+v, %v", in, err)
+	}
+	if rd := jobs.RunDeadline(st.Deadline); rd.Before(info.Deadline.Add(-time.Second)) || rd.After(info.Deadline.Add(time.Second)) {
+		t.Errorf("the task's run deadline %v; want its job's %v", rd, info.Deadline)
+	}
 }
 
 func TestQueryStates(t *testing.T) {
@@ -438,7 +456,7 @@ func TestQueryStates(t *testing.T) {
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
 
 func TestEnqueueFailureLeavesNoOrphan(t *testing.T) {
-	e := newEnv(t, queueFunc(func(context.Context, jobs.GenerateImage, string) error {
+	e := newEnv(t, queueFunc(func(context.Context, jobs.Ref, string) error {
 		return errors.New("redis: connection refused to 10.0.0.7:6379")
 	}))
 	r := e.create(e.keyA, okBody)

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
@@ -18,6 +20,16 @@ type envelope struct {
 	Code int    `json:"code"`
 	Msg  string `json:"msg"`
 	Data any    `json:"data"`
+}
+
+// outcomeUnknown is the data of a 504: a create whose outcome is not known
+// yet (apperr.OutcomeUnknownError).
+type outcomeUnknown struct {
+	TaskID  string `json:"task_id"`
+	Outcome string `json:"outcome"`
+	// SettledAt: from then on (Unix ms) the create can no longer apply, and
+	// a query of TaskID tells whether it was made.
+	SettledAt int64 `json:"settled_at"`
 }
 
 // statusOf maps application error codes to HTTP statuses: the one place that
@@ -48,6 +60,8 @@ func statusOf(code apperr.Code) int {
 		return http.StatusTooManyRequests
 	case apperr.Unavailable:
 		return http.StatusServiceUnavailable
+	case apperr.OutcomeUnknown:
+		return http.StatusGatewayTimeout
 	}
 	return http.StatusInternalServerError
 }
@@ -66,8 +80,12 @@ func message(err error) string {
 		inflight *apperr.InflightLimitError
 		model    *apperr.ModelNotAllowedError
 		notFound *apperr.NotFoundError
+		unknown  *apperr.OutcomeUnknownError
 	)
 	switch {
+	case errors.As(err, &unknown):
+		return fmt.Sprintf("the task store stopped answering: task %s may have been created. Query it after %s: found, it was created and charged; not found, it was not. Or retry with the same Idempotency-Key",
+			unknown.TaskID, unknown.SettledBy.UTC().Format(time.RFC3339))
 	case errors.As(err, &credits):
 		return fmt.Sprintf("insufficient credits: this task costs %d credits and the balance is %d", credits.Price, credits.Balance)
 	case errors.As(err, &inflight):
@@ -131,7 +149,7 @@ func handleError(err error, c echo.Context) {
 	switch {
 	case errors.As(err, new(logged)):
 		log.Debug("request failed", zap.Int("status", status), zap.Error(err))
-	case status == http.StatusServiceUnavailable:
+	case status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout:
 		// A dependency is down: the operator's attention, not a bug.
 		log.Warn("request failed: unavailable", zap.Int("status", status), zap.Error(err))
 	case status >= 500:
@@ -146,12 +164,22 @@ func handleError(err error, c echo.Context) {
 	if status == http.StatusServiceUnavailable {
 		h.Set("Retry-After", "1")
 	}
+	var data any
+	var unknown *apperr.OutcomeUnknownError
+	if errors.As(err, &unknown) {
+		// The task that may exist, and when a query of it tells.
+		wait := max(ceilSeconds(time.Until(unknown.SettledBy)), 1)
+		h.Set("Retry-After", strconv.Itoa(wait))
+		data = outcomeUnknown{TaskID: unknown.TaskID, Outcome: "unknown", SettledAt: unknown.SettledBy.UnixMilli()}
+	}
 	h.Set("Cache-Control", "no-store")
 	var werr error
 	if c.Request().Method == http.MethodHead {
+		// The headers a GET would get, without the body.
+		h.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
 		werr = c.NoContent(status)
 	} else {
-		werr = c.JSON(status, envelope{Code: status, Msg: msg, Data: nil})
+		werr = c.JSON(status, envelope{Code: status, Msg: msg, Data: data})
 	}
 	if werr != nil {
 		log.Debug("could not write error response", zap.Error(werr))

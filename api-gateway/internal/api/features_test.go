@@ -272,7 +272,7 @@ func TestQueryWait(t *testing.T) {
 // store's scripts count them.
 func TestQueuePositionCountsWhatLeft(t *testing.T) {
 	var queueDown atomic.Bool
-	e := newEnv(t, queueFunc(func(context.Context, jobs.GenerateImage, string) error {
+	e := newEnv(t, queueFunc(func(context.Context, jobs.Ref, string) error {
 		if queueDown.Load() {
 			return errors.New("connection refused")
 		}
@@ -400,7 +400,7 @@ func TestStream(t *testing.T) {
 func TestCreatePastTheShareStands(t *testing.T) {
 	var mu sync.Mutex
 	var queued []string
-	q := queueFunc(func(_ context.Context, j jobs.GenerateImage, run string) error {
+	q := queueFunc(func(_ context.Context, j jobs.Ref, run string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		queued = append(queued, run)

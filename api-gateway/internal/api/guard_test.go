@@ -34,7 +34,7 @@ func TestFailedAuthenticationsLimitedPerAddress(t *testing.T) {
 	e := newEnvWith(t, nil, zap.NewNop(), func(d *api.Deps) {
 		lookups = &countingAuth{next: d.Auth}
 		d.Auth = lookups
-		d.AuthGuard = auth.NewGuard(5, 20)
+		d.AuthGuard = auth.NewGuard(auth.GuardLimits{PerAddress: 5})
 		// The test's requests come through a "proxy" on loopback.
 		d.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	})
@@ -76,7 +76,7 @@ func TestFailedAuthenticationsLimitedPerAddress(t *testing.T) {
 // X-Forwarded-For from a peer that is not a trusted proxy does not choose
 // the client's address: a blocked client cannot escape by naming another.
 func TestForwardedForNeedsATrustedProxy(t *testing.T) {
-	e := newEnvWith(t, nil, zap.NewNop(), func(d *api.Deps) { d.AuthGuard = auth.NewGuard(1, 2) })
+	e := newEnvWith(t, nil, zap.NewNop(), func(d *api.Deps) { d.AuthGuard = auth.NewGuard(auth.GuardLimits{PerAddress: 1}) })
 	blocked := false
 	for i := 0; i < 20; i++ {
 		r := e.do("GET", "/v1/task/query?task_id=task_lumen_1", map[string]string{"Authorization": "Bearer esk_nope0000000000000000000000000000000000", "X-Forwarded-For": fmt.Sprintf("192.0.2.%d", i)}, "")

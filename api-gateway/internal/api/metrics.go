@@ -59,6 +59,8 @@ func createOutcome(err error) string {
 		return metrics.Forbidden
 	case apperr.Unavailable:
 		return metrics.Unavailable
+	case apperr.OutcomeUnknown:
+		return metrics.OutcomeUnknown
 	}
 	return metrics.Error
 }
@@ -99,8 +101,8 @@ func NewOps(d OpsDeps) *echo.Echo {
 	e.HidePort = true
 	e.HTTPErrorHandler = handleError
 	e.JSONSerializer = jsonSerializer{}
-	e.GET("/healthz", h.healthz)
-	e.GET("/readyz", h.readyz)
-	e.GET("/metrics", echo.WrapHandler(d.Metrics))
+	get(e, "/healthz", h.healthz)
+	get(e, "/readyz", h.readyz)
+	get(e, "/metrics", echo.WrapHandler(d.Metrics))
 	return e
 }

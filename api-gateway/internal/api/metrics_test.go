@@ -109,7 +109,7 @@ func TestRequestMetrics(t *testing.T) {
 		}, want: with(requests(create, "POST", "401", 1), map[string]float64{`easel_auth_refusals_total{reason="invalid"}`: 1})},
 		{name: "disabled account", do: func(t *testing.T, e *env) { expect(t, e.query(e.keyOff, "task_lumen_1"), 403) },
 			want: with(requests(query, "GET", "403", 1), map[string]float64{`easel_auth_refusals_total{reason="disabled"}`: 1})},
-		{name: "too many failed authentications", edit: func(d *api.Deps) { d.AuthGuard = auth.NewGuard(0.001, 1) },
+		{name: "too many failed authentications", edit: func(d *api.Deps) { d.AuthGuard = auth.NewGuard(auth.GuardLimits{PerAddress: 0.001}) },
 			do: func(t *testing.T, e *env) {
 				expect(t, e.create("esk_0000000000000000000000000000000000000000", okBody), 401)
 				expect(t, e.create("esk_0000000000000000000000000000000000000000", okBody), 429)
@@ -147,7 +147,7 @@ func TestRequestMetrics(t *testing.T) {
 			expect(t, e.create(key(t, e, account.Spec{Credits: 100, Models: []catalog.Tier{catalog.Standard}}), proBody), 403)
 		}, want: with(requests(create, "POST", "403", 1), map[string]float64{created(pro, "forbidden"): 1})},
 		{name: "queue down: not created, not debited",
-			queue: queueFunc(func(context.Context, jobs.GenerateImage, string) error { return errors.New("down") }),
+			queue: queueFunc(func(context.Context, jobs.Ref, string) error { return errors.New("down") }),
 			do:    func(t *testing.T, e *env) { expect(t, e.create(e.keyA, okBody), 503) },
 			want:  with(requests(create, "POST", "503", 1), map[string]float64{created(std, "unavailable"): 1})},
 		{name: "unmatched path", do: func(t *testing.T, e *env) { expect(t, e.do("GET", "/v1/task/task_lumen_123", nil, ""), 404) },

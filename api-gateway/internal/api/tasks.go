@@ -128,7 +128,7 @@ func (h *handlers) query(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if wait > 0 {
+	if wait > 0 && c.Request().Method != http.MethodHead { // HEAD: the task's headers now
 		return h.waitQuery(c, accountOf(c).ID, id, wait)
 	}
 	t, pos, err := h.Tasks.GetPositioned(c.Request().Context(), accountOf(c).ID, id)

@@ -168,6 +168,9 @@ func (h *handlers) stream(c echo.Context) error {
 	hdr.Set("Cache-Control", "no-store")
 	hdr.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	res.WriteHeader(http.StatusOK)
+	if c.Request().Method == http.MethodHead { // the stream's headers, no events
+		return nil
+	}
 	rc := http.NewResponseController(res)
 	log := logging.From(c.Request().Context())
 	seq := 0

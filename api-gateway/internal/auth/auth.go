@@ -56,6 +56,20 @@ func refusal(err error) bool {
 	return false
 }
 
+// Known returns the account of key if the cache holds it resolved (not
+// refused): a check that costs nothing and cannot fail, so the Guard need
+// not count it.
+func (c *Cache) Known(key string) (*account.Account, bool) {
+	if c.lru == nil {
+		return nil, false
+	}
+	e, ok := c.lru.Get(sha256.Sum256([]byte(key)))
+	if !ok || e.err != nil {
+		return nil, false
+	}
+	return e.acct, true
+}
+
 // Authenticate resolves key.
 func (c *Cache) Authenticate(ctx context.Context, key string) (*account.Account, error) {
 	var h [32]byte

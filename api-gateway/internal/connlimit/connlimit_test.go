@@ -9,14 +9,14 @@ import (
 )
 
 // serve runs an HTTP server on a capped loopback listener.
-func serve(t *testing.T, total, perClient int) (*Listener, string) {
+func serve(t *testing.T, lim Limits) (*Listener, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := Wrap(ln, total, perClient)
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) }), ReadHeaderTimeout: time.Minute}
+	cl := Wrap(ln, lim)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) }), ReadHeaderTimeout: time.Minute, ConnState: cl.ConnState}
 	go func() { _ = srv.Serve(cl) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return cl, ln.Addr().String()
@@ -65,7 +65,7 @@ func TestPerClientCap(t *testing.T) {
 	} else {
 		c.Close()
 	}
-	cl, addr := serve(t, 0, 10)
+	cl, addr := serve(t, Limits{PerClient: 10})
 	var held []net.Conn
 	for i := 0; i < 10; i++ {
 		held = append(held, halfSent(t, "127.0.0.1", addr))
@@ -99,10 +99,12 @@ func TestPerClientCap(t *testing.T) {
 }
 
 func TestTotalCap(t *testing.T) {
-	_, addr := serve(t, 5, 0)
+	cl, addr := serve(t, Limits{Total: 5})
 	for i := 0; i < 5; i++ {
 		halfSent(t, "127.0.0.1", addr)
 	}
+	// Each has a request under way once the server has read its start.
+	waitQuiet(t, cl, 0)
 	// Past the total the listener accepts nothing more (the kernel queues
 	// the connection): a request gets no answer while the five stay open.
 	d := net.Dialer{Timeout: time.Second}
@@ -115,5 +117,164 @@ func TestTotalCap(t *testing.T) {
 	_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
 	if _, err := c.Read(make([]byte, 1)); err == nil {
 		t.Error("a connection past the total was served")
+	}
+}
+
+// waitQuiet waits until n of the listener's connections have no request
+// under way.
+func waitQuiet(t *testing.T, l *Listener, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l.mu.Lock()
+		q, open := l.quiet.Len(), l.open
+		l.mu.Unlock()
+		if q == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d connections quiet; want %d", q, open, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// silentConn opens a connection from local that sends nothing.
+func silentConn(t *testing.T, local, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// closed reports whether the server closed c (a read ends), rather than
+// keeping it open (a read times out) within wait.
+func closed(c net.Conn, wait time.Duration) bool {
+	_ = c.SetReadDeadline(time.Now().Add(wait))
+	_, err := c.Read(make([]byte, 1))
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return false
+	}
+	return err != nil
+}
+
+func needLoopback(t *testing.T, addrs ...string) {
+	t.Helper()
+	for _, a := range addrs {
+		if c, err := net.Listen("tcp", a+":0"); err != nil {
+			t.Skipf("no loopback address %s: %v", a, err)
+		} else {
+			c.Close()
+		}
+	}
+}
+
+// A network's addresses share its cap: many addresses of one /24 cannot
+// hold more than it (review item 4: 37 addresses × 500 connections, each
+// under the per-address cap, filled the total); another network is
+// served.
+func TestPerNetworkCap(t *testing.T) {
+	needLoopback(t, "127.0.0.2", "127.0.1.1")
+	cl, addr := serve(t, Limits{PerClient: 3, PerNetwork: 5})
+	for range 3 {
+		halfSent(t, "127.0.0.1", addr)
+	}
+	for range 2 {
+		halfSent(t, "127.0.0.2", addr)
+	}
+	waitQuiet(t, cl, 0)
+	if extra := halfSent(t, "127.0.0.2", addr); !closed(extra, 5*time.Second) {
+		t.Error("a connection over its network's share (within its address's) was kept open")
+	}
+	if cl.Refused() != 1 {
+		t.Errorf("refused %d; want 1", cl.Refused())
+	}
+	if err := get(t, "127.0.1.1", addr); err != nil {
+		t.Errorf("another network: %v", err)
+	}
+}
+
+// At the total, a new client is served at once in the place of the
+// oldest connection with no request under way: silent ones first, an idle
+// keep-alive too. (It used to wait in the kernel's queue: /healthz from a
+// fresh address took 6.48 s.) Connections with a request under way are
+// never closed for it.
+func TestRoomAtTheTotal(t *testing.T) {
+	needLoopback(t, "127.0.1.1")
+	for _, tt := range []struct {
+		name string
+		hold func(t *testing.T, addr string) net.Conn
+	}{
+		{"silent connections", func(t *testing.T, addr string) net.Conn { return silentConn(t, "127.0.0.1", addr) }},
+		{"idle keep-alives", func(t *testing.T, addr string) net.Conn {
+			c := silentConn(t, "127.0.0.1", addr)
+			_, _ = c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return c
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cl, addr := serve(t, Limits{Total: 6})
+			busy := halfSent(t, "127.0.0.1", addr)
+			waitQuiet(t, cl, 0)
+			var held []net.Conn
+			for range 5 {
+				held = append(held, tt.hold(t, addr))
+			}
+			waitQuiet(t, cl, 5)
+			if err := get(t, "127.0.1.1", addr); err != nil {
+				t.Fatalf("a new client at the total: %v", err)
+			}
+			if cl.Evicted() != 1 {
+				t.Errorf("evicted %d; want 1", cl.Evicted())
+			}
+			if !closed(held[0], 5*time.Second) {
+				t.Error("the oldest quiet connection was not the one closed")
+			}
+			if closed(busy, 200*time.Millisecond) {
+				t.Error("a connection with a request under way was closed")
+			}
+		})
+	}
+}
+
+// Near the total, a new connection has Limits.FirstByte to send its first
+// byte; below it, none is hurried.
+func TestFirstByteNearTheTotal(t *testing.T) {
+	cl, addr := serve(t, Limits{Total: 8, FirstByte: 200 * time.Millisecond})
+	var early, late []net.Conn
+	for range 5 {
+		early = append(early, silentConn(t, "127.0.0.1", addr))
+	}
+	waitQuiet(t, cl, 5)
+	for range 2 {
+		late = append(late, silentConn(t, "127.0.0.1", addr))
+	}
+	talker := silentConn(t, "127.0.0.1", addr) // near the total, but it talks
+	waitQuiet(t, cl, 8)
+	_, _ = talker.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n"))
+	for i, c := range late {
+		if !closed(c, 5*time.Second) {
+			t.Errorf("silent connection %d accepted near the total was kept open", i)
+		}
+	}
+	for i, c := range early {
+		if closed(c, 100*time.Millisecond) {
+			t.Errorf("silent connection %d accepted below three quarters of the total was closed", i)
+		}
+	}
+	if closed(talker, 300*time.Millisecond) {
+		t.Error("a connection that sent its first byte in time was closed")
+	}
+	if cl.TimedOut() != 2 {
+		t.Errorf("timed out %d; want 2", cl.TimedOut())
 	}
 }

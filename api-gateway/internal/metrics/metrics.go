@@ -26,11 +26,12 @@ const (
 	Invalid             = "invalid"
 	Forbidden           = "forbidden"
 	Unavailable         = "unavailable"
+	OutcomeUnknown      = "outcome_unknown"
 	Error               = "error"
 )
 
 // Outcomes lists every create outcome.
-var Outcomes = []string{Created, Replayed, InsufficientCredits, RateLimited, Invalid, Forbidden, Unavailable, Error}
+var Outcomes = []string{Created, Replayed, InsufficientCredits, RateLimited, Invalid, Forbidden, Unavailable, OutcomeUnknown, Error}
 
 // UnknownModel labels a create refused before its model was known (a
 // rate-limited or malformed request).

@@ -141,10 +141,17 @@ func (s *Service) Create(ctx context.Context, accountID string, in task.Input, i
 		MaxInflight: s.cfg.MaxInflight,
 		// A task no worker ever finishes stops counting a little after its
 		// deadline.
-		CountUntil:  now.Add(s.cfg.Deadline + time.Minute),
+		CountUntil:  now.Add(s.cfg.Deadline + jobs.CountMargin),
 		Idempotency: idem,
 		// The task's number in its queue, for its position while pending.
 		Queue: jobs.Queue(in.Model.Tier),
+	}
+	// A create held up past the request's deadline (Redis hung) never
+	// applies: from then on its outcome is certain. A request without a
+	// deadline gets the store's window.
+	charge.ValidUntil = now.Add(store.CreateWindow)
+	if d, ok := ctx.Deadline(); ok {
+		charge.ValidUntil = d.Add(store.ClockSkew)
 	}
 	created, err := s.Store.Create(ctx, t, charge, input)
 	if err != nil {
@@ -153,25 +160,29 @@ func (s *Service) Create(ctx context.Context, accountID string, in task.Input, i
 		case errors.As(err, &r):
 			logging.AddFields(ctx, zap.String("task_id", r.TaskID), zap.Bool("replayed", true))
 			return task.Created{ID: r.TaskID, Replayed: true}, nil
+		case errors.Is(err, store.ErrLate):
+			logging.From(ctx).Error("a create reached Redis after its time: Redis is slow, or this gateway's clock is behind Redis's", zap.Error(err))
+			return task.Created{}, apperr.Transient(err, apperr.Unavailable, "the task store is unavailable; the task was not created, try again")
 		case errors.Is(err, store.ErrNotReplicated):
 			// Made on the primary, not confirmed by its replicas: undo it,
 			// so that a failover cannot leave a charge the client never
 			// heard of.
-			s.abort(ctx, accountID, id, idem, err)
-			return task.Created{}, err
+			return s.undo(ctx, accountID, id, idem, charge, err, err)
 		case apperr.CodeOf(err) != apperr.Internal:
 			return task.Created{}, err // a refusal
+		case store.NotSent(err):
+			return task.Created{}, apperr.Transient(err, apperr.Unavailable, "the task store is unavailable; the task was not created, try again")
 		}
 		// A timeout or a lost connection may come after the script ran:
 		// undo whatever it did (nothing, if it did not run), so that a
 		// client told "not created" is not charged for a task that runs.
-		s.abort(ctx, accountID, id, idem, err)
-		return task.Created{}, apperr.Transient(err, apperr.Unavailable, "the task store is unavailable; the task was not created, try again")
+		return s.undo(ctx, accountID, id, idem, charge, err,
+			apperr.Transient(err, apperr.Unavailable, "the task store is unavailable; the task was not created, try again"))
 	}
 	if created.Admitted {
 		if err := s.Queue.EnqueueGenerateImage(ctx, jobs.RefOf(job), jobs.RunID(id, 0)); err != nil {
-			s.abort(ctx, accountID, id, idem, err)
-			return task.Created{}, apperr.Transient(err, apperr.Unavailable, "the task queue is unavailable; the task was not created, try again")
+			return s.undo(ctx, accountID, id, idem, charge, err,
+				apperr.Transient(err, apperr.Unavailable, "the task queue is unavailable; the task was not created, try again"))
 		}
 	}
 	s.enqueueAdmitted(ctx, created.Others)
@@ -186,23 +197,48 @@ func (s *Service) Create(ctx context.Context, accountID string, in task.Input, i
 	return task.Created{ID: id, Price: charge.Price}, nil
 }
 
-// abort undoes a create (record removed, price refunded) with a context of
-// its own: the request's may be what failed. If the undo fails too, the
-// task stays pending with its job payload, and the workers' recovery queues it.
-func (s *Service) abort(ctx context.Context, accountID, id string, idem task.Idempotency, cause error) {
-	undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+// undo undoes a create whose outcome is not known or not wanted (record
+// removed, price refunded), with a context of its own: the request's may
+// be what failed. It answers the create as the undo leaves it, never "not
+// created" for a task that exists:
+//
+//   - undone, or the task was never made (the undo's tombstone keeps its
+//     create, if still on its way, from applying): notCreated;
+//   - the task went on (a worker started it: the recovery queued it): the
+//     task, created;
+//   - the undo failed too: *apperr.OutcomeUnknownError. The task may stand
+//     (the workers' recovery then queues it, and its idempotency key
+//     replays it): after charge.ValidUntil its create can no longer apply,
+//     and UndoWindow later neither can its undo, so a query then tells.
+//
+// The undo's own deadline is UndoWindow past the create's, whenever it
+// starts: what the store holds the idempotency key for (store.Tasks.Create).
+func (s *Service) undo(ctx context.Context, accountID, id string, idem task.Idempotency, charge task.Charge, cause, notCreated error) (task.Created, error) {
+	settled := charge.ValidUntil.Add(store.UndoWindow)
+	undoCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), settled.Add(-store.ClockSkew))
 	defer cancel()
+	log := logging.From(ctx)
 	// The undo frees the idempotency key in the same step, only if it
 	// applies: a task that goes on keeps its key.
-	_, admitted, err := s.Store.Abort(undoCtx, accountID, id, idem.Key)
+	undone, admitted, err := s.Store.Abort(undoCtx, accountID, id, idem.Key)
 	s.enqueueAdmitted(ctx, admitted)
 	switch {
-	case errors.Is(err, store.ErrNotReplicated):
-		// Undone on the primary; if the replicas lack the undo they lack
-		// the create too.
-	case err != nil:
-		logging.From(ctx).Error("could not undo a create", zap.Error(err), zap.NamedError("cause", cause))
+	case undone || errors.Is(err, store.ErrNotReplicated):
+		// Undone (on the primary at least; if the replicas lack the undo
+		// they lack the create too).
+		return task.Created{}, notCreated
+	case err == nil:
+		if _, gerr := s.Store.Get(undoCtx, accountID, id); gerr == nil {
+			log.Warn("a create thought failed went on", zap.NamedError("cause", cause))
+			return task.Created{ID: id, Price: charge.Price}, nil
+		} else if apperr.CodeOf(gerr) == apperr.NotFound {
+			return task.Created{}, notCreated
+		} else {
+			err = gerr
+		}
 	}
+	log.Error("could not undo a create: its outcome is unknown", zap.Error(err), zap.NamedError("cause", cause))
+	return task.Created{}, &apperr.OutcomeUnknownError{TaskID: id, SettledBy: settled, Err: cause}
 }
 
 // Cancel cancels a task of the account (store.Tasks.Cancel): a pending task

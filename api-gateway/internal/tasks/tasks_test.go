@@ -23,7 +23,7 @@ import (
 // the stopped runs it is given, or fails.
 type queue struct {
 	mu        sync.Mutex
-	jobs      []jobs.GenerateImage
+	jobs      []jobs.Ref
 	deadlines []time.Time
 	admitted  []task.Admitted
 	hooks     []jobs.DeliverWebhook
@@ -50,7 +50,7 @@ func (q *queue) QueueHook(_ context.Context, o jobs.Outbox, d jobs.DeliverWebhoo
 	return nil
 }
 
-func (q *queue) EnqueueGenerateImage(_ context.Context, j jobs.GenerateImage, run string) error {
+func (q *queue) EnqueueGenerateImage(_ context.Context, j jobs.Ref, run string) error {
 	if q.block != nil {
 		close(q.entered)
 		<-q.block
@@ -176,15 +176,15 @@ func TestCreate(t *testing.T) {
 	if b := f.balance(t); b != 100-24 {
 		t.Errorf("balance %d; want 76", b)
 	}
-	// The job: the same task, the input as given, the deadline from now.
+	// The job: the same task, on its tier's queue, the deadline from now.
 	if len(f.q.jobs) != 1 {
 		t.Fatalf("%d jobs queued", len(f.q.jobs))
 	}
 	j := f.q.jobs[0]
-	if j.TaskID != id || j.AccountID != f.acct || j.Input.Prompt != "a cat" || j.Input.ImageSize != "4K" || j.Input.AspectRatio != "16:9" || j.Input.Model != pro {
+	if j.TaskID != id || j.AccountID != f.acct || j.Queue != jobs.Queue(pro.Tier) {
 		t.Errorf("job %+v", j)
 	}
-	if d := f.q.deadlines[0].Sub(j.CreateTime); d != 10*time.Minute {
+	if d := f.q.deadlines[0].Truncate(time.Millisecond).Sub(rec.CreateTime); d != 10*time.Minute {
 		t.Errorf("deadline %v after creation; want 10m", d)
 	}
 	if n, _ := f.st.Inflight(ctx, f.acct); n != 1 {
@@ -196,6 +196,19 @@ func TestCreate(t *testing.T) {
 	}
 	if c := f.checks(t, time.Now().Add(store.FirstQueueCheck)); len(c) != 1 || c[0].TaskID != id || c[0].Queue != jobs.Queue(pro.Tier) {
 		t.Errorf("queue checks due after %v: %+v; want the task, on its queue", store.FirstQueueCheck, c)
+	}
+	// The input as given is kept with the record: its run reads it back
+	// when it starts the task.
+	st, err := f.st.Start(ctx, f.acct, id, jobs.RunID(id, 0))
+	if err != nil || st.Outcome != task.Applied {
+		t.Fatalf("Start = %+v, %v", st, err)
+	}
+	got, err := jobs.DecodeInput(st.Input)
+	if err != nil || got.Prompt != "a cat" || got.ImageSize != "4K" || got.AspectRatio != "16:9" || got.Model != pro {
+		t.Errorf("the task's input %+v, %v", got, err)
+	}
+	if !st.Created.Equal(rec.CreateTime) || st.Deadline.Before(j.Deadline.Truncate(time.Millisecond)) {
+		t.Errorf("started a task created %v, due %v; want created %v, due no sooner than its job's %v", st.Created, st.Deadline, rec.CreateTime, j.Deadline)
 	}
 }
 
@@ -217,7 +230,8 @@ func (f *fixture) checks(t *testing.T, at time.Time) []store.DueEntry {
 }
 
 // A gateway that dies after charging and before queueing leaves the task
-// with its job for the reconciler: here the queue never answers.
+// with what its job needs for the reconciler (its queue check: its queue
+// and deadline; its record: its input): here the queue never answers.
 func TestCreateLeavesTheJobForTheReconciler(t *testing.T) {
 	f := newFixture(t, 100)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -232,13 +246,22 @@ func TestCreateLeavesTheJobForTheReconciler(t *testing.T) {
 	if len(u) != 1 {
 		t.Fatalf("queue checks %+v; want the task's", u)
 	}
-	payload, err := f.st.Job(context.Background(), f.acct, u[0].TaskID)
-	if err != nil || len(payload) == 0 {
-		t.Fatalf("the task's job %q, %v; want its payload kept", payload, err)
+	if c := u[0]; c.Queue != jobs.Queue(std.Tier) || c.Run != "" || c.Deadline.IsZero() {
+		t.Errorf("queue check %+v; want the task's queue, its first run, its deadline", c)
 	}
-	j, err := jobs.DecodeGenerateImage(payload)
-	if err != nil || j.TaskID != u[0].TaskID || j.Input.Prompt != "p" || j.Deadline.IsZero() {
-		t.Errorf("stored job %+v, %v", j, err)
+	// What the reconciler queues is a job that Asynq takes...
+	ref := jobs.Ref{AccountID: u[0].AccountID, TaskID: u[0].TaskID, Queue: u[0].Queue, Deadline: u[0].Deadline}
+	if _, err := jobs.NewGenerateImageTask(ref, jobs.RunID(u[0].TaskID, 0)); err != nil {
+		t.Errorf("the job of queue check %+v: %v", u[0], err)
+	}
+	// ...and its run finds the input kept with the record.
+	st, err := f.st.Start(context.Background(), f.acct, u[0].TaskID, jobs.RunID(u[0].TaskID, 0))
+	if err != nil || st.Outcome != task.Applied || len(st.Input) == 0 {
+		t.Fatalf("Start = %+v, %v; want the task's input kept", st, err)
+	}
+	in, err := jobs.DecodeInput(st.Input)
+	if err != nil || in.Prompt != "p" || st.Deadline.IsZero() {
+		t.Errorf("stored input %+v (deadline %v), %v", in, st.Deadline, err)
 	}
 	cancel()
 	close(f.q.block)
@@ -249,8 +272,8 @@ func TestCreateLeavesTheJobForTheReconciler(t *testing.T) {
 // read timeout after Redis ran the script.
 type lostReply struct{ Store }
 
-func (l lostReply) Create(ctx context.Context, t *task.Task, c task.Charge, job []byte) (store.Creation, error) {
-	if _, err := l.Store.Create(ctx, t, c, job); err != nil {
+func (l lostReply) Create(ctx context.Context, t *task.Task, c task.Charge, input []byte) (store.Creation, error) {
+	if _, err := l.Store.Create(ctx, t, c, input); err != nil {
 		return store.Creation{}, err
 	}
 	return store.Creation{}, fmt.Errorf("store: create %s: read tcp: i/o timeout", t.ID)
@@ -466,9 +489,20 @@ func TestCreateParkedThenAdmitted(t *testing.T) {
 			if got := f.q.admittedIDs(); len(got) != 1 || got[0] != parked.ID {
 				t.Fatalf("admitted %v; want [%s]", got, parked.ID)
 			}
-			j, err := jobs.DecodeGenerateImage(f.q.admitted[0].Job)
-			if err != nil || j.TaskID != parked.ID || j.AccountID != f.acct || j.Input.Prompt != "p" || j.Deadline.IsZero() {
-				t.Errorf("the admitted task's job %+v, %v", j, err)
+			a := f.q.admitted[0]
+			if a.TaskID != parked.ID || a.AccountID != f.acct || a.Queue != jobs.Queue(std.Tier) || a.Deadline.IsZero() {
+				t.Errorf("the admitted task's job %+v", a)
+			}
+			ref := jobs.Ref{AccountID: a.AccountID, TaskID: a.TaskID, Queue: a.Queue, Deadline: a.Deadline}
+			if _, err := jobs.NewGenerateImageTask(ref, jobs.RunID(a.TaskID, 0)); err != nil {
+				t.Errorf("the admitted task's job %+v: %v", a, err)
+			}
+			st, err := f.st.Start(ctx, f.acct, parked.ID, jobs.RunID(parked.ID, 0))
+			if err != nil || st.Outcome != task.Applied {
+				t.Fatalf("Start(admitted) = %+v, %v", st, err)
+			}
+			if in, err := jobs.DecodeInput(st.Input); err != nil || in.Prompt != "p" || st.Deadline.IsZero() {
+				t.Errorf("the admitted task's input %+v (deadline %v), %v", in, st.Deadline, err)
 			}
 		})
 	}
@@ -506,5 +540,109 @@ func TestAbortAdmitsTheNextTask(t *testing.T) {
 	}
 	if n, _ := f.st.Inflight(ctx, f.acct); n != 1 {
 		t.Errorf("%d tasks in flight; want 1", n)
+	}
+}
+
+// heldStore is a store whose create's reply is lost (after the create ran,
+// or before it reached Redis), with what happens meanwhile (a worker
+// starts the task), and whose undo may be lost too.
+type heldStore struct {
+	Store
+	ran       bool               // the create reached Redis
+	meanwhile func(t *task.Task) // before the reply is lost
+	abortErr  error              // the undo's failure, if any
+}
+
+func (h heldStore) Create(ctx context.Context, t *task.Task, c task.Charge, input []byte) (store.Creation, error) {
+	if h.ran {
+		if _, err := h.Store.Create(ctx, t, c, input); err != nil {
+			return store.Creation{}, err
+		}
+	}
+	if h.meanwhile != nil {
+		h.meanwhile(t)
+	}
+	return store.Creation{}, fmt.Errorf("store: create %s: read tcp: i/o timeout", t.ID)
+}
+
+func (h heldStore) Abort(ctx context.Context, accountID, taskID, idemKey string) (bool, []task.Admitted, error) {
+	if h.abortErr != nil {
+		return false, nil, h.abortErr
+	}
+	return h.Store.Abort(ctx, accountID, taskID, idemKey)
+}
+
+// A create whose reply is lost is answered as its undo leaves it, never
+// "not created" for a task that exists (review item 1): undone or never
+// made (the undo's tombstone keeps it so), not created; gone on, created;
+// the undo lost too, outcome unknown with the task's id, and a query after
+// its settled time tells.
+func TestCreateWithItsReplyLost(t *testing.T) {
+	in := task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}
+	timeout := errors.New("store: abort: i/o timeout")
+	for _, tt := range []struct {
+		name    string
+		held    func(f *fixture) heldStore
+		created bool // answered created
+		unknown bool // answered outcome unknown
+		exists  bool // the task exists after
+	}{
+		{"ran, undone", func(f *fixture) heldStore { return heldStore{ran: true} }, false, false, false},
+		{"never ran, undone", func(f *fixture) heldStore { return heldStore{} }, false, false, false},
+		{"ran, and a worker started it", func(f *fixture) heldStore {
+			return heldStore{ran: true, meanwhile: func(tk *task.Task) {
+				if st, err := f.st.Start(context.Background(), tk.AccountID, tk.ID, jobs.RunID(tk.ID, 0)); err != nil || st.Outcome != task.Applied {
+					t.Fatalf("Start = %+v, %v", st, err)
+				}
+			}}
+		}, true, false, true},
+		{"ran, the undo lost", func(f *fixture) heldStore { return heldStore{ran: true, abortErr: timeout} }, false, true, true},
+		{"never ran, the undo lost", func(f *fixture) heldStore { return heldStore{abortErr: timeout} }, false, true, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, 100)
+			h := tt.held(f)
+			h.Store = f.svc.Store
+			f.svc.Store = h
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			start := time.Now()
+			c, err := f.svc.Create(ctx, f.acct, in, task.Idempotency{})
+			var unknown *apperr.OutcomeUnknownError
+			switch {
+			case tt.created:
+				if err != nil || c.ID == "" {
+					t.Fatalf("Create = %+v, %v; want the task, created", c, err)
+				}
+			case tt.unknown:
+				if !errors.As(err, &unknown) || unknown.TaskID == "" || apperr.CodeOf(err) != apperr.OutcomeUnknown {
+					t.Fatalf("Create = %+v, %v; want outcome unknown naming the task", c, err)
+				}
+				if min := start.Add(time.Second + store.ClockSkew); unknown.SettledBy.Before(min) {
+					t.Errorf("settled by %v; want no sooner than the create's own bound %v", unknown.SettledBy, min)
+				}
+			default:
+				if apperr.CodeOf(err) != apperr.Unavailable || !strings.Contains(apperr.MessageOf(err), "not created") {
+					t.Fatalf("Create = %+v, %v; want unavailable, not created", c, err)
+				}
+			}
+			n, _ := f.st.Inflight(context.Background(), f.acct)
+			if (n == 1) != tt.exists {
+				t.Errorf("%d tasks in flight; want the task to exist: %v", n, tt.exists)
+			}
+			if unknown != nil {
+				_, gerr := f.st.Get(context.Background(), f.acct, unknown.TaskID)
+				if (gerr == nil) != tt.exists {
+					t.Errorf("a query of the unknown task: %v; want found %v", gerr, tt.exists)
+				}
+			}
+			want := int64(100)
+			if tt.exists {
+				want = 96
+			}
+			if b := f.balance(t); b != want {
+				t.Errorf("balance %d; want %d", b, want)
+			}
+		})
 	}
 }

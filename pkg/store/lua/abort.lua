@@ -3,7 +3,10 @@
 -- create was made): the price is refunded (the ledger keeps the debit and
 -- the refund) and the record removed, with the Idempotency-Key it was
 -- made under; the place it frees admits the account's next parked task. A
--- task that went on (a worker started it) keeps its key.
+-- task that went on (a worker started it) keeps its key. A task not
+-- there at all is given a tombstone for void_for: its create, if still
+-- on its way to Redis, then finds the record taken and does nothing, so
+-- the undo's answer is final either way.
 --
 -- KEYS[1] -> task: the task record
 -- KEYS[2] -> account: the account record
@@ -20,18 +23,35 @@
 -- ARGV[6] -> with_idem: 1 when KEYS[7] is an Idempotency-Key's record, else 0
 -- ARGV[7] -> share: the places of an account of weight 1 (0: no limit)
 -- ARGV[8] -> check_at: when a task this admits is first checked for its job, Unix ms
+-- ARGV[9] -> void_for: how long the tombstone of a task not there is kept, ms
+-- ARGV[10] -> valid_until: the undo applies only while Redis's clock has not passed it, Unix ms (0: no bound)
 --
 -- Returns {code, queue left, id, queue, deadline, ...}: ABORTED (the tasks its
--- place admitted follow), or NOT_PENDING (nothing changed).
+-- place admitted follow), NOT_PENDING (the task went on: nothing changed),
+-- ABSENT (no such task: never made, and now never will be), or LATE (it
+-- reached Redis after valid_until: nothing changed).
 
-local ABORTED, NOT_PENDING = 0, 1
+local ABORTED, NOT_PENDING, ABSENT, LATE = 0, 1, 2, 3
 
 local K = {task = KEYS[1], account = KEYS[2], ledger = KEYS[3], parked = KEYS[4], due = KEYS[5]}
 local index_key, idem_key = KEYS[6], KEYS[7]
 local now, keep, account_id, task_id, note = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5]
-local with_idem, share, check_at = ARGV[6] == '1', tonumber(ARGV[7]), ARGV[8]
+local with_idem, share, check_at, void_for = ARGV[6] == '1', tonumber(ARGV[7]), ARGV[8], ARGV[9]
+local valid_until = tonumber(ARGV[10])
 
-if redis.call('HGET', K.task, 'status') ~= 'pending' then return {NOT_PENDING, ''} end
+-- An undo held up past the time its caller waited for it never applies:
+-- its caller has answered that the outcome is unknown, and the create's
+-- own bound (before this one) has settled it.
+local clock = redis.call('TIME')
+if valid_until > 0 and tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) > valid_until then return {LATE, ''} end
+
+local st = redis.call('HGET', K.task, 'status')
+if not st then
+  redis.call('HSET', K.task, 'void', 1)
+  redis.call('PEXPIRE', K.task, void_for)
+  return {ABSENT, ''}
+end
+if st ~= 'pending' then return {NOT_PENDING, ''} end
 refund(K, now, keep, task_id, note)
 local q = left(K)
 release_place(K, task_id)

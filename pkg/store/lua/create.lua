@@ -26,7 +26,7 @@
 -- ARGV[11] -> keep: the ledger's retention, ms (0: all)
 -- ARGV[12] -> with_idem: 1 when KEYS[7] is an Idempotency-Key's record, else 0
 -- ARGV[13] -> body_hash: the request body's digest, under an Idempotency-Key
--- ARGV[14] -> idem_window: how long a create under way holds its key, ms
+-- ARGV[14] -> idem_until: until when this create, under way, holds its key (its undo's last chance), Unix ms
 -- ARGV[15] -> idem_ttl: how long a key is kept, ms
 -- ARGV[16] -> queue_name: the queue the task joins ('' for none)
 -- ARGV[17] -> queue_seq: its number there, taken already (0: take it from KEYS[8] if admitted)
@@ -36,35 +36,44 @@
 -- ARGV[21] -> created: Unix ms
 -- ARGV[22] -> callback_url: '' for none
 -- ARGV[23] -> callback_events: comma separated
+-- ARGV[24] -> valid_until: the create applies only while Redis's clock has not passed it, Unix ms (0: no bound)
 --
 -- Returns {CREATED, balance, queue number (0 if parked), admitted (1/0),
 -- id, queue, deadline, ...} (other tasks of the account this create admitted,
 -- for the caller to queue), {REPLAYED, 0, earlier task
 -- id}, or a refusal {code, n}: NO_ACCOUNT, DISABLED, MODEL_NOT_ALLOWED,
 -- TASK_EXISTS, INFLIGHT_LIMIT (n = the limit), NO_CREDITS (n = the
--- balance), IDEM_MISMATCH, IDEM_BUSY.
+-- balance), IDEM_MISMATCH, IDEM_BUSY, LATE (it reached Redis after
+-- valid_until: its caller has given up on it, and may have said so).
 
 local CREATED, REPLAYED = 1, 2
-local NO_ACCOUNT, DISABLED, MODEL_NOT_ALLOWED, TASK_EXISTS, INFLIGHT_LIMIT, NO_CREDITS, IDEM_MISMATCH, IDEM_BUSY = -1, -2, -3, -4, -5, -6, -7, -8
+local NO_ACCOUNT, DISABLED, MODEL_NOT_ALLOWED, TASK_EXISTS, INFLIGHT_LIMIT, NO_CREDITS, IDEM_MISMATCH, IDEM_BUSY, LATE = -1, -2, -3, -4, -5, -6, -7, -8, -9
 
 local K = {task = KEYS[1], account = KEYS[2], ledger = KEYS[3], parked = KEYS[4], due = KEYS[5]}
 local index_key, idem_key, queue_key = KEYS[6], KEYS[7], KEYS[8]
 local now, ttl, price, default_max = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local deadline, tier, account_id, task_id = tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8]
 local check_at, share, keep = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
-local with_idem, body_hash, idem_window, idem_ttl = ARGV[12] == '1', ARGV[13], tonumber(ARGV[14]), ARGV[15]
+local with_idem, body_hash, idem_until, idem_ttl = ARGV[12] == '1', ARGV[13], ARGV[14], ARGV[15]
 local queue_name, queue_seq = ARGV[16], tonumber(ARGV[17])
 local input, task_type, model, created = ARGV[18], ARGV[19], ARGV[20], ARGV[21]
-local callback_url, callback_events = ARGV[22], ARGV[23]
+local callback_url, callback_events, valid_until = ARGV[22], ARGV[23], tonumber(ARGV[24])
+
+-- Redis's own clock: a create held up (Redis hung, the network stalled)
+-- past the time its caller waits for it never applies.
+local clock = redis.call('TIME')
+if valid_until > 0 and tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) > valid_until then return {LATE, 0} end
 
 if with_idem then
   local v = redis.call('HMGET', idem_key, 'body', 'task', 'state', 'at')
   if v[1] then
     if v[1] ~= body_hash then return {IDEM_MISMATCH, 0} end
-    if v[3] ~= 'done' and now - tonumber(v[4]) < idem_window then return {IDEM_BUSY, 0} end
+    if v[3] ~= 'done' and now < tonumber(v[4]) then return {IDEM_BUSY, 0} end
     return {REPLAYED, 0, v[2]}
   end
 end
+-- A record there already: a task of that id, or the tombstone an undo
+-- left for a create it did not find (abort.lua).
 if redis.call('EXISTS', K.task) == 1 then return {TASK_EXISTS, 0} end
 
 -- The account's rules.
@@ -85,7 +94,7 @@ local bal = tonumber(a[2] or '0') or 0
 if bal < price then return {NO_CREDITS, bal} end
 
 if with_idem then
-  redis.call('HSET', idem_key, 'body', body_hash, 'task', task_id, 'state', 'creating', 'at', now)
+  redis.call('HSET', idem_key, 'body', body_hash, 'task', task_id, 'state', 'creating', 'at', idem_until)
   redis.call('PEXPIRE', idem_key, idem_ttl)
 end
 if price > 0 then

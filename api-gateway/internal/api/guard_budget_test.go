@@ -1,0 +1,92 @@
+package api_test
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/easelhq/easel/api-gateway/internal/api"
+	"github.com/easelhq/easel/api-gateway/internal/auth"
+)
+
+// Concurrent requests with bad keys cannot overrun the budgets: each takes
+// its try before its lookup (review item 3: 100 at once from one address
+// reached Redis 112 times with a burst of 20, and 50 addresses got 1,000
+// lookups through); a network's addresses share its budget, and everyone
+// shares the gateway's.
+func TestFailedAuthenticationBudgetsHoldUnderConcurrency(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		limits      auth.GuardLimits
+		addrs       func(i int) string
+		requests    int
+		maxLookups  int64
+		minRefusals int
+	}{
+		{"one address, 100 at once", auth.GuardLimits{PerAddress: 5}, func(int) string { return "203.0.113.7" }, 100, 25, 75},
+		{"50 addresses of one /24", auth.GuardLimits{PerAddress: 5, PerPrefix: 2}, func(i int) string { return fmt.Sprintf("203.0.113.%d", i%50) }, 1000, 20, 980},
+		{"50 addresses of one /64", auth.GuardLimits{PerAddress: 5, PerPrefix: 2}, func(i int) string { return fmt.Sprintf("2001:db8::%x", i%50) }, 1000, 20, 980},
+		{"500 networks", auth.GuardLimits{PerAddress: 5, PerPrefix: 20, Global: 5}, func(i int) string { return fmt.Sprintf("10.%d.%d.1", i%250, i/250%2) }, 1000, 30, 970},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var lookups *countingAuth
+			e := newEnvWith(t, nil, zap.NewNop(), func(d *api.Deps) {
+				lookups = &countingAuth{next: d.Auth}
+				d.Auth = lookups
+				d.AuthGuard = auth.NewGuard(tt.limits)
+				d.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+			})
+			var mu sync.Mutex
+			codes := map[int]int{}
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, 100)
+			for i := range tt.requests {
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer wg.Done()
+					defer func() { <-sem }()
+					r := e.do("GET", "/v1/task/query?task_id=task_lumen_1", map[string]string{
+						"Authorization": fmt.Sprintf("Bearer esk_guess%035d", i), "X-Forwarded-For": tt.addrs(i)}, "")
+					mu.Lock()
+					codes[r.status]++
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			// The budgets refill while the requests run (a second or two):
+			// allow a few tries more than the bursts.
+			if n := lookups.calls.Load(); n > tt.maxLookups || codes[429] < tt.minRefusals || codes[401]+codes[429] != tt.requests {
+				t.Errorf("%d bad keys: %d lookups, statuses %v; want at most %d lookups, the rest 429", tt.requests, n, codes, tt.maxLookups)
+			}
+		})
+	}
+}
+
+// Wrong admin tokens spend the same budgets as bad API keys (review item
+// 5: 40 in a row were all 401); the right token from another address still
+// works, and never counts.
+func TestWrongAdminTokensThrottled(t *testing.T) {
+	e := newEnvWith(t, nil, zap.NewNop(), func(d *api.Deps) {
+		d.AuthGuard = auth.NewGuard(auth.GuardLimits{PerAddress: 1, PerPrefix: 100})
+		d.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	})
+	from := func(addr, token string) int {
+		return e.do("GET", "/admin/v1/accounts", map[string]string{"Authorization": "Bearer " + token, "X-Forwarded-For": addr}, "").status
+	}
+	codes := map[int]int{}
+	for i := range 40 {
+		codes[from("198.51.100.1", fmt.Sprintf("wrong-token-%d", i))]++
+	}
+	if codes[401] > 5 || codes[429] < 35 {
+		t.Errorf("40 wrong admin tokens from one address: %v; want 4 or 5 answered 401, the rest 429", codes)
+	}
+	for i := range 10 {
+		if c := from("198.51.100.2", adminToken); c != 200 {
+			t.Fatalf("the admin token from another address, request %d: %d", i, c)
+		}
+	}
+}
