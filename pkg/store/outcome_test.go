@@ -201,3 +201,41 @@ func balanceOf(t *testing.T, s *stores, acct string) int64 {
 	}
 	return n
 }
+
+// A task whose queue number could not be taken (on a cluster the queue's
+// key is on another slot: that call failed) still joins its queue, with no
+// position: its record names the queue, so its queue checks and its
+// admission can queue its job. It used to lose the queue, and then sat
+// until its deadline ("queue \"\"").
+func TestCreateWithoutAQueueNumberKeepsTheQueue(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	acct, id := "acct_a", "task_lumen_nonumber"
+	now := time.Now()
+	k := createKeys{Task: taskKey(acct, id), Account: accountKey(acct), Ledger: ledgerKey(acct),
+		Parked: parkedKey(acct), Due: dueOf(acct), Index: tasksIndexKey(acct), Idem: noKey(acct), Queue: noKey(acct)}
+	a := createArgs{Now: now.UnixMilli(), TTL: time.Hour.Milliseconds(), Price: 4, DefaultMax: 100,
+		Deadline: now.Add(time.Hour).UnixMilli(), Tier: "standard", AccountID: acct, TaskID: id,
+		CheckAt: now.UnixMilli(), IdemUntil: now.UnixMilli(), IdemTTL: 1000,
+		QueueName: "standard", QueueSeq: noQueueSeq, Input: []byte("in"), Type: task.Type, Model: testModel, Created: now.UnixMilli()}
+	if _, err := createLua.run(ctx, s.db, k.list(), a.list()); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := s.tasks.Get(ctx, acct, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.QueueSeq != 0 {
+		t.Errorf("a task with no number shows number %d in %q", tk.QueueSeq, tk.Queue)
+	}
+	if q := s.rdb.HGet(ctx, taskKey(acct, id), fTaskQueue).Val(); q != "standard" {
+		t.Errorf("the record's queue %q; want standard", q)
+	}
+	w, err := s.tasks.Due(ctx, ShardOf(acct), now.Add(time.Minute), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Entries) != 1 || w.Entries[0].Kind != DueCheck || w.Entries[0].Queue != "standard" {
+		t.Errorf("due work %+v; want the task's queue check, on its queue", w.Entries)
+	}
+}

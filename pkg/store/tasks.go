@@ -116,6 +116,10 @@ const (
 	voidFor      = 10 * time.Minute
 )
 
+// noQueueSeq is create.lua's queue_seq for a task that joins its queue
+// without a number (it could not be taken): no queue position.
+const noQueueSeq = -1
+
 // ErrLate: the create or undo reached Redis after its time and did nothing
 // (Redis was held up, or the caller's clock is behind Redis's).
 var ErrLate = errors.New("store: the change reached Redis after its time (nothing was done)")
@@ -227,7 +231,9 @@ func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, input [
 			if seq, err := db.nextQueueSeq(ctx, c.Queue); err == nil {
 				a.QueueSeq, seqTaken = seq, true
 			} else {
-				a.QueueName = "" // no position rather than no task
+				// No position rather than no task: the task keeps its
+				// queue (its job's, for the recovery and its admission).
+				a.QueueSeq = noQueueSeq
 			}
 		} else {
 			// One server: in the create's own step, only if it admits.

@@ -29,7 +29,7 @@
 -- ARGV[14] -> idem_until: until when this create, under way, holds its key (its undo's last chance), Unix ms
 -- ARGV[15] -> idem_ttl: how long a key is kept, ms
 -- ARGV[16] -> queue_name: the queue the task joins ('' for none)
--- ARGV[17] -> queue_seq: its number there, taken already (0: take it from KEYS[8] if admitted)
+-- ARGV[17] -> queue_seq: its number there, taken already (0: take it from KEYS[8] if admitted; -1: none, it could not be taken)
 -- ARGV[18] -> input: the task's input (jobs.EncodeInput), kept until it ends
 -- ARGV[19] -> type: the task type
 -- ARGV[20] -> model: the model id
@@ -135,7 +135,7 @@ for i = 1, #promoted, 3 do
     reply[#reply + 1] = promoted[i + 2]
   end
 end
-if admitted == 1 and queue_name ~= '' then
+if admitted == 1 and queue_name ~= '' and queue_seq >= 0 then
   if queue_seq == 0 then queue_seq = join_queue(queue_key, now) end
   redis.call('HSET', K.task, 'qseq', queue_seq)
   reply[3] = queue_seq
