@@ -220,8 +220,21 @@ func (s *Service) undo(ctx context.Context, accountID, id string, idem task.Idem
 	log := logging.From(ctx)
 	// The undo frees the idempotency key in the same step, only if it
 	// applies: a task that goes on keeps its key.
-	undone, admitted, err := s.Store.Abort(undoCtx, accountID, id, idem.Key)
-	s.enqueueAdmitted(ctx, admitted)
+	// Twice if need be: the undo is safe to repeat (one that finds nothing
+	// leaves its tombstone), and a slow reply (a WAIT for replicas on a
+	// loaded machine) is not yet a hung Redis.
+	var (
+		undone   bool
+		admitted []task.Admitted
+		err      error
+	)
+	for range 2 {
+		undone, admitted, err = s.Store.Abort(undoCtx, accountID, id, idem.Key)
+		s.enqueueAdmitted(ctx, admitted)
+		if err == nil || errors.Is(err, store.ErrNotReplicated) || errors.Is(err, store.ErrLate) || undoCtx.Err() != nil {
+			break
+		}
+	}
 	switch {
 	case undone || errors.Is(err, store.ErrNotReplicated):
 		// Undone (on the primary at least; if the replicas lack the undo
