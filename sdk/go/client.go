@@ -336,6 +336,11 @@ func (c *Client) attempt(ctx context.Context, k call, u *url.URL, out any, attem
 			return true, e.RetryAfter, e
 		case resp.StatusCode == http.StatusConflict && k.conflicts && attempt > 0:
 			return true, e.RetryAfter, e
+		case resp.StatusCode == http.StatusGatewayTimeout && k.conflicts && e.TaskID != "":
+			// A create whose outcome the server does not know yet: after
+			// Retry-After it is settled, and the same Idempotency-Key
+			// answers the task it made, or makes it.
+			return true, e.RetryAfter, e
 		}
 		return false, 0, e
 	}

@@ -176,6 +176,8 @@ func TestAPIErrors(t *testing.T) {
 		{"forbidden", reply{status: 403, body: `{"code":403,"msg":"this account is disabled","data":null}`}, ErrForbidden, 403, "this account is disabled", "", 0},
 		{"a proxy's page", reply{status: 502, body: "<html>bad gateway</html>"}, nil, 502, "<html>bad gateway</html>", "", 0},
 		{"no body", reply{status: 404}, ErrNotFound, 404, "Not Found", "", 0},
+		{"outcome unknown", reply{status: 504, body: `{"code":504,"msg":"task task_lumen_9 may have been created","data":{"task_id":"task_lumen_9","outcome":"unknown","settled_at":1}}`, header: map[string]string{"Retry-After": "4"}},
+			ErrOutcomeUnknown, 504, "task task_lumen_9 may have been created", "", 4 * time.Second},
 		{"rate limited, after retries", reply{status: 429, body: `{"code":429,"msg":"rate limit exceeded","data":null}`, header: map[string]string{"Retry-After": "3"}},
 			ErrRateLimited, 429, "rate limit exceeded", "", 3 * time.Second},
 	}
@@ -189,6 +191,9 @@ func TestAPIErrors(t *testing.T) {
 			}
 			if e.StatusCode != tt.reply.status || e.Code != tt.code || e.Message != tt.msg || e.RequestID != tt.reqID || e.RetryAfter != tt.retryA {
 				t.Errorf("error %+v", e)
+			}
+			if wantID := map[bool]string{true: "task_lumen_9"}[tt.code == 504]; e.TaskID != wantID {
+				t.Errorf("TaskID %q; want %q", e.TaskID, wantID)
 			}
 			if tt.kind != nil && !errors.Is(err, tt.kind) {
 				t.Errorf("errors.Is(%v, %v) false", err, tt.kind)
@@ -208,6 +213,7 @@ func TestRetries(t *testing.T) {
 	down := reply{status: 503, body: `{"code":503,"msg":"the service is unavailable, try again","data":null}`, header: map[string]string{"Retry-After": "1"}}
 	downNoHeader := reply{status: 503, body: `{"code":503,"msg":"unavailable","data":null}`}
 	ok := reply{status: 200, body: created}
+	unknown := reply{status: 504, body: `{"code":504,"msg":"outcome unknown","data":{"task_id":"task_lumen_9","outcome":"unknown","settled_at":1}}`, header: map[string]string{"Retry-After": "3"}}
 	tests := []struct {
 		name     string
 		call     string // create, cancel, get
@@ -225,6 +231,9 @@ func TestRetries(t *testing.T) {
 		{"400 is not retried", "create", []reply{{status: 400, body: `{"code":400,"msg":"bad","data":null}`}, ok}, 1, nil, 0, ErrBadRequest},
 		{"a dropped create is repeated with its key", "create", []reply{{hangup: true}, ok}, 2, nil, 1, nil},
 		{"a create still under way (409) is asked again", "create", []reply{{hangup: true}, {status: 409, body: `{"code":409,"msg":"in progress","data":null}`}, ok}, 3, nil, 2, nil},
+		{"a create of unknown outcome (504) is asked again with its key after Retry-After", "create", []reply{unknown, ok}, 2, []time.Duration{3 * time.Second}, 0, nil},
+		{"a 504 of unknown outcome every time gives up with the task id", "create", []reply{unknown}, 5, []time.Duration{3 * time.Second, 3 * time.Second, 3 * time.Second, 3 * time.Second}, 0, ErrOutcomeUnknown},
+		{"a read's 504 is not retried", "get", []reply{unknown, ok}, 1, nil, 0, ErrOutcomeUnknown},
 		{"a first 409 of a create is final", "create", []reply{{status: 409, body: `{"code":409,"msg":"in progress","data":null}`}, ok}, 1, nil, 0, ErrConflict},
 		{"a dropped cancel is not repeated", "cancel", []reply{{hangup: true}, ok}, 1, nil, 0, errors.New("any")},
 		{"a dropped read is repeated", "get", []reply{{hangup: true}, {status: 200, body: `{"task_id":"task_lumen_1","status":"pending"}`}}, 2, nil, 1, nil},

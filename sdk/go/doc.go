@@ -48,7 +48,10 @@
 // than WithMaxRetryWait (default 30 s). Reads are also tried again after a
 // network error, and so are creates: each create carries an
 // Idempotency-Key (the request's own, or one the client makes), so a
-// repeat answers the first task instead of making a second.
+// repeat answers the first task instead of making a second. A create
+// answered 504 (the server could not tell whether it made the task) is
+// tried again after its Retry-After, when the outcome is settled; out of
+// retries, the *APIError's TaskID names the task that may exist.
 //
 // # The module
 //

@@ -28,8 +28,13 @@ type APIError struct {
 	Message string
 	// RequestID is the X-Request-Id header, for the server's log.
 	RequestID string
-	// RetryAfter is the Retry-After header (429, 503), zero without one.
+	// RetryAfter is the Retry-After header (429, 503, 504), zero without
+	// one.
 	RetryAfter time.Duration
+	// TaskID is the task a create answered 504 may have made (its outcome
+	// is unknown until RetryAfter has passed: then Get tells). Empty
+	// otherwise.
+	TaskID string
 }
 
 func (e *APIError) Error() string {
@@ -61,6 +66,7 @@ var (
 	ErrRateLimited         error = statusError(http.StatusTooManyRequests)     // 429: over a rate limit (after the client's retries)
 	ErrUnavailable         error = statusError(http.StatusServiceUnavailable)  // 503: the service is unavailable (after the client's retries)
 	ErrIdempotencyMismatch error = statusError(http.StatusUnprocessableEntity) // 422: an Idempotency-Key used with another body
+	ErrOutcomeUnknown      error = statusError(http.StatusGatewayTimeout)      // 504: a create that may have been made (APIError.TaskID; after the client's retries)
 )
 
 // apiError reads an error response. A body that is not the API's own (a
@@ -76,11 +82,17 @@ func apiError(resp *http.Response, body []byte) *APIError {
 	var env struct {
 		Code int    `json:"code"`
 		Msg  string `json:"msg"`
+		Data struct {
+			TaskID string `json:"task_id"`
+		} `json:"data"`
 	}
 	if json.Unmarshal(body, &env) == nil && env.Msg != "" {
 		e.Message = env.Msg
 		if env.Code != 0 {
 			e.Code = env.Code
+		}
+		if resp.StatusCode == http.StatusGatewayTimeout {
+			e.TaskID = env.Data.TaskID
 		}
 		return e
 	}
