@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"go.uber.org/zap"
@@ -308,6 +310,9 @@ type handlers struct {
 	// routes are the route patterns, the values of the request metrics'
 	// route label.
 	routes map[string]bool
+	// lookups shares one lookup of a key among the requests that need it
+	// at once.
+	lookups singleflight.Group
 }
 
 func newRequestID() string {
@@ -392,15 +397,31 @@ func (h *handlers) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 				acct, _ = k.Known(key)
 			}
 		}
-		if acct == nil {
+		switch {
+		case err != nil:
 			parsed := err
-			err = h.guarded(c, "API key", func() (err error) {
-				if parsed != nil {
-					return parsed
-				}
-				acct, err = h.Auth.Authenticate(c.Request().Context(), key)
-				return err
+			err = h.guarded(c, "API key", func() error { return parsed })
+		case acct == nil:
+			// Concurrent requests with one key share one lookup and one try
+			// of the guard: a client that opens many connections at once is
+			// not refused for its own concurrency.
+			ctx, addr := c.Request().Context(), c.RealIP()
+			v, lerr, _ := h.lookups.Do(key, func() (any, error) {
+				var l lookup
+				l.wait, l.err = h.guard(addr, "API key", func() (err error) {
+					l.acct, err = h.Auth.Authenticate(ctx, key)
+					return err
+				})
+				return l, nil
 			})
+			l := v.(lookup)
+			if lerr != nil {
+				l.err = lerr
+			}
+			if l.wait > 0 {
+				h.refused(c, l.wait)
+			}
+			acct, err = l.acct, l.err
 		}
 		if err != nil {
 			if reason := authRefusal(err); reason != "" {
@@ -448,17 +469,39 @@ func (h *handlers) deadline(next echo.HandlerFunc) echo.HandlerFunc {
 // (auth.Guard): a spent budget refuses it before it runs, and a check that
 // did not refuse the credential gives its try back.
 func (h *handlers) guarded(c echo.Context, what string, check func() error) error {
-	try, wait, ok := h.AuthGuard.Try(c.RealIP())
+	wait, err := h.guard(c.RealIP(), what, check)
+	if wait > 0 {
+		h.refused(c, wait)
+	}
+	return err
+}
+
+// lookup is what one lookup of a key found, for every request that waited
+// on it.
+type lookup struct {
+	acct *account.Account
+	wait time.Duration // refused by the guard: the wait
+	err  error
+}
+
+// refused marks c's answer as the guard's 429.
+func (h *handlers) refused(c echo.Context, wait time.Duration) {
+	h.Metrics.AuthRefused(metrics.AuthLimited)
+	c.Response().Header().Set("Retry-After", strconv.Itoa(max(ceilSeconds(wait), 1)))
+}
+
+// guard is guarded without the request: a refusal is the wait and its
+// 429.
+func (h *handlers) guard(addr, what string, check func() error) (time.Duration, error) {
+	try, wait, ok := h.AuthGuard.Try(addr)
 	if !ok {
-		h.Metrics.AuthRefused(metrics.AuthLimited)
-		c.Response().Header().Set("Retry-After", strconv.Itoa(max(ceilSeconds(wait), 1)))
-		return apperr.Errorf(apperr.LimitExceeded, "too many requests with a missing or invalid %s from this address or network; retry after %s", what, wait.Round(time.Millisecond))
+		return wait, apperr.Errorf(apperr.LimitExceeded, "too many requests with a missing or invalid %s from this address or network; retry after %s", what, wait.Round(time.Millisecond))
 	}
 	err := check()
 	if err == nil || apperr.CodeOf(err) != apperr.Unauthenticated {
 		try.Good()
 	}
-	return err
+	return 0, err
 }
 
 // bearer reads the API key of an Authorization header.

@@ -90,3 +90,29 @@ func TestWrongAdminTokensThrottled(t *testing.T) {
 		}
 	}
 }
+
+// A good key is never refused for its own concurrency: requests that need
+// a lookup of one key at once share it, and its one try (the waiters
+// benchmark's 250 creates at once with a new key got 429s).
+func TestGoodKeyAtOnceNotRefused(t *testing.T) {
+	e := newEnvWith(t, nil, zap.NewNop(), func(d *api.Deps) {
+		d.AuthGuard = auth.NewGuard(auth.GuardLimits{PerAddress: 1, PerPrefix: 1, Global: 1})
+	})
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := e.do("GET", "/v1/task/query?task_id=task_lumen_1", map[string]string{"Authorization": "Bearer " + e.keyB}, "")
+			mu.Lock()
+			codes[r.status]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if codes[404] != 200 {
+		t.Errorf("200 requests at once with a good key: %v; want every one 404 (no such task), none refused", codes)
+	}
+}
