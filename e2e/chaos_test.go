@@ -338,7 +338,7 @@ all tasks ended %s after the load stopped; the longest task took %s from creatio
 type loadRecord struct {
 	mu        sync.Mutex
 	acked     []string
-	sent      map[string]int // outcome → count
+	sent      map[string]int  // outcome → count
 	unknown   map[string]bool // task ids of 504s (outcome unknown)
 	noAnswers []time.Time
 	errs      []string
