@@ -73,10 +73,18 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	if err != nil {
 		return err
 	}
-	// The request path uses the plain client: go-redis's autopipeliner ignores
-	// a request's deadline (a hung Redis held requests up to 1.6 s past it;
-	// what it costs in throughput is in BENCHMARKS.md).
-	db := store.NewDB(rdb, cfg.StoreOptions())
+	// The request path's scripts and reads ride one batcher: concurrent
+	// requests' commands go to Redis together, each request waiting with
+	// its own deadline (BENCHMARKS.md, "The hot path").
+	batcher, err := redisconn.NewBatcher(rdb)
+	if err != nil {
+		return err
+	}
+	defer batcher.Close()
+	hot := redisconn.Batched(rdb, batcher)
+	storeOpts := cfg.StoreOptions()
+	storeOpts.Batched = hot
+	db := store.NewDB(rdb, storeOpts)
 	taskStore, accounts, hooks := store.NewTasks(db), store.NewAccounts(db), store.NewHooks(db)
 	// Ready once Redis answered at start, then while it takes writes.
 	var started atomic.Bool
@@ -98,7 +106,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	}
 
 	svc := tasks.NewService(tasks.Deps{
-		Store: taskStore, Queues: store.NewQueues(db), Outbox: hooks, Queue: jobs.NewEnqueuer(rdb),
+		Store: taskStore, Queues: store.NewQueues(db), Outbox: hooks, Queue: jobs.NewEnqueuer(hot),
 		IDs: taskid.New(cfg.ModelFamily), Prices: prices,
 	}, tasks.Config{Deadline: cfg.TaskDeadline, MaxInflight: cfg.MaxInflight})
 	// One subscription to the task events for every waiting request of
@@ -115,7 +123,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		Log:     log,
 		Tasks:   svc,
 		Auth:    auth.New(accounts, 100_000, cfg.AuthCacheTTL),
-		Limiter: ratelimit.New(rdb),
+		Limiter: ratelimit.New(hot),
 		Limits:  api.Limits{Create: cfg.RateLimit, Query: cfg.QueryRateLimit},
 		// What requests get while the limiter cannot reach Redis.
 		RateLimitFailOpen: cfg.RateLimitFailOpen,

@@ -69,7 +69,7 @@ func (s *Accounts) Create(ctx context.Context, spec account.Spec) (*account.Acco
 
 // Get returns an account; *apperr.NotFoundError when there is none.
 func (s *Accounts) Get(ctx context.Context, id string) (*account.Account, error) {
-	m, err := s.db.rdb.HGetAll(ctx, accountKey(id)).Result()
+	m, err := s.db.hot.HGetAll(ctx, accountKey(id)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("store: account %s: %w", id, err)
 	}
@@ -130,7 +130,7 @@ func (k accountKeys) list() []string { return []string{k.Account} }
 // update sets fields of an existing account record (field, value, ...).
 func (s *Accounts) update(ctx context.Context, id string, fields ...any) error {
 	// The script's one argument is the list of fields and values.
-	res, err := updateAccountLua.rs.Run(ctx, s.db.rdb, accountKeys{Account: accountKey(id)}.list(), fields...).Slice()
+	res, err := updateAccountLua.rs.Run(ctx, s.db.hot, accountKeys{Account: accountKey(id)}.list(), fields...).Slice()
 	if err != nil {
 		return fmt.Errorf("store: update account %s: %w", id, err)
 	}

@@ -258,7 +258,7 @@ func (s *Accounts) Authenticate(ctx context.Context, key string) (*account.Accou
 		return nil, apperr.ErrUnknownKey
 	}
 	h := account.HashKey(key)
-	rec, err := s.db.rdb.HMGet(ctx, apiKeyKey(h), fKeyAccount, fKeyHash, fKeyRevoked).Result()
+	rec, err := s.db.hot.HMGet(ctx, apiKeyKey(h), fKeyAccount, fKeyHash, fKeyRevoked).Result()
 	if err != nil {
 		return nil, fmt.Errorf("store: authenticate: %w", err)
 	}

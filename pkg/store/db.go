@@ -18,6 +18,9 @@ import (
 // concurrent use.
 type DB struct {
 	rdb redis.UniversalClient
+	// hot: the client of scripts and of the request path's reads
+	// (Options.Batched), else rdb.
+	hot redis.UniversalClient
 	ttl time.Duration // of finished task records
 	now func() time.Time
 	// durability: see Options.MinReplicas.
@@ -53,14 +56,21 @@ type Options struct {
 	LedgerRetention time.Duration
 	// Now is the clock (nil: time.Now); tests set it.
 	Now func() time.Time
+	// Batched, when set, is rdb with its scripts and hot reads batched
+	// (redisconn.Batched): what the gateway's requests send goes through
+	// it, the rest through rdb.
+	Batched redis.UniversalClient
 }
 
 // NewDB returns a DB on rdb, which the caller keeps and closes.
 func NewDB(rdb redis.UniversalClient, o Options) *DB {
-	db := &DB{rdb: rdb, ttl: task.ResultTTL, now: o.Now, minReplicas: o.MinReplicas, waitFor: o.ReplicaWait,
+	db := &DB{rdb: rdb, hot: o.Batched, ttl: task.ResultTTL, now: o.Now, minReplicas: o.MinReplicas, waitFor: o.ReplicaWait,
 		share: max(o.Share, 0), ledgerKeep: max(o.LedgerRetention, 0)}
 	if db.now == nil {
 		db.now = time.Now
+	}
+	if db.hot == nil {
+		db.hot = rdb
 	}
 	return db
 }
@@ -84,7 +94,7 @@ func NotSent(err error) bool {
 // followed by WAIT on the same connection.
 func (db *DB) eval(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	if db.minReplicas <= 0 {
-		return script.Run(ctx, db.rdb, keys, args...)
+		return script.Run(ctx, db.hot, keys, args...)
 	}
 	node, addr, err := db.nodeOf(ctx, keys[0])
 	if err != nil {

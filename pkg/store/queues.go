@@ -92,7 +92,7 @@ type QueueStats struct {
 
 // Stats reads a queue's numbers.
 func (q *Queues) Stats(ctx context.Context, queue string) (QueueStats, error) {
-	v, err := q.db.rdb.HMGet(ctx, queueKey(queue), fQueueDeq, fQueueT0, fQueueN0).Result()
+	v, err := q.db.hot.HMGet(ctx, queueKey(queue), fQueueDeq, fQueueT0, fQueueN0).Result()
 	if err != nil {
 		return QueueStats{}, fmt.Errorf("store: queue %s: %w", queue, err)
 	}

@@ -122,7 +122,7 @@ func (s *luaScript) run(ctx context.Context, db *DB, keys []string, argv []any) 
 	if s.durable {
 		cmd = db.eval(ctx, s.rs, keys, argv...)
 	} else {
-		cmd = s.rs.Run(ctx, db.rdb, keys, argv...)
+		cmd = s.rs.Run(ctx, db.hot, keys, argv...)
 	}
 	res, err := cmd.Slice()
 	if err != nil {

@@ -345,7 +345,7 @@ func (s *Tasks) numberInQueue(ctx context.Context, accountID, taskID, queue stri
 // Get returns a task of an account. A task that does not exist, has
 // expired or belongs to another account is *apperr.NotFoundError.
 func (s *Tasks) Get(ctx context.Context, accountID, taskID string) (*task.Task, error) {
-	m, err := s.db.rdb.HGetAll(ctx, taskKey(accountID, taskID)).Result()
+	m, err := s.db.hot.HGetAll(ctx, taskKey(accountID, taskID)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("store: task %s: %w", taskID, err)
 	}

@@ -77,7 +77,7 @@ end
 if redis.call('EXISTS', K.task) == 1 then return {TASK_EXISTS, 0} end
 
 -- The account's rules.
-local a = redis.call('HMGET', K.account, 'status', 'credits', 'models', 'inflight_max', 'infl')
+local a = redis.call('HMGET', K.account, 'status', 'credits', 'models', 'inflight_max', 'infl', 'adm', 'weight')
 if not a[1] then return {NO_ACCOUNT, 0} end
 if a[1] ~= 'active' then return {DISABLED, 0} end
 if a[3] and a[3] ~= '' then
@@ -89,7 +89,8 @@ if a[3] and a[3] ~= '' then
 end
 local limit = tonumber(a[4] or '0') or 0
 if limit == 0 then limit = default_max end
-if limit > 0 and (tonumber(a[5] or '0') or 0) >= limit then return {INFLIGHT_LIMIT, limit} end
+local infl = tonumber(a[5] or '0') or 0
+if limit > 0 and infl >= limit then return {INFLIGHT_LIMIT, limit} end
 local bal = tonumber(a[2] or '0') or 0
 if bal < price then return {NO_CREDITS, bal} end
 
@@ -97,48 +98,84 @@ if with_idem then
   redis.call('HSET', idem_key, 'body', body_hash, 'task', task_id, 'state', 'creating', 'at', idem_until)
   redis.call('PEXPIRE', idem_key, idem_ttl)
 end
+-- Admitted at once when nothing of the account waits and its window has
+-- room (window: share × its weight; 0, no limit); else parked behind what
+-- waits, and as many as the window holds are admitted, oldest first
+-- (promote).
+local adm = tonumber(a[6] or '0') or 0
+local fast = false
+if redis.call('ZCARD', K.parked) == 0 then
+  if share <= 0 then
+    fast = true
+  else
+    local w = tonumber(a[7] or '1') or 1
+    if w < 1 then w = 1 end
+    fast = adm < share * w
+  end
+end
 if price > 0 then
   bal = redis.call('HINCRBY', K.account, 'credits', -price)
   ledger(K.ledger, now, keep, 'debit', -price, bal, task_id, '')
+end
+-- One more unfinished task and, admitted at once, one more place taken.
+if fast then
+  redis.call('HSET', K.account, 'infl', infl + 1, 'adm', adm + 1)
+else
+  redis.call('HSET', K.account, 'infl', infl + 1)
+end
+
+local admitted = 0
+local reply = {CREATED, bal, 0, 0}
+local rec = {'type', task_type, 'model', model, 'status', 'pending', 'progress', '0',
+  'ctime', ARGV[21], 'price', ARGV[3], 'dl', ARGV[5]}
+if callback_url ~= '' then
+  put_long(rec, 'cb', callback_url)
+  rec[#rec + 1] = 'cbev'; rec[#rec + 1] = callback_events
+end
+if queue_name ~= '' then rec[#rec + 1] = 'q'; rec[#rec + 1] = queue_name end
+put_long(rec, 'in', input)
+if fast then
+  admitted = 1
+  rec[#rec + 1] = 'adm'; rec[#rec + 1] = '1'
+  if queue_name ~= '' and queue_seq >= 0 then
+    if queue_seq == 0 then queue_seq = join_queue(queue_key, now) end
+    rec[#rec + 1] = 'qseq'; rec[#rec + 1] = queue_seq
+    reply[3] = queue_seq
+  end
 end
 -- A pending record lives until its deadline and then ttl more: the
 -- deadline's check always finds it. A deadline already past (a caller's
 -- clock behind ours) still gives it ttl: a negative time to live would
 -- delete the record just written, and fail the script after the debit.
 local live = math.max(deadline - now, 0) + ttl
-redis.call('HSET', K.task, 'type', task_type, 'model', model, 'status', 'pending', 'progress', 0,
-  'ctime', created, 'price', price, 'dl', deadline)
-if callback_url ~= '' then
-  hset_long(K.task, 'cb', callback_url)
-  redis.call('HSET', K.task, 'cbev', callback_events)
-end
-if queue_name ~= '' then redis.call('HSET', K.task, 'q', queue_name) end
-hset_long(K.task, 'in', input)
+redis.call('HSET', K.task, unpack(rec))
 redis.call('PEXPIRE', K.task, live)
-redis.call('HINCRBY', K.account, 'infl', 1)
--- Due at its deadline until admitted (then for its queue check sooner).
-redis.call('ZADD', K.due, deadline, task_due(account_id, task_id))
-
--- The account's window: the task is parked behind the account's older
--- parked tasks, then as many as the window holds are admitted, oldest
--- first; usually that is this task at once, or none.
-redis.call('ZADD', K.parked, created, task_id)
-local promoted = promote(K, share, check_at, account_id, task_id)
-local admitted = 0
-local reply = {CREATED, bal, 0, 0}
-for i = 1, #promoted, 3 do
-  if promoted[i] == task_id then
-    admitted = 1
+if fast then
+  -- Due for its first queue check, or at its deadline if that comes first.
+  if check_at < deadline then
+    redis.call('ZADD', K.due, ARGV[9], task_due(account_id, task_id))
   else
-    reply[#reply + 1] = promoted[i]
-    reply[#reply + 1] = promoted[i + 1]
-    reply[#reply + 1] = promoted[i + 2]
+    redis.call('ZADD', K.due, ARGV[5], task_due(account_id, task_id))
   end
-end
-if admitted == 1 and queue_name ~= '' and queue_seq >= 0 then
-  if queue_seq == 0 then queue_seq = join_queue(queue_key, now) end
-  redis.call('HSET', K.task, 'qseq', queue_seq)
-  reply[3] = queue_seq
+else
+  -- Due at its deadline until admitted (then for its queue check sooner).
+  redis.call('ZADD', K.due, ARGV[5], task_due(account_id, task_id))
+  redis.call('ZADD', K.parked, ARGV[21], task_id)
+  local promoted = promote(K, share, check_at, account_id, task_id)
+  for i = 1, #promoted, 3 do
+    if promoted[i] == task_id then
+      admitted = 1
+    else
+      reply[#reply + 1] = promoted[i]
+      reply[#reply + 1] = promoted[i + 1]
+      reply[#reply + 1] = promoted[i + 2]
+    end
+  end
+  if admitted == 1 and queue_name ~= '' and queue_seq >= 0 then
+    if queue_seq == 0 then queue_seq = join_queue(queue_key, now) end
+    redis.call('HSET', K.task, 'qseq', queue_seq)
+    reply[3] = queue_seq
+  end
 end
 reply[4] = admitted
 

@@ -66,6 +66,18 @@ local function hset_long(key, field, value)
     i = i + 1
   end
 end
+-- put_long appends field and value to fields, a list of field-value
+-- pairs for one HSET, split as hset_long splits it.
+local function put_long(fields, field, value)
+  local n = #fields
+  fields[n + 1], fields[n + 2] = field, string.sub(value, 1, PIECE)
+  local i = 1
+  while i * PIECE < #value do
+    n = #fields
+    fields[n + 1], fields[n + 2] = field .. '+' .. i, string.sub(value, i * PIECE + 1, (i + 1) * PIECE)
+    i = i + 1
+  end
+end
 local function hdel_long(key, field)
   redis.call('HDEL', key, field)
   local i = 1

@@ -1,0 +1,143 @@
+package redisconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/easelhq/easel/tools/testkit/redistest"
+)
+
+// Commands sent through the batcher by many callers at once each get
+// their own reply, scripts included (loaded on NOSCRIPT by Script.Run).
+func TestBatchedReplies(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb, err := New(srv.URL, Options{NoRetries: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	b, err := NewBatcher(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c := Batched(rdb, b)
+	ctx := context.Background()
+	incr := redis.NewScript(`return redis.call('HINCRBY', KEYS[1], ARGV[1], 1)`)
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	for i := range 200 {
+		wg.Go(func() {
+			key := fmt.Sprintf("h%d", i%10)
+			if _, err := incr.Run(ctx, c, []string{key}, "n").Int(); err != nil {
+				errs <- err
+				return
+			}
+			if err := rdb.HSet(ctx, fmt.Sprintf("r%d", i), "i", i).Err(); err != nil {
+				errs <- err
+				return
+			}
+			m, err := c.HGetAll(ctx, fmt.Sprintf("r%d", i)).Result()
+			if err != nil || m["i"] != fmt.Sprint(i) {
+				errs <- fmt.Errorf("HGETALL r%d = %v, %v", i, m, err)
+				return
+			}
+			v, err := c.HMGet(ctx, fmt.Sprintf("r%d", i), "i", "none").Result()
+			if err != nil || v[0] != fmt.Sprint(i) || v[1] != nil {
+				errs <- fmt.Errorf("HMGET r%d = %v, %v", i, v, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i := range 10 {
+		if n, _ := rdb.HGet(ctx, fmt.Sprintf("h%d", i), "n").Int(); n != 20 {
+			t.Errorf("h%d counted %d; want 20", i, n)
+		}
+	}
+}
+
+// A hung Redis (SIGSTOP) costs a caller its own deadline, not the
+// connection's read timeout nor the wait of the batch before it, and the
+// error says the reply was not awaited; once Redis is back the batcher
+// works again.
+func TestBatchedHonoursDeadlines(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb, err := New(srv.URL, Options{NoRetries: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	b, err := NewBatcher(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c := Batched(rdb, b)
+	if err := c.HGetAll(context.Background(), "k").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Proc.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = srv.Proc.Resume()
+		}
+	}()
+	const budget = 150 * time.Millisecond
+	var wg sync.WaitGroup
+	took := make(chan time.Duration, 32)
+	errs := make(chan error, 32)
+	for range 32 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), budget)
+			defer cancel()
+			start := time.Now()
+			err := c.EvalSha(ctx, "0000000000000000000000000000000000000000", []string{"k"}).Err()
+			took <- time.Since(start)
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(took)
+	close(errs)
+	for d := range took {
+		// The read timeout (3 s by default) is far past the budget.
+		if d > budget+time.Second {
+			t.Errorf("a caller waited %v on a hung Redis; its budget was %v", d, budget)
+		}
+	}
+	for err := range errs {
+		if !errors.Is(err, ErrAbandoned) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("error %v; want ErrAbandoned and the deadline", err)
+		}
+	}
+	if err := srv.Proc.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.HGetAll(ctx, "k").Err()
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the batcher did not recover after Redis came back: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
