@@ -104,6 +104,10 @@ func TestTotalCap(t *testing.T) {
 		halfSent(t, "127.0.0.1", addr)
 	}
 	// Each has a request under way once the server has read its start.
+	// All five accepted first: none quiet is also true of connections the
+	// listener has not accepted yet, and the sixth could then take a place
+	// (it did once, under load).
+	waitOpen(t, cl, 5)
 	waitQuiet(t, cl, 0)
 	// Past the total the listener accepts nothing more (the kernel queues
 	// the connection): a request gets no answer while the five stay open.
@@ -117,6 +121,24 @@ func TestTotalCap(t *testing.T) {
 	_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
 	if _, err := c.Read(make([]byte, 1)); err == nil {
 		t.Error("a connection past the total was served")
+	}
+}
+
+// waitOpen waits until the listener holds n connections.
+func waitOpen(t *testing.T, l *Listener, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l.mu.Lock()
+		open := l.open
+		l.mu.Unlock()
+		if open == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections open; want %d", open, n)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
