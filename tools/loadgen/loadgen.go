@@ -76,7 +76,10 @@ type Config struct {
 	// UniquePrompts makes every prompt different (a counter is appended).
 	UniquePrompts bool
 	// QueryTasks is how many tasks a query run creates first.
-	QueryTasks       int
+	QueryTasks int
+	// AfterSetup, if set, is called once a query run's tasks are created,
+	// before its queries start (to measure the queries alone).
+	AfterSetup       func()
 	PollInterval     time.Duration
 	Timeout          time.Duration // per HTTP request
 	LifecycleTimeout time.Duration // per task, create to end
@@ -335,6 +338,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Mode == ModeQuery {
 		if err := r.setup(ctx); err != nil {
 			return nil, err
+		}
+		if cfg.AfterSetup != nil {
+			cfg.AfterSetup()
 		}
 	}
 

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/textproto"
 	"path"
@@ -296,7 +297,7 @@ func (h *handlers) download(c echo.Context) error {
 	// ServeContent answers Range (as limitRange left it), the conditional
 	// headers and HEAD, and sets Content-Length. Its own error replies (416
 	// for a range past the end) are turned into the JSON envelope.
-	http.ServeContent(&envelopeErrors{ResponseWriter: c.Response(), head: r.Method == http.MethodHead}, r, path.Base(key), info.ModTime, obj)
+	http.ServeContent(&envelopeErrors{ResponseWriter: c.Response(), raw: c.Response().Writer, head: r.Method == http.MethodHead}, r, path.Base(key), info.ModTime, obj)
 	return nil
 }
 
@@ -423,8 +424,24 @@ func zeroSuffix(spec string) bool {
 // net/http helpers with the JSON envelope.
 type envelopeErrors struct {
 	http.ResponseWriter
+	// raw is the server's own writer under Echo's: the body goes to its
+	// ReadFrom, which sends a file with sendfile.
+	raw     http.ResponseWriter
 	head    bool
 	swallow bool
+}
+
+// ReadFrom copies a body (ServeContent's, after its headers) to the
+// server's writer as it is: a file goes out with sendfile rather than
+// through the process.
+func (w *envelopeErrors) ReadFrom(src io.Reader) (int64, error) {
+	if w.swallow {
+		return io.Copy(io.Discard, src)
+	}
+	if rf, ok := w.raw.(io.ReaderFrom); ok && w.raw != nil {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(struct{ io.Writer }{w.ResponseWriter}, src)
 }
 
 func (w *envelopeErrors) WriteHeader(status int) {

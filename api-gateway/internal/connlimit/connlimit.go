@@ -21,6 +21,7 @@ package connlimit
 
 import (
 	"container/list"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -245,6 +246,19 @@ func (c *conn) Read(b []byte) (int, error) {
 	}
 	return n, err
 }
+
+// ReadFrom hands what the server copies from a file to the connection
+// itself when it can take it (a TCP connection sends a file with sendfile,
+// without copying it through the process): results are streamed so.
+func (c *conn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(writerOnly{c.Conn}, r)
+}
+
+// writerOnly hides a writer's ReadFrom, so io.Copy does not call it back.
+type writerOnly struct{ io.Writer }
 
 // silent closes c if it has sent nothing yet.
 func (c *conn) silent() {

@@ -2,8 +2,13 @@ package connlimit
 
 import (
 	"bufio"
+	"bytes"
+	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -301,5 +306,50 @@ func TestFirstByteNearTheTotal(t *testing.T) {
 	}
 	if cl.TimedOut() != 2 {
 		t.Errorf("timed out %d; want 2", cl.TimedOut())
+	}
+}
+
+// A file the server copies to a capped connection goes to the TCP
+// connection's ReadFrom (sendfile): the capped connection passes it on,
+// and the bytes arrive whole.
+func TestFileThroughReadFrom(t *testing.T) {
+	data := make([]byte, 3<<20+17)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	p := filepath.Join(t.TempDir(), "f.bin")
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := Wrap(ln, Limits{Total: 10})
+	var viaReadFrom atomic.Bool
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFile(w, r, p)
+	}), ReadHeaderTimeout: time.Minute, ConnState: func(nc net.Conn, s http.ConnState) {
+		if _, ok := nc.(io.ReaderFrom); ok {
+			viaReadFrom.Store(true)
+		}
+		cl.ConnState(nc, s)
+	}}
+	go func() { _ = srv.Serve(cl) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	resp, err := http.Get("http://" + ln.Addr().String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("got %d bytes, not the file's %d", len(got), len(data))
+	}
+	if !viaReadFrom.Load() {
+		t.Error("the capped connection has no ReadFrom: files are copied through the process")
 	}
 }

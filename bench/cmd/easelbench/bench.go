@@ -292,6 +292,12 @@ func benchmark(ctx context.Context, o options) (*results, error) {
 			return nil, err
 		}
 	}
+	if parts["downloads"] {
+		e.logf("downloads: file store and S3, %v MB, %d connections, %d round(s)", downloadSizesMB, o.concurrency, o.rounds)
+		if err := e.downloads(ctx, res); err != nil {
+			return nil, err
+		}
+	}
 	if parts["scale"] {
 		e.logf("background work at scale (issue 21): %s", o.scaleFlags())
 		if err := e.scale(ctx, res); err != nil {
@@ -332,11 +338,14 @@ func (e *env) fresh(ctx context.Context) error {
 	return nil
 }
 
+// benchSigningSecret signs the real gateway's result URLs.
+const benchSigningSecret = "bench-signing-secret-0123456789abcdef"
+
 func (e *env) serviceEnv(extra ...string) []string {
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"EASEL_REDIS_URL=" + e.redis.url,
-		"EASEL_SIGNING_SECRET=bench-signing-secret-0123456789abcdef",
+		"EASEL_SIGNING_SECRET=" + benchSigningSecret,
 		"EASEL_BLOB_URL=file://" + filepath.Join(os.TempDir(), "easelbench-blobs"),
 		"EASEL_LOG_LEVEL=info",
 		"EASEL_SIM_DELAY=0",
@@ -398,8 +407,7 @@ func (e *env) load(ctx context.Context, base, mode string, requests int64) (*loa
 // loadMetered is load that also returns the CPU microseconds per request
 // each of pids (and "self", the load generator) used in the measured part.
 func (e *env) loadMetered(ctx context.Context, base, mode string, requests int64, pids map[string][]int) (*loadgen.Report, map[string]float64, error) {
-	mix := []loadgen.MixEntry{{Model: "lumen-2.5-flash-image", AspectRatio: "1:1", Weight: 3}, {Model: "lumen-3-pro-image-preview", ImageSize: "2K", AspectRatio: "16:9", Weight: 1}}
-	cfg := loadgen.Config{BaseURL: base, Keys: e.keys, Mode: mode, Concurrency: e.o.concurrency, Mix: mix, QueryTasks: 1000, Timeout: 10 * time.Second}
+	cfg := loadgen.Config{BaseURL: base, Keys: e.keys, Mode: mode, Concurrency: e.o.concurrency, Mix: benchMix(), QueryTasks: 1000, Timeout: 10 * time.Second}
 	if requests > 0 {
 		cfg.Requests, cfg.Concurrency = requests, 32
 		rep, err := loadgen.Run(ctx, cfg)
@@ -426,6 +434,11 @@ func (e *env) loadMetered(ctx context.Context, base, mode string, requests int64
 	return rep, m.perOp(n), nil
 }
 
+// benchMix is the requests' mix: 3 standard 1:1 to 1 pro 2K 16:9.
+func benchMix() []loadgen.MixEntry {
+	return []loadgen.MixEntry{{Model: "lumen-2.5-flash-image", AspectRatio: "1:1", Weight: 3}, {Model: "lumen-3-pro-image-preview", ImageSize: "2K", AspectRatio: "16:9", Weight: 1}}
+}
+
 func okRate(rep *loadgen.Report, op string) (float64, error) {
 	o := rep.Ops[op]
 	if o == nil || o.OK == 0 {
@@ -444,7 +457,13 @@ func (e *env) httpRound(ctx context.Context, round int, res *results) error {
 		name  string
 		start func(context.Context) (*proc, string, error)
 	}
-	sides := []side{{"baseline", e.startBaselineGateway}, {"real", e.startGateway}}
+	// Every task is admitted and its job queued, as the baseline queues
+	// one per create (with a share, the bench account's tasks past it
+	// would wait parked, which costs one Redis call less).
+	real := func(ctx context.Context) (*proc, string, error) {
+		return e.startGatewayEnv(ctx, "EASEL_ACCOUNT_MAX_RUNNING=0")
+	}
+	sides := []side{{"baseline", e.startBaselineGateway}, {"real", real}}
 	if round%2 == 0 {
 		sides[0], sides[1] = sides[1], sides[0]
 	}
@@ -479,7 +498,8 @@ func (e *env) httpRound(ctx context.Context, round int, res *results) error {
 				return err
 			}
 		}
-		query, err := e.load(ctx, base, loadgen.ModeQuery, 0)
+		pids["self"] = nil
+		query, qcpu, err := e.loadMetered(ctx, base, loadgen.ModeQuery, 0, pids)
 		if err != nil {
 			p.stop()
 			return err
@@ -489,17 +509,40 @@ func (e *env) httpRound(ctx context.Context, round int, res *results) error {
 			p.stop()
 			return fmt.Errorf("%s query: %w", s.name, err)
 		}
+		cl, ql := create.Ops[loadgen.OpCreate].Latency, query.Ops[loadgen.OpQuery].Latency
+		var counts [2]*commandCounts
+		if round == 1 {
+			// What a fixed number of requests cost Redis in commands.
+			for i, mode := range []string{loadgen.ModeCreate, loadgen.ModeQuery} {
+				if counts[i], err = e.countCommands(ctx, base, mode, countRequests); err != nil {
+					p.stop()
+					return fmt.Errorf("%s %s commands: %w", s.name, mode, err)
+				}
+			}
+		}
 		if s.name == "real" {
 			res.CreateReal = append(res.CreateReal, createRate)
 			res.CreateCPUReal = append(res.CreateCPUReal, cpu)
 			res.QueryReal = append(res.QueryReal, queryRate)
-			res.CreateP50 = append(res.CreateP50, create.Ops[loadgen.OpCreate].Latency.P50)
-			res.QueryP50 = append(res.QueryP50, query.Ops[loadgen.OpQuery].Latency.P50)
+			res.QueryCPUReal = append(res.QueryCPUReal, qcpu)
+			res.CreateP50 = append(res.CreateP50, cl.P50)
+			res.QueryP50 = append(res.QueryP50, ql.P50)
+			res.CreateP99 = append(res.CreateP99, cl.P99)
+			res.QueryP99 = append(res.QueryP99, ql.P99)
+			if round == 1 {
+				res.CreateCommandsReal, res.QueryCommandsReal = counts[0], counts[1]
+			}
 			setMax(&res.GatewayRSSMB, p.peakRSSMB())
 		} else {
 			res.CreateBaseline = append(res.CreateBaseline, createRate)
 			res.CreateCPUBaseline = append(res.CreateCPUBaseline, cpu)
 			res.QueryBaseline = append(res.QueryBaseline, queryRate)
+			res.QueryCPUBaseline = append(res.QueryCPUBaseline, qcpu)
+			res.CreateP99Baseline = append(res.CreateP99Baseline, cl.P99)
+			res.QueryP99Baseline = append(res.QueryP99Baseline, ql.P99)
+			if round == 1 {
+				res.CreateCommandsBaseline, res.QueryCommandsBaseline = counts[0], counts[1]
+			}
 		}
 		e.logf("  %s: create %.0f/s, query %.0f/s", s.name, createRate, queryRate)
 		p.stop()

@@ -88,6 +88,11 @@ func run(ctx context.Context, args []string) error {
 				return errors.New("usage: easelbench baseline-gateway ADDR REDIS_URL")
 			}
 			return runBaselineGateway(ctx, args[1], args[2])
+		case "baseline-files":
+			if len(args) != 2 {
+				return errors.New("usage: easelbench baseline-files ADDR (the store from EASEL_BLOB_URL, EASEL_S3_*)")
+			}
+			return runBaselineFiles(ctx, args[1])
 		case "baseline-worker":
 			if len(args) != 5 {
 				return errors.New("usage: easelbench baseline-worker REDIS_URL N CONCURRENCY INTERVAL")
@@ -113,7 +118,7 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.pickupFor, "pickup-duration", 10*time.Second, "how long to measure pick-up latency")
 	fs.StringVar(&o.binDir, "bin", "bin", "directory of the gateway and worker binaries")
 	fs.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
-	fs.StringVar(&o.only, "only", defaultOnly, "which parts to run: http (create and query), drain, pickup; and, not in the default set, issue 13's inflight, quota, drip, memory, waiters (query's wait=N), and issue 21's scale")
+	fs.StringVar(&o.only, "only", defaultOnly, "which parts to run: http (create and query), drain, pickup; and, not in the default set, issue 13's inflight, quota, drip, memory, waiters (query's wait=N), issue 21's scale, and issue 23's downloads (results streamed by the gateway against a bare http.ServeContent)")
 	fs.IntVar(&o.inflight, "inflight", 2000, "inflight: tasks kept outstanding (queued or processing) for the worker")
 	fs.IntVar(&o.accounts, "inflight-accounts", 0, fmt.Sprintf("inflight: accounts the tasks are spread over (0: enough for at most %d each, under the workers' default fair share of 64 running)", perAccountOutstanding))
 	fs.DurationVar(&o.simDelay, "sim-delay", 30*time.Second, "inflight: the worker's EASEL_SIM_DELAY, the simulated generation time")
@@ -235,7 +240,7 @@ type options struct {
 const defaultOnly = "http,drain,pickup"
 
 // allParts are the parts --only may name, in the order they run.
-var allParts = []string{"http", "drain", "pickup", "inflight", "quota", "drip", "memory", "waiters", "scale"}
+var allParts = []string{"http", "drain", "pickup", "inflight", "quota", "drip", "memory", "waiters", "downloads", "scale"}
 
 // parseParts reads --only.
 func parseParts(only string) (map[string]bool, error) {

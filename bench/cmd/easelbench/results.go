@@ -41,8 +41,22 @@ type results struct {
 	DrainCPUReal     []map[string]float64 `json:"drain_real_cpu_us_per_task,omitempty"`
 	DrainCPUBaseline []map[string]float64 `json:"drain_baseline_cpu_us_per_task,omitempty"`
 
-	CreateP50 []float64 `json:"create_real_p50_ms,omitempty"`
-	QueryP50  []float64 `json:"query_real_p50_ms,omitempty"`
+	// CPU microseconds per query, by process, as for creates.
+	QueryCPUReal     []map[string]float64 `json:"query_real_cpu_us_per_request,omitempty"`
+	QueryCPUBaseline []map[string]float64 `json:"query_baseline_cpu_us_per_request,omitempty"`
+
+	CreateP50         []float64 `json:"create_real_p50_ms,omitempty"`
+	QueryP50          []float64 `json:"query_real_p50_ms,omitempty"`
+	CreateP99         []float64 `json:"create_real_p99_ms,omitempty"`
+	QueryP99          []float64 `json:"query_real_p99_ms,omitempty"`
+	CreateP99Baseline []float64 `json:"create_baseline_p99_ms,omitempty"`
+	QueryP99Baseline  []float64 `json:"query_baseline_p99_ms,omitempty"`
+
+	// Redis commands per request over a fixed run (the first round).
+	CreateCommandsReal     *commandCounts `json:"create_real_commands,omitempty"`
+	CreateCommandsBaseline *commandCounts `json:"create_baseline_commands,omitempty"`
+	QueryCommandsReal      *commandCounts `json:"query_real_commands,omitempty"`
+	QueryCommandsBaseline  *commandCounts `json:"query_baseline_commands,omitempty"`
 
 	// Pick-up latency (--only pickup).
 	PickupP50 *float64 `json:"pickup_p50_ms,omitempty"`
@@ -74,6 +88,9 @@ type results struct {
 	Waiters *waitersResult `json:"waiters,omitempty"`
 	// Scale is issue 21's background work at scale (--only scale).
 	Scale *scaleResult `json:"scale,omitempty"`
+	// Downloads is results streamed by the gateway against a bare
+	// http.ServeContent (--only downloads).
+	Downloads *downloadResult `json:"downloads,omitempty"`
 }
 
 // notRun is what the table says of a figure whose part did not run.
@@ -136,8 +153,31 @@ func (r *results) print(w io.Writer) {
 		ratio := median(real) / median(base)
 		fmt.Fprintf(tw, "%s\t%.0f %s\t%.0f %s\t%.2f\t>= %.2f\t%s\t\n", name, median(real), unit, median(base), unit, ratio, target, yes(ratio >= target))
 	}
-	row("create throughput", r.CreateReal, r.CreateBaseline, "/s", 0.7)
-	row("query throughput", r.QueryReal, r.QueryBaseline, "/s", 0.85)
+	row("create throughput", r.CreateReal, r.CreateBaseline, "/s", 0.6)
+	row("query throughput", r.QueryReal, r.QueryBaseline, "/s", 0.9)
+	// At most this many times the baseline's.
+	atMost := func(name string, real, base []float64, unit string, bound float64) {
+		if len(real) == 0 || len(base) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t\t\t<= %.1fx\t%s\t\n", name, notRun, bound, notRun)
+			return
+		}
+		ratio := median(real) / median(base)
+		fmt.Fprintf(tw, "%s\t%.1f %s\t%.1f %s\t%.2f\t<= %.1fx\t%s\t\n", name, median(real), unit, median(base), unit, ratio, bound, yes(ratio <= bound))
+	}
+	atMost("CPU per create, all processes", cpuSums(r.CreateCPUReal), cpuSums(r.CreateCPUBaseline), "µs", 1.5)
+	atMost("CPU per query, all processes", cpuSums(r.QueryCPUReal), cpuSums(r.QueryCPUBaseline), "µs", 1.5)
+	atMost("create p99 latency (64 connections)", r.CreateP99, r.CreateP99Baseline, "ms", 2)
+	atMost("query p99 latency (64 connections)", r.QueryP99, r.QueryP99Baseline, "ms", 2)
+	commands := func(name string, real, base *commandCounts, bound float64) {
+		if real == nil || base == nil {
+			fmt.Fprintf(tw, "%s\t%s\t\t\t<= %.0f\t%s\t\n", name, notRun, bound, notRun)
+			return
+		}
+		r, b := sum(real.Sent), sum(base.Sent)
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t\t<= %.0f\t%s\t\n", name, r, b, bound, yes(r <= bound+0.05))
+	}
+	commands("Redis round trips per create", r.CreateCommandsReal, r.CreateCommandsBaseline, 2)
+	commands("Redis round trips per query", r.QueryCommandsReal, r.QueryCommandsBaseline, 1)
 	row("end-to-end tasks (zero-delay generator)", r.DrainReal, r.DrainBaseline, "/s", 0.5)
 	pickup, pickupMet := notRun, notRun
 	if r.PickupP50 != nil && r.PickupP99 != nil {
@@ -154,6 +194,7 @@ func (r *results) print(w io.Writer) {
 	r.Drip.rows(tw)
 	r.Memory.rows(tw)
 	r.Waiters.rows(tw)
+	r.Downloads.rows(tw)
 	r.Scale.rows(tw)
 	_ = tw.Flush()
 
@@ -170,9 +211,28 @@ func (r *results) print(w io.Writer) {
 	if len(r.CreateP50) > 0 && len(r.QueryP50) > 0 {
 		fmt.Fprintf(w, "real gateway p50 latency at %s: create %.2f ms, query %.2f ms (medians of rounds)\n", "64 connections", median(r.CreateP50), median(r.QueryP50))
 	}
+	if len(r.CreateP99) > 0 && len(r.CreateP99Baseline) > 0 {
+		fmt.Fprintf(w, "p99 latency at 64 connections, real / baseline (medians of rounds): create %.2f / %.2f ms, query %.2f / %.2f ms\n",
+			median(r.CreateP99), median(r.CreateP99Baseline), median(r.QueryP99), median(r.QueryP99Baseline))
+	}
 	if len(r.CreateCPUReal) > 0 && len(r.CreateCPUBaseline) > 0 {
 		fmt.Fprintf(w, "CPU per create request, real / baseline (medians of rounds):%s\n",
 			cpuPairs(r.CreateCPUReal, r.CreateCPUBaseline, []string{"gateway", "redis", "self"}, map[string]string{"self": "load generator"}))
+	}
+	if len(r.QueryCPUReal) > 0 && len(r.QueryCPUBaseline) > 0 {
+		fmt.Fprintf(w, "CPU per query request, real / baseline (medians of rounds):%s\n",
+			cpuPairs(r.QueryCPUReal, r.QueryCPUBaseline, []string{"gateway", "redis", "self"}, map[string]string{"self": "load generator"}))
+	}
+	for _, c := range []struct {
+		name       string
+		real, base *commandCounts
+	}{{"create", r.CreateCommandsReal, r.CreateCommandsBaseline}, {"query", r.QueryCommandsReal, r.QueryCommandsBaseline}} {
+		if c.real == nil || c.base == nil {
+			continue
+		}
+		fmt.Fprintf(w, "Redis commands per %s over %d requests (sent by clients: round trips; INFO commandstats: with the scripts' own):\n", c.name, c.real.Requests)
+		fmt.Fprintf(w, "  real, sent: %s\n  real, commandstats: %s\n", countLine(c.real.Sent), countLine(c.real.Stats))
+		fmt.Fprintf(w, "  baseline, sent: %s\n  baseline, commandstats: %s\n", countLine(c.base.Sent), countLine(c.base.Stats))
 	}
 	if len(r.DrainCPUReal) > 0 && len(r.DrainCPUBaseline) > 0 {
 		fmt.Fprintf(w, "CPU per task drained, real / baseline (medians of rounds):%s\n",
@@ -183,7 +243,31 @@ func (r *results) print(w io.Writer) {
 	r.Drip.details(w)
 	r.Memory.details(w)
 	r.Waiters.details(w)
+	r.Downloads.details(w)
 	r.Scale.details(w)
+}
+
+// cpuSums is each round's CPU summed over its processes.
+func cpuSums(rounds []map[string]float64) []float64 {
+	out := make([]float64, 0, len(rounds))
+	for _, m := range rounds {
+		var t float64
+		for p, v := range m {
+			if !strings.Contains(p, "@") { // a cluster master's share is in "redis" already
+				t += v
+			}
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+func sum(m map[string]float64) float64 {
+	var t float64
+	for _, v := range m {
+		t += v
+	}
+	return t
 }
 
 // cpuPairs formats the medians of per-process CPU figures, and their sums.

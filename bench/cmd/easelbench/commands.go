@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/easelhq/easel/tools/loadgen"
+)
+
+// commandCounts are the Redis commands a fixed number of requests cost,
+// per request and by command: Sent, the commands clients sent (round
+// trips: MONITOR's lines from a client's address, a script's own commands
+// left out), and Stats, INFO commandstats (every command, the scripts'
+// own included), summed over the masters of a cluster.
+type commandCounts struct {
+	Requests int64              `json:"requests"`
+	Sent     map[string]float64 `json:"sent_per_request"`
+	Stats    map[string]float64 `json:"commandstats_per_request"`
+}
+
+// countRequests is how many requests the count runs make.
+const countRequests = 2000
+
+// countCommands runs n requests of mode (query: after its tasks are
+// created) against base and counts what they cost Redis.
+func (e *env) countCommands(ctx context.Context, base, mode string, n int64) (*commandCounts, error) {
+	mon := &monitors{}
+	defer mon.stop()
+	var startErr error
+	begin := func() {
+		if err := eachServer(ctx, e.rdb, func(ctx context.Context, c *redis.Client) error {
+			return c.ConfigResetStat(ctx).Err()
+		}); err != nil {
+			startErr = err
+			return
+		}
+		startErr = mon.start(ctx, e.rdb)
+	}
+	cfg := loadgen.Config{BaseURL: base, Keys: e.keys, Mode: mode, Concurrency: 32, Requests: n,
+		Mix: benchMix(), QueryTasks: 100, Timeout: 10 * time.Second}
+	if mode == loadgen.ModeQuery {
+		cfg.AfterSetup = begin
+	} else {
+		begin()
+	}
+	if startErr != nil {
+		return nil, startErr
+	}
+	rep, err := loadgen.Run(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if startErr != nil {
+		return nil, startErr
+	}
+	op := rep.Ops[loadgen.OpCreate]
+	if mode == loadgen.ModeQuery {
+		op = rep.Ops[loadgen.OpQuery]
+	}
+	if op == nil || op.OK != n {
+		return nil, fmt.Errorf("count run: %+v; want %d answered", op, n)
+	}
+	sent, err := mon.finish(ctx, e.rdb)
+	if err != nil {
+		return nil, err
+	}
+	stats := map[string]float64{}
+	var mu sync.Mutex
+	if err := eachServer(ctx, e.rdb, func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for name, calls := range parseCommandstats(info) {
+			stats[name] += float64(calls)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	// The counting's own commands.
+	delete(stats, "info")
+	delete(stats, "config|resetstat")
+	delete(stats, "monitor")
+	delete(stats, "echo")
+	cc := &commandCounts{Requests: n, Sent: map[string]float64{}, Stats: map[string]float64{}}
+	for name, v := range sent {
+		cc.Sent[name] = float64(v) / float64(n)
+	}
+	for name, v := range stats {
+		cc.Stats[name] = v / float64(n)
+	}
+	return cc, nil
+}
+
+// parseCommandstats reads INFO commandstats: calls by command name.
+func parseCommandstats(info string) map[string]int64 {
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if k, v, _ := strings.Cut(kv, "="); k == "calls" {
+				out[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+	}
+	return out
+}
+
+// monitors follow MONITOR on every master and count the commands clients
+// sent, by name.
+type monitors struct {
+	mu      sync.Mutex
+	counts  map[string]int64
+	cmds    []*redis.MonitorCmd
+	clients []*redis.Client // one per master, only for MONITOR: its connection goes back to the pool streaming
+	markers []*redis.Client // one per master, for the marks
+	marks   map[string]chan struct{}
+	wg      sync.WaitGroup
+	cancel  context.CancelFunc
+}
+
+const (
+	markStart = "easelbench-count-start"
+	markEnd   = "easelbench-count-end"
+)
+
+// monitorLine reads a MONITOR line: `ts [db addr] "cmd" "arg"...`; lua
+// says whether a script ran it.
+func monitorLine(line string) (cmd, firstArg string, lua bool, ok bool) {
+	open, end := strings.IndexByte(line, '['), strings.IndexByte(line, ']')
+	if open < 0 || end < open {
+		return "", "", false, false
+	}
+	lua = strings.HasSuffix(line[open:end], " lua")
+	fields := strings.SplitN(line[end+1:], "\"", 5)
+	if len(fields) < 2 {
+		return "", "", false, false
+	}
+	cmd = strings.ToLower(fields[1])
+	if len(fields) >= 4 {
+		firstArg = fields[3]
+	}
+	return cmd, firstArg, lua, true
+}
+
+func (m *monitors) start(ctx context.Context, rdb redis.UniversalClient) error {
+	m.counts, m.marks = map[string]int64{}, map[string]chan struct{}{}
+	ctx, m.cancel = context.WithCancel(ctx)
+	var addrs []*redis.Options
+	if err := eachServer(ctx, rdb, func(_ context.Context, c *redis.Client) error {
+		m.mu.Lock()
+		addrs = append(addrs, c.Options())
+		m.mu.Unlock()
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, o := range addrs {
+		mc := redis.NewClient(&redis.Options{Addr: o.Addr, Password: o.Password, Protocol: 2, PoolSize: 1})
+		m.clients = append(m.clients, mc)
+		c := redis.NewClient(&redis.Options{Addr: o.Addr, Password: o.Password})
+		m.markers = append(m.markers, c)
+		ch := make(chan string, 4096)
+		cmd := mc.Monitor(ctx, ch)
+		cmd.Start()
+		m.cmds = append(m.cmds, cmd)
+		started, ended := make(chan struct{}), make(chan struct{})
+		m.marks[o.Addr+markStart], m.marks[o.Addr+markEnd] = started, ended
+		m.wg.Go(func() {
+			counting := false
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case line := <-ch:
+					name, arg, lua, ok := monitorLine(line)
+					switch {
+					case !ok:
+					case name == "echo" && arg == markStart:
+						if !counting {
+							counting = true
+							close(started)
+						}
+					case name == "echo" && arg == markEnd:
+						close(ended)
+						return
+					case counting && !lua:
+						m.mu.Lock()
+						m.counts[name]++
+						m.mu.Unlock()
+					}
+				}
+			}
+		})
+		// Counting starts when MONITOR shows the start mark: nothing sent
+		// before it is counted.
+		deadline := time.After(10 * time.Second)
+	wait:
+		for {
+			if err := c.Echo(ctx, markStart).Err(); err != nil {
+				return err
+			}
+			select {
+			case <-started:
+				break wait
+			case <-time.After(50 * time.Millisecond):
+			case <-deadline:
+				return fmt.Errorf("MONITOR on %s: no start mark in 10 s", o.Addr)
+			}
+		}
+	}
+	return nil
+}
+
+// finish marks the end on every master, waits for the marks and returns
+// the counts.
+func (m *monitors) finish(ctx context.Context, _ redis.UniversalClient) (map[string]int64, error) {
+	for _, c := range m.markers {
+		ended := m.marks[c.Options().Addr+markEnd]
+		if err := c.Echo(ctx, markEnd).Err(); err != nil {
+			return nil, err
+		}
+		select {
+		case <-ended:
+		case <-time.After(10 * time.Second):
+			return nil, fmt.Errorf("MONITOR on %s: no end mark in 10 s", c.Options().Addr)
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.counts, nil
+}
+
+func (m *monitors) stop() {
+	if m.cancel != nil {
+		m.cancel()
+	}
+	for _, c := range m.cmds {
+		c.Stop()
+	}
+	for _, c := range append(m.clients, m.markers...) {
+		_ = c.Close()
+	}
+}
+
+// countLine formats counts per request, largest first.
+func countLine(v map[string]float64) string {
+	names := make([]string, 0, len(v))
+	var total float64
+	for n, c := range v {
+		names = append(names, n)
+		total += c
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if v[names[i]] != v[names[j]] {
+			return v[names[i]] > v[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		if v[n] >= 0.005 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", strings.ToUpper(n), v[n]))
+		}
+	}
+	return fmt.Sprintf("%.2f (%s)", total, strings.Join(parts, ", "))
+}
