@@ -246,3 +246,11 @@ func DefaultPublicURL(addr string) string {
 	}
 	return "http://" + net.JoinHostPort(host, port)
 }
+
+// DefaultGCPercent is the gateway's GOGC when GOGC is unset
+// (service.GCPercentDefault): 400. Its live heap is a few MB, so at Go's
+// 100 it collected many times a second under load; at 400 the collector's
+// share of a request's CPU is about a quarter (BENCHMARKS.md, "The hot
+// path"), for a heap up to five times what is live, which the Go memory
+// limit still bounds.
+func (Config) DefaultGCPercent() int { return 400 }

@@ -160,3 +160,28 @@ func fallbackOf(cfg any) MemoryLimit {
 	}
 	return MemoryLimit{Source: SourceNone}
 }
+
+// GCPercentDefault is implemented by a service's configuration that runs
+// the garbage collector at another GOGC than Go's 100 when GOGC is not set
+// (the gateway: its live heap is a few MB, so at 100 it collects many
+// times a second under load).
+type GCPercentDefault interface {
+	DefaultGCPercent() int
+}
+
+// SetGCPercent sets GOGC to cfg's default (GCPercentDefault) unless GOGC
+// is set, and logs what applies. The memory limit still bounds the heap.
+func SetGCPercent(log *zap.Logger, cfg any) int {
+	return setGCPercent(log, os.Getenv, cfg)
+}
+
+func setGCPercent(log *zap.Logger, getenv func(string) string, cfg any) int {
+	d, ok := cfg.(GCPercentDefault)
+	if v := getenv("GOGC"); v != "" || !ok || d.DefaultGCPercent() <= 0 {
+		return -2 // as the runtime set it
+	}
+	p := d.DefaultGCPercent()
+	debug.SetGCPercent(p)
+	log.Info("Go GC percent", zap.Int("gogc", p), zap.String("source", "default"))
+	return p
+}

@@ -44,8 +44,8 @@ type Configured interface {
 // Start loads a service's configuration (load is its LoadConfig), builds its
 // logger on stderr as the configuration asks (go-redis's own messages go to
 // it too), sets the Go memory limit (SetMemoryLimit: GOMEMLIMIT, else from
-// the container's memory limit, else the configuration's MemoryFallback),
-// runs run, and flushes the logger when run returns.
+// the container's memory limit, else the configuration's MemoryFallback)
+// and GOGC, when unset, to the configuration's GCPercentDefault, runs run, and flushes the logger when run returns.
 func Start[C Configured](ctx context.Context, name string, load func(environ map[string]string) (C, error), run func(ctx context.Context, cfg C, log *zap.Logger) error) error {
 	cfg, err := load(nil)
 	if err != nil {
@@ -59,6 +59,7 @@ func Start[C Configured](ctx context.Context, name string, load func(environ map
 	defer func() { _ = log.Sync() }()
 	redisconn.LogTo(log)
 	SetMemoryLimit(log, fallbackOf(cfg))
+	SetGCPercent(log, cfg)
 	return run(ctx, cfg, log)
 }
 
