@@ -118,7 +118,7 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.pickupFor, "pickup-duration", 10*time.Second, "how long to measure pick-up latency")
 	fs.StringVar(&o.binDir, "bin", "bin", "directory of the gateway and worker binaries")
 	fs.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
-	fs.StringVar(&o.only, "only", defaultOnly, "which parts to run: http (create and query), drain, pickup; and, not in the default set, issue 13's inflight, quota, drip, memory, waiters (query's wait=N), issue 21's scale, and issue 23's downloads (results streamed by the gateway against a bare http.ServeContent)")
+	fs.StringVar(&o.only, "only", defaultOnly, "which parts to run: http (create and query), drain, pickup, downloads (results streamed by the gateway against a bare http.ServeContent); and, not in the default set, issue 13's inflight, quota, drip, memory, waiters (query's wait=N), and issue 21's scale")
 	fs.IntVar(&o.inflight, "inflight", 2000, "inflight: tasks kept outstanding (queued or processing) for the worker")
 	fs.IntVar(&o.accounts, "inflight-accounts", 0, fmt.Sprintf("inflight: accounts the tasks are spread over (0: enough for at most %d each, under the workers' default fair share of 64 running)", perAccountOutstanding))
 	fs.DurationVar(&o.simDelay, "sim-delay", 30*time.Second, "inflight: the worker's EASEL_SIM_DELAY, the simulated generation time")
@@ -235,9 +235,10 @@ type options struct {
 	log                                        io.Writer
 }
 
-// defaultOnly is --only's default: every part but issue 13's (inflight,
-// quota, drip, memory) and waiters.
-const defaultOnly = "http,drain,pickup"
+// defaultOnly is --only's default: the request path (http, downloads) and
+// the worker's (drain, pickup); not issue 13's parts (inflight, quota,
+// drip, memory), waiters or scale.
+const defaultOnly = "http,drain,pickup,downloads"
 
 // allParts are the parts --only may name, in the order they run.
 var allParts = []string{"http", "drain", "pickup", "inflight", "quota", "drip", "memory", "waiters", "downloads", "scale"}
