@@ -349,7 +349,10 @@ func (h *handlers) requestID(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		id := newRequestID()
-		fields := []zap.Field{zap.String("request_id", id)}
+		// Room for what the request adds (account, task, model, price...):
+		// one allocation rather than a slice grown field by field.
+		fields := make([]zap.Field, 1, 8)
+		fields[0] = zap.String("request_id", id)
 		echoed := id
 		if cid := r.Header.Get(echo.HeaderXRequestID); validClientRequestID(cid) {
 			fields = append(fields, zap.String("client_request_id", cid))
