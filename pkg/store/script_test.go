@@ -242,7 +242,7 @@ func allowedLiterals() map[string]string {
 	add("an Idempotency-Key's state", "creating", "done")
 	// Redis tokens, flags and the scripts' own patterns and separators.
 	add("a token", "NX", "XX", "PX", "MINID", "LIMIT", "WITHSCORES", "+inf", "-inf", "*", "", "0", "1", "00", ",", "|", " ",
-		"pending ", "[^,]+", `[^\n]+`, "^(%a+) (%d+)$")
+		"pending ", "[^,]+", `[^\n]+`, "^(%a+) (%d+)$", "%d")
 	return allowed
 }
 

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -120,16 +122,16 @@ func parseCommandstats(info string) map[string]int64 {
 }
 
 // monitors follow MONITOR on every master and count the commands clients
-// sent, by name.
+// sent, by name. Each MONITOR runs on a connection of its own, read line
+// by line (go-redis's MonitorCmd gives its connection back to the pool
+// while the server streams on it, and the pool then closes it).
 type monitors struct {
 	mu      sync.Mutex
 	counts  map[string]int64
-	cmds    []*redis.MonitorCmd
-	clients []*redis.Client // one per master, only for MONITOR: its connection goes back to the pool streaming
+	conns   []net.Conn
 	markers []*redis.Client // one per master, for the marks
-	marks   map[string]chan struct{}
+	ended   map[string]chan struct{}
 	wg      sync.WaitGroup
-	cancel  context.CancelFunc
 }
 
 const (
@@ -156,52 +158,100 @@ func monitorLine(line string) (cmd, firstArg string, lua bool, ok bool) {
 	return cmd, firstArg, lua, true
 }
 
+// respCommand is a command in RESP, as a client sends it.
+func respCommand(args ...string) []byte {
+	b := []byte("*" + strconv.Itoa(len(args)) + "\r\n")
+	for _, a := range args {
+		b = append(b, "$"+strconv.Itoa(len(a))+"\r\n"+a+"\r\n"...)
+	}
+	return b
+}
+
+// monitor opens a connection to o's server and starts MONITOR on it.
+func monitor(ctx context.Context, o *redis.Options) (net.Conn, *bufio.Reader, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", o.Addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	rd := bufio.NewReader(c)
+	expectOK := func(cmd ...string) error {
+		if _, err := c.Write(respCommand(cmd...)); err != nil {
+			return err
+		}
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		line, err := rd.ReadString('\n')
+		_ = c.SetReadDeadline(time.Time{})
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(line, "+OK") {
+			return fmt.Errorf("%s: %q", cmd[0], strings.TrimSpace(line))
+		}
+		return nil
+	}
+	if o.Password != "" {
+		args := []string{"AUTH", o.Password}
+		if o.Username != "" {
+			args = []string{"AUTH", o.Username, o.Password}
+		}
+		if err := expectOK(args...); err != nil {
+			c.Close()
+			return nil, nil, err
+		}
+	}
+	if err := expectOK("MONITOR"); err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return c, rd, nil
+}
+
 func (m *monitors) start(ctx context.Context, rdb redis.UniversalClient) error {
-	m.counts, m.marks = map[string]int64{}, map[string]chan struct{}{}
-	ctx, m.cancel = context.WithCancel(ctx)
-	var addrs []*redis.Options
+	m.counts, m.ended = map[string]int64{}, map[string]chan struct{}{}
+	var opts []*redis.Options
 	if err := eachServer(ctx, rdb, func(_ context.Context, c *redis.Client) error {
 		m.mu.Lock()
-		addrs = append(addrs, c.Options())
+		opts = append(opts, c.Options())
 		m.mu.Unlock()
 		return nil
 	}); err != nil {
 		return err
 	}
-	for _, o := range addrs {
-		mc := redis.NewClient(&redis.Options{Addr: o.Addr, Password: o.Password, Protocol: 2, PoolSize: 1})
-		m.clients = append(m.clients, mc)
-		c := redis.NewClient(&redis.Options{Addr: o.Addr, Password: o.Password})
+	for _, o := range opts {
+		conn, rd, err := monitor(ctx, o)
+		if err != nil {
+			return fmt.Errorf("MONITOR on %s: %w", o.Addr, err)
+		}
+		m.conns = append(m.conns, conn)
+		c := redis.NewClient(&redis.Options{Addr: o.Addr, Username: o.Username, Password: o.Password})
 		m.markers = append(m.markers, c)
-		ch := make(chan string, 4096)
-		cmd := mc.Monitor(ctx, ch)
-		cmd.Start()
-		m.cmds = append(m.cmds, cmd)
 		started, ended := make(chan struct{}), make(chan struct{})
-		m.marks[o.Addr+markStart], m.marks[o.Addr+markEnd] = started, ended
+		m.ended[o.Addr] = ended
 		m.wg.Go(func() {
-			counting := false
+			counting, done := false, false
 			for {
-				select {
-				case <-ctx.Done():
-					return
-				case line := <-ch:
-					name, arg, lua, ok := monitorLine(line)
-					switch {
-					case !ok:
-					case name == "echo" && arg == markStart:
-						if !counting {
-							counting = true
-							close(started)
-						}
-					case name == "echo" && arg == markEnd:
-						close(ended)
-						return
-					case counting && !lua:
-						m.mu.Lock()
-						m.counts[name]++
-						m.mu.Unlock()
+				line, err := rd.ReadString('\n')
+				if err != nil {
+					return // closed by stop
+				}
+				name, arg, lua, ok := monitorLine(strings.TrimSuffix(strings.TrimPrefix(line, "+"), "\r\n"))
+				switch {
+				case !ok || done:
+				case name == "echo" && arg == markStart:
+					if !counting {
+						counting = true
+						close(started)
 					}
+				case name == "echo" && arg == markEnd:
+					if counting {
+						done = true
+						close(ended)
+					}
+				case counting && !lua:
+					m.mu.Lock()
+					m.counts[name]++
+					m.mu.Unlock()
 				}
 			}
 		})
@@ -229,31 +279,32 @@ func (m *monitors) start(ctx context.Context, rdb redis.UniversalClient) error {
 // the counts.
 func (m *monitors) finish(ctx context.Context, _ redis.UniversalClient) (map[string]int64, error) {
 	for _, c := range m.markers {
-		ended := m.marks[c.Options().Addr+markEnd]
 		if err := c.Echo(ctx, markEnd).Err(); err != nil {
 			return nil, err
 		}
 		select {
-		case <-ended:
+		case <-m.ended[c.Options().Addr]:
 		case <-time.After(10 * time.Second):
 			return nil, fmt.Errorf("MONITOR on %s: no end mark in 10 s", c.Options().Addr)
 		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.counts, nil
+	out := make(map[string]int64, len(m.counts))
+	for k, v := range m.counts {
+		out[k] = v
+	}
+	return out, nil
 }
 
 func (m *monitors) stop() {
-	if m.cancel != nil {
-		m.cancel()
-	}
-	for _, c := range m.cmds {
-		c.Stop()
-	}
-	for _, c := range append(m.clients, m.markers...) {
+	for _, c := range m.conns {
 		_ = c.Close()
 	}
+	for _, c := range m.markers {
+		_ = c.Close()
+	}
+	m.wg.Wait()
 }
 
 // countLine formats counts per request, largest first.

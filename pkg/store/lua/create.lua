@@ -114,14 +114,14 @@ if redis.call('ZCARD', K.parked) == 0 then
   end
 end
 if price > 0 then
-  bal = redis.call('HINCRBY', K.account, 'credits', -price)
+  bal = redis.call('HINCRBY', K.account, 'credits', int(-price))
   ledger(K.ledger, now, keep, 'debit', -price, bal, task_id, '')
 end
 -- One more unfinished task and, admitted at once, one more place taken.
 if fast then
-  redis.call('HSET', K.account, 'infl', infl + 1, 'adm', adm + 1)
+  redis.call('HSET', K.account, 'infl', int(infl + 1), 'adm', int(adm + 1))
 else
-  redis.call('HSET', K.account, 'infl', infl + 1)
+  redis.call('HSET', K.account, 'infl', int(infl + 1))
 end
 
 local admitted = 0
@@ -139,7 +139,7 @@ if fast then
   rec[#rec + 1] = 'adm'; rec[#rec + 1] = '1'
   if queue_name ~= '' and queue_seq >= 0 then
     if queue_seq == 0 then queue_seq = join_queue(queue_key, now) end
-    rec[#rec + 1] = 'qseq'; rec[#rec + 1] = queue_seq
+    rec[#rec + 1] = 'qseq'; rec[#rec + 1] = int(queue_seq)
     reply[3] = queue_seq
   end
 end
@@ -149,7 +149,7 @@ end
 -- delete the record just written, and fail the script after the debit.
 local live = math.max(deadline - now, 0) + ttl
 redis.call('HSET', K.task, unpack(rec))
-redis.call('PEXPIRE', K.task, live)
+redis.call('PEXPIRE', K.task, int(live))
 if fast then
   -- Due for its first queue check, or at its deadline if that comes first.
   if check_at < deadline then
@@ -173,7 +173,7 @@ else
   end
   if admitted == 1 and queue_name ~= '' and queue_seq >= 0 then
     if queue_seq == 0 then queue_seq = join_queue(queue_key, now) end
-    redis.call('HSET', K.task, 'qseq', queue_seq)
+    redis.call('HSET', K.task, 'qseq', int(queue_seq))
     reply[3] = queue_seq
   end
 end
@@ -183,8 +183,8 @@ reply[4] = admitted
 if string.sub(task_id, -2) == '00' then
   -- One create in a hundred (by its id's random digits) drops what has
   -- expired; listing skips it meanwhile.
-  redis.call('ZREMRANGEBYSCORE', index_key, '-inf', now - live)
+  redis.call('ZREMRANGEBYSCORE', index_key, '-inf', int(now - live))
 end
-redis.call('ZADD', index_key, now, task_id)
-redis.call('PEXPIRE', index_key, live)
+redis.call('ZADD', index_key, ARGV[1], task_id)
+redis.call('PEXPIRE', index_key, int(live))
 return reply

@@ -26,16 +26,21 @@ local function notify(task_key)
   redis.call('PUBLISH', 'easel:task-events', task_key)
 end
 
+-- int is n written as an integer: Redis formats a number given to
+-- redis.call with %.17g, a float's slow path; the scripts' numbers are
+-- whole (milliseconds, credits, counts).
+local function int(n) return string.format('%d', n) end
+
 -- ledger appends a credit movement (task_id and note may be ''), drops
 -- the entries older than keep ms (0: keep all), and lets the ledger of an
 -- account that moves no credits for keep ms expire whole.
 local function ledger(ledger_key, now, keep, kind, amount, balance, task_id, note)
-  local e = {'kind', kind, 'amount', amount, 'balance', balance}
+  local e = {'kind', kind, 'amount', int(amount), 'balance', int(balance)}
   if task_id ~= '' then e[#e + 1] = 'task'; e[#e + 1] = task_id end
   if note ~= '' then e[#e + 1] = 'note'; e[#e + 1] = note end
   if keep > 0 then
-    redis.call('XADD', ledger_key, 'MINID', now - keep, '*', unpack(e))
-    redis.call('PEXPIRE', ledger_key, keep)
+    redis.call('XADD', ledger_key, 'MINID', int(now - keep), '*', unpack(e))
+    redis.call('PEXPIRE', ledger_key, int(keep))
   else
     redis.call('XADD', ledger_key, '*', unpack(e))
   end
@@ -46,10 +51,10 @@ end
 -- period: the rate samples (dequeued.lua) restart, so the time the queue
 -- stood empty is not taken for time its workers were slow.
 local function join_queue(queue_key, now)
-  local seq = redis.call('HINCRBY', queue_key, 'enq', 1)
+  local seq = redis.call('HINCRBY', queue_key, 'enq', '1')
   local deq = tonumber(redis.call('HGET', queue_key, 'deq') or '0')
   if seq - 1 <= deq then
-    redis.call('HSET', queue_key, 't0', now, 'n0', deq, 't1', now, 'n1', deq)
+    redis.call('HSET', queue_key, 't0', int(now), 'n0', int(deq), 't1', int(now), 'n1', int(deq))
   end
   return seq
 end
