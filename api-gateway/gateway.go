@@ -76,7 +76,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	// The request path's scripts and reads ride one batcher: concurrent
 	// requests' commands go to Redis together, each request waiting with
 	// its own deadline (BENCHMARKS.md, "The hot path").
-	batcher, err := redisconn.NewBatcher(rdb)
+	batcher, err := redisconn.NewBatcher(rdb, 0)
 	if err != nil {
 		return err
 	}

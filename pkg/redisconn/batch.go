@@ -24,13 +24,29 @@ type Batcher struct {
 // batch goes to the nodes of its keys), which closes with rdb or Close.
 // The client's retry setting applies to whole batches, so a client with
 // retries off (Options.NoRetries) never sends a command twice.
-func NewBatcher(rdb redis.UniversalClient) (*Batcher, error) {
-	ap, err := rdb.AsyncAutoPipeline()
+//
+// At most maxQueued commands wait for Redis at once (0: DefaultMaxQueued):
+// while Redis hangs, abandoned commands stay queued until their batch
+// fails, and new ones past the bound fail at once with
+// redis.ErrAutoPipelineQueueFull, never sent (NotSent), instead of
+// growing the process without bound.
+func NewBatcher(rdb redis.UniversalClient, maxQueued int) (*Batcher, error) {
+	if maxQueued <= 0 {
+		maxQueued = DefaultMaxQueued
+	}
+	o := redis.DefaultAutoPipelineOptions()
+	o.MaxQueuedCommands = maxQueued
+	ap, err := rdb.AsyncAutoPipelineWithOptions(o)
 	if err != nil {
 		return nil, fmt.Errorf("redis: autopipeliner: %w", err)
 	}
 	return &Batcher{ap: ap}, nil
 }
+
+// DefaultMaxQueued bounds a batcher's commands waiting for Redis: a
+// command is at most a few KB (a create's input), so 10,000 are tens of
+// MB at worst, and a gateway under full load has a few hundred at once.
+const DefaultMaxQueued = 10_000
 
 // Close stops the batcher (commands still queued are sent first).
 func (b *Batcher) Close() error { return b.ap.Close() }

@@ -22,7 +22,7 @@ func TestBatchedReplies(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rdb.Close()
-	b, err := NewBatcher(rdb)
+	b, err := NewBatcher(rdb, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestBatchedHonoursDeadlines(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rdb.Close()
-	b, err := NewBatcher(rdb)
+	b, err := NewBatcher(rdb, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,5 +139,63 @@ func TestBatchedHonoursDeadlines(t *testing.T) {
 			t.Fatalf("the batcher did not recover after Redis came back: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// While Redis hangs, the commands waiting for it are bounded: past the
+// bound a command fails at once, never sent, rather than queueing (and
+// growing the process) for as long as the hang lasts.
+func TestBatchedQueueBounded(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb, err := New(srv.URL, Options{NoRetries: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	const bound = 50
+	b, err := NewBatcher(rdb, bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c := Batched(rdb, b)
+	if err := c.HGetAll(context.Background(), "k").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Proc.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Proc.Resume() }()
+	// Callers at once, each waiting 300 ms: the queue holds at most the
+	// bound of them, and the others are refused without waiting.
+	var (
+		mu              sync.Mutex
+		full, abandoned int
+		wg              sync.WaitGroup
+	)
+	for range 4 * bound {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			err := c.HGetAll(ctx, "k").Err()
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, redis.ErrAutoPipelineQueueFull):
+				full++
+				if d := time.Since(start); d > 250*time.Millisecond {
+					t.Errorf("a refusal took %v", d)
+				}
+			case errors.Is(err, ErrAbandoned):
+				abandoned++
+			default:
+				t.Errorf("HGETALL on a hung Redis: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if full < 2*bound || abandoned > bound {
+		t.Errorf("%d refused as the queue was full, %d queued and given up; want at most %d queued", full, abandoned, bound)
 	}
 }

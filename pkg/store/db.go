@@ -81,13 +81,14 @@ var ErrNotReplicated = apperr.Transient(errors.New("store: not confirmed by enou
 	"Redis could not confirm the change on enough replicas; try again")
 
 // NotSent reports whether err says a call never reached Redis: the client
-// was closed, no connection could be made or taken from the pool. Such a
-// call changed nothing. Any other failure (a timeout, a connection lost
-// while waiting for the reply) may come after Redis ran it.
+// was closed, no connection could be made or taken from the pool, the
+// batcher's queue was full (redisconn.Batcher). Such a call changed
+// nothing. Any other failure (a timeout, a connection lost while waiting
+// for the reply, a wait given up) may come after Redis ran it.
 func NotSent(err error) bool {
 	var op *net.OpError
 	return errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted) ||
-		(errors.As(err, &op) && op.Op == "dial")
+		errors.Is(err, redis.ErrAutoPipelineQueueFull) || (errors.As(err, &op) && op.Op == "dial")
 }
 
 // eval runs a script on keys; with durability on, on the node of keys[0]
