@@ -90,16 +90,26 @@ func TestHTTPRunCountsCommands(t *testing.T) {
 	}{
 		{"real create", res.CreateCommandsReal, 2, 2},
 		{"baseline create", res.CreateCommandsBaseline, 1, 1},
-		{"real query", res.QueryCommandsReal, 1, 0},
+		{"real query", res.QueryCommandsReal, 1, 0}, // HGETALL
 		{"baseline query", res.QueryCommandsBaseline, 1, 0},
 	} {
 		if c.counts == nil {
 			t.Errorf("%s: no command counts", c.name)
 			continue
 		}
-		// Rate-limit leases and the readiness probe add a little.
-		if s := sum(c.counts.Sent); s < c.sent || s > c.sent+0.05 {
+		// What a gateway sends by the clock rather than by the request
+		// adds a little, more the slower the run (under -race): a key
+		// looked up again when its 2 s in the auth cache end (HMGET, and
+		// HGETALL of its account), the rate limiter's leases of tokens
+		// (EVALSHA), the readiness probe (GET, SET), PING. A command
+		// more per request would add 1.
+		if s := sum(c.counts.Sent); s < c.sent || s > c.sent+0.25 {
 			t.Errorf("%s: %.3f commands sent per request (%v); want %.0f", c.name, s, c.counts.Sent, c.sent)
+		}
+		for name := range c.counts.Sent {
+			if !slices.Contains([]string{"evalsha", "hgetall", "hmget", "get", "set", "ping"}, name) {
+				t.Errorf("%s: sends %s (%v)", c.name, name, c.counts.Sent)
+			}
 		}
 		if c.counts.Sent["evalsha"] < c.evalshaIn {
 			t.Errorf("%s: %.3f EVALSHA per request; want %.0f", c.name, c.counts.Sent["evalsha"], c.evalshaIn)
@@ -107,6 +117,9 @@ func TestHTTPRunCountsCommands(t *testing.T) {
 		if sum(c.counts.Stats) < sum(c.counts.Sent) {
 			t.Errorf("%s: commandstats %v count fewer than were sent %v", c.name, c.counts.Stats, c.counts.Sent)
 		}
+	}
+	if q := res.QueryCommandsReal; q != nil && (q.Sent["hgetall"] < 1 || q.Sent["hgetall"] > 1.05) {
+		t.Errorf("real query: %.3f HGETALL per request; want 1", q.Sent["hgetall"])
 	}
 	if res.CreateCommandsReal != nil && res.CreateCommandsReal.Stats["xadd"] < 1 {
 		t.Errorf("a create's ledger entry is not in commandstats: %v", res.CreateCommandsReal.Stats)
