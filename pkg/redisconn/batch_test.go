@@ -13,21 +13,29 @@ import (
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
-// Commands sent through the batcher by many callers at once each get
-// their own reply, scripts included (loaded on NOSCRIPT by Script.Run).
-func TestBatchedReplies(t *testing.T) {
+// batchedOn starts a private redis-server and returns it, a plain client
+// without retries and that client batched, with at most bound commands
+// waiting (0: the default).
+func batchedOn(t *testing.T, bound int) (*redistest.Server, redis.UniversalClient, redis.UniversalClient) {
+	t.Helper()
 	srv := redistest.Start(t)
 	rdb, err := New(srv.URL, Options{NoRetries: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rdb.Close()
-	b, err := NewBatcher(rdb, 0)
+	t.Cleanup(func() { _ = rdb.Close() })
+	b, err := NewBatcher(rdb, bound)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
-	c := Batched(rdb, b)
+	t.Cleanup(func() { _ = b.Close() })
+	return srv, rdb, Batched(rdb, b)
+}
+
+// Commands sent through the batcher by many callers at once each get
+// their own reply, scripts included (loaded on NOSCRIPT by Script.Run).
+func TestBatchedReplies(t *testing.T) {
+	_, rdb, c := batchedOn(t, 0)
 	ctx := context.Background()
 	incr := redis.NewScript(`return redis.call('HINCRBY', KEYS[1], ARGV[1], 1)`)
 	var wg sync.WaitGroup
@@ -71,18 +79,7 @@ func TestBatchedReplies(t *testing.T) {
 // error says the reply was not awaited; once Redis is back the batcher
 // works again.
 func TestBatchedHonoursDeadlines(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb, err := New(srv.URL, Options{NoRetries: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rdb.Close()
-	b, err := NewBatcher(rdb, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	c := Batched(rdb, b)
+	srv, _, c := batchedOn(t, 0)
 	if err := c.HGetAll(context.Background(), "k").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -146,19 +143,8 @@ func TestBatchedHonoursDeadlines(t *testing.T) {
 // bound a command fails at once, never sent, rather than queueing (and
 // growing the process) for as long as the hang lasts.
 func TestBatchedQueueBounded(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb, err := New(srv.URL, Options{NoRetries: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rdb.Close()
 	const bound = 50
-	b, err := NewBatcher(rdb, bound)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	c := Batched(rdb, b)
+	srv, _, c := batchedOn(t, bound)
 	if err := c.HGetAll(context.Background(), "k").Err(); err != nil {
 		t.Fatal(err)
 	}

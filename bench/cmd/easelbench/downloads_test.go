@@ -1,10 +1,6 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -16,27 +12,10 @@ func TestDownloadsRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the gateway and runs MinIO")
 	}
-	bin, err := builtBinaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), "downloads.json")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if err := run(ctx, []string{"--bin", bin, "--only", "downloads", "--rounds", "1", "--concurrency", "4", "--duration", "500ms", "--json", out}); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res results
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatal(err)
-	}
+	res := runPart(t, 5*time.Minute, "--only", "downloads", "--rounds", "1", "--concurrency", "4", "--duration", "500ms")
 	r := res.Downloads
 	if r == nil || !slices.Equal(res.Parts, []string{"downloads"}) {
-		t.Fatalf("no downloads figures, or parts %v: %s", res.Parts, b)
+		t.Fatalf("no downloads figures, or parts %v", res.Parts)
 	}
 	if len(r.Cases) != 4 || r.Connections != 4 {
 		t.Fatalf("%d cases over %d connections; want 4 over 4", len(r.Cases), r.Connections)
