@@ -126,6 +126,14 @@ end
 
 local admitted = 0
 local reply = {CREATED, bal, 0, 0}
+-- numbered gives the admitted task its number in its queue (taken now
+-- unless the caller took it), for its position; nil when it has none.
+local function numbered()
+  if queue_name == '' or queue_seq < 0 then return nil end
+  if queue_seq == 0 then queue_seq = join_queue(queue_key, now) end
+  reply[3] = queue_seq
+  return int(queue_seq)
+end
 local rec = {'type', task_type, 'model', model, 'status', 'pending', 'progress', '0',
   'ctime', ARGV[21], 'price', ARGV[3], 'dl', ARGV[5]}
 if callback_url ~= '' then
@@ -137,11 +145,8 @@ put_long(rec, 'in', input)
 if fast then
   admitted = 1
   rec[#rec + 1] = 'adm'; rec[#rec + 1] = '1'
-  if queue_name ~= '' and queue_seq >= 0 then
-    if queue_seq == 0 then queue_seq = join_queue(queue_key, now) end
-    rec[#rec + 1] = 'qseq'; rec[#rec + 1] = int(queue_seq)
-    reply[3] = queue_seq
-  end
+  local seq = numbered()
+  if seq then rec[#rec + 1] = 'qseq'; rec[#rec + 1] = seq end
 end
 -- A pending record lives until its deadline and then ttl more: the
 -- deadline's check always finds it. A deadline already past (a caller's
@@ -152,11 +157,9 @@ redis.call('HSET', K.task, unpack(rec))
 redis.call('PEXPIRE', K.task, int(live))
 if fast then
   -- Due for its first queue check, or at its deadline if that comes first.
-  if check_at < deadline then
-    redis.call('ZADD', K.due, ARGV[9], task_due(account_id, task_id))
-  else
-    redis.call('ZADD', K.due, ARGV[5], task_due(account_id, task_id))
-  end
+  local at = ARGV[9]
+  if deadline <= check_at then at = ARGV[5] end
+  redis.call('ZADD', K.due, at, task_due(account_id, task_id))
 else
   -- Due at its deadline until admitted (then for its queue check sooner).
   redis.call('ZADD', K.due, ARGV[5], task_due(account_id, task_id))
@@ -171,11 +174,8 @@ else
       reply[#reply + 1] = promoted[i + 2]
     end
   end
-  if admitted == 1 and queue_name ~= '' and queue_seq >= 0 then
-    if queue_seq == 0 then queue_seq = join_queue(queue_key, now) end
-    redis.call('HSET', K.task, 'qseq', int(queue_seq))
-    reply[3] = queue_seq
-  end
+  local seq = admitted == 1 and numbered()
+  if seq then redis.call('HSET', K.task, 'qseq', seq) end
 end
 reply[4] = admitted
 

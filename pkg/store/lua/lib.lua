@@ -63,16 +63,8 @@ end
 -- the record as a compact listpack whatever its hash-max-listpack-value:
 -- a longer value is split over field, field+1, field+2...
 local PIECE = 64
-local function hset_long(key, field, value)
-  redis.call('HSET', key, field, string.sub(value, 1, PIECE))
-  local i = 1
-  while i * PIECE < #value do
-    redis.call('HSET', key, field .. '+' .. i, string.sub(value, i * PIECE + 1, (i + 1) * PIECE))
-    i = i + 1
-  end
-end
 -- put_long appends field and value to fields, a list of field-value
--- pairs for one HSET, split as hset_long splits it.
+-- pairs for one HSET, the value split so.
 local function put_long(fields, field, value)
   local n = #fields
   fields[n + 1], fields[n + 2] = field, string.sub(value, 1, PIECE)
@@ -246,8 +238,9 @@ end
 -- fail ends a task failed with a code and a message, refunded. Returns
 -- hooked, the credits refunded and the queue it left.
 local function fail(K, now, ttl, keep, hook_at, code, msg, account_id, task_id)
-  redis.call('HSET', K.task, 'ecode', code)
-  hset_long(K.task, 'emsg', msg)
+  local f = {'ecode', code}
+  put_long(f, 'emsg', msg)
+  redis.call('HSET', K.task, unpack(f))
   local hooked, q = ended(K, 'failed', 'task.failed', now, ttl, hook_at, account_id, task_id)
   return hooked, refund(K, now, keep, task_id, code), q
 end
