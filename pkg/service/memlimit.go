@@ -170,18 +170,16 @@ type GCPercentDefault interface {
 }
 
 // SetGCPercent sets GOGC to cfg's default (GCPercentDefault) unless GOGC
-// is set, and logs what applies. The memory limit still bounds the heap.
-func SetGCPercent(log *zap.Logger, cfg any) int {
-	return setGCPercent(log, os.Getenv, cfg)
+// is set, and logs it. The memory limit still bounds the heap.
+func SetGCPercent(log *zap.Logger, cfg any) {
+	setGCPercent(log, os.Getenv, cfg)
 }
 
-func setGCPercent(log *zap.Logger, getenv func(string) string, cfg any) int {
+func setGCPercent(log *zap.Logger, getenv func(string) string, cfg any) {
 	d, ok := cfg.(GCPercentDefault)
-	if v := getenv("GOGC"); v != "" || !ok || d.DefaultGCPercent() <= 0 {
-		return -2 // as the runtime set it
+	if !ok || d.DefaultGCPercent() <= 0 || getenv("GOGC") != "" {
+		return
 	}
-	p := d.DefaultGCPercent()
-	debug.SetGCPercent(p)
-	log.Info("Go GC percent", zap.Int("gogc", p), zap.String("source", "default"))
-	return p
+	debug.SetGCPercent(d.DefaultGCPercent())
+	log.Info("Go GC percent", zap.Int("gogc", d.DefaultGCPercent()), zap.String("source", "default"))
 }

@@ -3,46 +3,15 @@ package store
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/tools/testkit/redisproc"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
-
-// commandStats returns INFO commandstats as calls and microseconds per
-// command name.
-func commandStats(tb testing.TB, rdb *redis.Client) (calls, usec map[string]int64) {
-	tb.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	calls, usec = map[string]int64{}, map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		name = strings.TrimPrefix(name, "cmdstat_")
-		for _, kv := range strings.Split(rest, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			n, _ := strconv.ParseInt(v, 10, 64)
-			switch k {
-			case "calls":
-				calls[name] = n
-			case "usec":
-				usec[name] = n
-			}
-		}
-	}
-	return calls, usec
-}
 
 // BenchmarkCreateScript is what a create costs Redis: the script's time
 // inside Redis (INFO commandstats, µs per create: redis-µs/op) and the
@@ -83,19 +52,23 @@ func BenchmarkCreateScript(b *testing.B) {
 				create()
 				n++
 			}
-			calls, usec := commandStats(b, rdb)
+			info, err := rdb.Info(context.Background(), "commandstats").Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			stats := redisproc.ParseCommandstats(info)
 			var inner int64
-			for name, c := range calls {
+			for name, st := range stats {
 				if name != "evalsha" && name != "eval" {
-					inner += c
+					inner += st.Calls
 				}
 			}
 			if testing.Verbose() {
-				for name, c := range calls {
-					b.Logf("%s: %.2f calls/op, %.2f µs/op", name, float64(c)/float64(n), float64(usec[name])/float64(n))
+				for name, st := range stats {
+					b.Logf("%s: %.2f calls/op, %.2f µs/op", name, float64(st.Calls)/float64(n), float64(st.Usec)/float64(n))
 				}
 			}
-			b.ReportMetric(float64(usec["evalsha"]+usec["eval"])/float64(n), "redis-µs/op")
+			b.ReportMetric(float64(stats["evalsha"].Usec+stats["eval"].Usec)/float64(n), "redis-µs/op")
 			b.ReportMetric(float64(inner)/float64(n), "calls/op")
 		})
 	}

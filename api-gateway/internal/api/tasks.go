@@ -438,7 +438,7 @@ func (w *envelopeErrors) ReadFrom(src io.Reader) (int64, error) {
 	if w.swallow {
 		return io.Copy(io.Discard, src)
 	}
-	if rf, ok := w.raw.(io.ReaderFrom); ok && w.raw != nil {
+	if rf, ok := w.raw.(io.ReaderFrom); ok {
 		return rf.ReadFrom(src)
 	}
 	return io.Copy(struct{ io.Writer }{w.ResponseWriter}, src)

@@ -3,6 +3,7 @@ package connlimit
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -30,12 +31,7 @@ func serve(t *testing.T, lim Limits) (*Listener, string) {
 // halfSent opens a connection from local that sends half a request.
 func halfSent(t *testing.T, local, addr string) net.Conn {
 	t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
-	c, err := d.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := silentConn(t, local, addr)
 	_, _ = c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n"))
 	return c
 }
@@ -132,35 +128,30 @@ func TestTotalCap(t *testing.T) {
 // waitOpen waits until the listener holds n connections.
 func waitOpen(t *testing.T, l *Listener, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		l.mu.Lock()
-		open := l.open
-		l.mu.Unlock()
-		if open == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections open; want %d", open, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitListener(t, l, func(open, _ int) bool { return open == n }, fmt.Sprintf("%d open", n))
 }
 
 // waitQuiet waits until n of the listener's connections have no request
 // under way.
 func waitQuiet(t *testing.T, l *Listener, n int) {
 	t.Helper()
+	waitListener(t, l, func(_, quiet int) bool { return quiet == n }, fmt.Sprintf("%d quiet", n))
+}
+
+// waitListener waits up to 5 s until ok holds of the listener's open and
+// quiet connections.
+func waitListener(t *testing.T, l *Listener, ok func(open, quiet int) bool, want string) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		l.mu.Lock()
-		q, open := l.quiet.Len(), l.open
+		open, quiet := l.open, l.quiet.Len()
 		l.mu.Unlock()
-		if q == n {
+		if ok(open, quiet) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d connections quiet; want %d", q, open, n)
+			t.Fatalf("%d connections open, %d quiet; want %s", open, quiet, want)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/easelhq/easel/tools/loadgen"
+	"github.com/easelhq/easel/tools/testkit/redisproc"
 )
 
 // commandCounts are the Redis commands a fixed number of requests cost,
@@ -82,8 +83,8 @@ func (e *env) countCommands(ctx context.Context, base, mode string, n int64) (*c
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		for name, calls := range parseCommandstats(info) {
-			stats[name] += float64(calls)
+		for name, st := range redisproc.ParseCommandstats(info) {
+			stats[name] += float64(st.Calls)
 		}
 		return nil
 	}); err != nil {
@@ -102,23 +103,6 @@ func (e *env) countCommands(ctx context.Context, base, mode string, n int64) (*c
 		cc.Stats[name] = v / float64(n)
 	}
 	return cc, nil
-}
-
-// parseCommandstats reads INFO commandstats: calls by command name.
-func parseCommandstats(info string) map[string]int64 {
-	out := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		for _, kv := range strings.Split(rest, ",") {
-			if k, v, _ := strings.Cut(kv, "="); k == "calls" {
-				out[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
-	}
-	return out
 }
 
 // monitors follow MONITOR on every master and count the commands clients

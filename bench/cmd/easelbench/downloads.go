@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -155,7 +156,7 @@ func s3Setup(ctx context.Context, minio *s3proc.Proc) (blobSetup, error) {
 			"EASEL_S3_SECRET_ACCESS_KEY=" + minio.SecretKey,
 		},
 		put: func(ctx context.Context, key string, data []byte) error {
-			_, err := st.Put(ctx, key, strings.NewReader(string(data)))
+			_, err := st.Put(ctx, key, bytes.NewReader(data))
 			return err
 		},
 	}, nil

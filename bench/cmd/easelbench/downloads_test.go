@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/easelhq/easel/tools/testkit/redisproc"
 )
 
 // The downloads part downloads every case from both sides and reports
@@ -43,9 +45,9 @@ func TestMonitorLine(t *testing.T) {
 			t.Errorf("monitorLine(%q) = %q %q %v %v; want %q %q %v %v", tt.line, cmd, arg, lua, ok, tt.cmd, tt.arg, tt.lua, tt.ok)
 		}
 	}
-	got := parseCommandstats("# Commandstats\r\ncmdstat_evalsha:calls=2010,usec=5,usec_per_call=0.00,rejected_calls=0,failed_calls=0\r\ncmdstat_config|resetstat:calls=1,usec=1\r\n")
-	if got["evalsha"] != 2010 || got["config|resetstat"] != 1 || len(got) != 2 {
-		t.Errorf("parseCommandstats = %v", got)
+	got := redisproc.ParseCommandstats("# Commandstats\r\ncmdstat_evalsha:calls=2010,usec=5,usec_per_call=0.00,rejected_calls=0,failed_calls=0\r\ncmdstat_config|resetstat:calls=1,usec=1\r\n")
+	if got["evalsha"] != (redisproc.CommandStat{Calls: 2010, Usec: 5}) || got["config|resetstat"].Calls != 1 || len(got) != 2 {
+		t.Errorf("ParseCommandstats = %v", got)
 	}
 }
 
