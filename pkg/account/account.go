@@ -38,6 +38,9 @@ type Account struct {
 	// proportion to their weights. 0 reads as 1.
 	Weight    int       `json:"weight,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+	// Via is the API key a request authenticated with, with its limits
+	// (nil: not through a key, as in the console); never shown.
+	Via *Key `json:"-"`
 }
 
 // MaxWeight bounds an account's weight.
@@ -190,4 +193,17 @@ type LedgerEntry struct {
 	Balance int64     `json:"balance"`
 	TaskID  string    `json:"task_id,omitempty"`
 	Note    string    `json:"note,omitempty"`
+}
+
+// Usage is what an account's tasks of one model cost on one day: the
+// tasks charged and their credits, refunds taken out.
+type Usage struct {
+	Tasks   int64 `json:"tasks"`
+	Credits int64 `json:"credits"`
+}
+
+// UsageDay is an account's usage on one UTC day, by model id.
+type UsageDay struct {
+	Date   string           `json:"date"` // YYYY-MM-DD
+	Models map[string]Usage `json:"models"`
 }

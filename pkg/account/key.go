@@ -4,7 +4,11 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"net/netip"
+	"strings"
 	"time"
+
+	"github.com/easelhq/easel/pkg/catalog"
 )
 
 // API keys are "esk_" followed by 40 random base62 characters. Only their
@@ -29,9 +33,178 @@ const VisiblePrefix = len(KeyPrefix) + 8
 type Key struct {
 	Prefix    string    `json:"prefix"`
 	AccountID string    `json:"account_id"`
+	Name      string    `json:"name,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
-	Revoked   bool      `json:"revoked"`
-	RevokedAt time.Time `json:"revoked_at,omitzero"`
+	// LastUsedAt is when a gateway last looked the key up (to within a
+	// minute, and a gateway's auth cache lifetime); zero: never.
+	LastUsedAt time.Time `json:"last_used_at,omitzero"`
+	Revoked    bool      `json:"revoked"`
+	RevokedAt  time.Time `json:"revoked_at,omitzero"`
+	// Spent is the credits the key's tasks cost, refunds deducted.
+	Spent int64 `json:"spent"`
+	KeyLimits
+}
+
+// KeyLimits are what one key may do, on top of its account's limits;
+// zero values are no limit.
+type KeyLimits struct {
+	// Models: the tiers the key may create tasks with (empty: the
+	// account's).
+	Models []catalog.Tier `json:"models,omitempty"`
+	// AllowedIPs: the client addresses the key is accepted from (empty:
+	// any).
+	AllowedIPs []netip.Prefix `json:"allowed_ips,omitempty"`
+	// ExpiresAt: from then on the key is refused, 401.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// SpendLimit: a create that would take Spent past it is refused, 402.
+	SpendLimit int64 `json:"spend_limit,omitempty"`
+}
+
+// Key statuses, as listed.
+const (
+	KeyActive  = "active"
+	KeyRevoked = "revoked"
+	KeyExpired = "expired"
+)
+
+// Status is the key's state at now.
+func (k *Key) Status(now time.Time) string {
+	switch {
+	case k.Revoked:
+		return KeyRevoked
+	case k.Expired(now):
+		return KeyExpired
+	}
+	return KeyActive
+}
+
+// Expired reports whether the key has expired at now.
+func (l KeyLimits) Expired(now time.Time) bool {
+	return !l.ExpiresAt.IsZero() && !now.Before(l.ExpiresAt)
+}
+
+// AllowsModel reports whether the key may use a model of tier t.
+func (l KeyLimits) AllowsModel(t catalog.Tier) bool {
+	if len(l.Models) == 0 {
+		return true
+	}
+	for _, m := range l.Models {
+		if m == t {
+			return true
+		}
+	}
+	return false
+}
+
+// AllowsAddr reports whether the key is accepted from the client address
+// addr (as the gateway's trusted-proxy rules found it).
+func (l KeyLimits) AllowsAddr(addr string) bool {
+	if len(l.AllowedIPs) == 0 {
+		return true
+	}
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		return false
+	}
+	ip = ip.Unmap().WithZone("")
+	for _, p := range l.AllowedIPs {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// Limits on the limits.
+const (
+	MaxKeyName    = 100
+	MaxAllowedIPs = 50
+	MaxSpendLimit = 1e12
+)
+
+// CheckKeyName trims a key's name and checks its length.
+func CheckKeyName(name string) (string, error) {
+	name = strings.TrimSpace(name)
+	if len(name) > MaxKeyName {
+		return "", invalid("a key's name must be at most %d characters", MaxKeyName)
+	}
+	for _, r := range name {
+		if r < ' ' || r == 0x7f {
+			return "", invalid("a key's name must not hold control characters")
+		}
+	}
+	return name, nil
+}
+
+// ParseAllowedIPs reads addresses and CIDR prefixes ("10.0.0.0/8",
+// "2001:db8::/32", "203.0.113.7"): an address alone is the one address.
+func ParseAllowedIPs(in []string) ([]netip.Prefix, error) {
+	if len(in) > MaxAllowedIPs {
+		return nil, invalid("at most %d allowed addresses or networks", MaxAllowedIPs)
+	}
+	out := make([]netip.Prefix, 0, len(in))
+	for _, s := range in {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.Zone() != "" {
+			return nil, invalid("allowed_ips: %q is neither an IP address nor a CIDR prefix (like 203.0.113.0/24)", clip(s))
+		}
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
+}
+
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+// Check checks limits for a new key at now: known tiers, a spend limit
+// in range, an expiry in the future.
+func (l KeyLimits) Check(now time.Time) error {
+	if err := CheckModels(l.Models); err != nil {
+		return err
+	}
+	if len(l.AllowedIPs) > MaxAllowedIPs {
+		return invalid("at most %d allowed addresses or networks", MaxAllowedIPs)
+	}
+	if l.SpendLimit < 0 || l.SpendLimit > MaxSpendLimit {
+		return invalid("spend_limit must be 0 (none) to %d credits", int64(MaxSpendLimit))
+	}
+	if !l.ExpiresAt.IsZero() && !l.ExpiresAt.After(now) {
+		return invalid("expires_at is not in the future")
+	}
+	return nil
+}
+
+// KeySpec describes a key to make: its name and limits.
+type KeySpec struct {
+	Name string
+	KeyLimits
+}
+
+// KeyUpdate changes a key's name or limits; nil fields stay as they are.
+type KeyUpdate struct {
+	Name       *string
+	Models     *[]catalog.Tier
+	AllowedIPs *[]netip.Prefix
+	ExpiresAt  *time.Time // a zero time: no expiry
+	SpendLimit *int64
+}
+
+// Empty reports whether u changes nothing.
+func (u KeyUpdate) Empty() bool {
+	return u.Name == nil && u.Models == nil && u.AllowedIPs == nil && u.ExpiresAt == nil && u.SpendLimit == nil
 }
 
 // NewKey returns a fresh random API key.

@@ -196,6 +196,19 @@ func (e *InflightLimitError) Error() string {
 // ErrorCode implements Coded.
 func (e *InflightLimitError) ErrorCode() Code { return LimitExceeded }
 
+// SpendLimitError is a create refused because the API key it came with
+// would spend past its spend limit.
+type SpendLimitError struct {
+	Limit, Spent, Price int64
+}
+
+func (e *SpendLimitError) Error() string {
+	return fmt.Sprintf("key spend limit %d reached: spent %d, price %d", e.Limit, e.Spent, e.Price)
+}
+
+// ErrorCode implements Coded.
+func (e *SpendLimitError) ErrorCode() Code { return InsufficientCredits }
+
 // ModelNotAllowedError: the account may not use Model.
 type ModelNotAllowedError struct {
 	Model string

@@ -30,11 +30,12 @@ const (
 	fTaskQueue    = "q"       // the queue a pending task waits in
 	fTaskQueueSeq = "qseq"    // its sequence number there
 	fTaskVoid     = "void"    // alone in a tombstone: an undo found no task (abort.lua)
+	fTaskKey      = "key"     // the hash of the API key that made it, if one did (its spend)
 )
 
 var taskFields = []string{fTaskType, fTaskModel, fTaskStatus, fTaskProgress, fTaskCreated, fTaskStarted, fTaskEnded,
 	fTaskResult, fTaskErrCode, fTaskErrMsg, fTaskPrice, fTaskRefunded, fTaskDeadline, fTaskInput, fTaskAdmitted, fTaskRun, fTaskLive,
-	fTaskCrashes, fTaskCallback, fTaskEvents, fTaskQueue, fTaskQueueSeq, fTaskVoid}
+	fTaskCrashes, fTaskCallback, fTaskEvents, fTaskQueue, fTaskQueueSeq, fTaskVoid, fTaskKey}
 
 // A value longer than pieceLen is kept over several fields, field, field+1,
 // field+2... (lib.lua's hset_long), so that every field of a record fits
@@ -69,9 +70,16 @@ const (
 	fKeyPrefix  = "prefix"
 	fKeyCreated = "ctime"
 	fKeyRevoked = "revoked" // 0, or when it was revoked (Unix ms)
+	fKeyName    = "name"
+	fKeyModels  = "models" // comma-separated tiers; empty: the account's
+	fKeyIPs     = "ips"    // comma-separated CIDR prefixes; empty: any
+	fKeyExpires = "exp"    // Unix ms; 0: never
+	fKeyLimit   = "slimit" // spend limit, credits; 0: none
+	fKeyUsed    = "used"   // last looked up, Unix ms (to within keyUsedEvery)
 )
 
-var keyFields = []string{fKeyAccount, fKeyHash, fKeyPrefix, fKeyCreated, fKeyRevoked}
+var keyFields = []string{fKeyAccount, fKeyHash, fKeyPrefix, fKeyCreated, fKeyRevoked, fKeyName, fKeyModels, fKeyIPs,
+	fKeyExpires, fKeyLimit, fKeyUsed}
 
 // Idempotency-Key record fields.
 const (
@@ -123,3 +131,24 @@ const (
 )
 
 var hookLogFields = []string{fHookState, fHookAttempts, fHookMessage}
+
+// Console user record fields.
+const (
+	fUserEmail    = "email"
+	fUserAccount  = "acct"
+	fUserPassword = "pw" // argon2id, PHC string (package password)
+	fUserAdmin    = "admin"
+	fUserStatus   = "status"
+	fUserCreated  = "ctime"
+	fUserGen      = "gen"
+)
+
+// Console session fields.
+const (
+	fSessUser    = "user"
+	fSessAccount = "acct"
+	fSessCSRF    = "csrf"
+	fSessGen     = "gen"
+	fSessCreated = "ctime"
+	fSessUntil   = "until" // Unix ms: its absolute end
+)

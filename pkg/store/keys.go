@@ -83,6 +83,30 @@ func ledgerKey(accountID string) string { return tag(accountID) + "ledger" }
 // accountKeysKey is the key of the set of an account's API key hashes.
 func accountKeysKey(accountID string) string { return tag(accountID) + "keys" }
 
+// spendKey is the key of what each of an account's API keys has spent
+// (key hash → credits); in the account's slot, so the create script
+// charges it with the account. lib.lua's refund names it too.
+func spendKey(accountID string) string { return tag(accountID) + spendPart }
+
+// usageKey is the key of an account's usage on a UTC day (days since
+// 1970-01-01): "<model>|n" tasks and "<model>|c" credits, refunds taken
+// out. lib.lua's refund names it too ("use:<day>").
+func usageKey(accountID string, day int64) string {
+	return tag(accountID) + usagePart + strconv.FormatInt(day, 10)
+}
+
+// The parts of the keys above, and the usage's fields' suffixes after the
+// model id, as the scripts name them.
+const (
+	spendPart    = "spend"
+	usagePart    = "use:"
+	usageTasks   = "|n"
+	usageCredits = "|c"
+)
+
+// dayOf is the UTC day of a time, in days since 1970-01-01.
+func dayOf(unixMs int64) int64 { return unixMs / 86_400_000 }
+
 // apiKeyKey is the key of an API key record, by the hex SHA-256 of the key.
 func apiKeyKey(hashHex string) string { return prefix + "key:" + hashHex }
 
@@ -125,3 +149,21 @@ func queueKey(queue string) string { return prefix + "q:{" + queue + "}" }
 // webhookSecretKey is the key of an account's webhook signing secrets (a
 // hash: the current one, the previous one and until when it is valid).
 func webhookSecretKey(accountID string) string { return tag(accountID) + "whsec" }
+
+// userKey is the key of a console user's record.
+func userKey(id string) string { return prefix + "user:" + id }
+
+// emailKey is the key of the user id an email address (by its hash,
+// account.HashEmail) belongs to.
+func emailKey(hash string) string { return prefix + "email:" + hash }
+
+// accountUsersKey is the key of the set of an account's users.
+func accountUsersKey(accountID string) string { return tag(accountID) + "users" }
+
+// sessionKey is the key of a console session, by the hex SHA-256 of its
+// id.
+func sessionKey(idHash string) string { return prefix + "session:" + idHash }
+
+// signInKey is the key of a count of failed sign-ins (name: "addr:<ip>"
+// or "email:<hash>").
+func signInKey(name string) string { return prefix + "signin:" + name }

@@ -233,7 +233,8 @@ func allowedLiterals() map[string]string {
 	// accountKey, parkedKey: no job key any more, a task's input is in its
 	// record) and of the due work's members (taskDue, hookDue), the kinds
 	// of due work (DueKind) and a chunked field's suffix (pieceLen).
-	add("a key's part", "a:", ":t:", "t:", "t|", "h|", ":", "acct", "parked")
+	add("a key's part", "a:", ":t:", "t:", "t|", "h|", ":", "acct", "parked", spendPart, usagePart)
+	add("a usage field's suffix", usageTasks, usageCredits)
 	for _, k := range []DueKind{DueCheck, DueExpire, DueHook} {
 		add("a kind of due work", string(k))
 	}
@@ -246,7 +247,7 @@ func allowedLiterals() map[string]string {
 	return allowed
 }
 
-var redisCommands = []string{"DEL", "EXISTS", "GET", "HDEL", "HGET", "HINCRBY", "HMGET", "HSET", "HSETNX", "PEXPIRE",
+var redisCommands = []string{"DEL", "EXISTS", "GET", "HDEL", "HEXISTS", "HGET", "HINCRBY", "HMGET", "HSET", "HSETNX", "PEXPIRE", "PEXPIREAT",
 	"PUBLISH", "SET", "TIME", "XADD", "ZADD", "ZCARD", "ZPOPMIN", "ZRANGE", "ZRANGEBYSCORE", "ZREM", "ZREMRANGEBYSCORE"}
 
 func TestScriptsNameOnlyDeclaredFields(t *testing.T) {

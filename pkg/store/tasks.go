@@ -81,6 +81,7 @@ var createLua = durableScript("create", map[string]int64{
 	"CREATED": createCreated, "REPLAYED": createReplayed, "NO_ACCOUNT": createNoAccount, "DISABLED": createDisabled,
 	"MODEL_NOT_ALLOWED": createModelNotAllowed, "TASK_EXISTS": createTaskExists, "INFLIGHT_LIMIT": createInflightLimit,
 	"NO_CREDITS": createNoCredits, "IDEM_MISMATCH": createIdemMismatch, "IDEM_BUSY": createIdemBusy, "LATE": createLate,
+	"KEY_SPEND_LIMIT": createKeySpendLimit,
 })
 
 // create.lua's reply codes.
@@ -96,6 +97,7 @@ const (
 	createIdemMismatch    = -7
 	createIdemBusy        = -8
 	createLate            = -9
+	createKeySpendLimit   = -10
 )
 
 // A create with a task.Charge.ValidUntil, and an undo (Abort) whose
@@ -133,10 +135,12 @@ type createKeys struct {
 	Index   string `lua:"index"`
 	Idem    string `lua:"idem"`
 	Queue   string `lua:"queue"`
+	Spend   string `lua:"spend"`
+	Usage   string `lua:"usage"`
 }
 
 func (k createKeys) list() []string {
-	return []string{k.Task, k.Account, k.Ledger, k.Parked, k.Due, k.Index, k.Idem, k.Queue}
+	return []string{k.Task, k.Account, k.Ledger, k.Parked, k.Due, k.Index, k.Idem, k.Queue, k.Spend, k.Usage}
 }
 
 type createArgs struct {
@@ -164,12 +168,15 @@ type createArgs struct {
 	CallbackURL    string `lua:"callback_url"`
 	CallbackEvents string `lua:"callback_events"`
 	ValidUntil     int64  `lua:"valid_until"`
+	KeyHash        string `lua:"key_hash"`
+	SpendLimit     int64  `lua:"spend_limit"`
+	UsageUntil     int64  `lua:"usage_until"`
 }
 
 func (a createArgs) list() []any {
 	return []any{a.Now, a.TTL, a.Price, a.DefaultMax, a.Deadline, a.Tier, a.AccountID, a.TaskID, a.CheckAt, a.Share, a.Keep,
 		a.WithIdem, a.BodyHash, a.IdemUntil, a.IdemTTL, a.QueueName, a.QueueSeq, a.Input, a.Type, a.Model, a.Created,
-		a.CallbackURL, a.CallbackEvents, a.ValidUntil}
+		a.CallbackURL, a.CallbackEvents, a.ValidUntil, a.KeyHash, a.SpendLimit, a.UsageUntil}
 }
 
 // Creation is what a create did.
@@ -203,10 +210,15 @@ func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, input [
 	db := s.db
 	now := db.now()
 	acct := t.AccountID
+	day := dayOf(t.CreateTime.UnixMilli())
 	k := createKeys{Task: taskKey(acct, t.ID), Account: accountKey(acct), Ledger: ledgerKey(acct),
-		Parked: parkedKey(acct), Due: dueOf(acct), Index: tasksIndexKey(acct), Idem: noKey(acct), Queue: noKey(acct)}
+		Parked: parkedKey(acct), Due: dueOf(acct), Index: tasksIndexKey(acct), Idem: noKey(acct), Queue: noKey(acct),
+		Spend: spendKey(acct), Usage: usageKey(acct, day)}
 	a := createArgs{
-		Now: now.UnixMilli(), TTL: db.ttl.Milliseconds(), Price: c.Price, DefaultMax: c.MaxInflight,
+		KeyHash: c.KeyHash, SpendLimit: c.SpendLimit,
+		// A day's usage is kept UsageDays after the day ends.
+		UsageUntil: (day + 1 + UsageDays) * 86_400_000,
+		Now:        now.UnixMilli(), TTL: db.ttl.Milliseconds(), Price: c.Price, DefaultMax: c.MaxInflight,
 		Deadline: c.CountUntil.UnixMilli(), Tier: c.Tier, AccountID: acct, TaskID: t.ID,
 		CheckAt: now.Add(FirstQueueCheck).UnixMilli(), Share: db.share, Keep: db.keepMs(),
 		IdemUntil: now.Add(idempotencyPending).UnixMilli(), IdemTTL: IdempotencyTTL.Milliseconds(),
@@ -285,6 +297,8 @@ func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, input [
 		return Creation{}, ErrLate
 	case createInflightLimit:
 		return Creation{}, &apperr.InflightLimitError{Limit: n}
+	case createKeySpendLimit:
+		return Creation{}, &apperr.SpendLimitError{Limit: c.SpendLimit, Spent: n, Price: c.Price}
 	default: // createNoCredits
 		return Creation{Balance: n}, &apperr.InsufficientCreditsError{Price: c.Price, Balance: n}
 	}

@@ -75,6 +75,11 @@ type Charge struct {
 	// Idempotency-Key, while the create is under way, is held only until
 	// its undo could no longer apply either. Zero: no bound.
 	ValidUntil time.Time
+	// KeyHash is the API key the create came with (account.HashKey; ""
+	// for none), charged with the price too; SpendLimit is that key's
+	// limit (0: none), checked in the same step.
+	KeyHash    string
+	SpendLimit int64
 }
 
 // Replayed is the answer to a create whose idempotency key an earlier

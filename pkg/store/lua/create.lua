@@ -13,6 +13,8 @@
 -- KEYS[6] -> index: the account's task index, for listing
 -- KEYS[7] -> idem: the Idempotency-Key's record (any key of the account's slot when there is none)
 -- KEYS[8] -> queue: the queue's numbers (any key of the account's slot when its number is taken apart)
+-- KEYS[9] -> spend: the credits each of the account's API keys has spent (key hash → credits)
+-- KEYS[10] -> usage: the account's usage of the task's day (UTC): "<model>|n" tasks, "<model>|c" credits
 -- ARGV[1] -> now: Unix ms
 -- ARGV[2] -> ttl: a final record's time to live, ms
 -- ARGV[3] -> price: credits
@@ -37,6 +39,9 @@
 -- ARGV[22] -> callback_url: '' for none
 -- ARGV[23] -> callback_events: comma separated
 -- ARGV[24] -> valid_until: the create applies only while Redis's clock has not passed it, Unix ms (0: no bound)
+-- ARGV[25] -> key_hash: the API key the create came with ('' for none: the console)
+-- ARGV[26] -> spend_limit: that key's spend limit, credits (0: none)
+-- ARGV[27] -> usage_until: when the day's usage expires, Unix ms
 --
 -- Returns {CREATED, balance, queue number (0 if parked), admitted (1/0),
 -- id, queue, deadline, ...} (other tasks of the account this create admitted,
@@ -44,13 +49,15 @@
 -- id}, or a refusal {code, n}: NO_ACCOUNT, DISABLED, MODEL_NOT_ALLOWED,
 -- TASK_EXISTS, INFLIGHT_LIMIT (n = the limit), NO_CREDITS (n = the
 -- balance), IDEM_MISMATCH, IDEM_BUSY, LATE (it reached Redis after
--- valid_until: its caller has given up on it, and may have said so).
+-- valid_until: its caller has given up on it, and may have said so),
+-- KEY_SPEND_LIMIT (n = what the key has spent).
 
 local CREATED, REPLAYED = 1, 2
 local NO_ACCOUNT, DISABLED, MODEL_NOT_ALLOWED, TASK_EXISTS, INFLIGHT_LIMIT, NO_CREDITS, IDEM_MISMATCH, IDEM_BUSY, LATE = -1, -2, -3, -4, -5, -6, -7, -8, -9
+local KEY_SPEND_LIMIT = -10
 
 local K = {task = KEYS[1], account = KEYS[2], ledger = KEYS[3], parked = KEYS[4], due = KEYS[5]}
-local index_key, idem_key, queue_key = KEYS[6], KEYS[7], KEYS[8]
+local index_key, idem_key, queue_key, spend_key, usage_key = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local now, ttl, price, default_max = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local deadline, tier, account_id, task_id = tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8]
 local check_at, share, keep = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
@@ -58,6 +65,7 @@ local with_idem, body_hash, idem_until, idem_ttl = ARGV[12] == '1', ARGV[13], AR
 local queue_name, queue_seq = ARGV[16], tonumber(ARGV[17])
 local input, task_type, model, created = ARGV[18], ARGV[19], ARGV[20], ARGV[21]
 local callback_url, callback_events, valid_until = ARGV[22], ARGV[23], tonumber(ARGV[24])
+local key_hash, spend_limit, usage_until = ARGV[25], tonumber(ARGV[26]), ARGV[27]
 
 -- Redis's own clock: a create held up (Redis hung, the network stalled)
 -- past the time its caller waits for it never applies.
@@ -93,6 +101,12 @@ local infl = tonumber(a[5] or '0') or 0
 if limit > 0 and infl >= limit then return {INFLIGHT_LIMIT, limit} end
 local bal = tonumber(a[2] or '0') or 0
 if bal < price then return {NO_CREDITS, bal} end
+-- The key's spend limit, checked where the key is charged: racing creates
+-- never pass it together.
+if key_hash ~= '' and spend_limit > 0 then
+  local spent = tonumber(redis.call('HGET', spend_key, key_hash) or '0') or 0
+  if spent + price > spend_limit then return {KEY_SPEND_LIMIT, spent} end
+end
 
 if with_idem then
   redis.call('HSET', idem_key, 'body', body_hash, 'task', task_id, 'state', 'creating', 'at', idem_until)
@@ -116,7 +130,11 @@ end
 if price > 0 then
   bal = redis.call('HINCRBY', K.account, 'credits', int(-price))
   ledger(K.ledger, now, keep, 'debit', -price, bal, task_id, '')
+  if key_hash ~= '' then redis.call('HINCRBY', spend_key, key_hash, int(price)) end
 end
+-- The day's usage, by model (refund takes a refunded task out again).
+if redis.call('HINCRBY', usage_key, model .. '|n', 1) == 1 then redis.call('PEXPIREAT', usage_key, usage_until) end
+if price > 0 then redis.call('HINCRBY', usage_key, model .. '|c', int(price)) end
 -- One more unfinished task and, admitted at once, one more place taken.
 if fast then
   redis.call('HSET', K.account, 'infl', int(infl + 1), 'adm', int(adm + 1))
@@ -141,6 +159,7 @@ if callback_url ~= '' then
   rec[#rec + 1] = 'cbev'; rec[#rec + 1] = callback_events
 end
 if queue_name ~= '' then rec[#rec + 1] = 'q'; rec[#rec + 1] = queue_name end
+if key_hash ~= '' then rec[#rec + 1] = 'key'; rec[#rec + 1] = key_hash end
 put_long(rec, 'in', input)
 if fast then
   admitted = 1

@@ -115,14 +115,25 @@ local function hook(K, ev, hook_at, account_id, task_id)
   return 1
 end
 
--- refund gives a task's price back, once, and returns the credits given.
+-- refund gives a task's price back, once, and returns the credits given:
+-- to the account, to what its API key has spent, and out of the usage of
+-- the day it was made (while that is kept). The keys of the account's
+-- slot it names are the account's ("a:<account>:" and spend or use:<day>,
+-- as store/keys.go makes them).
 local function refund(K, now, keep, task_id, note)
-  local v = redis.call('HMGET', K.task, 'price', 'refunded')
+  local v = redis.call('HMGET', K.task, 'price', 'refunded', 'key', 'model', 'ctime')
   local price = tonumber(v[1] or '0') or 0
   if price <= 0 or v[2] == '1' or redis.call('EXISTS', K.account) == 0 then return 0 end
   local bal = redis.call('HINCRBY', K.account, 'credits', price)
   redis.call('HSET', K.task, 'refunded', 1)
   ledger(K.ledger, now, keep, 'refund', price, bal, task_id, note)
+  local base = string.sub(K.account, 1, -5) -- "...:a:<account>:" of "...:a:<account>:acct"
+  if v[3] and v[3] ~= '' then redis.call('HINCRBY', base .. 'spend', v[3], int(-price)) end
+  local use = base .. 'use:' .. int(math.floor((tonumber(v[5] or '0') or 0) / 86400000))
+  if v[4] and redis.call('HEXISTS', use, v[4] .. '|c') == 1 then
+    redis.call('HINCRBY', use, v[4] .. '|n', -1)
+    redis.call('HINCRBY', use, v[4] .. '|c', int(-price))
+  end
   return price
 end
 
