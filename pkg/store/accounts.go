@@ -49,7 +49,11 @@ func (s *Accounts) Create(ctx context.Context, spec account.Spec) (*account.Acco
 	// leaves an id in the index with no account, which every reader of the
 	// index skips; the account, written last in one transaction with its
 	// first ledger entry, exists only once it is listed.
-	if err := s.db.rdb.ZAdd(ctx, accountsKey(), redis.Z{Score: float64(a.CreatedAt.UnixMilli()), Member: a.ID}).Err(); err != nil {
+	if _, err := s.db.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, accountsKey(), redis.Z{Score: float64(a.CreatedAt.UnixMilli()), Member: a.ID})
+		p.ZAdd(ctx, accountNamesKey(), redis.Z{Member: nameEntry(a.Name, a.ID)})
+		return nil
+	}); err != nil {
 		return nil, fmt.Errorf("store: index account: %w", err)
 	}
 	if _, err := s.db.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -173,4 +177,74 @@ func (s *Accounts) SetLimits(ctx context.Context, id string, l account.LimitsUpd
 		return nil, err
 	}
 	return s.Get(ctx, id)
+}
+
+// nameEntry is an account's entry in the index of names: its lower-cased
+// name, a NUL, its id.
+func nameEntry(name, id string) string { return strings.ToLower(name) + "\x00" + id }
+
+// MaxPage bounds a page of accounts.
+const MaxPage = 100
+
+// Page returns up to limit accounts, newest first, from the cursor of a
+// page before ("" for the first), and the cursor of the next page ("" at
+// the end): a few round trips whatever the number of accounts.
+func (s *Accounts) Page(ctx context.Context, cursor string, limit int) ([]*account.Account, string, error) {
+	off := int64(0)
+	if cursor != "" {
+		n, err := strconv.ParseInt(cursor, 10, 64)
+		if err != nil || n < 0 {
+			return nil, "", apperr.New(apperr.Invalid, "cursor must be what a page's next gave")
+		}
+		off = n
+	}
+	limit = max(1, min(limit, MaxPage))
+	ids, err := s.db.rdb.ZRevRange(ctx, accountsKey(), off, off+int64(limit)).Result()
+	if err != nil {
+		return nil, "", fmt.Errorf("store: accounts: %w", err)
+	}
+	next := ""
+	if len(ids) > limit {
+		ids, next = ids[:limit], strconv.FormatInt(off+int64(limit), 10)
+	}
+	out, err := s.getMany(ctx, ids)
+	return out, next, err
+}
+
+// SearchNames returns up to limit accounts whose name starts with q
+// (case-insensitively), by name. Accounts made before the index of names
+// existed (Easel before the console) are found by id only.
+func (s *Accounts) SearchNames(ctx context.Context, q string, limit int) ([]*account.Account, error) {
+	q = strings.ToLower(q)
+	limit = max(1, min(limit, MaxPage))
+	entries, err := s.db.rdb.ZRangeByLex(ctx, accountNamesKey(), &redis.ZRangeBy{Min: "[" + q, Max: "[" + q + "\xff", Count: int64(limit)}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: search accounts: %w", err)
+	}
+	ids := make([]string, 0, len(entries))
+	for _, e := range entries {
+		if _, id, ok := strings.Cut(e, "\x00"); ok {
+			ids = append(ids, id)
+		}
+	}
+	return s.getMany(ctx, ids)
+}
+
+// getMany reads accounts by id, skipping those that are gone.
+func (s *Accounts) getMany(ctx context.Context, ids []string) ([]*account.Account, error) {
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = accountKey(id)
+	}
+	records, err := s.db.hgetAll(ctx, keys)
+	if err != nil {
+		return nil, fmt.Errorf("store: accounts: %w", err)
+	}
+	out := make([]*account.Account, 0, len(ids))
+	for i, id := range ids {
+		if m := records[i]; len(m) > 0 {
+			out = append(out, decodeAccount(id, m))
+		}
+	}
+	return out, nil
 }

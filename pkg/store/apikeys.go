@@ -180,6 +180,7 @@ func (s *Accounts) EnsureKey(ctx context.Context, key string, spec account.Spec)
 		// Another process claimed it first: use its account, drop ours.
 		_ = s.db.rdb.Del(ctx, accountKey(a.ID), ledgerKey(a.ID)).Err()
 		_ = s.db.rdb.ZRem(ctx, accountsKey(), a.ID).Err()
+		_ = s.db.rdb.ZRem(ctx, accountNamesKey(), nameEntry(a.Name, a.ID)).Err()
 		return owner()
 	}
 	return a, nil

@@ -113,6 +113,10 @@ func apiKeyKey(hashHex string) string { return prefix + "key:" + hashHex }
 // keyPrefixKey is the key of the set of key hashes sharing a visible prefix.
 func keyPrefixKey(visible string) string { return prefix + "keyprefix:" + visible }
 
+// accountNamesKey is the key of the index of accounts by name (a sorted
+// set of nameEntry, all of score 0: ordered by name).
+func accountNamesKey() string { return prefix + "accountnames" }
+
 // accountsKey is the key of the index of every account, for listing them
 // (never read by a periodic loop).
 func accountsKey() string { return prefix + "accounts" }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -103,6 +104,36 @@ func (s *Accounts) Ledger(ctx context.Context, id string, limit int64) ([]accoun
 	}
 	return out, nil
 }
+
+// LedgerPage returns up to limit of the account's credit movements
+// older than the entry before ("": the newest), newest first, and the
+// cursor of the next page ("" when there is none).
+func (s *Accounts) LedgerPage(ctx context.Context, id, before string, limit int64) ([]account.LedgerEntry, string, error) {
+	end := "+"
+	if before != "" {
+		if !ledgerID.MatchString(before) {
+			return nil, "", apperr.New(apperr.Invalid, "before must be a ledger entry's id, as a page's next gives it")
+		}
+		end = "(" + before
+	}
+	msgs, err := s.db.rdb.XRevRangeN(ctx, ledgerKey(id), end, "-", limit+1).Result()
+	if err != nil {
+		return nil, "", fmt.Errorf("store: ledger %s: %w", id, err)
+	}
+	next := ""
+	if int64(len(msgs)) > limit {
+		msgs = msgs[:limit]
+		next = msgs[len(msgs)-1].ID
+	}
+	out := make([]account.LedgerEntry, 0, len(msgs))
+	for _, m := range msgs {
+		out = append(out, decodeLedgerEntry(m))
+	}
+	return out, next, nil
+}
+
+// ledgerID is the form of a ledger entry's id (a stream entry's).
+var ledgerID = regexp.MustCompile(`^[0-9]{1,20}-[0-9]{1,20}$`)
 
 func decodeLedgerEntry(m redis.XMessage) account.LedgerEntry {
 	e := account.LedgerEntry{ID: m.ID}

@@ -1,0 +1,289 @@
+// Package users is the account console's people: making users of an
+// account with a password (argon2id, package password), resetting and
+// disabling them, signing in with failed attempts counted per address
+// and per email in Redis (so every gateway counts them together), and
+// sessions with an idle and an absolute lifetime.
+package users
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/easelhq/easel/pkg/account"
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/password"
+	"github.com/easelhq/easel/pkg/store"
+)
+
+// Config is the console's sign-in and session settings.
+type Config struct {
+	// Idle: a session unused this long ends. Max: a session ends this
+	// long after sign-in, however used.
+	Idle, Max time.Duration
+	// FailWindow: failed sign-ins are counted over this window from the
+	// first; past MaxPerEmail for one email, or MaxPerAddr from one client
+	// address, sign-ins are refused (429) until the window ends.
+	FailWindow  time.Duration
+	MaxPerEmail int64
+	MaxPerAddr  int64
+	// Params are the password hash's costs (password.Default when zero).
+	Params password.Params
+}
+
+// Defaults.
+var Defaults = Config{Idle: 2 * time.Hour, Max: 12 * time.Hour, FailWindow: 15 * time.Minute, MaxPerEmail: 10, MaxPerAddr: 50}
+
+// Store keeps users and sessions (store.Users).
+type Store interface {
+	CreateUser(ctx context.Context, accountID, email, passwordHash string, admin bool) (*account.User, error)
+	User(ctx context.Context, id string) (*account.User, string, error)
+	UserByEmail(ctx context.Context, email string) (*account.User, string, error)
+	UpdateUser(ctx context.Context, id, passwordHash string, status *account.Status, admin *bool) (*account.User, error)
+	SaveSession(ctx context.Context, idHash string, s store.Session, idle time.Duration) error
+	TouchSession(ctx context.Context, idHash string, idle time.Duration) (store.Session, error)
+	EndSession(ctx context.Context, idHash string) error
+	Failures(ctx context.Context, limit int64, names ...string) (bool, time.Duration, error)
+	Failed(ctx context.Context, window time.Duration, names ...string) error
+	ForgetFailures(ctx context.Context, name string) error
+}
+
+// Service signs users in and keeps their sessions.
+type Service struct {
+	st  Store
+	cfg Config
+	// hashing bounds the password hashes computed at once: each takes the
+	// parameters' memory (19 MiB by default).
+	hashing chan struct{}
+	// decoy is checked when no user has the email, so that an unknown
+	// email takes as long as a wrong password.
+	decoy string
+	Now   func() time.Time
+}
+
+// New returns the service.
+func New(st Store, cfg Config) (*Service, error) {
+	if cfg.Params == (password.Params{}) {
+		cfg.Params = password.Default
+	}
+	decoy, err := password.Hash("decoy password, never anyone's", cfg.Params)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{st: st, cfg: cfg, hashing: make(chan struct{}, max(runtime.GOMAXPROCS(0), 2)), decoy: decoy, Now: time.Now}, nil
+}
+
+// hash hashes a new password, after checking it is acceptable.
+func (s *Service) hash(ctx context.Context, pw string) (string, error) {
+	if err := password.Check(pw); err != nil {
+		return "", apperr.New(apperr.Invalid, err.Error())
+	}
+	release, err := s.slot(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	return password.Hash(pw, s.cfg.Params)
+}
+
+// slot waits for a turn to hash.
+func (s *Service) slot(ctx context.Context) (func(), error) {
+	select {
+	case s.hashing <- struct{}{}:
+		return func() { <-s.hashing }, nil
+	case <-ctx.Done():
+		return nil, apperr.Transient(ctx.Err(), apperr.Unavailable, "busy signing others in: try again")
+	}
+}
+
+// Create makes a user of an account, with a password.
+func (s *Service) Create(ctx context.Context, accountID, email, pw string, admin bool) (*account.User, error) {
+	h, err := s.hash(ctx, pw)
+	if err != nil {
+		return nil, err
+	}
+	return s.st.CreateUser(ctx, accountID, email, h, admin)
+}
+
+// ByEmail returns the user with an email.
+func (s *Service) ByEmail(ctx context.Context, email string) (*account.User, error) {
+	u, _, err := s.st.UserByEmail(ctx, email)
+	return u, err
+}
+
+// ResetPassword sets a user's password and signs them out everywhere.
+func (s *Service) ResetPassword(ctx context.Context, email, pw string) (*account.User, error) {
+	u, err := s.ByEmail(ctx, email)
+	if err != nil {
+		return nil, err
+	}
+	h, err := s.hash(ctx, pw)
+	if err != nil {
+		return nil, err
+	}
+	return s.st.UpdateUser(ctx, u.ID, h, nil, nil)
+}
+
+// SetStatus disables (signing them out everywhere) or enables a user.
+func (s *Service) SetStatus(ctx context.Context, email string, st account.Status) (*account.User, error) {
+	u, err := s.ByEmail(ctx, email)
+	if err != nil {
+		return nil, err
+	}
+	return s.st.UpdateUser(ctx, u.ID, "", &st, nil)
+}
+
+// SetAdmin gives or takes the operator view.
+func (s *Service) SetAdmin(ctx context.Context, email string, admin bool) (*account.User, error) {
+	u, err := s.ByEmail(ctx, email)
+	if err != nil {
+		return nil, err
+	}
+	return s.st.UpdateUser(ctx, u.ID, "", nil, &admin)
+}
+
+// ThrottledError is a sign-in refused for the failures before it.
+type ThrottledError struct{ RetryAfter time.Duration }
+
+func (e *ThrottledError) Error() string {
+	return fmt.Sprintf("too many failed sign-ins from this address or for this email; try again in %s", e.RetryAfter.Round(time.Second))
+}
+
+// ErrorCode implements apperr.Coded.
+func (e *ThrottledError) ErrorCode() apperr.Code { return apperr.LimitExceeded }
+
+// ErrWrongCredentials answers a wrong password and an unknown email
+// alike.
+var ErrWrongCredentials = apperr.New(apperr.Unauthenticated, "wrong email or password")
+
+// A Signed is a session begun: Token is the cookie's value.
+type Signed struct {
+	Token   string
+	Session store.Session
+	User    *account.User
+}
+
+// SignIn checks an email and password from a client address and begins a
+// session. Wrong credentials are ErrWrongCredentials whatever was wrong;
+// past the failures allowed, *ThrottledError before any check.
+func (s *Service) SignIn(ctx context.Context, email, pw, addr string) (Signed, error) {
+	norm, err := account.NormalizeEmail(email)
+	if err != nil {
+		norm = email // counted all the same, under what was sent
+	}
+	addrName, emailName := "addr:"+addr, "email:"+account.HashEmail(norm)
+	for _, c := range []struct {
+		name  string
+		limit int64
+	}{{addrName, s.cfg.MaxPerAddr}, {emailName, s.cfg.MaxPerEmail}} {
+		if c.limit <= 0 {
+			continue // that count is off
+		}
+		over, wait, err := s.st.Failures(ctx, c.limit, c.name)
+		if err != nil {
+			return Signed{}, err
+		}
+		if over {
+			return Signed{}, &ThrottledError{RetryAfter: max(wait, time.Second)}
+		}
+	}
+	u, stored, err := s.st.UserByEmail(ctx, norm)
+	if err != nil && !errors.Is(err, store.ErrNoUser) {
+		return Signed{}, err
+	}
+	good, err := s.verify(ctx, pw, stored)
+	if err != nil {
+		return Signed{}, err
+	}
+	if u == nil || !good || u.Status != account.Active {
+		if err := s.st.Failed(ctx, s.cfg.FailWindow, addrName, emailName); err != nil {
+			return Signed{}, err
+		}
+		return Signed{}, ErrWrongCredentials
+	}
+	_ = s.st.ForgetFailures(ctx, emailName)
+	token, err := randomToken()
+	if err != nil {
+		return Signed{}, err
+	}
+	csrf, err := randomToken()
+	if err != nil {
+		return Signed{}, err
+	}
+	now := s.Now()
+	ss := store.Session{UserID: u.ID, AccountID: u.AccountID, CSRF: csrf, Gen: u.Gen, CreatedAt: now, Until: now.Add(s.cfg.Max)}
+	if err := s.st.SaveSession(ctx, TokenHash(token), ss, s.cfg.Idle); err != nil {
+		return Signed{}, err
+	}
+	return Signed{Token: token, Session: ss, User: u}, nil
+}
+
+// verify checks pw against stored, or against the decoy when there is no
+// user ("").
+func (s *Service) verify(ctx context.Context, pw, stored string) (bool, error) {
+	release, err := s.slot(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	if stored == "" {
+		_, _ = password.Verify(pw, s.decoy)
+		return false, nil
+	}
+	ok, err := password.Verify(pw, stored)
+	if err != nil {
+		return false, apperr.Wrap(err, apperr.Internal, "")
+	}
+	return ok, nil
+}
+
+// Session returns the session of a token and its user, keeping it alive;
+// store.ErrNoSession when it has ended (signed out, idle or past its
+// lifetime, or its user's password or status changed since).
+func (s *Service) Session(ctx context.Context, token string) (store.Session, *account.User, error) {
+	if token == "" || len(token) > 100 {
+		return store.Session{}, nil, store.ErrNoSession
+	}
+	h := TokenHash(token)
+	ss, err := s.st.TouchSession(ctx, h, s.cfg.Idle)
+	if err != nil {
+		return store.Session{}, nil, err
+	}
+	u, _, err := s.st.User(ctx, ss.UserID)
+	if errors.Is(err, store.ErrNoUser) || (err == nil && (u.Gen != ss.Gen || u.Status != account.Active)) {
+		_ = s.st.EndSession(ctx, h)
+		return store.Session{}, nil, store.ErrNoSession
+	}
+	if err != nil {
+		return store.Session{}, nil, err
+	}
+	return ss, u, nil
+}
+
+// SignOut ends a token's session.
+func (s *Service) SignOut(ctx context.Context, token string) error {
+	if token == "" {
+		return nil
+	}
+	return s.st.EndSession(ctx, TokenHash(token))
+}
+
+// TokenHash is the form a session's token is kept under.
+func TokenHash(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+func randomToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
