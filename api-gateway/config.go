@@ -37,6 +37,16 @@ type Config struct {
 	// AdminToken enables the admin API under /admin/v1 and guards it; unset,
 	// the admin routes do not exist.
 	AdminToken string `env:"EASEL_ADMIN_TOKEN"`
+	// Console serves the account console at /console (docs/console.md).
+	Console bool `env:"EASEL_CONSOLE" envDefault:"true"`
+	// A console session ends after ConsoleIdle unused, and ConsoleMax
+	// after sign-in whatever its use.
+	ConsoleIdle time.Duration `env:"EASEL_CONSOLE_SESSION_IDLE" envDefault:"2h"`
+	ConsoleMax  time.Duration `env:"EASEL_CONSOLE_SESSION_MAX" envDefault:"12h"`
+	// DevUserEmail and DevUserPassword, with DevAPIKey, make an admin
+	// console user of the dev account at start (make run prints them).
+	DevUserEmail    string `env:"EASEL_DEV_USER_EMAIL"`
+	DevUserPassword string `env:"EASEL_DEV_USER_PASSWORD"`
 	// Prices is the price table (package pricing).
 	Prices string `env:"EASEL_PRICES" envDefault:"standard=4,pro:1K=18,pro:2K=18,pro:4K=24"` // = pricing.Default
 	// Default per-key rate limits (requests per second) and per-account
@@ -210,6 +220,12 @@ func (c *Config) Validate() error {
 	}
 	if c.DevAPIKey != "" && !c.DevMode {
 		errs = append(errs, errors.New("EASEL_DEV_API_KEY works only with EASEL_DEV_MODE=true: a key everyone can read in the README must never open a production gateway; create keys with easelctl or the admin API"))
+	}
+	if c.ConsoleIdle < time.Minute || c.ConsoleMax < c.ConsoleIdle || c.ConsoleMax > 30*24*time.Hour {
+		errs = append(errs, fmt.Errorf("EASEL_CONSOLE_SESSION_IDLE %s and EASEL_CONSOLE_SESSION_MAX %s: want 1m <= idle <= max <= 720h", c.ConsoleIdle, c.ConsoleMax))
+	}
+	if (c.DevUserEmail != "" || c.DevUserPassword != "") && (c.DevAPIKey == "" || c.DevUserEmail == "" || c.DevUserPassword == "") {
+		errs = append(errs, errors.New("EASEL_DEV_USER_EMAIL and EASEL_DEV_USER_PASSWORD go together, with EASEL_DEV_API_KEY (development only)"))
 	}
 	if c.DevCredits < 0 {
 		errs = append(errs, errors.New("EASEL_DEV_CREDITS: want 0 or more"))

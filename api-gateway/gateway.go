@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +28,7 @@ import (
 	"github.com/easelhq/easel/api-gateway/internal/tasks"
 	"github.com/easelhq/easel/api-gateway/internal/watch"
 	"github.com/easelhq/easel/pkg/account"
+	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/prom"
@@ -33,6 +36,7 @@ import (
 	"github.com/easelhq/easel/pkg/service"
 	"github.com/easelhq/easel/pkg/signedurl"
 	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/users"
 )
 
 // Run serves the API until ctx is done, then drains in-flight requests for up
@@ -115,9 +119,20 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	hubCtx, stopHub := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHub()
 	go hub.Run(hubCtx, taskStore, log)
+	userStore := store.NewUsers(db)
+	people, err := users.New(userStore, users.Config{Idle: cfg.ConsoleIdle, Max: cfg.ConsoleMax, FailWindow: users.Defaults.FailWindow,
+		MaxPerEmail: users.Defaults.MaxPerEmail, MaxPerAddr: users.Defaults.MaxPerAddr})
+	if err != nil {
+		return err
+	}
 	var admin *api.AdminDeps
 	if cfg.AdminToken != "" {
-		admin = &api.AdminDeps{Token: cfg.AdminToken, Accounts: accounts, Secrets: hooks, Catalog: cat}
+		admin = &api.AdminDeps{Token: cfg.AdminToken, Accounts: accounts, Secrets: hooks, Catalog: cat, Users: people}
+	}
+	var console *api.ConsoleDeps
+	if cfg.Console {
+		console = &api.ConsoleDeps{Users: people, Accounts: accounts, Directory: userStore, Secrets: hooks, Catalog: cat,
+			SecureCookie: strings.HasPrefix(cfg.PublicURL, "https://"), Origins: []string{originOf(cfg.PublicURL)}}
 	}
 	handler := api.New(api.Deps{
 		Log:     log,
@@ -128,6 +143,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		// What requests get while the limiter cannot reach Redis.
 		RateLimitFailOpen: cfg.RateLimitFailOpen,
 		Admin:             admin,
+		Console:           console,
 		Decoder:           &createreq.Decoder{Catalog: cat, Egress: cfg.EgressPolicy()},
 		Signer:            signedurl.New(secret, cfg.PublicURL),
 		Blobs:             blobs,
@@ -185,7 +201,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 
 	// Serving already (/healthz answers, /readyz says not ready), wait for
 	// Redis, then do what needs it.
-	if err := start(ctx, cfg, deps, accounts, log); err != nil {
+	if err := start(ctx, cfg, deps, accounts, people, log); err != nil {
 		_ = srv.Close()
 		return err
 	}
@@ -255,7 +271,7 @@ func (o *opsServer) stop() {
 }
 
 // start waits for Redis and makes the dev key work, if one is set.
-func start(ctx context.Context, cfg Config, deps *service.Deps, accounts *store.Accounts, log *zap.Logger) error {
+func start(ctx context.Context, cfg Config, deps *service.Deps, accounts *store.Accounts, people *users.Service, log *zap.Logger) error {
 	if err := deps.WaitRedis(ctx, cfg.Common, log); err != nil {
 		return err
 	}
@@ -269,7 +285,25 @@ func start(ctx context.Context, cfg Config, deps *service.Deps, accounts *store.
 		return fmt.Errorf("EASEL_DEV_API_KEY: %w", err)
 	}
 	log.Warn("EASEL_DEV_API_KEY is set: its account can use the API (development only)", zap.String("account_id", a.ID))
+	if cfg.DevUserEmail == "" {
+		return nil
+	}
+	// The dev account's console user, an admin; made once (every gateway
+	// tries: the first wins, the others find it).
+	if _, err := people.Create(ctx, a.ID, cfg.DevUserEmail, cfg.DevUserPassword, true); err != nil && apperr.CodeOf(err) != apperr.Conflict {
+		return fmt.Errorf("EASEL_DEV_USER_EMAIL: %w", err)
+	}
+	log.Warn("EASEL_DEV_USER_EMAIL is set: a console user of the dev account (development only)", zap.String("email", cfg.DevUserEmail))
 	return nil
+}
+
+// originOf is the scheme://host of a URL, "" if it has none.
+func originOf(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || p.Scheme == "" || p.Host == "" {
+		return ""
+	}
+	return p.Scheme + "://" + p.Host
 }
 
 func modelIDs(c *catalog.Catalog) []string {

@@ -82,6 +82,15 @@ type Charge struct {
 	SpendLimit int64
 }
 
+// Caller is who creates a task: an account, through one of its API keys
+// (KeyHash, account.HashKey, with the key's SpendLimit, 0 for none) or
+// not (the console: KeyHash "").
+type Caller struct {
+	AccountID  string
+	KeyHash    string
+	SpendLimit int64
+}
+
 // Replayed is the answer to a create whose idempotency key an earlier
 // create of the account used with the same body: nothing was created or
 // charged, and TaskID is the earlier create's task.

@@ -32,7 +32,8 @@ type AdminAccounts interface {
 	SetStatus(ctx context.Context, id string, st account.Status) error
 	AddCredits(ctx context.Context, id string, n int64, note string) (int64, error)
 	Ledger(ctx context.Context, id string, limit int64) ([]account.LedgerEntry, error)
-	CreateKey(ctx context.Context, accountID string) (string, *account.Key, error)
+	NewKey(ctx context.Context, accountID string, spec account.KeySpec) (string, *account.Key, error)
+	UpdateKey(ctx context.Context, accountID, keyOrPrefix string, u account.KeyUpdate) (*account.Key, error)
 	Keys(ctx context.Context, accountID string) ([]*account.Key, error)
 	RevokeKey(ctx context.Context, keyOrPrefix string) (*account.Key, error)
 }
@@ -43,6 +44,14 @@ type AdminSecrets interface {
 	RotateSecret(ctx context.Context, accountID string) (string, time.Time, error)
 }
 
+// AdminUsers makes and changes console users (users.Service).
+type AdminUsers interface {
+	Create(ctx context.Context, accountID, email, pw string, admin bool) (*account.User, error)
+	ResetPassword(ctx context.Context, email, pw string) (*account.User, error)
+	SetStatus(ctx context.Context, email string, st account.Status) (*account.User, error)
+	SetAdmin(ctx context.Context, email string, admin bool) (*account.User, error)
+}
+
 // AdminDeps enables the admin API.
 type AdminDeps struct {
 	// Token is the Bearer token every admin request must carry.
@@ -50,6 +59,8 @@ type AdminDeps struct {
 	Accounts AdminAccounts
 	Secrets  AdminSecrets
 	Catalog  *catalog.Catalog
+	// Users, when not nil, adds the console users' routes.
+	Users AdminUsers
 }
 
 type admin struct {
@@ -74,6 +85,14 @@ func registerAdmin(g *echo.Group, h *handlers, d *AdminDeps) {
 	get(g, "/accounts/:id/webhook-secret", a.webhookSecret)
 	g.POST("/accounts/:id/webhook-secret/rotate", a.rotateWebhookSecret)
 	g.POST("/keys/revoke", a.revokeKey)
+	g.PATCH("/keys/:prefix", a.updateKey)
+	if d.Users != nil {
+		g.POST("/users", a.createUser)
+		g.POST("/users/reset-password", a.resetPassword)
+		g.POST("/users/disable", a.setUserStatus(account.Disabled))
+		g.POST("/users/enable", a.setUserStatus(account.Active))
+		g.POST("/users/admin", a.setUserAdmin)
+	}
 }
 
 // guard checks the admin token, comparing hashes in constant time, under
@@ -125,18 +144,6 @@ func bind(c echo.Context, v any) error {
 	return nil
 }
 
-func (a *admin) tiers(models []string) ([]catalog.Tier, error) {
-	out := make([]catalog.Tier, 0, len(models))
-	for _, m := range models {
-		t, ok := a.Catalog.ParseTier(m)
-		if !ok {
-			return nil, apperr.Errorf(apperr.Invalid, "unknown model %q: use standard, pro or a model id (%s)", m, a.Catalog.IDs())
-		}
-		out = append(out, t)
-	}
-	return out, nil
-}
-
 type accountRequest struct {
 	Name           string   `json:"name"`
 	Credits        int64    `json:"credits"`
@@ -159,7 +166,7 @@ func (a *admin) createAccount(c echo.Context) error {
 	if err := bind(c, &req); err != nil {
 		return err
 	}
-	tiers, err := a.tiers(req.Models)
+	tiers, err := parseTiers(a.Catalog, req.Models)
 	if err != nil {
 		return err
 	}
@@ -190,24 +197,36 @@ func (a *admin) showAccount(c echo.Context) error {
 	return ok(c, acct)
 }
 
-func (a *admin) setLimits(c echo.Context) error {
-	var req struct {
-		RateLimit      *int      `json:"rate_limit"`
-		QueryRateLimit *int      `json:"query_rate_limit"`
-		MaxInflight    *int      `json:"max_inflight"`
-		Weight         *int      `json:"weight"`
-		Models         *[]string `json:"models"`
+// limitsRequest is a change of an account's limits, as the admin API
+// and the console's operator view take it.
+type limitsRequest struct {
+	RateLimit      *int      `json:"rate_limit"`
+	QueryRateLimit *int      `json:"query_rate_limit"`
+	MaxInflight    *int      `json:"max_inflight"`
+	Weight         *int      `json:"weight"`
+	Models         *[]string `json:"models"`
+}
+
+func (r limitsRequest) update(cat *catalog.Catalog) (account.LimitsUpdate, error) {
+	l := account.LimitsUpdate{RateLimit: r.RateLimit, QueryRateLimit: r.QueryRateLimit, MaxInflight: r.MaxInflight, Weight: r.Weight}
+	if r.Models != nil {
+		tiers, err := parseTiers(cat, *r.Models)
+		if err != nil {
+			return l, err
+		}
+		l.Models = &tiers
 	}
+	return l, nil
+}
+
+func (a *admin) setLimits(c echo.Context) error {
+	var req limitsRequest
 	if err := bind(c, &req); err != nil {
 		return err
 	}
-	l := account.LimitsUpdate{RateLimit: req.RateLimit, QueryRateLimit: req.QueryRateLimit, MaxInflight: req.MaxInflight, Weight: req.Weight}
-	if req.Models != nil {
-		tiers, err := a.tiers(*req.Models)
-		if err != nil {
-			return err
-		}
-		l.Models = &tiers
+	l, err := req.update(a.Catalog)
+	if err != nil {
+		return err
 	}
 	acct, err := a.Accounts.SetLimits(c.Request().Context(), c.Param("id"), l)
 	if err != nil {
@@ -264,13 +283,122 @@ func (a *admin) ledger(c echo.Context) error {
 	return ok(c, entries)
 }
 
+// createKey makes a key; the body (optional) gives its name and limits,
+// as the console's.
 func (a *admin) createKey(c echo.Context) error {
-	key, k, err := a.Accounts.CreateKey(c.Request().Context(), c.Param("id"))
+	var req keyRequest
+	if c.Request().ContentLength != 0 {
+		if err := bind(c, &req); err != nil {
+			return err
+		}
+	}
+	spec, err := req.spec(a.Catalog)
+	if err != nil {
+		return err
+	}
+	key, k, err := a.Accounts.NewKey(c.Request().Context(), c.Param("id"), spec)
 	if err != nil {
 		return err
 	}
 	c.Response().Header().Set("Cache-Control", "no-store")
-	return ok(c, map[string]any{"key": key, "prefix": k.Prefix, "account_id": k.AccountID, "created_at": k.CreatedAt})
+	// The key, shown this once, beside what is kept of it.
+	return ok(c, newKeyReply{Secret: key, Key: k})
+}
+
+type newKeyReply struct {
+	Secret string `json:"key"`
+	*account.Key
+}
+
+// updateKey renames a key or changes its limits.
+func (a *admin) updateKey(c echo.Context) error {
+	var req keyRequest
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	u, err := req.update(a.Catalog)
+	if err != nil {
+		return err
+	}
+	k, err := a.Accounts.UpdateKey(c.Request().Context(), "", c.Param("prefix"), u)
+	if err != nil {
+		return err
+	}
+	return ok(c, k)
+}
+
+type userRequest struct {
+	AccountID string `json:"account_id"`
+	Email     string `json:"email"`
+	Password  string `json:"password"`
+	Admin     bool   `json:"admin"`
+}
+
+func (a *admin) createUser(c echo.Context) error {
+	var req userRequest
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	if req.AccountID == "" || req.Email == "" || req.Password == "" {
+		return apperr.New(apperr.Invalid, "account_id, email and password are required")
+	}
+	u, err := a.Users.Create(c.Request().Context(), req.AccountID, req.Email, req.Password, req.Admin)
+	if err != nil {
+		return err
+	}
+	return ok(c, u)
+}
+
+func (a *admin) resetPassword(c echo.Context) error {
+	var req struct {
+		Email    string `json:"email"`
+		Password string `json:"password"`
+	}
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	if req.Email == "" || req.Password == "" {
+		return apperr.New(apperr.Invalid, "email and password are required")
+	}
+	u, err := a.Users.ResetPassword(c.Request().Context(), req.Email, req.Password)
+	if err != nil {
+		return err
+	}
+	return ok(c, u)
+}
+
+func (a *admin) setUserStatus(st account.Status) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		var req struct {
+			Email string `json:"email"`
+		}
+		if err := bind(c, &req); err != nil {
+			return err
+		}
+		u, err := a.Users.SetStatus(c.Request().Context(), req.Email, st)
+		if err != nil {
+			return err
+		}
+		return ok(c, u)
+	}
+}
+
+func (a *admin) setUserAdmin(c echo.Context) error {
+	var req struct {
+		Email string `json:"email"`
+		Admin *bool  `json:"admin"`
+	}
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	if req.Admin == nil {
+		return apperr.New(apperr.Invalid, "admin (true or false) is required")
+	}
+	u, err := a.Users.SetAdmin(c.Request().Context(), req.Email, *req.Admin)
+	if err != nil {
+		return err
+	}
+	return ok(c, u)
 }
 
 func (a *admin) listKeys(c echo.Context) error {

@@ -37,7 +37,7 @@ import (
 type Tasks interface {
 	// Create creates a task; under an idempotency key (idem.Key not empty)
 	// a repeat of an earlier create returns its task, Replayed.
-	Create(ctx context.Context, accountID string, in task.Input, idem task.Idempotency) (task.Created, error)
+	Create(ctx context.Context, by task.Caller, in task.Input, idem task.Idempotency) (task.Created, error)
 	Get(ctx context.Context, accountID, taskID string) (*task.Task, error)
 	Cancel(ctx context.Context, accountID, taskID string) (task.Cancellation, error)
 	List(ctx context.Context, accountID string, f task.Filter) ([]*task.Task, string, error)
@@ -104,6 +104,8 @@ type Deps struct {
 	Now            func() time.Time
 	// Admin, when not nil, adds the admin API under /admin/v1.
 	Admin *AdminDeps
+	// Console, when not nil, adds the account console at /console.
+	Console *ConsoleDeps
 	// Metrics records requests, creates and refusals (nil: recorded
 	// nowhere).
 	Metrics *metrics.Metrics
@@ -278,6 +280,9 @@ func New(d Deps) *echo.Echo {
 	if d.Admin != nil {
 		registerAdmin(e.Group("/admin/v1", h.deadline), h, d.Admin)
 	}
+	if d.Console != nil {
+		registerConsole(e, h, d.Console)
+	}
 	if d.MetricsHandler != nil {
 		get(e, "/metrics", echo.WrapHandler(d.MetricsHandler))
 	}
@@ -432,11 +437,41 @@ func (h *handlers) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			return err
 		}
+		if err := h.keyLimits(c, acct.Via); err != nil {
+			h.Metrics.AuthRefused(metrics.AuthKeyLimit)
+			return err
+		}
 		c.Set(ctxKeyHash, account.HashKey(key))
 		logging.AddFields(c.Request().Context(), zap.String("account_id", acct.ID))
 		c.Set(ctxAccount, acct)
 		return next(c)
 	}
+}
+
+// keyLimits applies what an API key's limits say at authentication: its
+// expiry (401) and the client addresses it is accepted from (403, the
+// address as the trusted-proxy rules found it). Its models are checked
+// once a create's model is known (createTask), its spend limit where it
+// is charged.
+func (h *handlers) keyLimits(c echo.Context, k *account.Key) error {
+	if k == nil {
+		return nil
+	}
+	if k.Expired(h.Now()) {
+		return apperr.Errorf(apperr.Unauthenticated, "API key %s expired at %s", k.Prefix, k.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	if addr := c.RealIP(); !k.AllowsAddr(addr) {
+		return apperr.Errorf(apperr.Forbidden, "API key %s may not be used from this address (%s): it is limited to %s", k.Prefix, clipID(addr), joinPrefixes(k.AllowedIPs))
+	}
+	return nil
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ", ")
 }
 
 // ipExtractor finds a request's client address: the TCP peer, or the

@@ -77,6 +77,7 @@ var echoMessages = map[int]string{
 func message(err error) string {
 	var (
 		credits  *apperr.InsufficientCreditsError
+		spend    *apperr.SpendLimitError
 		inflight *apperr.InflightLimitError
 		model    *apperr.ModelNotAllowedError
 		notFound *apperr.NotFoundError
@@ -86,6 +87,8 @@ func message(err error) string {
 	case errors.As(err, &unknown):
 		return fmt.Sprintf("the task store stopped answering: task %s may have been created. Query it after %s: found, it was created and charged; not found, it was not. Or retry with the same Idempotency-Key",
 			unknown.TaskID, unknown.SettledBy.UTC().Format(time.RFC3339))
+	case errors.As(err, &spend):
+		return fmt.Sprintf("API key spend limit reached: the key may spend %d credits, it has spent %d and this task costs %d", spend.Limit, spend.Spent, spend.Price)
 	case errors.As(err, &credits):
 		return fmt.Sprintf("insufficient credits: this task costs %d credits and the balance is %d", credits.Price, credits.Balance)
 	case errors.As(err, &inflight):

@@ -71,22 +71,7 @@ func (h *handlers) playground(c echo.Context) error {
 	if name == "" || name == playgroundIndex {
 		return h.playgroundPage(c)
 	}
-	ctype := playgroundAssetType(name)
-	if ctype == "" || strings.Contains(name, "/") {
-		return echo.ErrNotFound
-	}
-	b, err := playgroundFiles.ReadFile(playgroundDir + "/" + name)
-	if errors.Is(err, fs.ErrNotExist) {
-		return echo.ErrNotFound
-	}
-	if err != nil {
-		return err
-	}
-	cache := cacheRevalidate
-	if v := c.QueryParam("v"); v != "" && v == contentVersion(b) {
-		cache = cacheImmutable
-	}
-	return h.servePlayground(c, name, ctype, cache, b)
+	return h.pageAsset(c, playgroundFiles, playgroundDir, name)
 }
 
 // playgroundModel is a model as the page's select offers it.
@@ -126,25 +111,54 @@ func (h *handlers) playgroundPage(c echo.Context) error {
 			data.Models = append(data.Models, playgroundModel{ID: m.ID, Tier: m.Tier, ImageSize: m.SupportsImageSize()})
 		}
 	}
-	entries, err := fs.ReadDir(playgroundFiles, playgroundDir)
-	if err != nil {
+	if data.Versions, err = assetVersions(playgroundFiles, playgroundDir); err != nil {
 		return err
-	}
-	for _, e := range entries {
-		if e.IsDir() || playgroundAssetType(e.Name()) == "" {
-			continue
-		}
-		b, err := playgroundFiles.ReadFile(playgroundDir + "/" + e.Name())
-		if err != nil {
-			return err
-		}
-		data.Versions[e.Name()] = contentVersion(b)
 	}
 	var buf bytes.Buffer
 	if err := tmpl.Execute(&buf, data); err != nil {
 		return err
 	}
-	return h.servePlayground(c, playgroundIndex, "text/html; charset=utf-8", cacheRevalidate, buf.Bytes())
+	return h.servePage(c, playgroundIndex, "text/html; charset=utf-8", cacheRevalidate, buf.Bytes())
+}
+
+// assetVersions are the content hashes of a page's assets, by name.
+func assetVersions(files fs.FS, dir string) (map[string]string, error) {
+	entries, err := fs.ReadDir(files, dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		if e.IsDir() || playgroundAssetType(e.Name()) == "" {
+			continue
+		}
+		b, err := fs.ReadFile(files, dir+"/"+e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out[e.Name()] = contentVersion(b)
+	}
+	return out, nil
+}
+
+// pageAsset serves one of an embedded page's assets, by name.
+func (h *handlers) pageAsset(c echo.Context, files fs.FS, dir, name string) error {
+	ctype := playgroundAssetType(name)
+	if ctype == "" || strings.Contains(name, "/") {
+		return echo.ErrNotFound
+	}
+	b, err := fs.ReadFile(files, dir+"/"+name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return echo.ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	cache := cacheRevalidate
+	if v := c.QueryParam("v"); v != "" && v == contentVersion(b) {
+		cache = cacheImmutable
+	}
+	return h.servePage(c, name, ctype, cache, b)
 }
 
 // contentVersion is a short hash of an asset's bytes.
@@ -153,9 +167,10 @@ func contentVersion(b []byte) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// servePlayground writes one of the page's files with its security and
-// caching headers; an If-None-Match of its ETag is 304.
-func (h *handlers) servePlayground(c echo.Context, name, ctype, cache string, b []byte) error {
+// servePage writes one of a page's files (the playground's, the
+// console's) with its security and caching headers; an If-None-Match of
+// its ETag is 304.
+func (h *handlers) servePage(c echo.Context, name, ctype, cache string, b []byte) error {
 	sum := sha256.Sum256(b)
 	hdr := c.Response().Header()
 	hdr.Set(echo.HeaderContentType, ctype)
@@ -163,7 +178,8 @@ func (h *handlers) servePlayground(c echo.Context, name, ctype, cache string, b 
 	hdr.Set("Cache-Control", cache)
 	hdr.Set("Content-Security-Policy", h.playgroundCSP())
 	hdr.Set("X-Content-Type-Options", "nosniff")
-	// The page holds an API key and shows signed URLs: no referrer leaves it.
+	// The page holds an API key or a session and shows signed URLs: no
+	// referrer leaves it.
 	hdr.Set("Referrer-Policy", "no-referrer")
 	hdr.Set("X-Frame-Options", "DENY")
 	hdr.Set("Cross-Origin-Opener-Policy", "same-origin")

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"github.com/easelhq/easel/pkg/catalog"
 	"io"
 	"net/http"
 	"net/textproto"
@@ -70,7 +71,23 @@ func (h *handlers) createTask(c echo.Context, model *string) (task.Created, erro
 		return task.Created{}, err
 	}
 	*model = req.Model.ID
-	return h.Tasks.Create(r.Context(), accountOf(c).ID, req, idem)
+	acct := accountOf(c)
+	by := task.Caller{AccountID: acct.ID}
+	if k := acct.Via; k != nil {
+		if !k.AllowsModel(req.Model.Tier) {
+			return task.Created{}, apperr.Errorf(apperr.Forbidden, "API key %s may not use model %s: it is limited to %s", k.Prefix, req.Model.ID, joinTiers(k.Models))
+		}
+		by.KeyHash, by.SpendLimit = c.Get(ctxKeyHash).(string), k.SpendLimit
+	}
+	return h.Tasks.Create(r.Context(), by, req, idem)
+}
+
+func joinTiers(ts []catalog.Tier) string {
+	s := make([]string, len(ts))
+	for i, t := range ts {
+		s[i] = string(t)
+	}
+	return strings.Join(s, ", ")
 }
 
 // Idempotent creates: a client that sends the same Idempotency-Key again

@@ -48,6 +48,9 @@ const (
 	// AuthLimited: the client address failed authentication too often
 	// lately (EASEL_AUTH_FAIL_RATE), refused before any lookup.
 	AuthLimited = "limited"
+	// AuthKeyLimit: the key has expired, or is not accepted from the
+	// client's address.
+	AuthKeyLimit = "key_limit"
 )
 
 // Limits that refuse requests (easel_rate_limit_refusals_total's limit).
@@ -83,7 +86,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			"limit"),
 		debited: v.Counter("credits_debited_total", "Credits charged for tasks created, by model.", "model"),
 	}
-	for _, r := range []string{AuthMissing, AuthInvalid, AuthDisabled, AuthLimited} {
+	for _, r := range []string{AuthMissing, AuthInvalid, AuthDisabled, AuthLimited, AuthKeyLimit} {
 		m.authRefusals.WithLabelValues(r)
 	}
 	for _, l := range []string{LimitCreate, LimitQuery, LimitInflight} {

@@ -42,7 +42,7 @@ func TestInitialSeries(t *testing.T) {
 	New(reg).InitModels([]string{std})
 	got := promtest.Series(t, reg)
 	want := map[string]float64{`easel_credits_debited_total{model="` + std + `"}`: 0}
-	for _, r := range []string{"missing", "invalid", "disabled", "limited"} {
+	for _, r := range []string{"missing", "invalid", "disabled", "limited", "key_limit"} {
 		want[`easel_auth_refusals_total{reason="`+r+`"}`] = 0
 	}
 	for _, l := range []string{"create", "query", "inflight"} {

@@ -96,7 +96,9 @@ func NewService(d Deps, cfg Config) *Service {
 	return &Service{Deps: d, cfg: cfg, stats: map[string]cachedStats{}}
 }
 
-// Create records a pending task for an account, charging its price, and
+// Create records a pending task for an account (by: the caller, whose API
+// key, if any, is charged the price too, within its spend limit:
+// *apperr.SpendLimitError past it), charging its price, and
 // queues its job; in must have its defaults applied. Under an idempotency
 // key (idem.Key not empty) a create the account made before with the same
 // key and body is not made again: its task comes back Replayed, and
@@ -114,7 +116,8 @@ func NewService(d Deps, cfg Config) *Service {
 // queue's write but not the task's, the record holds the job's payload and
 // the workers' recovery queues it (the task's queue check, store.Tasks.Due),
 // so a charged task always runs or is refunded.
-func (s *Service) Create(ctx context.Context, accountID string, in task.Input, idem task.Idempotency) (task.Created, error) {
+func (s *Service) Create(ctx context.Context, by task.Caller, in task.Input, idem task.Idempotency) (task.Created, error) {
+	accountID := by.AccountID
 	id, err := s.IDs.New()
 	if err != nil {
 		return task.Created{}, apperr.Wrap(err, apperr.Internal, "")
@@ -145,6 +148,8 @@ func (s *Service) Create(ctx context.Context, accountID string, in task.Input, i
 		Idempotency: idem,
 		// The task's number in its queue, for its position while pending.
 		Queue: jobs.Queue(in.Model.Tier),
+		// The key's spend, and its limit.
+		KeyHash: by.KeyHash, SpendLimit: by.SpendLimit,
 	}
 	// A create held up past the request's deadline (Redis hung) never
 	// applies: from then on its outcome is certain. A request without a

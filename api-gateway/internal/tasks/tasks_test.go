@@ -157,7 +157,7 @@ func TestCreate(t *testing.T) {
 	ctx := context.Background()
 	in := task.Input{Model: pro, Prompt: "a cat", AspectRatio: "16:9", ImageSize: "4K"}
 	before := time.Now()
-	c, err := f.svc.Create(ctx, f.acct, in, task.Idempotency{})
+	c, err := f.svc.Create(ctx, task.Caller{AccountID: f.acct}, in, task.Idempotency{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestCreateLeavesTheJobForTheReconciler(t *testing.T) {
 	f.q.block = make(chan struct{})
 	errc := make(chan error, 1)
 	go func() {
-		_, err := f.svc.Create(ctx, f.acct, task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}, task.Idempotency{})
+		_, err := f.svc.Create(ctx, task.Caller{AccountID: f.acct}, task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}, task.Idempotency{})
 		errc <- err
 	}()
 	<-f.q.entered // charged and recorded; the enqueue hangs: the process "dies" here
@@ -330,7 +330,7 @@ func TestCreateFailures(t *testing.T) {
 			if tt.setup != nil {
 				tt.setup(f)
 			}
-			c, err := f.svc.Create(context.Background(), f.acct, in, task.Idempotency{})
+			c, err := f.svc.Create(context.Background(), task.Caller{AccountID: f.acct}, in, task.Idempotency{})
 			if err == nil || c != (task.Created{}) {
 				t.Fatalf("Create = %+v, %v; want an error", c, err)
 			}
@@ -351,7 +351,7 @@ func TestCreateFailures(t *testing.T) {
 func TestGet(t *testing.T) {
 	f := newFixture(t, 100)
 	ctx := context.Background()
-	c, err := f.svc.Create(ctx, f.acct, task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}, task.Idempotency{})
+	c, err := f.svc.Create(ctx, task.Caller{AccountID: f.acct}, task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}, task.Idempotency{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +379,7 @@ func TestCancel(t *testing.T) {
 	ctx := context.Background()
 	in := task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K",
 		Callback: task.Callback{URL: "https://hooks.example.com/x", Events: []string{task.EventCanceled}}}
-	pending, err := f.svc.Create(ctx, f.acct, in, task.Idempotency{})
+	pending, err := f.svc.Create(ctx, task.Caller{AccountID: f.acct}, in, task.Idempotency{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +398,7 @@ func TestCancel(t *testing.T) {
 		t.Errorf("runs stopped for a pending task: %v", f.q.stopped)
 	}
 
-	processing, err := f.svc.Create(ctx, f.acct, task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}, task.Idempotency{})
+	processing, err := f.svc.Create(ctx, task.Caller{AccountID: f.acct}, task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}, task.Idempotency{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,11 +440,11 @@ func TestCreateParkedThenAdmitted(t *testing.T) {
 			f := newFixtureWith(t, 100, store.Options{Share: 1})
 			ctx := context.Background()
 			in := task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}
-			first, err := f.svc.Create(ctx, f.acct, in, task.Idempotency{})
+			first, err := f.svc.Create(ctx, task.Caller{AccountID: f.acct}, in, task.Idempotency{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			parked, err := f.svc.Create(ctx, f.acct, in, task.Idempotency{})
+			parked, err := f.svc.Create(ctx, task.Caller{AccountID: f.acct}, in, task.Idempotency{})
 			if err != nil || parked.ID == "" || parked.Price != 4 || parked.Replayed {
 				t.Fatalf("Create past the account's share = %+v, %v; want it to stand, charged 4", parked, err)
 			}
@@ -517,11 +517,11 @@ func TestAbortAdmitsTheNextTask(t *testing.T) {
 	f.q.block = make(chan struct{})
 	errc := make(chan error, 1)
 	go func() {
-		_, err := f.svc.Create(ctx, f.acct, in, task.Idempotency{})
+		_, err := f.svc.Create(ctx, task.Caller{AccountID: f.acct}, in, task.Idempotency{})
 		errc <- err
 	}()
 	<-f.q.entered // the first is admitted; its enqueue hangs
-	parked, err := f.svc.Create(ctx, f.acct, in, task.Idempotency{})
+	parked, err := f.svc.Create(ctx, task.Caller{AccountID: f.acct}, in, task.Idempotency{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -607,7 +607,7 @@ func TestCreateWithItsReplyLost(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			start := time.Now()
-			c, err := f.svc.Create(ctx, f.acct, in, task.Idempotency{})
+			c, err := f.svc.Create(ctx, task.Caller{AccountID: f.acct}, in, task.Idempotency{})
 			var unknown *apperr.OutcomeUnknownError
 			switch {
 			case tt.created:

@@ -111,6 +111,7 @@ Easel is running.
 
   URL:      %s
   API key:  %s
+  Console:  %s/console  (sign in as %s, password %s)
   Redis:    %s  (for bin/easelctl: export EASEL_REDIS_URL=%s)
 
   curl -s -X POST %s/v1/task/create \
@@ -118,7 +119,7 @@ Easel is running.
     -d '{"model":"%s-2.5-flash-image","task_type":"image","input":{"prompt":"a lighthouse at dusk"}}'
 
 Press Ctrl-C to stop.
-`, base, key, redisURL, redisURL, base, key, env["EASEL_MODEL_FAMILY"])
+`, base, key, base, env["EASEL_DEV_USER_EMAIL"], env["EASEL_DEV_USER_PASSWORD"], redisURL, redisURL, base, key, env["EASEL_MODEL_FAMILY"])
 
 	select {
 	case <-ctx.Done():
@@ -158,6 +159,10 @@ func stackEnv() (map[string]string, func(), error) {
 		_, _ = rand.Read(b)
 		env["EASEL_SIGNING_SECRET"] = hex.EncodeToString(b)
 	}
+	// The dev account's console user: a fixed sign-in, like make run's
+	// fixed key, for a local stack only.
+	setDefault("EASEL_DEV_USER_EMAIL", "dev@easel.localhost")
+	setDefault("EASEL_DEV_USER_PASSWORD", "easel-dev-password")
 	if env["EASEL_DEV_API_KEY"] == "" {
 		key, err := account.NewKey()
 		if err != nil {

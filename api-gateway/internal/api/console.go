@@ -1,0 +1,735 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"embed"
+	"encoding/csv"
+	"errors"
+	"html/template"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
+
+	"github.com/easelhq/easel/api-gateway/internal/ratelimit"
+	"github.com/easelhq/easel/pkg/account"
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/logging"
+	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/users"
+)
+
+// The account console: a page at /console and its JSON API under
+// /console/api, for the users of an account (docs/console.md). A user
+// signs in with an email and a password; the session is a cookie scoped
+// to /console, and every write also carries the session's CSRF token in
+// X-CSRF-Token and, from a browser, an Origin of the gateway's own.
+
+// Console paths and names.
+const (
+	PathConsole   = "/console"
+	consoleAPI    = "/console/api"
+	SessionCookie = "easel_session"
+	HeaderCSRF    = "X-CSRF-Token"
+	ctxUser       = "easel.user"
+	ctxSession    = "easel.session"
+)
+
+// ConsoleUsers signs users in and keeps their sessions (users.Service).
+type ConsoleUsers interface {
+	SignIn(ctx context.Context, email, pw, addr string) (users.Signed, error)
+	Session(ctx context.Context, token string) (store.Session, *account.User, error)
+	SignOut(ctx context.Context, token string) error
+}
+
+// ConsoleAccounts is what the console does with accounts, their keys,
+// credits and usage (store.Accounts).
+type ConsoleAccounts interface {
+	Get(ctx context.Context, id string) (*account.Account, error)
+	Keys(ctx context.Context, accountID string) ([]*account.Key, error)
+	NewKey(ctx context.Context, accountID string, spec account.KeySpec) (string, *account.Key, error)
+	UpdateKey(ctx context.Context, accountID, keyOrPrefix string, u account.KeyUpdate) (*account.Key, error)
+	RevokeKeyOf(ctx context.Context, accountID, keyOrPrefix string) (*account.Key, error)
+	LedgerPage(ctx context.Context, id, before string, limit int64) ([]account.LedgerEntry, string, error)
+	Usage(ctx context.Context, accountID string, days int) ([]account.UsageDay, error)
+	// The operator view.
+	Page(ctx context.Context, cursor string, limit int) ([]*account.Account, string, error)
+	SearchNames(ctx context.Context, q string, limit int) ([]*account.Account, error)
+	SetLimits(ctx context.Context, id string, l account.LimitsUpdate) (*account.Account, error)
+	SetStatus(ctx context.Context, id string, st account.Status) error
+	AddCredits(ctx context.Context, id string, n int64, note string) (int64, error)
+}
+
+// ConsoleDirectory finds an account's users, and a user by email, for
+// the operator view (store.Users).
+type ConsoleDirectory interface {
+	UsersOf(ctx context.Context, accountID string) ([]*account.User, error)
+	UserByEmail(ctx context.Context, email string) (*account.User, string, error)
+}
+
+// ConsoleDeps enables the console.
+type ConsoleDeps struct {
+	Users     ConsoleUsers
+	Accounts  ConsoleAccounts
+	Directory ConsoleDirectory
+	Secrets   AdminSecrets
+	Catalog   *catalog.Catalog
+	// SecureCookie marks the session cookie Secure (the gateway is
+	// reached over TLS: EASEL_PUBLIC_URL is https). A request that came
+	// over TLS gets it Secure anyway.
+	SecureCookie bool
+	// Origins are the origins besides the request's own host that may
+	// write (the public URL's).
+	Origins []string
+}
+
+type console struct {
+	ConsoleDeps
+	h *handlers
+}
+
+func registerConsole(e *echo.Echo, h *handlers, d *ConsoleDeps) {
+	cs := &console{ConsoleDeps: *d, h: h}
+	get(e, PathConsole, cs.page)
+	get(e, PathConsole+"/*", cs.page)
+
+	g := e.Group(consoleAPI, h.deadline, cs.noStore, cs.sameOrigin)
+	g.POST("/session", cs.signIn)
+	in := g.Group("", cs.session, cs.csrf)
+	get(in, "/session", cs.whoami)
+	in.DELETE("/session", cs.signOut)
+	get(in, "/catalog", cs.catalog)
+	get(in, "/account", cs.account)
+	get(in, "/keys", cs.listKeys)
+	in.POST("/keys", cs.createKey)
+	in.PATCH("/keys/:prefix", cs.renameKey)
+	in.POST("/keys/:prefix/revoke", cs.revokeKey)
+	get(in, "/ledger", cs.ledger)
+	get(in, "/usage", cs.usage)
+	get(in, "/usage.csv", cs.usageCSV)
+	get(in, "/webhook-secret", cs.webhookSecret)
+	in.POST("/webhook-secret/rotate", cs.rotateWebhookSecret)
+	// The public API's task routes, for the session's account: the
+	// console's gallery and playground.
+	in.POST("/task/create", h.create, h.limit(ratelimit.Create))
+	get(in, "/task/query", h.query, h.limit(ratelimit.Query))
+	get(in, "/task/list", h.list, h.limit(ratelimit.Query))
+	in.POST("/task/cancel", h.cancel, h.limit(ratelimit.Query))
+	get(in, "/task/webhooks", h.webhooks, h.limit(ratelimit.Query))
+	// The operator view: admin users only.
+	op := in.Group("/admin", cs.adminOnly)
+	get(op, "/accounts", cs.opAccounts)
+	get(op, "/accounts/:id", cs.opAccount)
+	op.POST("/accounts/:id/credits", cs.opCredits)
+	op.PATCH("/accounts/:id/limits", cs.opLimits)
+	op.POST("/accounts/:id/disable", cs.opStatus(account.Disabled))
+	op.POST("/accounts/:id/enable", cs.opStatus(account.Active))
+}
+
+// noStore keeps every console answer out of caches.
+func (cs *console) noStore(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Response().Header().Set("Cache-Control", "no-store")
+		return next(c)
+	}
+}
+
+func isWrite(method string) bool {
+	return method != http.MethodGet && method != http.MethodHead && method != http.MethodOptions
+}
+
+// sameOrigin refuses a write a browser sent from another origin: its
+// Origin must be the gateway's own (the Host it was sent to, or a
+// configured one), and a browser's Sec-Fetch-Site must not say
+// cross-site. A client that is no browser sends neither, and still needs
+// the session and its CSRF token.
+func (cs *console) sameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if !isWrite(r.Method) {
+			return next(c)
+		}
+		if site := r.Header.Get("Sec-Fetch-Site"); site == "cross-site" || site == "same-site" {
+			return apperr.New(apperr.Forbidden, "console writes are accepted from the console's own origin only")
+		}
+		if o := r.Header.Get(echo.HeaderOrigin); o != "" && !cs.ownOrigin(o, r.Host) {
+			return apperr.New(apperr.Forbidden, "console writes are accepted from the console's own origin only")
+		}
+		return next(c)
+	}
+}
+
+func (cs *console) ownOrigin(origin, host string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	if strings.EqualFold(u.Host, host) {
+		return true
+	}
+	return slices.ContainsFunc(cs.Origins, func(o string) bool { return strings.EqualFold(o, origin) })
+}
+
+// session finds the request's session (the cookie) and puts its user and
+// account on the request, as authenticate does for a key: the task routes
+// then serve the session's account.
+func (cs *console) session(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ck, err := c.Cookie(SessionCookie)
+		if err != nil {
+			return store.ErrNoSession
+		}
+		ctx := c.Request().Context()
+		ss, u, err := cs.Users.Session(ctx, ck.Value)
+		if err != nil {
+			return err
+		}
+		acct, err := cs.Accounts.Get(ctx, ss.AccountID)
+		if err != nil {
+			if apperr.CodeOf(err) == apperr.NotFound {
+				return store.ErrNoSession
+			}
+			return err
+		}
+		logging.AddFields(ctx, zap.String("account_id", acct.ID), zap.String("user_id", u.ID))
+		c.Set(ctxSession, ss)
+		c.Set(ctxUser, u)
+		c.Set(ctxAccount, acct)
+		// The session's rate-limit buckets: its user's own.
+		c.Set(ctxKeyHash, "console:"+u.ID)
+		return next(c)
+	}
+}
+
+// csrf checks a write carries the session's CSRF token.
+func (cs *console) csrf(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if !isWrite(c.Request().Method) {
+			return next(c)
+		}
+		ss := c.Get(ctxSession).(store.Session)
+		sent := c.Request().Header.Get(HeaderCSRF)
+		if sent == "" || subtle.ConstantTimeCompare([]byte(sent), []byte(ss.CSRF)) != 1 {
+			return apperr.Errorf(apperr.Forbidden, "missing or wrong %s header: send the csrf_token of the session", HeaderCSRF)
+		}
+		return next(c)
+	}
+}
+
+func (cs *console) adminOnly(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if !userOf(c).Admin {
+			return apperr.New(apperr.Forbidden, "the operator view is for admin users")
+		}
+		return next(c)
+	}
+}
+
+func userOf(c echo.Context) *account.User { return c.Get(ctxUser).(*account.User) }
+
+// sessionData is the answer of a sign-in and of GET /session.
+type sessionData struct {
+	User struct {
+		ID          string `json:"id"`
+		Email       string `json:"email"`
+		AccountID   string `json:"account_id"`
+		AccountName string `json:"account_name"`
+		Admin       bool   `json:"admin"`
+	} `json:"user"`
+	CSRFToken string    `json:"csrf_token"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+func (cs *console) sessionReply(c echo.Context, u *account.User, ss store.Session, accountName string) error {
+	var d sessionData
+	d.User.ID, d.User.Email, d.User.AccountID, d.User.AccountName, d.User.Admin = u.ID, u.Email, u.AccountID, accountName, u.Admin
+	d.CSRFToken, d.ExpiresAt = ss.CSRF, ss.Until.UTC()
+	return ok(c, d)
+}
+
+func (cs *console) signIn(c echo.Context) error {
+	var req struct {
+		Email    string `json:"email"`
+		Password string `json:"password"`
+	}
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	if req.Email == "" || req.Password == "" {
+		return apperr.New(apperr.Invalid, "email and password are required")
+	}
+	ctx := c.Request().Context()
+	// A cookie the client brought is not reused: its session ends, and
+	// the sign-in makes a new id (no session fixation).
+	if old, err := c.Cookie(SessionCookie); err == nil {
+		_ = cs.Users.SignOut(ctx, old.Value)
+	}
+	signed, err := cs.Users.SignIn(ctx, req.Email, req.Password, c.RealIP())
+	var throttled *users.ThrottledError
+	if errors.As(err, &throttled) {
+		c.Response().Header().Set("Retry-After", strconv.Itoa(max(ceilSeconds(throttled.RetryAfter), 1)))
+		return apperr.New(apperr.LimitExceeded, throttled.Error())
+	}
+	if err != nil {
+		return err
+	}
+	logging.From(ctx).Info("console sign-in", zap.String("user_id", signed.User.ID), zap.String("account_id", signed.User.AccountID))
+	name := ""
+	if a, err := cs.Accounts.Get(ctx, signed.User.AccountID); err == nil {
+		name = a.Name
+	}
+	cs.setCookie(c, signed.Token, signed.Session.Until)
+	return cs.sessionReply(c, signed.User, signed.Session, name)
+}
+
+// setCookie sets the session cookie: HttpOnly, SameSite=Lax, scoped to
+// the console (a result download never sees it), Secure over TLS.
+func (cs *console) setCookie(c echo.Context, value string, until time.Time) {
+	ck := &http.Cookie{Name: SessionCookie, Value: value, Path: PathConsole, HttpOnly: true, SameSite: http.SameSiteLaxMode,
+		Secure: cs.SecureCookie || c.Request().TLS != nil}
+	if until.IsZero() {
+		ck.MaxAge = -1
+	} else {
+		ck.Expires = until
+	}
+	c.SetCookie(ck)
+}
+
+func (cs *console) whoami(c echo.Context) error {
+	return cs.sessionReply(c, userOf(c), c.Get(ctxSession).(store.Session), accountOf(c).Name)
+}
+
+func (cs *console) signOut(c echo.Context) error {
+	ck, _ := c.Cookie(SessionCookie)
+	if err := cs.Users.SignOut(c.Request().Context(), ck.Value); err != nil {
+		return err
+	}
+	cs.setCookie(c, "", time.Time{})
+	return ok(c, nil)
+}
+
+type catalogModel struct {
+	ID        string       `json:"id"`
+	Tier      catalog.Tier `json:"tier"`
+	ImageSize bool         `json:"image_size"`
+}
+
+func (cs *console) catalog(c echo.Context) error {
+	out := struct {
+		Models       []catalogModel `json:"models"`
+		AspectRatios []string       `json:"aspect_ratios"`
+		ImageSizes   []string       `json:"image_sizes"`
+		DefaultRatio string         `json:"default_ratio"`
+	}{Models: []catalogModel{}, AspectRatios: catalog.AspectRatios, ImageSizes: catalog.ImageSizes, DefaultRatio: catalog.DefaultAspectRatio}
+	for _, m := range cs.Catalog.Models() {
+		out.Models = append(out.Models, catalogModel{ID: m.ID, Tier: m.Tier, ImageSize: m.SupportsImageSize()})
+	}
+	return ok(c, out)
+}
+
+func (cs *console) account(c echo.Context) error { return ok(c, accountOf(c)) }
+
+// keyView is a key as listed: with its state now.
+type keyView struct {
+	*account.Key
+	Status string `json:"status"`
+}
+
+func (cs *console) view(k *account.Key) keyView { return keyView{Key: k, Status: k.Status(cs.h.Now())} }
+
+func (cs *console) listKeys(c echo.Context) error {
+	keys, err := cs.Accounts.Keys(c.Request().Context(), accountOf(c).ID)
+	if err != nil {
+		return err
+	}
+	out := make([]keyView, len(keys))
+	for i, k := range keys {
+		out[i] = cs.view(k)
+	}
+	return ok(c, map[string]any{"keys": out})
+}
+
+// keyRequest is a key's name and limits as the console and the admin API
+// take them.
+type keyRequest struct {
+	Name       *string   `json:"name"`
+	Models     *[]string `json:"models"`
+	AllowedIPs *[]string `json:"allowed_ips"`
+	// ExpiresAt: RFC 3339; "" (an update) removes the expiry.
+	ExpiresAt  *string `json:"expires_at"`
+	SpendLimit *int64  `json:"spend_limit"`
+}
+
+// update reads r as a change of a key (nil fields: unchanged).
+func (r keyRequest) update(cat *catalog.Catalog) (account.KeyUpdate, error) {
+	u := account.KeyUpdate{Name: r.Name, SpendLimit: r.SpendLimit}
+	if r.Models != nil {
+		tiers, err := parseTiers(cat, *r.Models)
+		if err != nil {
+			return u, err
+		}
+		u.Models = &tiers
+	}
+	if r.AllowedIPs != nil {
+		ips, err := account.ParseAllowedIPs(*r.AllowedIPs)
+		if err != nil {
+			return u, err
+		}
+		u.AllowedIPs = &ips
+	}
+	if r.ExpiresAt != nil {
+		var t time.Time
+		if *r.ExpiresAt != "" {
+			var err error
+			if t, err = time.Parse(time.RFC3339, *r.ExpiresAt); err != nil {
+				return u, apperr.New(apperr.Invalid, "expires_at must be an RFC 3339 time, like 2027-01-31T00:00:00Z")
+			}
+		}
+		u.ExpiresAt = &t
+	}
+	return u, nil
+}
+
+// spec reads r as a new key.
+func (r keyRequest) spec(cat *catalog.Catalog) (account.KeySpec, error) {
+	u, err := r.update(cat)
+	if err != nil {
+		return account.KeySpec{}, err
+	}
+	var s account.KeySpec
+	if u.Name != nil {
+		s.Name = *u.Name
+	}
+	if u.Models != nil {
+		s.Models = *u.Models
+	}
+	if u.AllowedIPs != nil {
+		s.AllowedIPs = *u.AllowedIPs
+	}
+	if u.ExpiresAt != nil {
+		s.ExpiresAt = *u.ExpiresAt
+	}
+	if u.SpendLimit != nil {
+		s.SpendLimit = *u.SpendLimit
+	}
+	return s, nil
+}
+
+// parseTiers reads models given as tiers or model ids.
+func parseTiers(cat *catalog.Catalog, models []string) ([]catalog.Tier, error) {
+	out := make([]catalog.Tier, 0, len(models))
+	for _, m := range models {
+		t, ok := cat.ParseTier(m)
+		if !ok {
+			return nil, apperr.Errorf(apperr.Invalid, "unknown model %q: use standard, pro or a model id (%s)", clipID(m), cat.IDs())
+		}
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+func (cs *console) createKey(c echo.Context) error {
+	var req keyRequest
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	if req.Name == nil || strings.TrimSpace(*req.Name) == "" {
+		return apperr.New(apperr.Invalid, "name is required: what the key is for")
+	}
+	spec, err := req.spec(cs.Catalog)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	key, k, err := cs.Accounts.NewKey(ctx, accountOf(c).ID, spec)
+	if err != nil {
+		return err
+	}
+	logging.From(ctx).Info("console: API key created", zap.String("key_prefix", k.Prefix))
+	return ok(c, map[string]any{"key": key, "info": cs.view(k)})
+}
+
+func (cs *console) renameKey(c echo.Context) error {
+	var req struct {
+		Name *string `json:"name"`
+	}
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	if req.Name == nil {
+		return apperr.New(apperr.Invalid, "name is required")
+	}
+	k, err := cs.Accounts.UpdateKey(c.Request().Context(), accountOf(c).ID, c.Param("prefix"), account.KeyUpdate{Name: req.Name})
+	if err != nil {
+		return err
+	}
+	return ok(c, cs.view(k))
+}
+
+func (cs *console) revokeKey(c echo.Context) error {
+	ctx := c.Request().Context()
+	k, err := cs.Accounts.RevokeKeyOf(ctx, accountOf(c).ID, c.Param("prefix"))
+	if err != nil {
+		return err
+	}
+	logging.From(ctx).Info("console: API key revoked", zap.String("key_prefix", k.Prefix))
+	return ok(c, cs.view(k))
+}
+
+func (cs *console) ledger(c echo.Context) error {
+	limit := int64(50)
+	if s := c.QueryParam("limit"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 1 || n > 500 {
+			return apperr.New(apperr.Invalid, "limit must be 1 to 500")
+		}
+		limit = n
+	}
+	entries, next, err := cs.Accounts.LedgerPage(c.Request().Context(), accountOf(c).ID, c.QueryParam("before"), limit)
+	if err != nil {
+		return err
+	}
+	return ok(c, map[string]any{"entries": entries, "next": next})
+}
+
+func daysParam(c echo.Context) (int, error) {
+	days := 30
+	if s := c.QueryParam("days"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > store.UsageDays {
+			return 0, apperr.Errorf(apperr.Invalid, "days must be 1 to %d", store.UsageDays)
+		}
+		days = n
+	}
+	return days, nil
+}
+
+func (cs *console) usage(c echo.Context) error {
+	days, err := daysParam(c)
+	if err != nil {
+		return err
+	}
+	list, err := cs.Accounts.Usage(c.Request().Context(), accountOf(c).ID, days)
+	if err != nil {
+		return err
+	}
+	models := []string{}
+	for _, d := range list {
+		for m := range d.Models {
+			if !slices.Contains(models, m) {
+				models = append(models, m)
+			}
+		}
+	}
+	slices.Sort(models)
+	return ok(c, map[string]any{"days": list, "models": models})
+}
+
+// usageCSV answers the usage as CSV: date, model, tasks, credits, a row
+// per day and model used.
+func (cs *console) usageCSV(c echo.Context) error {
+	days, err := daysParam(c)
+	if err != nil {
+		return err
+	}
+	list, err := cs.Accounts.Usage(c.Request().Context(), accountOf(c).ID, days)
+	if err != nil {
+		return err
+	}
+	hdr := c.Response().Header()
+	hdr.Set(echo.HeaderContentType, "text/csv; charset=utf-8")
+	hdr.Set(echo.HeaderContentDisposition, `attachment; filename="easel-usage.csv"`)
+	c.Response().WriteHeader(http.StatusOK)
+	w := csv.NewWriter(c.Response())
+	_ = w.Write([]string{"date", "model", "tasks", "credits"})
+	for _, d := range list {
+		models := make([]string, 0, len(d.Models))
+		for m := range d.Models {
+			models = append(models, m)
+		}
+		slices.Sort(models)
+		for _, m := range models {
+			u := d.Models[m]
+			_ = w.Write([]string{d.Date, m, strconv.FormatInt(u.Tasks, 10), strconv.FormatInt(u.Credits, 10)})
+		}
+	}
+	w.Flush()
+	return w.Error()
+}
+
+func (cs *console) webhookSecret(c echo.Context) error {
+	id := accountOf(c).ID
+	secret, err := cs.Secrets.Secret(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return ok(c, map[string]string{"secret": secret})
+}
+
+func (cs *console) rotateWebhookSecret(c echo.Context) error {
+	secret, until, err := cs.Secrets.RotateSecret(c.Request().Context(), accountOf(c).ID)
+	if err != nil {
+		return err
+	}
+	return ok(c, map[string]any{"secret": secret, "previous_valid_until": until.UTC()})
+}
+
+// opAccounts lists accounts, newest first and paged, or finds them: q is
+// an account id, a user's email or the start of an account name.
+func (cs *console) opAccounts(c echo.Context) error {
+	ctx := c.Request().Context()
+	q := strings.TrimSpace(c.QueryParam("q"))
+	var (
+		list []*account.Account
+		next string
+		err  error
+	)
+	switch {
+	case q == "":
+		list, next, err = cs.Accounts.Page(ctx, c.QueryParam("cursor"), 50)
+	case strings.HasPrefix(q, "acct_"):
+		var a *account.Account
+		if a, err = cs.Accounts.Get(ctx, q); err == nil {
+			list = []*account.Account{a}
+		} else if apperr.CodeOf(err) == apperr.NotFound {
+			err = nil
+		}
+	case strings.Contains(q, "@"):
+		u, _, uerr := cs.Directory.UserByEmail(ctx, q)
+		if uerr == nil {
+			var a *account.Account
+			if a, err = cs.Accounts.Get(ctx, u.AccountID); err == nil {
+				list = []*account.Account{a}
+			}
+		} else if !errors.Is(uerr, store.ErrNoUser) {
+			err = uerr
+		}
+	default:
+		list, err = cs.Accounts.SearchNames(ctx, q, 50)
+	}
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []*account.Account{}
+	}
+	return ok(c, map[string]any{"accounts": list, "next": next})
+}
+
+func (cs *console) opAccount(c echo.Context) error {
+	ctx := c.Request().Context()
+	a, err := cs.Accounts.Get(ctx, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	keys, err := cs.Accounts.Keys(ctx, a.ID)
+	if err != nil {
+		return err
+	}
+	views := make([]keyView, len(keys))
+	for i, k := range keys {
+		views[i] = cs.view(k)
+	}
+	us, err := cs.Directory.UsersOf(ctx, a.ID)
+	if err != nil {
+		return err
+	}
+	return ok(c, map[string]any{"account": a, "keys": views, "users": us})
+}
+
+func (cs *console) opCredits(c echo.Context) error {
+	var req struct {
+		Amount *int64 `json:"amount"`
+		Note   string `json:"note"`
+	}
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	if req.Amount == nil {
+		return apperr.New(apperr.Invalid, "amount is required (negative for a correction)")
+	}
+	ctx := c.Request().Context()
+	note := req.Note
+	if note == "" {
+		note = "console: " + userOf(c).Email
+	}
+	bal, err := cs.Accounts.AddCredits(ctx, c.Param("id"), *req.Amount, note)
+	if err != nil {
+		return err
+	}
+	logging.From(ctx).Info("console operator: credits", zap.String("target_account", c.Param("id")), zap.Int64("amount", *req.Amount))
+	return ok(c, map[string]int64{"balance": bal})
+}
+
+func (cs *console) opLimits(c echo.Context) error {
+	var req limitsRequest
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	l, err := req.update(cs.Catalog)
+	if err != nil {
+		return err
+	}
+	a, err := cs.Accounts.SetLimits(c.Request().Context(), c.Param("id"), l)
+	if err != nil {
+		return err
+	}
+	return ok(c, a)
+}
+
+func (cs *console) opStatus(st account.Status) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ctx := c.Request().Context()
+		if err := cs.Accounts.SetStatus(ctx, c.Param("id"), st); err != nil {
+			return err
+		}
+		logging.From(ctx).Info("console operator: account status", zap.String("target_account", c.Param("id")), zap.String("status", string(st)))
+		a, err := cs.Accounts.Get(ctx, c.Param("id"))
+		if err != nil {
+			return err
+		}
+		return ok(c, a)
+	}
+}
+
+// consoleFiles are the console page's files: plain HTML, CSS and
+// JavaScript, with no build step and nothing loaded from elsewhere.
+//
+//go:embed console
+var consoleFiles embed.FS
+
+// page serves GET /console (a redirect to /console/), the page at
+// /console/ and its assets beside it. The page asks the API whether a
+// session exists and shows the sign-in form if not.
+func (cs *console) page(c echo.Context) error {
+	if c.Path() == PathConsole {
+		return c.Redirect(http.StatusMovedPermanently, PathConsole+"/")
+	}
+	name := c.Param("*")
+	if name != "" && name != "index.html" {
+		return cs.h.pageAsset(c, consoleFiles, "console", name)
+	}
+	tmpl, err := template.ParseFS(consoleFiles, "console/index.html")
+	if err != nil {
+		return err
+	}
+	versions, err := assetVersions(consoleFiles, "console")
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := tmpl.Execute(&buf, struct{ Versions map[string]string }{versions}); err != nil {
+		return err
+	}
+	return cs.h.servePage(c, "index.html", "text/html; charset=utf-8", cacheRevalidate, buf.Bytes())
+}

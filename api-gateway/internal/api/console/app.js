@@ -1,0 +1,1257 @@
+// Easel account console: plain JavaScript, no framework, no build step.
+// It talks only to /console/api/... on its own origin; the session cookie
+// authenticates, and every write sends the session's CSRF token.
+//
+// Safety rules kept throughout: text from the server is only ever put in
+// the page with textContent / append(string) (never innerHTML), no inline
+// styles or handlers (the page's CSP forbids them), charts are SVG built
+// with createElementNS.
+'use strict';
+
+(() => {
+  const API = '/console/api';
+  const SECTIONS = ['keys', 'usage', 'tasks', 'webhooks', 'playground', 'operator'];
+  const FINAL = new Set(['completed', 'failed', 'canceled']);
+  const ACTIVE = new Set(['pending', 'processing']);
+  const QUERY_WAIT_S = 10;
+  const TOAST_MS = 6000;
+
+  const $ = (id) => document.getElementById(id);
+
+  // state is everything the page knows about the signed-in user.
+  const state = {
+    user: null, // {id, email, account_id, account_name, admin}
+    csrf: '',
+    catalog: { models: [], aspect_ratios: [], image_sizes: [], default_ratio: '' },
+    account: null,
+    section: '',
+    ledgerNext: '',
+    galleryNext: '',
+    usage: null,
+    detail: null, // {id, ctl}: the task shown in the details panel
+    playground: null, // AbortController of the playground's task
+    opNext: '',
+    opAccount: null,
+  };
+
+  // ---- formatting ----------------------------------------------------------
+
+  const dateTimeFmt = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'short' });
+  const dateFmt = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium' });
+  const shortDayFmt = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric' });
+  const numFmt = new Intl.NumberFormat();
+
+  // toDate reads an RFC 3339 string or Unix milliseconds; null for absent
+  // values (empty, 0, Go's zero time).
+  function toDate(v) {
+    if (v === null || v === undefined || v === '' || v === 0) return null;
+    const d = new Date(v);
+    if (Number.isNaN(d.getTime()) || d.getUTCFullYear() < 1971) return null;
+    return d;
+  }
+
+  function fmtTime(v, empty = '—') {
+    const d = toDate(v);
+    return d ? dateTimeFmt.format(d) : empty;
+  }
+
+  function fmtDate(v, empty = '—') {
+    const d = toDate(v);
+    return d ? dateFmt.format(d) : empty;
+  }
+
+  function fmtNum(n) {
+    return Number.isFinite(Number(n)) ? numFmt.format(Number(n)) : '—';
+  }
+
+  function fmtSigned(n) {
+    const v = Number(n) || 0;
+    return (v > 0 ? '+' : v < 0 ? '−' : '') + numFmt.format(Math.abs(v));
+  }
+
+  // dayOf reads "2026-11-25" as a local date (not UTC midnight, which
+  // would show as the day before west of Greenwich).
+  function dayOf(s) {
+    const [y, m, d] = String(s).split('-').map(Number);
+    return new Date(y, (m || 1) - 1, d || 1);
+  }
+
+  // rfc3339 renders a Date in UTC without milliseconds.
+  function rfc3339(d) {
+    return d.toISOString().replace(/\.\d{3}Z$/, 'Z');
+  }
+
+  function safeURL(u) {
+    try {
+      const url = new URL(u, location.href);
+      return url.protocol === 'https:' || url.protocol === 'http:' ? url.href : null;
+    } catch {
+      return null;
+    }
+  }
+
+  // ---- DOM helpers ----------------------------------------------------------
+
+  // el creates an element. props: class, dataset, on (event handlers),
+  // anything else an attribute. Children are nodes or strings (text).
+  function el(tag, props = {}, ...kids) {
+    const e = document.createElement(tag);
+    setProps(e, props);
+    e.append(...kids.flat().filter((k) => k !== null && k !== undefined && k !== false).map((k) => (k instanceof Node ? k : String(k))));
+    return e;
+  }
+
+  const SVG_NS = 'http://www.w3.org/2000/svg';
+  function svg(tag, props = {}, ...kids) {
+    const e = document.createElementNS(SVG_NS, tag);
+    setProps(e, props);
+    e.append(...kids.map((k) => (k instanceof Node ? k : String(k))));
+    return e;
+  }
+
+  function setProps(e, props) {
+    for (const [k, v] of Object.entries(props)) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === 'class') e.setAttribute('class', v);
+      else if (k === 'dataset') Object.assign(e.dataset, v);
+      else if (k === 'on') for (const [ev, fn] of Object.entries(v)) e.addEventListener(ev, fn);
+      else e.setAttribute(k, v === true ? '' : String(v));
+    }
+  }
+
+  function badge(text, kind) {
+    return el('span', { class: `badge badge-${kind || text}` }, text);
+  }
+
+  // td makes a table cell; label is shown before the value when the table
+  // collapses to cards on a narrow screen.
+  function td(label, content, cls) {
+    return el('td', { class: cls, dataset: { label } }, content);
+  }
+
+  function renderFacts(dl, pairs) {
+    dl.replaceChildren(...pairs.map(([k, v]) => el('div', {}, el('dt', {}, k), el('dd', {}, v))));
+  }
+
+  // ---- the status line --------------------------------------------------------
+
+  let toastTimer = 0;
+  function toast(text, kind = 'info') {
+    const t = $('toast');
+    clearTimeout(toastTimer);
+    t.dataset.kind = kind;
+    t.textContent = text;
+    toastTimer = setTimeout(() => { t.textContent = ''; }, kind === 'error' ? TOAST_MS * 2 : TOAST_MS);
+  }
+
+  // report shows a failed request's message, except for aborts and the end
+  // of the session (the sign-in form says that).
+  function report(err) {
+    if (!err || err.name === 'AbortError' || err.sessionEnded) return;
+    toast(err.message || String(err), 'error');
+  }
+
+  // ---- talking to the server ----------------------------------------------------
+
+  class APIError extends Error {
+    constructor(status, msg, retryAfter) {
+      super(retryAfter ? `${msg} (retry in ${retryAfter} s)` : msg);
+      this.status = status;
+      this.retryAfter = retryAfter;
+    }
+  }
+
+  async function readJSON(resp) {
+    const text = await resp.text();
+    try {
+      return JSON.parse(text);
+    } catch {
+      return { msg: text.trim().slice(0, 300) };
+    }
+  }
+
+  // request calls a console route. envelope: the reply is {code,msg,data}
+  // and data is returned; else (the task routes) the body itself.
+  async function request(method, path, body, { envelope = true, signal, session = false } = {}) {
+    const headers = { Accept: 'application/json' };
+    const init = { method, headers, credentials: 'same-origin', cache: 'no-store', signal };
+    if (method !== 'GET') {
+      headers['Content-Type'] = 'application/json';
+      if (state.csrf) headers['X-CSRF-Token'] = state.csrf;
+      if (method !== 'DELETE') init.body = JSON.stringify(body === undefined ? {} : body);
+    }
+    let resp;
+    try {
+      resp = await fetch(API + path, init);
+    } catch (err) {
+      if (err && err.name === 'AbortError') throw err;
+      throw new APIError(0, 'The server could not be reached: check the connection and try again.');
+    }
+    const reply = await readJSON(resp);
+    if (!resp.ok) {
+      const msg = (reply && typeof reply.msg === 'string' && reply.msg) || `${resp.status} ${resp.statusText}`;
+      const err = new APIError(resp.status, msg, resp.headers.get('Retry-After'));
+      if (resp.status === 401 && !session && state.user) sessionEnded(err);
+      throw err;
+    }
+    return envelope ? (reply ? reply.data : null) : reply;
+  }
+
+  const api = {
+    get: (path, opts) => request('GET', path, undefined, opts),
+    post: (path, body, opts) => request('POST', path, body, opts),
+    patch: (path, body, opts) => request('PATCH', path, body, opts),
+    del: (path, opts) => request('DELETE', path, undefined, opts),
+  };
+
+  const enc = encodeURIComponent;
+
+  // ---- session -------------------------------------------------------------------
+
+  function sessionEnded(err) {
+    err.sessionEnded = true;
+    state.user = null;
+    state.csrf = '';
+    for (const d of document.querySelectorAll('dialog[open]')) d.close();
+    showSignin('Your session has ended: sign in again.');
+  }
+
+  function showSignin(message) {
+    $('nav').hidden = true;
+    $('user-box').hidden = true;
+    $('account-line').hidden = true;
+    showSection('signin');
+    const e = $('signin-error');
+    e.textContent = message || '';
+    e.hidden = !message;
+    $('signin-email').focus();
+  }
+
+  async function onSignin(ev) {
+    ev.preventDefault();
+    const btn = $('signin-submit');
+    const err = $('signin-error');
+    btn.disabled = true;
+    err.hidden = true;
+    try {
+      const data = await api.post('/session', {
+        email: $('signin-email').value.trim(),
+        password: $('signin-password').value,
+      }, { session: true });
+      $('signin-password').value = '';
+      await signedIn(data);
+    } catch (e) {
+      err.textContent = e.message;
+      err.hidden = false;
+      $('signin-password').select();
+    } finally {
+      btn.disabled = false;
+    }
+  }
+
+  async function signedIn(data) {
+    state.user = data.user;
+    state.csrf = data.csrf_token || '';
+    $('whoami').textContent = state.user.email;
+    $('account-name').textContent = state.user.account_name || state.user.account_id;
+    $('account-line').hidden = false;
+    $('user-box').hidden = false;
+    $('nav').hidden = false;
+    $('nav-operator').hidden = !state.user.admin;
+    await loadCatalog();
+    refreshAccount();
+    route(true);
+  }
+
+  async function signOut() {
+    try {
+      await api.del('/session', { session: true });
+    } catch (e) {
+      report(e);
+      return;
+    }
+    // A fresh page forgets everything shown (keys, secrets, tasks).
+    location.replace(location.pathname);
+  }
+
+  async function loadCatalog() {
+    try {
+      const c = await api.get('/catalog');
+      state.catalog = {
+        models: Array.isArray(c.models) ? c.models : [],
+        aspect_ratios: Array.isArray(c.aspect_ratios) ? c.aspect_ratios : [],
+        image_sizes: Array.isArray(c.image_sizes) ? c.image_sizes : [],
+        default_ratio: c.default_ratio || '',
+      };
+    } catch (e) {
+      report(e);
+    }
+    fillCatalogControls();
+  }
+
+  // tiers are the catalog's model tiers, in its order.
+  function tiers() {
+    const t = [...new Set(state.catalog.models.map((m) => m.tier))];
+    return t.length ? t : ['standard', 'pro'];
+  }
+
+  function fillCatalogControls() {
+    const { models, aspect_ratios: ratios, image_sizes: sizes, default_ratio: def } = state.catalog;
+    for (const span of document.querySelectorAll('[data-model-of]')) {
+      const m = models.find((x) => x.tier === span.dataset.modelOf);
+      span.textContent = m ? `(${m.id})` : '';
+    }
+    $('filter-model').replaceChildren(el('option', { value: '' }, 'Any'), ...models.map((m) => el('option', { value: m.id }, m.id)));
+    $('pg-model').replaceChildren(...models.map((m) =>
+      el('option', { value: m.id, dataset: { imageSize: String(!!m.image_size) } }, `${m.id} (${m.tier})`)));
+    $('pg-ratio').replaceChildren(el('option', { value: '' }, def ? `Default (${def})` : 'Default'),
+      ...ratios.map((r) => el('option', { value: r }, r)));
+    $('pg-size').replaceChildren(...sizes.map((s) => el('option', { value: s }, s)));
+    refreshPlaygroundForm();
+  }
+
+  async function refreshAccount() {
+    try {
+      const a = await api.get('/account');
+      state.account = a;
+      $('account-name').textContent = a.name || a.id;
+      $('balance').textContent = fmtNum(a.credits);
+      if (state.section === 'usage') renderAccountFacts();
+    } catch (e) {
+      report(e);
+    }
+  }
+
+  // ---- sections and routing ---------------------------------------------------------
+
+  function showSection(name) {
+    for (const id of ['signin', ...SECTIONS]) $(id).hidden = id !== name;
+    state.section = name;
+    for (const a of document.querySelectorAll('#nav a')) {
+      if (a.dataset.section === name) a.setAttribute('aria-current', 'page');
+      else a.removeAttribute('aria-current');
+    }
+  }
+
+  const loaders = {
+    keys: () => loadKeys(),
+    usage: () => { renderAccountFacts(); refreshAccount(); loadUsage(); loadLedger(true); },
+    tasks: () => loadTasks(true),
+    webhooks: () => {},
+    playground: () => {},
+    operator: () => { if (!$('operator-results').tBodies[0].rows.length) searchAccounts(true); },
+  };
+
+  // route shows the section the hash names (#keys ...). An unknown hash
+  // leaves the page as it is unless nothing is shown yet.
+  function route(force) {
+    if (!state.user) return;
+    let name = location.hash.slice(1);
+    const allowed = SECTIONS.includes(name) && (name !== 'operator' || state.user.admin);
+    if (!allowed) {
+      if (!force && SECTIONS.includes(state.section)) return;
+      name = 'keys';
+    }
+    if (name !== state.section || force) {
+      showSection(name);
+      loaders[name]();
+    }
+  }
+
+  // ---- dialogs ------------------------------------------------------------------------
+
+  // openDialog shows a modal dialog, focuses focusEl and, when it closes,
+  // gives the focus back to whatever had it before (or to returnTo).
+  function openDialog(dlg, focusEl, returnTo) {
+    const opener = returnTo || document.activeElement;
+    dlg.addEventListener('close', () => {
+      if (opener && opener.isConnected && typeof opener.focus === 'function') opener.focus();
+    }, { once: true });
+    dlg.showModal();
+    if (focusEl) focusEl.focus();
+  }
+
+  function showError(box, text) {
+    box.textContent = text;
+    box.hidden = !text;
+  }
+
+  // confirmAction asks in dlg (the revoke or the generic confirm dialog);
+  // run happens on OK, its error shown in the dialog, which stays open.
+  function confirmAction(dlg, { heading, text, ok, run }) {
+    if (heading) dlg.querySelector('h2').textContent = heading;
+    dlg.querySelector('.confirm-text').textContent = text;
+    const errBox = dlg.querySelector('.confirm-error');
+    const okBtn = dlg.querySelector('.confirm-ok');
+    if (ok) okBtn.textContent = ok;
+    showError(errBox, '');
+    okBtn.onclick = async () => {
+      okBtn.disabled = true;
+      try {
+        await run();
+        dlg.close();
+      } catch (e) {
+        if (!e.sessionEnded) showError(errBox, e.message);
+      } finally {
+        okBtn.disabled = false;
+      }
+    };
+    openDialog(dlg, dlg.querySelector('.dialog-close'));
+  }
+
+  // copyText copies to the clipboard, or selects node's text for Ctrl+C.
+  async function copyText(text, node) {
+    if (navigator.clipboard && window.isSecureContext) {
+      try {
+        await navigator.clipboard.writeText(text);
+        return 'Copied.';
+      } catch {
+        // refused (no permission, no focus): select instead
+      }
+    }
+    const range = document.createRange();
+    range.selectNodeContents(node);
+    const sel = window.getSelection();
+    sel.removeAllRanges();
+    sel.addRange(range);
+    let copied = false;
+    try {
+      copied = document.execCommand('copy');
+    } catch {
+      copied = false;
+    }
+    return copied ? 'Copied.' : 'Selected: press Ctrl+C (⌘C) to copy.';
+  }
+
+  // ---- API keys ---------------------------------------------------------------------
+
+  async function loadKeys() {
+    try {
+      const data = await api.get('/keys');
+      const keys = (data && data.keys) || [];
+      $('keys-table').tBodies[0].replaceChildren(...keys.map(keyRow));
+      $('keys-empty').hidden = keys.length > 0;
+    } catch (e) {
+      report(e);
+    }
+  }
+
+  function keyRow(k) {
+    const limit = Number.isFinite(k.spend_limit) && k.spend_limit > 0 ? fmtNum(k.spend_limit) : 'no limit';
+    const models = k.models && k.models.length ? k.models.join(', ') : 'all';
+    const ips = k.allowed_ips && k.allowed_ips.length ? k.allowed_ips.map((ip) => el('span', { class: 'mono ip' }, ip)) : 'any';
+    const label = k.name || k.prefix;
+    const status = k.status === 'revoked' && toDate(k.revoked_at)
+      ? [badge('revoked'), el('span', { class: 'sub' }, fmtTime(k.revoked_at))]
+      : badge(k.status || 'active');
+    const rename = el('button', { type: 'button', class: 'rename small', 'aria-label': `Rename key ${label}` }, 'Rename');
+    const revoke = el('button', {
+      type: 'button', class: 'revoke small danger-outline', 'aria-label': `Revoke key ${label}`,
+      disabled: k.status === 'revoked',
+    }, 'Revoke');
+    rename.addEventListener('click', () => openRename(k));
+    revoke.addEventListener('click', () => askRevoke(k));
+    return el('tr', { dataset: { prefix: k.prefix, status: k.status || '' } },
+      el('th', { scope: 'row', dataset: { label: 'Name' } }, k.name || el('span', { class: 'muted' }, '(no name)')),
+      td('Prefix', el('code', { class: 'mono' }, k.prefix)),
+      td('Status', status),
+      td('Created', fmtTime(k.created_at)),
+      td('Last used', fmtTime(k.last_used_at, 'never')),
+      td('Spent / limit', `${fmtNum(k.spent || 0)} / ${limit}`),
+      td('Models', models),
+      td('IPs', ips),
+      td('Expires', fmtTime(k.expires_at, 'never')),
+      td('Actions', el('span', { class: 'row-actions' }, rename, revoke), 'actions'));
+  }
+
+  // replaceKeyRow shows a key's new state in place.
+  function replaceKeyRow(k) {
+    const tr = $('keys-table').querySelector(`tr[data-prefix="${CSS.escape(k.prefix)}"]`);
+    if (tr) tr.replaceWith(keyRow(k));
+    else loadKeys();
+  }
+
+  function localDateValue(d) {
+    const p = (n) => String(n).padStart(2, '0');
+    return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}`;
+  }
+
+  function openKeyDialog() {
+    const form = $('key-form');
+    form.reset();
+    showError($('key-error'), '');
+    const tomorrow = new Date();
+    tomorrow.setDate(tomorrow.getDate() + 1);
+    $('key-expires').min = localDateValue(tomorrow);
+    openDialog($('key-dialog'), $('key-name'));
+  }
+
+  // keyBody is the create request of the dialog, empty fields left out.
+  function keyBody() {
+    const body = { name: $('key-name').value.trim() };
+    const models = [...document.querySelectorAll('#key-form input[type="checkbox"]:checked')].map((c) => c.value);
+    if (models.length) body.models = models;
+    const ips = $('key-ips').value.split(/[\r\n,]+/).map((s) => s.trim()).filter(Boolean);
+    if (ips.length) body.allowed_ips = ips;
+    const exp = $('key-expires').value; // "2027-01-01": local midnight of that day
+    if (exp) body.expires_at = rfc3339(new Date(`${exp}T00:00:00`));
+    const lim = $('key-spend-limit').value;
+    if (lim !== '') body.spend_limit = Number(lim);
+    return body;
+  }
+
+  async function onCreateKey(ev) {
+    ev.preventDefault();
+    const body = keyBody();
+    if (!body.name) {
+      showError($('key-error'), 'Give the key a name.');
+      $('key-name').focus();
+      return;
+    }
+    if ('spend_limit' in body && !(Number.isInteger(body.spend_limit) && body.spend_limit > 0)) {
+      showError($('key-error'), 'The spend limit must be a whole number of credits, 1 or more.');
+      $('key-spend-limit').focus();
+      return;
+    }
+    const btn = $('key-create');
+    btn.disabled = true;
+    try {
+      const data = await api.post('/keys', body);
+      $('key-dialog').close();
+      showSecret(data.key);
+      loadKeys();
+    } catch (e) {
+      if (!e.sessionEnded) showError($('key-error'), e.message);
+    } finally {
+      btn.disabled = false;
+    }
+  }
+
+  // showSecret shows the new key, once. Focus returns to "New key".
+  function showSecret(key) {
+    $('key-secret').textContent = key;
+    $('key-copy-status').textContent = '';
+    const dlg = $('secret-dialog');
+    dlg.addEventListener('close', () => { $('key-secret').textContent = ''; }, { once: true });
+    openDialog(dlg, $('key-copy'), $('new-key'));
+  }
+
+  function openRename(k) {
+    $('rename-prefix').textContent = k.prefix;
+    $('rename-name').value = k.name || '';
+    $('rename-form').dataset.prefix = k.prefix;
+    showError($('rename-error'), '');
+    openDialog($('rename-dialog'), $('rename-name'));
+    $('rename-name').select();
+  }
+
+  async function onRename(ev) {
+    ev.preventDefault();
+    const prefix = $('rename-form').dataset.prefix;
+    const btn = $('rename-save');
+    btn.disabled = true;
+    try {
+      const k = await api.patch(`/keys/${enc(prefix)}`, { name: $('rename-name').value.trim() });
+      $('rename-dialog').close();
+      replaceKeyRow(k);
+      toast(`Key ${k.prefix} renamed to “${k.name}”.`);
+    } catch (e) {
+      if (!e.sessionEnded) showError($('rename-error'), e.message);
+    } finally {
+      btn.disabled = false;
+    }
+  }
+
+  function askRevoke(k) {
+    confirmAction($('revoke-dialog'), {
+      text: `Revoke “${k.name || k.prefix}” (${k.prefix})? Requests with it are refused at once (401). This cannot be undone.`,
+      run: async () => {
+        const updated = await api.post(`/keys/${enc(k.prefix)}/revoke`);
+        replaceKeyRow(updated);
+        toast(`Key ${k.prefix} revoked.`);
+      },
+    });
+  }
+
+  // ---- usage and credits ----------------------------------------------------------------
+
+  function limitText(v, unit) {
+    return Number(v) > 0 ? `${fmtNum(v)}${unit}` : 'default';
+  }
+
+  function renderAccountFacts() {
+    const a = state.account;
+    if (!a) return;
+    renderFacts($('account-facts'), [
+      ['Balance', `${fmtNum(a.credits)} credits`],
+      ['Status', badge(a.status || 'active')],
+      ['Models', a.models && a.models.length ? a.models.join(', ') : 'all'],
+      ['Creates', limitText(a.rate_limit, ' / s per key')],
+      ['Queries', limitText(a.query_rate_limit, ' / s per key')],
+      ['In flight', limitText(a.max_inflight, ' tasks')],
+      ['Account', el('span', { class: 'mono' }, a.id)],
+      ['Since', fmtDate(a.created_at)],
+    ]);
+  }
+
+  async function loadUsage() {
+    const days = $('usage-days').value;
+    $('usage-csv').href = `${API}/usage.csv?days=${enc(days)}`;
+    try {
+      state.usage = await api.get(`/usage?days=${enc(days)}`);
+      drawUsage();
+    } catch (e) {
+      report(e);
+    }
+  }
+
+  // niceStep is a 1, 2 or 5 × 10^n step giving about `ticks` ticks to max.
+  function niceStep(max, ticks) {
+    const raw = Math.max(max, 1) / ticks;
+    const mag = 10 ** Math.floor(Math.log10(raw));
+    const f = raw / mag;
+    return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * mag;
+  }
+
+  // drawUsage draws the stacked bars of credits per day, one colour per
+  // model, as inline SVG sized to its box (redrawn when the box resizes).
+  function drawUsage() {
+    const data = state.usage;
+    const box = $('usage-chart-box');
+    if (!data || box.offsetParent === null) return;
+    const days = Array.isArray(data.days) ? data.days : [];
+    const models = Array.isArray(data.models) ? data.models : [];
+    const W = Math.max(260, Math.floor(box.clientWidth));
+    const H = W < 500 ? 200 : 260;
+    const m = { top: 12, right: 8, bottom: 26, left: 44 };
+    const pw = W - m.left - m.right;
+    const ph = H - m.top - m.bottom;
+
+    const credits = (d, model) => Number(((d.models || {})[model] || {}).credits) || 0;
+    const tasksOf = (d, model) => Number(((d.models || {})[model] || {}).tasks) || 0;
+    const totals = days.map((d) => models.reduce((s, mo) => s + credits(d, mo), 0));
+    const step = niceStep(Math.max(0, ...totals), 4);
+    const top = Math.max(step, Math.ceil(Math.max(0, ...totals) / step) * step);
+    const y = (v) => m.top + ph - (v / top) * ph;
+    const slot = pw / Math.max(days.length, 1);
+    const bw = Math.max(2, Math.min(28, slot * 0.72));
+
+    const sum = totals.reduce((a, b) => a + b, 0);
+    const perModel = models.map((mo) => ({
+      model: mo,
+      credits: days.reduce((s, d) => s + credits(d, mo), 0),
+      tasks: days.reduce((s, d) => s + tasksOf(d, mo), 0),
+    }));
+    const label = `Credits spent per day over the last ${days.length} days: ${fmtNum(sum)} in all` +
+      (perModel.length ? '; ' + perModel.map((p) => `${p.model} ${fmtNum(p.credits)}`).join(', ') : '') + '.';
+
+    const chart = svg('svg', {
+      id: 'usage-chart', role: 'img', 'aria-label': label, viewBox: `0 0 ${W} ${H}`,
+      width: W, height: H, class: 'chart-svg',
+    }, svg('title', {}, label));
+
+    // the grid and the y axis labels
+    for (let v = 0; v <= top; v += step) {
+      chart.append(
+        svg('line', { x1: m.left, x2: W - m.right, y1: y(v), y2: y(v), class: v === 0 ? 'axis' : 'grid' }),
+        svg('text', { x: m.left - 6, y: y(v) + 4, 'text-anchor': 'end', class: 'tick' }, fmtNum(v)));
+    }
+
+    // the bars: one group per day, its title the day's breakdown
+    const every = Math.ceil(days.length / Math.max(1, Math.floor(pw / 56)));
+    days.forEach((d, i) => {
+      const cx = m.left + slot * i + slot / 2;
+      const when = dayOf(d.date);
+      const parts = models.filter((mo) => credits(d, mo) > 0)
+        .map((mo) => `${mo}: ${fmtNum(credits(d, mo))} credits, ${fmtNum(tasksOf(d, mo))} tasks`);
+      const g = svg('g', { class: 'day' },
+        svg('title', {}, `${dateFmt.format(when)}: ${fmtNum(totals[i])} credits${parts.length ? '\n' + parts.join('\n') : ''}`),
+        svg('rect', { x: m.left + slot * i, y: m.top, width: slot, height: ph, class: 'hit' }));
+      let acc = 0;
+      models.forEach((mo, k) => {
+        const c = credits(d, mo);
+        if (c <= 0) return;
+        g.append(svg('rect', {
+          x: cx - bw / 2, y: y(acc + c), width: bw, height: Math.max(1, y(acc) - y(acc + c)), class: `bar series-${k % 6}`,
+        }));
+        acc += c;
+      });
+      chart.append(g);
+      if (i % every === 0 || i === days.length - 1) {
+        if (i === days.length - 1 && i % every !== 0 && i % every < every / 2) return; // too close to the previous label
+        chart.append(svg('text', { x: cx, y: H - 8, 'text-anchor': 'middle', class: 'tick' }, shortDayFmt.format(when)));
+      }
+    });
+    if (sum === 0) {
+      chart.append(svg('text', { x: m.left + pw / 2, y: m.top + ph / 2, 'text-anchor': 'middle', class: 'empty' }, 'No credits spent in this period'));
+    }
+    box.replaceChildren(chart);
+
+    $('usage-legend').replaceChildren(...perModel.map((p, k) => el('li', {},
+      el('span', { class: `swatch series-${k % 6}`, 'aria-hidden': 'true' }),
+      el('span', { class: 'mono' }, p.model),
+      el('span', { class: 'muted' }, ` ${fmtNum(p.credits)} credits · ${fmtNum(p.tasks)} tasks`))));
+  }
+
+  async function loadLedger(reset) {
+    const q = new URLSearchParams({ limit: '50' });
+    if (!reset && state.ledgerNext) q.set('before', state.ledgerNext);
+    try {
+      const data = await api.get(`/ledger?${q}`);
+      const entries = (data && data.entries) || [];
+      const body = $('ledger-table').tBodies[0];
+      if (reset) body.replaceChildren();
+      body.append(...entries.map(ledgerRow));
+      state.ledgerNext = (data && data.next) || '';
+      $('ledger-more').hidden = !state.ledgerNext;
+      $('ledger-empty').hidden = body.rows.length > 0;
+    } catch (e) {
+      report(e);
+    }
+  }
+
+  function ledgerRow(e) {
+    const what = [];
+    if (e.task_id) {
+      what.push(el('button', {
+        type: 'button', class: 'link mono', title: 'Open the task',
+        on: { click: () => openTaskFromLink(e.task_id) },
+      }, e.task_id));
+    }
+    if (e.note) what.push(el('span', { class: 'note' }, e.note));
+    return el('tr', {},
+      td('Time', fmtTime(e.time)),
+      td('Kind', badge(e.kind)),
+      td('Amount', fmtSigned(e.amount), `num ${Number(e.amount) < 0 ? 'neg' : 'pos'}`),
+      td('Balance', fmtNum(e.balance), 'num'),
+      td('Task / note', what.length ? what : '—', 'wrap'));
+  }
+
+  // ---- tasks ------------------------------------------------------------------------------
+
+  async function loadTasks(reset) {
+    const q = new URLSearchParams({ limit: '24' });
+    if ($('filter-status').value) q.set('status', $('filter-status').value);
+    if ($('filter-model').value) q.set('model', $('filter-model').value);
+    if (!reset && state.galleryNext) q.set('cursor', state.galleryNext);
+    const more = $('gallery-more');
+    more.disabled = true;
+    try {
+      const data = await api.get(`/task/list?${q}`, { envelope: false });
+      const tasks = (data && data.tasks) || [];
+      const gallery = $('gallery');
+      if (reset) gallery.replaceChildren();
+      gallery.append(...tasks.map(taskCard));
+      state.galleryNext = (data && data.next_cursor) || '';
+      more.hidden = !state.galleryNext;
+      $('gallery-empty').hidden = gallery.children.length > 0 || !!state.galleryNext;
+    } catch (e) {
+      report(e);
+    } finally {
+      more.disabled = false;
+    }
+  }
+
+  function firstResult(t) {
+    return t.status === 'completed' && Array.isArray(t.results) && t.results.length ? safeURL(t.results[0]) : null;
+  }
+
+  // taskCard is one task in the gallery: a button opening its details.
+  function taskCard(t) {
+    const src = firstResult(t);
+    const thumb = el('span', { class: 'thumb', dataset: { status: t.status } });
+    if (src) {
+      const img = el('img', { alt: '', loading: 'lazy', decoding: 'async' });
+      img.addEventListener('error', () => thumb.replaceChildren(el('span', { class: 'thumb-text' }, 'image unavailable')), { once: true });
+      img.src = src;
+      thumb.append(img);
+    } else {
+      thumb.append(el('span', { class: 'thumb-text' },
+        t.status === 'processing' ? `${Number(t.progress) || 0} %` : t.status));
+    }
+    const btn = el('button', { type: 'button', class: 'card', 'aria-label': `${t.model}, ${t.status}, ${fmtTime(t.create_time)}` },
+      thumb,
+      el('span', { class: 'card-meta' },
+        el('span', { class: 'card-model mono' }, t.model),
+        el('span', { class: 'card-line' }, badge(t.status), el('span', { class: 'muted' }, fmtTime(t.create_time)))));
+    btn.addEventListener('click', () => showTaskDetail(t.task_id, t));
+    return el('li', { dataset: { taskId: t.task_id } }, btn);
+  }
+
+  function updateCard(t) {
+    const li = $('gallery').querySelector(`li[data-task-id="${CSS.escape(t.task_id)}"]`);
+    if (li) li.replaceWith(taskCard(t));
+  }
+
+  function openTaskFromLink(id) {
+    location.hash = '#tasks';
+    route();
+    showTaskDetail(id);
+  }
+
+  // showTaskDetail opens the details panel, then follows the task while it
+  // is pending or processing (long-polling query with wait=).
+  async function showTaskDetail(id, rec) {
+    if (state.detail) state.detail.ctl.abort();
+    const ctl = new AbortController();
+    state.detail = { id, ctl };
+    const panel = $('task-detail');
+    panel.hidden = false;
+    $('task-detail-id').textContent = id;
+    $('task-json').textContent = rec ? JSON.stringify(rec, null, 2) : 'Loading…';
+    $('task-detail-images').replaceChildren();
+    $('task-cancel').hidden = true;
+    $('task-webhooks').replaceChildren(el('p', { class: 'help' }, 'Loading…'));
+    panel.focus({ preventScroll: true });
+    if (window.matchMedia('(max-width: 900px)').matches) panel.scrollIntoView({ block: 'start' });
+
+    loadTaskWebhooks(id, ctl.signal);
+    let wait = 0;
+    try {
+      for (;;) {
+        const t = await api.get(`/task/query?task_id=${enc(id)}${wait ? `&wait=${wait}` : ''}`, { envelope: false, signal: ctl.signal });
+        if (ctl.signal.aborted) return;
+        renderTaskDetail(t);
+        updateCard(t);
+        if (!ACTIVE.has(t.status)) break;
+        wait = QUERY_WAIT_S;
+      }
+    } catch (e) {
+      if (ctl.signal.aborted) return;
+      $('task-json').textContent = rec ? JSON.stringify(rec, null, 2) : '{}';
+      report(e);
+    }
+  }
+
+  function renderTaskDetail(t) {
+    $('task-json').textContent = JSON.stringify(t, null, 2);
+    $('task-cancel').hidden = !ACTIVE.has(t.status);
+    const box = $('task-detail-images');
+    const urls = t.status === 'completed' && Array.isArray(t.results) ? t.results : [];
+    if (box.childElementCount === urls.length) return;
+    box.replaceChildren(...urls.map((u, i) => resultFigure(u, i, urls.length, `${t.model} result`)));
+  }
+
+  function resultFigure(u, i, n, what) {
+    const href = safeURL(u);
+    const cap = el('figcaption', {}, `Result ${i + 1} of ${n}`);
+    if (!href) return el('figure', {}, el('figcaption', {}, `Result ${i + 1}: not an http(s) URL`));
+    const img = el('img', { alt: `${what} ${i + 1} of ${n}`, decoding: 'async' });
+    img.addEventListener('load', () => { cap.textContent = `Result ${i + 1} of ${n}: ${img.naturalWidth} × ${img.naturalHeight} px`; });
+    img.addEventListener('error', () => { cap.textContent = `Result ${i + 1} could not be loaded (the link lasts 24 hours).`; });
+    img.src = href;
+    return el('figure', {}, el('a', { href, target: '_blank', rel: 'noopener noreferrer' }, img), cap);
+  }
+
+  function closeTaskDetail() {
+    if (state.detail) {
+      state.detail.ctl.abort();
+      const li = $('gallery').querySelector(`li[data-task-id="${CSS.escape(state.detail.id)}"] button`);
+      state.detail = null;
+      if (li) li.focus();
+    }
+    $('task-detail').hidden = true;
+  }
+
+  async function loadTaskWebhooks(id, signal) {
+    const box = $('task-webhooks');
+    try {
+      const log = await api.get(`/task/webhooks?task_id=${enc(id)}`, { envelope: false, signal });
+      box.replaceChildren(...webhookLog(log));
+    } catch (e) {
+      if (signal.aborted || e.sessionEnded) return;
+      box.replaceChildren(el('p', { class: 'error' }, e.message));
+    }
+  }
+
+  function webhookLog(log) {
+    if (!log || !log.callback_url) return [el('p', { class: 'help' }, 'This task has no callback URL.')];
+    const out = [
+      el('p', { class: 'wrap' }, 'To ', el('code', { class: 'mono' }, log.callback_url)),
+      el('p', { class: 'help' }, `Events: ${(log.events || []).join(', ') || '—'}`),
+    ];
+    const deliveries = log.deliveries || [];
+    if (!deliveries.length) out.push(el('p', { class: 'help' }, 'No deliveries yet.'));
+    for (const d of deliveries) {
+      const attempts = (d.attempts || []).map((a) => el('li', {},
+        el('span', {}, fmtTime(a.time)), ' · ',
+        el('span', { class: a.status_code >= 200 && a.status_code < 300 ? 'ok' : 'bad' }, a.status_code ? `HTTP ${a.status_code}` : 'no answer'),
+        ` · ${fmtNum(a.latency_ms)} ms`,
+        a.error ? el('span', { class: 'muted' }, ` · ${a.error}`) : null));
+      out.push(el('div', { class: 'delivery' },
+        el('p', {}, el('strong', {}, d.type), ' ', badge(d.state)),
+        el('p', { class: 'mono small-text' }, d.webhook_id),
+        attempts.length ? el('ol', { class: 'attempts' }, attempts) : el('p', { class: 'help' }, 'Not tried yet.')));
+    }
+    return out;
+  }
+
+  async function cancelTask() {
+    if (!state.detail) return;
+    const id = state.detail.id;
+    const btn = $('task-cancel');
+    btn.disabled = true;
+    try {
+      const r = await api.post('/task/cancel', { task_id: id });
+      toast(r && r.refunded ? `Task canceled; ${fmtNum(r.credits_refunded)} credits refunded.` : 'Task canceled (not refunded: it had started).');
+      refreshAccount();
+      showTaskDetail(id);
+    } catch (e) {
+      report(e);
+    } finally {
+      btn.disabled = false;
+    }
+  }
+
+  // ---- webhook secret -------------------------------------------------------------------------
+
+  let secretShown = false;
+
+  function setSecret(secret) {
+    secretShown = !!secret;
+    $('webhook-secret').textContent = secret || '••••••••••••••••';
+    $('webhook-secret').classList.toggle('masked', !secret);
+    $('show-secret').textContent = secret ? 'Hide secret' : 'Show secret';
+    $('show-secret').setAttribute('aria-pressed', String(!!secret));
+    $('copy-secret').hidden = !secret;
+  }
+
+  async function toggleSecret() {
+    if (secretShown) {
+      setSecret('');
+      return;
+    }
+    try {
+      const data = await api.get('/webhook-secret');
+      setSecret(data.secret);
+    } catch (e) {
+      report(e);
+    }
+  }
+
+  function askRotate() {
+    confirmAction($('confirm-dialog'), {
+      heading: 'Rotate the signing secret?',
+      text: 'A new secret signs deliveries at once. The current one keeps signing beside it for 24 hours, time to update your receiver; rotating again within those 24 hours drops it at once.',
+      ok: 'Rotate secret',
+      run: async () => {
+        const data = await api.post('/webhook-secret/rotate');
+        setSecret(data.secret);
+        const note = $('rotate-note');
+        note.textContent = toDate(data.previous_valid_until)
+          ? `Rotated. The previous secret stays valid until ${fmtTime(data.previous_valid_until)}.`
+          : 'Rotated.';
+        note.hidden = false;
+        toast('Webhook secret rotated.');
+      },
+    });
+  }
+
+  // ---- playground -------------------------------------------------------------------------------
+
+  function pgModel() {
+    const sel = $('pg-model');
+    return sel.options[sel.selectedIndex] || null;
+  }
+
+  function refreshPlaygroundForm() {
+    const opt = pgModel();
+    const sized = !!opt && opt.dataset.imageSize === 'true';
+    $('pg-size-field').hidden = !sized;
+    $('pg-size').disabled = !sized;
+  }
+
+  function pgRender(t) {
+    const pct = Math.max(0, Math.min(100, Number(t.progress) || 0));
+    $('pg-progress').value = pct;
+    $('pg-progress').textContent = `${pct} %`;
+    let text = `${t.status} — ${pct} %`;
+    if (t.status === 'pending' && Number.isInteger(t.queue_position)) text += ` — position ${t.queue_position} in the queue`;
+    $('pg-status').textContent = text;
+    if (t.status === 'completed') {
+      const urls = Array.isArray(t.results) ? t.results : [];
+      const prompt = $('pg-prompt').value.trim().slice(0, 100);
+      $('pg-results').replaceChildren(...urls.map((u, i) => resultFigure(u, i, urls.length, prompt)));
+    } else if (t.status === 'failed') {
+      const e = t.error || {};
+      showError($('pg-error'), `The task failed: ${e.code || 'unknown'}${e.message ? ' — ' + e.message : ''}`);
+    } else if (t.status === 'canceled') {
+      showError($('pg-error'), 'The task was canceled.');
+    }
+  }
+
+  async function onGenerate(ev) {
+    ev.preventDefault();
+    if (!$('pg-form').reportValidity()) return;
+    if (state.playground) state.playground.abort();
+    const ctl = new AbortController();
+    state.playground = ctl;
+    const input = { prompt: $('pg-prompt').value };
+    if ($('pg-ratio').value) input.aspect_ratio = $('pg-ratio').value;
+    if (!$('pg-size').disabled && $('pg-size').value) input.image_size = $('pg-size').value;
+    showError($('pg-error'), '');
+    $('pg-results').replaceChildren();
+    $('pg-progress').value = 0;
+    $('pg-task-id').textContent = 'Creating…';
+    $('pg-status').textContent = 'Creating the task…';
+    $('pg-submit').disabled = true;
+    try {
+      const data = await api.post('/task/create', { model: $('pg-model').value, task_type: 'image', input }, { signal: ctl.signal });
+      const id = data.task_id;
+      $('pg-task-id').textContent = id;
+      $('pg-cancel').hidden = false;
+      $('pg-cancel').dataset.taskId = id;
+      refreshAccount();
+      let wait = 0;
+      for (;;) {
+        const t = await api.get(`/task/query?task_id=${enc(id)}${wait ? `&wait=${wait}` : ''}`, { envelope: false, signal: ctl.signal });
+        pgRender(t);
+        if (FINAL.has(t.status)) break;
+        wait = QUERY_WAIT_S;
+      }
+      refreshAccount();
+    } catch (e) {
+      if (ctl.signal.aborted) return;
+      $('pg-status').textContent = 'The request failed.';
+      if (!e.sessionEnded) showError($('pg-error'), e.message);
+      if ($('pg-task-id').textContent === 'Creating…') $('pg-task-id').textContent = 'No task.';
+    } finally {
+      if (state.playground === ctl) {
+        state.playground = null;
+        $('pg-submit').disabled = false;
+        $('pg-cancel').hidden = true;
+      }
+    }
+  }
+
+  async function onPlaygroundCancel() {
+    const id = $('pg-cancel').dataset.taskId;
+    if (!id) return;
+    $('pg-cancel').disabled = true;
+    try {
+      await api.post('/task/cancel', { task_id: id });
+      // the long poll sees the change and ends the loop
+    } catch (e) {
+      report(e);
+    } finally {
+      $('pg-cancel').disabled = false;
+    }
+  }
+
+  // ---- operator ------------------------------------------------------------------------------------
+
+  async function searchAccounts(reset) {
+    const q = new URLSearchParams({ q: $('operator-search').value.trim() });
+    if (!reset && state.opNext) q.set('cursor', state.opNext);
+    try {
+      const data = await api.get(`/admin/accounts?${q}`);
+      const body = $('operator-results').tBodies[0];
+      if (reset) body.replaceChildren();
+      body.append(...((data && data.accounts) || []).map(accountRow));
+      state.opNext = (data && data.next) || '';
+      $('operator-more').hidden = !state.opNext;
+      $('operator-empty').hidden = body.rows.length > 0;
+    } catch (e) {
+      report(e);
+    }
+  }
+
+  function accountRow(a) {
+    const open = el('button', { type: 'button', class: 'small', 'aria-label': `Open account ${a.name || a.id}` }, 'Open');
+    open.addEventListener('click', () => openAccount(a.id));
+    return el('tr', { dataset: { accountId: a.id } },
+      el('th', { scope: 'row' }, a.name || '—'),
+      td('Id', el('span', { class: 'mono' }, a.id)),
+      td('Status', badge(a.status || 'active')),
+      td('Credits', fmtNum(a.credits), 'num'),
+      td('Created', fmtDate(a.created_at)),
+      td('Actions', open, 'actions'));
+  }
+
+  async function openAccount(id) {
+    try {
+      const data = await api.get(`/admin/accounts/${enc(id)}`);
+      renderOpAccount(data.account);
+      $('op-keys').tBodies[0].replaceChildren(...(data.keys || []).map((k) => el('tr', {},
+        el('th', { scope: 'row' }, k.name || '—'),
+        td('Prefix', el('code', { class: 'mono' }, k.prefix)),
+        td('Status', badge(k.status || 'active')),
+        td('Created', fmtTime(k.created_at)),
+        td('Last used', fmtTime(k.last_used_at, 'never')),
+        td('Spent', fmtNum(k.spent || 0), 'num'))));
+      $('op-users').tBodies[0].replaceChildren(...(data.users || []).map((u) => el('tr', {},
+        el('th', { scope: 'row' }, u.email),
+        td('Id', el('span', { class: 'mono' }, u.id)),
+        td('Role', u.admin ? 'operator' : 'member'),
+        td('Status', badge(u.status || 'active')))));
+      const panel = $('operator-detail');
+      panel.hidden = false;
+      panel.focus({ preventScroll: true });
+      panel.scrollIntoView({ block: 'start' });
+    } catch (e) {
+      report(e);
+    }
+  }
+
+  function renderOpAccount(a) {
+    state.opAccount = a;
+    $('op-heading').textContent = a.name || a.id;
+    renderFacts($('op-facts'), [
+      ['Id', el('span', { class: 'mono' }, a.id)],
+      ['Status', badge(a.status || 'active')],
+      ['Credits', fmtNum(a.credits)],
+      ['Models', a.models && a.models.length ? a.models.join(', ') : 'all'],
+      ['Creates', limitText(a.rate_limit, ' / s per key')],
+      ['Queries', limitText(a.query_rate_limit, ' / s per key')],
+      ['In flight', limitText(a.max_inflight, ' tasks')],
+      ['Weight', Number(a.weight) > 0 ? fmtNum(a.weight) : 'default (1)'],
+      ['Created', fmtTime(a.created_at)],
+    ]);
+    const disabled = a.status === 'disabled';
+    const toggle = $('op-toggle-status');
+    toggle.textContent = disabled ? 'Enable account' : 'Disable account';
+    toggle.className = disabled ? '' : 'danger-outline';
+    for (const [field, key] of [['op-rate-limit', 'rate_limit'], ['op-query-rate-limit', 'query_rate_limit'],
+      ['op-max-inflight', 'max_inflight'], ['op-weight', 'weight']]) {
+      $(field).value = Number(a[key]) > 0 ? String(a[key]) : '';
+    }
+    const allowed = new Set(a.models || []);
+    $('op-models').replaceChildren(...tiers().map((t) => el('label', { class: 'check', for: `op-model-${t}` },
+      el('input', { type: 'checkbox', id: `op-model-${t}`, value: t, checked: allowed.has(t) }), ` ${t}`)));
+    const row = $('operator-results').querySelector(`tr[data-account-id="${CSS.escape(a.id)}"]`);
+    if (row) row.replaceWith(accountRow(a));
+    if (state.user && a.id === state.user.account_id) refreshAccount();
+  }
+
+  async function onCredits(ev) {
+    ev.preventDefault();
+    const a = state.opAccount;
+    const amount = Number($('op-amount').value);
+    if (!a || !Number.isInteger(amount) || amount === 0) {
+      toast('The amount must be a whole number other than 0.', 'error');
+      return;
+    }
+    try {
+      const r = await api.post(`/admin/accounts/${enc(a.id)}/credits`, { amount, note: $('op-note').value.trim() });
+      toast(`${fmtSigned(amount)} credits for ${a.name || a.id}: balance now ${fmtNum(r.balance)}.`);
+      $('op-credits-form').reset();
+      renderOpAccount({ ...a, credits: r.balance });
+    } catch (e) {
+      report(e);
+    }
+  }
+
+  async function onLimits(ev) {
+    ev.preventDefault();
+    const a = state.opAccount;
+    if (!a) return;
+    const num = (id) => ($(id).value === '' ? 0 : Number($(id).value));
+    const body = {
+      rate_limit: num('op-rate-limit'),
+      query_rate_limit: num('op-query-rate-limit'),
+      max_inflight: num('op-max-inflight'),
+      weight: num('op-weight'),
+      models: [...document.querySelectorAll('#op-models input:checked')].map((c) => c.value),
+    };
+    try {
+      renderOpAccount(await api.patch(`/admin/accounts/${enc(a.id)}/limits`, body));
+      toast(`Limits of ${a.name || a.id} saved.`);
+    } catch (e) {
+      report(e);
+    }
+  }
+
+  function onToggleStatus() {
+    const a = state.opAccount;
+    if (!a) return;
+    const set = async (verb) => {
+      renderOpAccount(await api.post(`/admin/accounts/${enc(a.id)}/${verb}`));
+      toast(`Account ${a.name || a.id} ${verb}d.`);
+    };
+    if (a.status === 'disabled') {
+      set('enable').catch(report);
+      return;
+    }
+    confirmAction($('confirm-dialog'), {
+      heading: 'Disable the account?',
+      text: `Every key of “${a.name || a.id}” is refused (403) until the account is enabled again. Its tasks already queued still run.`,
+      ok: 'Disable account',
+      run: () => set('disable'),
+    });
+  }
+
+  // ---- start ------------------------------------------------------------------------------------------
+
+  function bind() {
+    $('signin-form').addEventListener('submit', onSignin);
+    $('signout').addEventListener('click', signOut);
+    window.addEventListener('hashchange', () => route());
+    document.querySelector('.skip').addEventListener('click', (ev) => {
+      ev.preventDefault();
+      $('main').focus();
+    });
+    // every dialog's Cancel button
+    for (const b of document.querySelectorAll('.dialog-close')) {
+      b.addEventListener('click', () => b.closest('dialog').close());
+    }
+
+    $('new-key').addEventListener('click', openKeyDialog);
+    $('key-form').addEventListener('submit', onCreateKey);
+    $('key-copy').addEventListener('click', async () => {
+      $('key-copy-status').textContent = await copyText($('key-secret').textContent, $('key-secret'));
+    });
+    $('key-done').addEventListener('click', () => $('secret-dialog').close());
+    $('rename-form').addEventListener('submit', onRename);
+
+    $('usage-days').addEventListener('change', loadUsage);
+    $('ledger-more').addEventListener('click', () => loadLedger(false));
+    let pending = 0;
+    new ResizeObserver(() => {
+      cancelAnimationFrame(pending);
+      pending = requestAnimationFrame(drawUsage);
+    }).observe($('usage-chart-box'));
+
+    $('filter-status').addEventListener('change', () => loadTasks(true));
+    $('filter-model').addEventListener('change', () => loadTasks(true));
+    $('tasks-refresh').addEventListener('click', () => loadTasks(true));
+    $('gallery-more').addEventListener('click', () => loadTasks(false));
+    $('task-close').addEventListener('click', closeTaskDetail);
+    $('task-cancel').addEventListener('click', cancelTask);
+
+    $('show-secret').addEventListener('click', toggleSecret);
+    $('copy-secret').addEventListener('click', async () => toast(await copyText($('webhook-secret').textContent, $('webhook-secret'))));
+    $('rotate-secret').addEventListener('click', askRotate);
+
+    $('pg-form').addEventListener('submit', onGenerate);
+    $('pg-model').addEventListener('change', refreshPlaygroundForm);
+    $('pg-cancel').addEventListener('click', onPlaygroundCancel);
+    $('pg-prompt').addEventListener('keydown', (ev) => {
+      if (ev.key === 'Enter' && (ev.ctrlKey || ev.metaKey)) {
+        ev.preventDefault();
+        $('pg-form').requestSubmit();
+      }
+    });
+
+    $('operator-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      searchAccounts(true);
+    });
+    $('operator-more').addEventListener('click', () => searchAccounts(false));
+    $('op-credits-form').addEventListener('submit', onCredits);
+    $('op-limits-form').addEventListener('submit', onLimits);
+    $('op-toggle-status').addEventListener('click', onToggleStatus);
+  }
+
+  async function start() {
+    bind();
+    try {
+      const data = await api.get('/session', { session: true });
+      await signedIn(data);
+    } catch (e) {
+      // 401: not signed in, the usual case; anything else is worth saying.
+      showSignin(e.status === 401 ? '' : e.message);
+    }
+  }
+
+  start();
+})();
