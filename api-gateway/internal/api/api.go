@@ -461,7 +461,10 @@ func (h *handlers) keyLimits(c echo.Context, k *account.Key) error {
 		return apperr.Errorf(apperr.Unauthenticated, "API key %s expired at %s", k.Prefix, k.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	if addr := c.RealIP(); !k.AllowsAddr(addr) {
-		return apperr.Errorf(apperr.Forbidden, "API key %s may not be used from this address (%s): it is limited to %s", k.Prefix, clipID(addr), joinPrefixes(k.AllowedIPs))
+		if _, err := netip.ParseAddr(addr); err != nil {
+			addr = "unknown"
+		}
+		return apperr.Errorf(apperr.Forbidden, "API key %s may not be used from this address (%s): it is limited to %s", k.Prefix, addr, joinPrefixes(k.AllowedIPs))
 	}
 	return nil
 }

@@ -47,6 +47,7 @@ type env struct {
 	t        *testing.T
 	srv      *httptest.Server
 	rdb      *redis.Client
+	db       *store.DB
 	store    *store.Tasks
 	accounts *store.Accounts
 	hooks    *store.Hooks
@@ -55,6 +56,7 @@ type env struct {
 	keyA     string
 	acctA    string
 	keyB     string
+	acctB    string
 	keyOff   string
 	now      time.Time
 }
@@ -106,10 +108,20 @@ func newEnvWith(t *testing.T, queue tasks.Queue, log *zap.Logger, edit func(*api
 // newEnvStore is newEnvWith on a store with options o (its share).
 func newEnvStore(t *testing.T, queue tasks.Queue, log *zap.Logger, o store.Options, edit func(*api.Deps)) *env {
 	t.Helper()
+	var wrapped func(*env, *api.Deps)
+	if edit != nil {
+		wrapped = func(_ *env, d *api.Deps) { edit(d) }
+	}
+	return newEnvFull(t, queue, log, o, wrapped)
+}
+
+// newEnvFull is newEnvStore with edit given the env too (its store).
+func newEnvFull(t *testing.T, queue tasks.Queue, log *zap.Logger, o store.Options, edit func(*env, *api.Deps)) *env {
+	t.Helper()
 	r := redistest.Start(t)
 	rdb := r.Client(t)
 	db := store.NewDB(rdb, o)
-	e := &env{t: t, rdb: rdb, store: store.NewTasks(db), accounts: store.NewAccounts(db), hooks: store.NewHooks(db), now: time.Now()}
+	e := &env{t: t, rdb: rdb, db: db, store: store.NewTasks(db), accounts: store.NewAccounts(db), hooks: store.NewHooks(db), now: time.Now()}
 	ctx := context.Background()
 	mk := func(name string, disabled bool) (string, string) {
 		a, err := e.accounts.Create(ctx, account.Spec{Name: name, Credits: 10_000})
@@ -128,7 +140,7 @@ func newEnvStore(t *testing.T, queue tasks.Queue, log *zap.Logger, o store.Optio
 		return a.ID, k
 	}
 	e.acctA, e.keyA = mk("a", false)
-	_, e.keyB = mk("b", false)
+	e.acctB, e.keyB = mk("b", false)
 	_, e.keyOff = mk("off", true)
 
 	var err error
@@ -162,7 +174,7 @@ func newEnvStore(t *testing.T, queue tasks.Queue, log *zap.Logger, o store.Optio
 		Now:     func() time.Time { return e.now },
 	}
 	if edit != nil {
-		edit(&deps)
+		edit(e, &deps)
 	}
 	e.srv.Config.Handler = api.New(deps)
 	return e

@@ -461,7 +461,7 @@
       td('Models', models),
       td('IPs', ips),
       td('Expires', fmtTime(k.expires_at, 'never')),
-      td('Actions', el('span', { class: 'row-actions' }, rename, revoke), 'actions'));
+      td('Actions', el('span', { class: 'row-actions' }, rename, revoke), 'cell-actions'));
   }
 
   // replaceKeyRow shows a key's new state in place.
@@ -677,8 +677,8 @@
         acc += c;
       });
       chart.append(g);
-      if (i % every === 0 || i === days.length - 1) {
-        if (i === days.length - 1 && i % every !== 0 && i % every < every / 2) return; // too close to the previous label
+      // label every `every`-th day, counted back from the latest
+      if ((days.length - 1 - i) % every === 0) {
         chart.append(svg('text', { x: cx, y: H - 8, 'text-anchor': 'middle', class: 'tick' }, shortDayFmt.format(when)));
       }
     });
@@ -1060,12 +1060,12 @@
     const open = el('button', { type: 'button', class: 'small', 'aria-label': `Open account ${a.name || a.id}` }, 'Open');
     open.addEventListener('click', () => openAccount(a.id));
     return el('tr', { dataset: { accountId: a.id } },
-      el('th', { scope: 'row' }, a.name || '—'),
+      el('th', { scope: 'row', dataset: { label: 'Name' } }, a.name || '—'),
       td('Id', el('span', { class: 'mono' }, a.id)),
       td('Status', badge(a.status || 'active')),
       td('Credits', fmtNum(a.credits), 'num'),
       td('Created', fmtDate(a.created_at)),
-      td('Actions', open, 'actions'));
+      td('Actions', open, 'cell-actions'));
   }
 
   async function openAccount(id) {
@@ -1073,14 +1073,14 @@
       const data = await api.get(`/admin/accounts/${enc(id)}`);
       renderOpAccount(data.account);
       $('op-keys').tBodies[0].replaceChildren(...(data.keys || []).map((k) => el('tr', {},
-        el('th', { scope: 'row' }, k.name || '—'),
+        el('th', { scope: 'row', dataset: { label: 'Name' } }, k.name || '—'),
         td('Prefix', el('code', { class: 'mono' }, k.prefix)),
         td('Status', badge(k.status || 'active')),
         td('Created', fmtTime(k.created_at)),
         td('Last used', fmtTime(k.last_used_at, 'never')),
         td('Spent', fmtNum(k.spent || 0), 'num'))));
       $('op-users').tBodies[0].replaceChildren(...(data.users || []).map((u) => el('tr', {},
-        el('th', { scope: 'row' }, u.email),
+        el('th', { scope: 'row', dataset: { label: 'Email' } }, u.email),
         td('Id', el('span', { class: 'mono' }, u.id)),
         td('Role', u.admin ? 'operator' : 'member'),
         td('Status', badge(u.status || 'active')))));

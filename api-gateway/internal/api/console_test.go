@@ -1,0 +1,708 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/easelhq/easel/api-gateway/internal/api"
+	"github.com/easelhq/easel/pkg/account"
+	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/password"
+	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/users"
+)
+
+const (
+	consolePW  = "correct horse battery"
+	emailA     = "owner@a.example"
+	emailB     = "owner@b.example"
+	emailAdmin = "ops@a.example"
+)
+
+// consoleEnv is env with the console on, and users: one of account A,
+// one of account B, an admin of account A.
+type consoleEnv struct {
+	*env
+	people *users.Service
+}
+
+func newConsoleEnv(t *testing.T, cfg users.Config) *consoleEnv {
+	t.Helper()
+	ce := &consoleEnv{}
+	// Cheap hashes: the tests sign in often.
+	cfg.Params = password.Params{Memory: 64, Time: 1, Threads: 1, SaltLen: 16, KeyLen: 32}
+	ce.env = newEnvFull(t, nil, zap.NewNop(), store.Options{}, func(e *env, d *api.Deps) {
+		var err error
+		if ce.people, err = users.New(store.NewUsers(e.db), cfg); err != nil {
+			t.Fatal(err)
+		}
+		cat, _ := catalog.New("lumen")
+		d.Console = &api.ConsoleDeps{Users: ce.people, Accounts: e.accounts, Directory: store.NewUsers(e.db), Secrets: e.hooks, Catalog: cat}
+	})
+	ctx := context.Background()
+	for _, u := range []struct {
+		acct, email string
+		admin       bool
+	}{{ce.acctA, emailA, false}, {ce.acctB, emailB, false}, {ce.acctA, emailAdmin, true}} {
+		if _, err := ce.people.Create(ctx, u.acct, u.email, consolePW, u.admin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ce
+}
+
+// browserish is a console client: a cookie jar, the session's CSRF token,
+// and the Origin a browser on the console's page sends.
+type browserish struct {
+	t    *testing.T
+	e    *consoleEnv
+	c    *http.Client
+	csrf string
+}
+
+func (ce *consoleEnv) client() *browserish {
+	jar, _ := cookiejar.New(nil)
+	return &browserish{t: ce.t, e: ce, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+func (b *browserish) send(method, path string, hdr map[string]string, body string) reply {
+	b.t.Helper()
+	req, _ := http.NewRequest(method, b.e.srv.URL+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if method != http.MethodGet {
+		req.Header.Set("Origin", b.e.srv.URL)
+		if b.csrf != "" {
+			req.Header.Set(api.HeaderCSRF, b.csrf)
+		}
+	}
+	for k, v := range hdr {
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := b.c.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header, raw}
+}
+
+// signIn signs in and keeps the CSRF token.
+func (b *browserish) signIn(email, pw string) reply {
+	b.t.Helper()
+	r := b.send("POST", "/console/api/session", nil, `{"email":"`+email+`","password":"`+pw+`"}`)
+	if r.status == 200 {
+		var env struct {
+			Data struct {
+				CSRFToken string `json:"csrf_token"`
+			} `json:"data"`
+		}
+		_ = json.Unmarshal(r.body, &env)
+		b.csrf = env.Data.CSRFToken
+	}
+	return r
+}
+
+func (b *browserish) mustSignIn(email string) {
+	b.t.Helper()
+	if r := b.signIn(email, consolePW); r.status != 200 {
+		b.t.Fatalf("sign-in as %s: %d %s", email, r.status, r.body)
+	}
+}
+
+// data decodes a console reply's data into v.
+func consoleData(t *testing.T, r reply, v any) {
+	t.Helper()
+	var env struct {
+		Data json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(r.body, &env); err != nil {
+		t.Fatalf("body %s: %v", r.body, err)
+	}
+	if err := json.Unmarshal(env.Data, v); err != nil {
+		t.Fatalf("data %s: %v", env.Data, err)
+	}
+}
+
+func sessionCookie(t *testing.T, r reply) *http.Cookie {
+	t.Helper()
+	for _, c := range (&http.Response{Header: r.header}).Cookies() {
+		if c.Name == api.SessionCookie {
+			return c
+		}
+	}
+	t.Fatalf("no %s cookie in %v", api.SessionCookie, r.header.Values("Set-Cookie"))
+	return nil
+}
+
+func TestConsoleSignIn(t *testing.T) {
+	ce := newConsoleEnv(t, users.Defaults)
+	b := ce.client()
+	wrong := b.signIn(emailA, "not the password")
+	unknown := b.signIn("nobody@a.example", consolePW)
+	for _, r := range []reply{wrong, unknown} {
+		assertEnvelope(t, r, 401, "wrong email or password")
+		if len(r.header.Values("Set-Cookie")) != 0 {
+			t.Errorf("a failed sign-in set a cookie: %v", r.header.Values("Set-Cookie"))
+		}
+	}
+	if string(wrong.body) != string(unknown.body) {
+		t.Errorf("a wrong password (%s) and an unknown email (%s) answer differently", wrong.body, unknown.body)
+	}
+	if r := b.send("GET", "/console/api/session", nil, ""); r.status != 401 {
+		t.Fatalf("session before sign-in: %d", r.status)
+	}
+
+	r := b.signIn("  OWNER@A.example ", consolePW) // emails match whatever their case
+	if r.status != 200 {
+		t.Fatalf("sign-in: %d %s", r.status, r.body)
+	}
+	ck := sessionCookie(t, r)
+	if !ck.HttpOnly || ck.SameSite != http.SameSiteLaxMode || ck.Path != "/console" || ck.Secure || len(ck.Value) < 40 {
+		t.Errorf("cookie %+v: want HttpOnly, SameSite=Lax, Path=/console, not Secure over plain HTTP, a long opaque value", ck)
+	}
+	if b.csrf == "" {
+		t.Fatal("no csrf_token in the sign-in's reply")
+	}
+	if strings.Contains(string(r.body), ck.Value) {
+		t.Error("the session id is in the body")
+	}
+	var who struct {
+		User struct {
+			Email string `json:"email"`
+		} `json:"user"`
+		CSRFToken string `json:"csrf_token"`
+	}
+	consoleData(t, b.send("GET", "/console/api/session", nil, ""), &who)
+	if who.User.Email != emailA || who.CSRFToken != b.csrf {
+		t.Errorf("session %+v; want %s with the sign-in's token", who, emailA)
+	}
+
+	// Session fixation: signing in again gives a new id and ends the one
+	// the client brought.
+	old := ck.Value
+	second := sessionCookie(t, b.signIn(emailA, consolePW))
+	if second.Value == old {
+		t.Fatal("a second sign-in kept the session id")
+	}
+	req, _ := http.NewRequest("GET", ce.srv.URL+"/console/api/session", nil)
+	req.AddCookie(&http.Cookie{Name: api.SessionCookie, Value: old})
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 401 {
+		t.Errorf("the session before the second sign-in still works: %v %v", resp.StatusCode, err)
+	}
+
+	// Signing out ends it.
+	if r := b.send("DELETE", "/console/api/session", nil, ""); r.status != 200 {
+		t.Fatalf("sign out: %d %s", r.status, r.body)
+	}
+	if r := b.send("GET", "/console/api/session", nil, ""); r.status != 401 {
+		t.Errorf("session after sign-out: %d", r.status)
+	}
+}
+
+func TestConsoleCookieSecureBehindTLS(t *testing.T) {
+	ce := newConsoleEnv(t, users.Defaults)
+	// A gateway whose public URL is https marks it Secure.
+	h := api.New(api.Deps{Log: zap.NewNop(), Console: &api.ConsoleDeps{Users: ce.people, Accounts: ce.accounts, SecureCookie: true}})
+	rec := httptest.NewRecorder()
+	req, _ := http.NewRequest("POST", "/console/api/session", strings.NewReader(`{"email":"`+emailA+`","password":"`+consolePW+`"}`))
+	req.Header.Set("Content-Type", "application/json")
+	h.ServeHTTP(rec, req)
+	ck := sessionCookie(t, reply{rec.Code, rec.Header(), nil})
+	if !ck.Secure {
+		t.Errorf("cookie %+v is not Secure", ck)
+	}
+}
+
+func TestConsoleWritesNeedCSRFAndOrigin(t *testing.T) {
+	ce := newConsoleEnv(t, users.Defaults)
+	b := ce.client()
+	b.mustSignIn(emailA)
+	body := `{"name":"ci"}`
+	cases := []struct {
+		name   string
+		hdr    map[string]string
+		status int
+		msg    string
+	}{
+		{"no token", map[string]string{api.HeaderCSRF: ""}, 403, "X-CSRF-Token"},
+		{"wrong token", map[string]string{api.HeaderCSRF: "not-the-token"}, 403, "X-CSRF-Token"},
+		{"another origin", map[string]string{"Origin": "https://evil.example"}, 403, "own origin"},
+		{"cross-site fetch", map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": ""}, 403, "own origin"},
+		{"a null origin", map[string]string{"Origin": "null"}, 403, "own origin"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			assertEnvelope(t, b.send("POST", "/console/api/keys", c.hdr, body), c.status, c.msg)
+		})
+	}
+	var keys struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	consoleData(t, b.send("GET", "/console/api/keys", nil, ""), &keys)
+	if len(keys.Keys) != 1 { // account A's first key, from env
+		t.Fatalf("refused writes made keys: %d listed", len(keys.Keys))
+	}
+	if r := b.send("POST", "/console/api/keys", nil, body); r.status != 200 {
+		t.Fatalf("a write with the token from the console's origin: %d %s", r.status, r.body)
+	}
+	// Sign-in from another origin is refused too (login CSRF).
+	other := ce.client()
+	assertEnvelope(t, other.send("POST", "/console/api/session", map[string]string{"Origin": "https://evil.example"},
+		`{"email":"`+emailA+`","password":"`+consolePW+`"}`), 403, "own origin")
+}
+
+func TestConsoleSignInThrottled(t *testing.T) {
+	cfg := users.Defaults
+	cfg.MaxPerEmail, cfg.MaxPerAddr = 3, 5
+	ce := newConsoleEnv(t, cfg)
+	b := ce.client()
+	for i := range 3 {
+		assertEnvelope(t, b.signIn(emailA, "wrong"+string(rune('a'+i))), 401, "wrong email or password")
+	}
+	// The email's budget is spent: even the right password waits.
+	r := b.signIn(emailA, consolePW)
+	assertEnvelope(t, r, 429, "too many failed sign-ins")
+	if ra := r.header.Get("Retry-After"); ra == "" || ra == "0" {
+		t.Errorf("Retry-After %q", ra)
+	}
+	// Another email from the same address still signs in, until the
+	// address's budget (5) is spent too.
+	b.mustSignIn(emailB)
+	for range 2 {
+		b.signIn(emailB, "wrong")
+	}
+	assertEnvelope(t, b.signIn(emailAdmin, consolePW), 429, "too many failed sign-ins")
+}
+
+func TestConsoleSessionLifetimes(t *testing.T) {
+	t.Run("idle", func(t *testing.T) {
+		cfg := users.Defaults
+		cfg.Idle = time.Second
+		ce := newConsoleEnv(t, cfg)
+		b := ce.client()
+		b.mustSignIn(emailA)
+		time.Sleep(1500 * time.Millisecond)
+		assertEnvelope(t, b.send("GET", "/console/api/account", nil, ""), 401, "sign in again")
+	})
+	t.Run("absolute", func(t *testing.T) {
+		cfg := users.Defaults
+		ce := newConsoleEnv(t, cfg)
+		// Signed in almost Max ago: a second of it left, however used.
+		ce.people.Now = func() time.Time { return time.Now().Add(-cfg.Max + time.Second) }
+		b := ce.client()
+		b.mustSignIn(emailA)
+		if r := b.send("GET", "/console/api/account", nil, ""); r.status != 200 {
+			t.Fatalf("fresh session: %d", r.status)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		assertEnvelope(t, b.send("GET", "/console/api/account", nil, ""), 401, "sign in again")
+	})
+	t.Run("password reset signs out", func(t *testing.T) {
+		ce := newConsoleEnv(t, users.Defaults)
+		b := ce.client()
+		b.mustSignIn(emailA)
+		if _, err := ce.people.ResetPassword(context.Background(), emailA, "a whole new password"); err != nil {
+			t.Fatal(err)
+		}
+		assertEnvelope(t, b.send("GET", "/console/api/account", nil, ""), 401, "sign in again")
+		assertEnvelope(t, b.signIn(emailA, consolePW), 401, "wrong email or password")
+		if r := b.signIn(emailA, "a whole new password"); r.status != 200 {
+			t.Errorf("the new password: %d", r.status)
+		}
+	})
+	t.Run("disabled user", func(t *testing.T) {
+		ce := newConsoleEnv(t, users.Defaults)
+		b := ce.client()
+		b.mustSignIn(emailA)
+		if _, err := ce.people.SetStatus(context.Background(), emailA, account.Disabled); err != nil {
+			t.Fatal(err)
+		}
+		assertEnvelope(t, b.send("GET", "/console/api/account", nil, ""), 401, "sign in again")
+		assertEnvelope(t, b.signIn(emailA, consolePW), 401, "wrong email or password")
+	})
+}
+
+type keyInfo struct {
+	Prefix     string   `json:"prefix"`
+	Name       string   `json:"name"`
+	Status     string   `json:"status"`
+	Spent      int64    `json:"spent"`
+	Models     []string `json:"models"`
+	AllowedIPs []string `json:"allowed_ips"`
+	ExpiresAt  string   `json:"expires_at"`
+	SpendLimit int64    `json:"spend_limit"`
+}
+
+func (b *browserish) newKey(body string) (string, keyInfo) {
+	b.t.Helper()
+	r := b.send("POST", "/console/api/keys", nil, body)
+	if r.status != 200 {
+		b.t.Fatalf("create key %s: %d %s", body, r.status, r.body)
+	}
+	var out struct {
+		Key  string  `json:"key"`
+		Info keyInfo `json:"info"`
+	}
+	consoleData(b.t, r, &out)
+	return out.Key, out.Info
+}
+
+func TestConsoleKeyLimitsAtAuthentication(t *testing.T) {
+	ce := newConsoleEnv(t, users.Defaults)
+	b := ce.client()
+	b.mustSignIn(emailA)
+	stdOnly, info := b.newKey(`{"name":"standard only","models":["standard"]}`)
+	if info.Name != "standard only" || info.Status != "active" || strings.Join(info.Models, ",") != "standard" || !strings.HasPrefix(stdOnly, "esk_") {
+		t.Fatalf("key %+v (%s)", info, stdOnly)
+	}
+	elsewhere, _ := b.newKey(`{"name":"office","allowed_ips":["10.0.0.0/8","2001:db8::1"]}`)
+	here, _ := b.newKey(`{"name":"loopback","allowed_ips":["127.0.0.0/8"]}`)
+	expiring, _ := b.newKey(`{"name":"soon","expires_at":"` + ce.now.Add(time.Hour).UTC().Format(time.RFC3339) + `"}`)
+	proBody := `{"model":"` + pro + `","task_type":"image","input":{"prompt":"a cat","image_size":"1K"}}`
+
+	cases := []struct {
+		name, key, body string
+		status          int
+		msg             string
+	}{
+		{"standard with a standard key", stdOnly, okBody, 200, ""},
+		{"pro with a standard key", stdOnly, proBody, 403, "may not use model " + pro},
+		{"from an address outside the key's", elsewhere, okBody, 403, "may not be used from this address (127.0.0.1): it is limited to 10.0.0.0/8, 2001:db8::1/128"},
+		{"from an address inside the key's", here, okBody, 200, ""},
+		{"before expiry", expiring, okBody, 200, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := ce.create(c.key, c.body)
+			if c.status == 200 {
+				if r.status != 200 {
+					t.Fatalf("%d %s", r.status, r.body)
+				}
+				return
+			}
+			assertEnvelope(t, r, c.status, c.msg)
+		})
+	}
+	// Queries are refused from outside the key's addresses too.
+	assertEnvelope(t, ce.query(elsewhere, "lumen-0"), 403, "may not be used from this address")
+	// Past its expiry (the gateway's clock), 401.
+	ce.now = ce.now.Add(2 * time.Hour)
+	assertEnvelope(t, ce.create(expiring, okBody), 401, "expired at")
+	var keys struct {
+		Keys []keyInfo `json:"keys"`
+	}
+	consoleData(t, b.send("GET", "/console/api/keys", nil, ""), &keys)
+	for _, k := range keys.Keys {
+		if k.Name == "soon" && k.Status != "expired" {
+			t.Errorf("the expired key is listed %s", k.Status)
+		}
+	}
+
+	// Revoked from the console: refused at once (this env caches nothing).
+	prefix := account.VisibleOf(stdOnly)
+	if r := b.send("POST", "/console/api/keys/"+prefix+"/revoke", nil, ""); r.status != 200 {
+		t.Fatalf("revoke: %d %s", r.status, r.body)
+	}
+	assertEnvelope(t, ce.create(stdOnly, okBody), 401, "revoked")
+}
+
+func TestConsoleKeySpendLimit(t *testing.T) {
+	ce := newConsoleEnv(t, users.Defaults)
+	b := ce.client()
+	b.mustSignIn(emailA)
+	// Standard tasks cost 4: ten fit in 40.
+	key, _ := b.newKey(`{"name":"capped","spend_limit":40}`)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	for range 25 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := ce.create(key, okBody)
+			mu.Lock()
+			statuses[r.status]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if statuses[200] != 10 || statuses[402] != 15 {
+		t.Fatalf("25 racing creates under a limit of 10 tasks: %v; want 10 made, 15 refused 402", statuses)
+	}
+	r := ce.create(key, okBody)
+	assertEnvelope(t, r, 402, "API key spend limit reached: the key may spend 40 credits, it has spent 40 and this task costs 4")
+
+	// A canceled (refunded) task gives its spend back.
+	var list struct {
+		Tasks []struct {
+			TaskID string `json:"task_id"`
+		} `json:"tasks"`
+	}
+	if err := json.Unmarshal(ce.do("GET", "/v1/task/list?limit=1&status=pending", map[string]string{"Authorization": "Bearer " + key}, "").body, &list); err != nil || len(list.Tasks) == 0 {
+		t.Fatalf("list: %v %+v", err, list)
+	}
+	if r := ce.do("POST", "/v1/task/cancel", map[string]string{"Authorization": "Bearer " + key, "Content-Type": "application/json"}, `{"task_id":"`+list.Tasks[0].TaskID+`"}`); r.status != 200 {
+		t.Fatalf("cancel: %d %s", r.status, r.body)
+	}
+	var keys struct {
+		Keys []keyInfo `json:"keys"`
+	}
+	consoleData(t, b.send("GET", "/console/api/keys", nil, ""), &keys)
+	for _, k := range keys.Keys {
+		if k.Name == "capped" && (k.Spent != 36 || k.SpendLimit != 40) {
+			t.Errorf("after a refund the key lists spent %d of %d; want 36 of 40", k.Spent, k.SpendLimit)
+		}
+	}
+	if r := ce.create(key, okBody); r.status != 200 {
+		t.Errorf("a create within the refunded room: %d %s", r.status, r.body)
+	}
+	// The console's own creates (no key) are not the key's spend.
+	if r := b.send("POST", "/console/api/task/create", nil, okBody); r.status != 200 {
+		t.Errorf("console create: %d %s", r.status, r.body)
+	}
+}
+
+func TestConsoleKeyRequestsValidated(t *testing.T) {
+	ce := newConsoleEnv(t, users.Defaults)
+	b := ce.client()
+	b.mustSignIn(emailA)
+	cases := []struct{ name, body, msg string }{
+		{"no name", `{"models":["standard"]}`, "name is required"},
+		{"unknown model", `{"name":"x","models":["ultra"]}`, "unknown model"},
+		{"bad address", `{"name":"x","allowed_ips":["10.0.0.300/8"]}`, "neither an IP address nor a CIDR"},
+		{"past expiry", `{"name":"x","expires_at":"2001-01-01T00:00:00Z"}`, "not in the future"},
+		{"bad time", `{"name":"x","expires_at":"tomorrow"}`, "RFC 3339"},
+		{"negative limit", `{"name":"x","spend_limit":-1}`, "spend_limit"},
+		{"unknown field", `{"name":"x","quota":5}`, "unknown field"},
+		{"control characters", `{"name":"a\u0007b"}`, "control characters"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			assertEnvelope(t, b.send("POST", "/console/api/keys", nil, c.body), 400, c.msg)
+		})
+	}
+}
+
+func TestConsoleAccountsAreIsolated(t *testing.T) {
+	ce := newConsoleEnv(t, users.Defaults)
+	// A task of account B, made with B's key.
+	r := ce.create(ce.keyB, okBody)
+	if r.status != 200 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	var made struct {
+		TaskID string `json:"task_id"`
+	}
+	consoleData(t, r, &made)
+	b := ce.client()
+	b.mustSignIn(emailA)
+	bPrefix := account.VisibleOf(ce.keyB)
+
+	cases := []struct {
+		name, method, path, body string
+		status                   int
+	}{
+		{"B's task", "GET", "/console/api/task/query?task_id=" + made.TaskID, "", 404},
+		{"B's task's webhooks", "GET", "/console/api/task/webhooks?task_id=" + made.TaskID, "", 404},
+		{"cancel B's task", "POST", "/console/api/task/cancel", `{"task_id":"` + made.TaskID + `"}`, 404},
+		{"revoke B's key", "POST", "/console/api/keys/" + bPrefix + "/revoke", "", 404},
+		{"rename B's key", "PATCH", "/console/api/keys/" + bPrefix, `{"name":"mine now"}`, 404},
+		{"revoke B's key by the whole key", "POST", "/console/api/keys/" + ce.keyB + "/revoke", "", 404},
+		{"the operator view", "GET", "/console/api/admin/accounts", "", 403},
+		{"B's account in the operator view", "GET", "/console/api/admin/accounts/" + ce.acctB, "", 403},
+		{"credit B", "POST", "/console/api/admin/accounts/" + ce.acctB + "/credits", `{"amount":5}`, 403},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := b.send(c.method, c.path, nil, c.body)
+			if r.status != c.status {
+				t.Fatalf("%d %s; want %d", r.status, r.body, c.status)
+			}
+		})
+	}
+	// A's lists hold nothing of B's.
+	for _, path := range []string{"/console/api/task/list", "/console/api/ledger", "/console/api/keys", "/console/api/usage"} {
+		body := string(b.send("GET", path, nil, "").body)
+		if strings.Contains(body, made.TaskID) || strings.Contains(body, bPrefix) || strings.Contains(body, ce.acctB) {
+			t.Errorf("%s shows account B's data: %s", path, body)
+		}
+	}
+	// B's key still works: nothing above changed it.
+	if r := ce.query(ce.keyB, made.TaskID); r.status != 200 {
+		t.Errorf("B's key after A's attempts: %d", r.status)
+	}
+}
+
+func TestConsoleCookieIsNoAPICredential(t *testing.T) {
+	ce := newConsoleEnv(t, users.Defaults)
+	b := ce.client()
+	b.mustSignIn(emailA)
+	r := b.send("POST", "/console/api/task/create", nil, okBody)
+	var made struct {
+		TaskID string `json:"task_id"`
+	}
+	consoleData(t, r, &made)
+	u, _ := url.Parse(ce.srv.URL)
+	cookies := b.c.Jar.Cookies(&url.URL{Scheme: "http", Host: u.Host, Path: "/console/api/session"})
+	if len(cookies) != 1 {
+		t.Fatalf("cookies %v", cookies)
+	}
+	if got := b.c.Jar.Cookies(&url.URL{Scheme: "http", Host: u.Host, Path: "/v1/files/x.png"}); len(got) != 0 {
+		t.Errorf("the session cookie would be sent to result downloads: %v", got)
+	}
+	// Even sent there by hand, it is no credential.
+	for _, path := range []string{"/v1/task/query?task_id=" + made.TaskID, "/v1/files/" + ce.acctA + "/" + made.TaskID + "/0.png"} {
+		req, _ := http.NewRequest("GET", ce.srv.URL+path, nil)
+		req.AddCookie(cookies[0])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 401 && resp.StatusCode != 403 {
+			t.Errorf("%s with the session cookie alone: %d; want 401 or 403", path, resp.StatusCode)
+		}
+	}
+}
+
+func TestConsoleUsageAndLedger(t *testing.T) {
+	ce := newConsoleEnv(t, users.Defaults)
+	for range 3 {
+		if r := ce.create(ce.keyA, okBody); r.status != 200 {
+			t.Fatal(r.status)
+		}
+	}
+	b := ce.client()
+	b.mustSignIn(emailA)
+	var usage struct {
+		Days   []account.UsageDay `json:"days"`
+		Models []string           `json:"models"`
+	}
+	consoleData(t, b.send("GET", "/console/api/usage?days=30", nil, ""), &usage)
+	if len(usage.Days) != 30 || strings.Join(usage.Models, ",") != std {
+		t.Fatalf("usage: %d days, models %v", len(usage.Days), usage.Models)
+	}
+	today := usage.Days[29]
+	if today.Date != time.Now().UTC().Format(time.DateOnly) || today.Models[std] != (account.Usage{Tasks: 3, Credits: 12}) {
+		t.Errorf("today %+v; want 3 tasks, 12 credits of %s", today, std)
+	}
+	csv := b.send("GET", "/console/api/usage.csv?days=7", nil, "")
+	if !strings.HasPrefix(csv.header.Get("Content-Type"), "text/csv") || string(csv.body) != "date,model,tasks,credits\n"+today.Date+","+std+",3,12\n" {
+		t.Errorf("CSV %s %q", csv.header.Get("Content-Type"), csv.body)
+	}
+	assertEnvelope(t, b.send("GET", "/console/api/usage?days=99", nil, ""), 400, "days must be")
+
+	// The ledger, two at a time: the three debits and the initial credit.
+	var seen []account.LedgerEntry
+	before := ""
+	for range 5 {
+		var page struct {
+			Entries []account.LedgerEntry `json:"entries"`
+			Next    string                `json:"next"`
+		}
+		consoleData(t, b.send("GET", "/console/api/ledger?limit=2&before="+before, nil, ""), &page)
+		seen = append(seen, page.Entries...)
+		if before = page.Next; before == "" {
+			break
+		}
+	}
+	if len(seen) != 4 || seen[0].Kind != account.Debit || seen[3].Kind != account.Credit || seen[0].Balance != 10_000-12 {
+		t.Errorf("ledger pages %+v", seen)
+	}
+	assertEnvelope(t, b.send("GET", "/console/api/ledger?before=x", nil, ""), 400, "before must be")
+}
+
+func TestConsoleOperatorView(t *testing.T) {
+	ce := newConsoleEnv(t, users.Defaults)
+	b := ce.client()
+	b.mustSignIn(emailAdmin)
+	var found struct {
+		Accounts []account.Account `json:"accounts"`
+	}
+	for _, q := range []string{"", "B", ce.acctB, emailB} {
+		consoleData(t, b.send("GET", "/console/api/admin/accounts?q="+url.QueryEscape(q), nil, ""), &found)
+		ids := []string{}
+		for _, a := range found.Accounts {
+			ids = append(ids, a.ID)
+		}
+		if !strings.Contains(strings.Join(ids, ","), ce.acctB) {
+			t.Errorf("q=%q found %v; want account b (%s)", q, ids, ce.acctB)
+		}
+	}
+	if r := b.send("POST", "/console/api/admin/accounts/"+ce.acctB+"/credits", nil, `{"amount":25}`); r.status != 200 {
+		t.Fatalf("credits: %d %s", r.status, r.body)
+	}
+	if r := b.send("POST", "/console/api/admin/accounts/"+ce.acctB+"/disable", nil, ""); r.status != 200 {
+		t.Fatalf("disable: %d %s", r.status, r.body)
+	}
+	assertEnvelope(t, ce.create(ce.keyB, okBody), 403, "disabled")
+	var detail struct {
+		Account account.Account `json:"account"`
+		Users   []account.User  `json:"users"`
+	}
+	consoleData(t, b.send("GET", "/console/api/admin/accounts/"+ce.acctB, nil, ""), &detail)
+	if detail.Account.Credits != 10_025 || detail.Account.Status != account.Disabled || len(detail.Users) != 1 || detail.Users[0].Email != emailB {
+		t.Errorf("account b %+v, users %+v", detail.Account, detail.Users)
+	}
+}
+
+func TestConsolePage(t *testing.T) {
+	ce := newConsoleEnv(t, users.Defaults)
+	b := ce.client()
+	if r := b.send("GET", "/console", nil, ""); r.status != 301 || r.header.Get("Location") != "/console/" {
+		t.Errorf("/console: %d %s", r.status, r.header.Get("Location"))
+	}
+	r := b.send("GET", "/console/", nil, "")
+	if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/html") {
+		t.Fatalf("/console/: %d %s", r.status, r.header.Get("Content-Type"))
+	}
+	csp := r.header.Get("Content-Security-Policy")
+	for _, want := range []string{"default-src 'none'", "script-src 'self'", "frame-ancestors 'none'", "connect-src 'self'"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("CSP %q lacks %s", csp, want)
+		}
+	}
+	for _, tok := range strings.Fields(strings.ReplaceAll(csp, ";", " ")) {
+		switch tok {
+		case "'unsafe-inline'", "'unsafe-eval'", "http:", "https:", "*", "data:":
+			t.Errorf("CSP %q allows %s", csp, tok)
+		}
+	}
+	page := string(r.body)
+	for _, asset := range []string{"app.js", "style.css"} {
+		if !strings.Contains(page, asset+"?v=") {
+			t.Errorf("the page does not name %s by version", asset)
+		}
+		if a := b.send("GET", "/console/"+asset, nil, ""); a.status != 200 {
+			t.Errorf("%s: %d", asset, a.status)
+		}
+	}
+	for _, bad := range []string{"<script>", "style=", `src="http`, `href="http://`, "<link rel=\"stylesheet\" href=\"http"} {
+		if strings.Contains(page, bad) {
+			t.Errorf("the page has inline script or style, or loads something from elsewhere (%s)", bad)
+		}
+	}
+	for _, p := range []string{"/console/../go.mod", "/console/nope.js", "/console/sub/app.js"} {
+		if r := b.send("GET", p, nil, ""); r.status != 404 {
+			t.Errorf("%s: %d; want 404", p, r.status)
+		}
+	}
+}
