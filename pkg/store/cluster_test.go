@@ -13,6 +13,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
@@ -411,6 +412,59 @@ func TestOnACluster(t *testing.T) {
 		}
 		if _, err := ds.tasks.Expire(ctx, accts[4].id, "durable"); !errors.Is(err, ErrNotReplicated) {
 			t.Errorf("Expire: %v; want ErrNotReplicated", err)
+		}
+	})
+
+	t.Run("key limits, spend, usage and console users", func(t *testing.T) {
+		a := accts[0]
+		key, _, err := s.accounts.NewKey(ctx, a.id, account.KeySpec{Name: "capped", KeyLimits: account.KeyLimits{SpendLimit: 8, Models: []catalog.Tier{catalog.Standard}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.accounts.Authenticate(ctx, key)
+		if err != nil || got.Via == nil || got.Via.SpendLimit != 8 || !got.Via.AllowsModel(catalog.Standard) || got.Via.AllowsModel(catalog.Pro) {
+			t.Fatalf("Authenticate: %+v %v", got, err)
+		}
+		c := task.Charge{Price: 4, Tier: "standard", MaxInflight: 10, CountUntil: time.Now().Add(time.Hour), KeyHash: account.HashKey(key), SpendLimit: 8}
+		today := func(id string) *task.Task { tk := pending(a.id, id); tk.CreateTime = time.Now(); return tk }
+		for _, id := range []string{"k1", "k2"} {
+			if _, err := s.tasks.Create(ctx, today(id), c, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var spend *apperr.SpendLimitError
+		if _, err := s.tasks.Create(ctx, today("k3"), c, nil); !errors.As(err, &spend) || spend.Spent != 8 {
+			t.Fatalf("past the limit: %v", err)
+		}
+		if _, err := s.tasks.Cancel(ctx, a.id, "k1"); err != nil {
+			t.Fatal(err)
+		}
+		keys, err := s.accounts.Keys(ctx, a.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if k.Name == "capped" && k.Spent != 4 {
+				t.Errorf("spent %d after a refund; want 4", k.Spent)
+			}
+		}
+		days, err := s.accounts.Usage(ctx, a.id, 1)
+		if err != nil || days[0].Models[testModel] != (account.Usage{Tasks: 1, Credits: 4}) {
+			t.Errorf("usage %+v %v; want one task of 4 credits (one refunded)", days, err)
+		}
+		users := NewUsers(s.db)
+		u, err := users.CreateUser(ctx, a.id, "c0@example.com", "hash", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := users.SaveSession(ctx, "h", Session{UserID: u.ID, AccountID: a.id, CSRF: "x", Gen: 1, CreatedAt: time.Now(), Until: time.Now().Add(time.Hour)}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if ss, err := users.TouchSession(ctx, "h", time.Hour); err != nil || ss.UserID != u.ID {
+			t.Errorf("session %+v %v", ss, err)
+		}
+		if list, err := users.UsersOf(ctx, a.id); err != nil || len(list) != 1 {
+			t.Errorf("users %v %v", list, err)
 		}
 	})
 
