@@ -159,6 +159,8 @@ func undocumented(r *echo.Route) bool {
 		return true // Prometheus, for operators
 	case r.Path == "/playground" || strings.HasPrefix(r.Path, "/playground/"):
 		return true // a web page, not API
+	case r.Path == "/console" || strings.HasPrefix(r.Path, "/console/"):
+		return true // the console page and its own API (docs/console.md; the document's description says why)
 	}
 	return false
 }

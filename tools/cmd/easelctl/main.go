@@ -1,15 +1,34 @@
-// Command easelctl is the operator's tool for accounts, API keys and credits.
-// It talks to Redis (EASEL_REDIS_URL) through the same store code as the
-// gateway, so what it changes takes effect on every gateway at once (within
-// the gateways' auth cache lifetime, at most 5 s).
+// Command easelctl is the operator's tool for accounts, API keys, credits
+// and the account console's users. It talks to Redis (EASEL_REDIS_URL)
+// through the same store code as the gateway, so what it changes takes
+// effect on every gateway at once (within the gateways' auth cache
+// lifetime, at most 5 s).
 //
-//	easelctl account create --name NAME [--credits N] [--rate-limit R] [--max-inflight N] [--weight W]
-//	easelctl key create --account ID
-//	easelctl credits add ID N
+//	easelctl account create --name NAME [--credits N] [--rate-limit R] [--query-rate-limit R] [--max-inflight N] [--weight W] [--models LIST]
+//	easelctl account show ID
+//	easelctl account list
+//	easelctl account limits ID [--rate-limit R] [--query-rate-limit R] [--max-inflight N] [--weight W] [--models LIST]
+//	easelctl account disable|enable ID
+//	easelctl key create --account ID [--name N] [--models LIST] [--allowed-ips LIST] [--expires-at TIME] [--spend-limit N]
+//	easelctl key limits PREFIX [--name N] [--models LIST] [--allowed-ips LIST] [--expires-at TIME|never] [--spend-limit N]
+//	easelctl key list --account ID
+//	easelctl key revoke KEY_OR_PREFIX
+//	easelctl credits add ID N [--note TEXT]
+//	easelctl ledger ID [--limit N]
 //	easelctl ledger export ID [--from TIME] [--to TIME]
+//	easelctl webhook-secret ID [--rotate]
+//	easelctl user create --account ID --email EMAIL --password-stdin [--admin]
+//	easelctl user reset-password --email EMAIL --password-stdin
+//	easelctl user disable|enable --email EMAIL
+//	easelctl user admin --email EMAIL --on|--off
+//	easelctl user list --account ID
 //
-// Every command takes --json for scripts; errors go to stderr with a non-zero
-// exit status.
+// A user's password is read from stdin (its first line; from a terminal,
+// without echo), never from the command line, and never printed. A key is
+// printed once, when it is made.
+//
+// Every command takes --json for scripts; errors go to stderr with exit
+// status 1 (2 for a usage error).
 package main
 
 import (
@@ -18,8 +37,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,6 +55,7 @@ import (
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/redisconn"
 	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/users"
 )
 
 func main() {
@@ -41,13 +63,14 @@ func main() {
 	defer stop()
 	// Errors reach the operator through easelctl's own messages.
 	redisconn.LogTo(zap.NewNop())
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv))
 }
 
 // run executes one command and returns the exit status: 0 on success, 1 on a
-// failure, 2 on a usage error.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	app := &cli{out: stdout, getenv: getenv}
+// failure, 2 on a usage error. Only the password of a user command is read
+// from stdin.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+	app := &cli{in: stdin, out: stdout, errOut: stderr, getenv: getenv}
 	root := app.commands()
 	root.SetArgs(args)
 	root.SetOut(stdout)
@@ -92,13 +115,17 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 type cli struct {
+	in       io.Reader
 	out      io.Writer
+	errOut   io.Writer
 	getenv   func(string) string
 	jsonOut  bool
 	redisURL string
+	db       *store.DB
 	accounts *store.Accounts
 	hooks    *store.Hooks
 	catalog  *catalog.Catalog
+	people   *users.Service // made on first use (it hashes a decoy password)
 	close    func()
 }
 
@@ -127,14 +154,14 @@ func (c *cli) open(ctx context.Context) error {
 		return err
 	}
 	db := store.NewDB(rdb, store.Options{})
-	c.accounts, c.hooks, c.catalog, c.close = store.NewAccounts(db), store.NewHooks(db), cat, func() { _ = rdb.Close() }
+	c.db, c.accounts, c.hooks, c.catalog, c.close = db, store.NewAccounts(db), store.NewHooks(db), cat, func() { _ = rdb.Close() }
 	return nil
 }
 
 func (c *cli) commands() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "easelctl",
-		Short:         "Manage Easel accounts, API keys and credits",
+		Short:         "Manage Easel accounts, API keys, credits and console users",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -148,7 +175,7 @@ func (c *cli) commands() *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
 	root.PersistentFlags().BoolVar(&c.jsonOut, "json", false, "print JSON")
 	root.PersistentFlags().StringVar(&c.redisURL, "redis-url", "", "Redis URL (default $EASEL_REDIS_URL)")
-	root.AddCommand(c.accountCommands(), c.creditsCommands(), c.keyCommands(), c.ledgerCommand(), c.webhookSecretCommand())
+	root.AddCommand(c.accountCommands(), c.creditsCommands(), c.keyCommands(), c.ledgerCommand(), c.webhookSecretCommand(), c.userCommands())
 	return root
 }
 
@@ -169,7 +196,9 @@ func (c *cli) tiers(s string) ([]catalog.Tier, error) {
 		if !ok {
 			return nil, usageError{fmt.Sprintf("unknown model %q: use standard, pro, all or a model id (%s)", m, c.catalog.IDs())}
 		}
-		out = append(out, t)
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
 	}
 	return out, nil
 }
@@ -391,30 +420,88 @@ func (c *cli) creditsCommands() *cobra.Command {
 }
 
 func (c *cli) keyCommands() *cobra.Command {
-	cmd := &cobra.Command{Use: "key", Short: "Create, list and revoke API keys"}
+	cmd := &cobra.Command{Use: "key", Short: "Create, list, limit and revoke API keys"}
+
 	var acct string
+	var spec keyFlags
 	create := &cobra.Command{
-		Use: "create --account ID", Short: "Create an API key and print it (it is shown only this once)", Args: exactArgs(0),
+		Use:   "create --account ID [--name N] [--models LIST] [--allowed-ips LIST] [--expires-at TIME] [--spend-limit N]",
+		Short: "Create an API key and print it (it is shown only this once); its name and limits go to stderr",
+		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if acct == "" {
 				return usageError{"--account is required"}
 			}
-			key, k, err := c.accounts.CreateKey(cmd.Context(), acct)
+			u, err := c.keyUpdate(cmd, &spec)
+			if err != nil {
+				return err
+			}
+			s := account.KeySpec{}
+			if u.Name != nil {
+				s.Name = *u.Name
+			}
+			if u.Models != nil {
+				s.Models = *u.Models
+			}
+			if u.AllowedIPs != nil {
+				s.AllowedIPs = *u.AllowedIPs
+			}
+			if u.ExpiresAt != nil {
+				s.ExpiresAt = *u.ExpiresAt
+			}
+			if u.SpendLimit != nil {
+				s.SpendLimit = *u.SpendLimit
+			}
+			key, k, err := c.accounts.NewKey(cmd.Context(), acct, s)
 			if err != nil {
 				return err
 			}
 			if c.jsonOut {
-				return c.printJSON(map[string]any{"key": key, "prefix": k.Prefix, "account_id": k.AccountID, "created_at": k.CreatedAt})
+				return c.printJSON(struct {
+					Secret string `json:"key"`
+					*account.Key
+				}{key, k})
 			}
+			// The key alone on stdout, so that KEY=$(easelctl key create ...)
+			// still works; what it may do beside it, on stderr.
 			fmt.Fprintln(c.out, key)
-			return nil
+			fmt.Fprintln(c.errOut, "Keep the key above: it is shown only this once.")
+			return writeKey(c.errOut, k)
 		},
 	}
 	create.Flags().StringVar(&acct, "account", "", "account id")
+	spec.define(create, false)
+
+	var upd keyFlags
+	limits := &cobra.Command{
+		Use:   "limits KEY_OR_PREFIX [--name N] [--models LIST] [--allowed-ips LIST] [--expires-at TIME|never] [--spend-limit N]",
+		Short: "Rename a key or change its limits (only what is given changes) and print it",
+		Long: "Rename a key or change its limits: only the flags given change. --models \"\" (or all) gives the key its account's models again, " +
+			"--allowed-ips \"\" any address, --expires-at never no expiry, --spend-limit 0 no spend limit.",
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			u, err := c.keyUpdate(cmd, &upd)
+			if err != nil {
+				return err
+			}
+			if u.Empty() {
+				return usageError{"give at least one of --name, --models, --allowed-ips, --expires-at, --spend-limit"}
+			}
+			k, err := c.accounts.UpdateKey(cmd.Context(), "", args[0], u)
+			if err != nil {
+				return err
+			}
+			if c.jsonOut {
+				return c.printJSON(k)
+			}
+			return writeKey(c.out, k)
+		},
+	}
+	upd.define(limits, true)
 
 	var listAcct string
 	list := &cobra.Command{
-		Use: "list --account ID", Short: "List an account's keys (prefixes only)", Args: exactArgs(0),
+		Use: "list --account ID", Short: "List an account's keys (prefixes only) with their names, state, spend and limits", Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if listAcct == "" {
 				return usageError{"--account is required"}
@@ -429,14 +516,12 @@ func (c *cli) keyCommands() *cobra.Command {
 				}
 				return c.printJSON(keys)
 			}
+			now := time.Now()
 			w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "PREFIX\tCREATED\tSTATUS")
+			fmt.Fprintln(w, "PREFIX\tNAME\tSTATUS\tCREATED\tLAST USED\tSPENT\tSPEND LIMIT\tMODELS\tALLOWED IPS\tEXPIRES")
 			for _, k := range keys {
-				st := "active"
-				if k.Revoked {
-					st = "revoked " + k.RevokedAt.UTC().Format(time.RFC3339)
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\n", k.Prefix, k.CreatedAt.UTC().Format(time.RFC3339), st)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", k.Prefix, orDash(k.Name), keyStatusText(k, now), timeText(k.CreatedAt, ""),
+					timeText(k.LastUsedAt, "never"), k.Spent, spendLimitText(k.SpendLimit), keyModelsText(k.Models), ipsText(k.AllowedIPs), timeText(k.ExpiresAt, "never"))
 			}
 			return w.Flush()
 		},
@@ -457,8 +542,122 @@ func (c *cli) keyCommands() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(create, list, revoke)
+	cmd.AddCommand(create, limits, list, revoke)
 	return cmd
+}
+
+// keyFlags are a key's name and limits as flags.
+type keyFlags struct {
+	name, models, ips, expires string
+	spendLimit                 int64
+}
+
+// define adds the flags to cmd; change: for a change of an existing key.
+func (f *keyFlags) define(cmd *cobra.Command, change bool) {
+	models, ips, expires, limit := "the account's", "any", "never", "none"
+	if change {
+		models, ips, expires, limit = `"" or all: the account's`, `"": any`, "never: no expiry", "0: none"
+	}
+	cmd.Flags().StringVar(&f.name, "name", "", "what the key is for (at most 100 characters)")
+	cmd.Flags().StringVar(&f.models, "models", "", "models the key may use, within its account's: a comma list of standard, pro or model ids ("+models+")")
+	cmd.Flags().StringVar(&f.ips, "allowed-ips", "", "client addresses the key is accepted from: a comma list of IP addresses and CIDR prefixes ("+ips+")")
+	cmd.Flags().StringVar(&f.expires, "expires-at", "", "when the key stops working: an RFC 3339 time (2027-01-31T00:00:00Z) or a date, midnight UTC ("+expires+")")
+	cmd.Flags().Int64Var(&f.spendLimit, "spend-limit", 0, "the credits the key's tasks may cost in all ("+limit+")")
+}
+
+// keyUpdate reads the flags of cmd that were given: nil fields were not.
+func (c *cli) keyUpdate(cmd *cobra.Command, f *keyFlags) (account.KeyUpdate, error) {
+	var u account.KeyUpdate
+	set := cmd.Flags().Changed
+	if set("name") {
+		u.Name = &f.name
+	}
+	if set("models") {
+		ts, err := c.tiers(f.models)
+		if err != nil {
+			return u, err
+		}
+		if ts == nil {
+			ts = []catalog.Tier{}
+		}
+		u.Models = &ts
+	}
+	if set("allowed-ips") {
+		ips, err := account.ParseAllowedIPs(strings.Split(f.ips, ","))
+		if err != nil {
+			return u, err
+		}
+		u.AllowedIPs = &ips
+	}
+	if set("expires-at") {
+		var t time.Time
+		if s := strings.TrimSpace(f.expires); s != "never" && s != "" {
+			var err error
+			if t, err = parseTime(s); err != nil {
+				return u, usageError{"--expires-at: " + err.Error() + ", or never"}
+			}
+		}
+		u.ExpiresAt = &t
+	}
+	if set("spend-limit") {
+		u.SpendLimit = &f.spendLimit
+	}
+	return u, nil
+}
+
+// writeKey writes a key's state and limits, one per line.
+func writeKey(out io.Writer, k *account.Key) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "prefix\t%s\naccount\t%s\nname\t%s\nstatus\t%s\ncreated\t%s\nlast used\t%s\nspent\t%d\nspend limit\t%s\nmodels\t%s\nallowed ips\t%s\nexpires\t%s\n",
+		k.Prefix, k.AccountID, orDash(k.Name), keyStatusText(k, time.Now()), timeText(k.CreatedAt, ""), timeText(k.LastUsedAt, "never"),
+		k.Spent, spendLimitText(k.SpendLimit), keyModelsText(k.Models), ipsText(k.AllowedIPs), timeText(k.ExpiresAt, "never"))
+	return w.Flush()
+}
+
+func keyStatusText(k *account.Key, now time.Time) string {
+	if k.Revoked {
+		return account.KeyRevoked + " " + timeText(k.RevokedAt, "")
+	}
+	return k.Status(now)
+}
+
+func keyModelsText(ts []catalog.Tier) string {
+	if len(ts) == 0 {
+		return "the account's"
+	}
+	return modelsText(ts)
+}
+
+func ipsText(ps []netip.Prefix) string {
+	if len(ps) == 0 {
+		return "any"
+	}
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func spendLimitText(n int64) string {
+	if n == 0 {
+		return "none"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func timeText(t time.Time, zero string) string {
+	if t.IsZero() {
+		return zero
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func (c *cli) ledgerCommand() *cobra.Command {
