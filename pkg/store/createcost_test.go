@@ -27,12 +27,16 @@ func BenchmarkCreateScript(b *testing.B) {
 	for _, c := range []struct {
 		name  string
 		share int
-	}{{"admitted", 0}, {"parked", 64}} {
+		key   bool // through an API key with a spend limit
+	}{{"admitted", 0, false}, {"parked", 64, false}, {"admitted_key_limit", 0, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			acct := "bench_" + c.name
 			seedAccount(b, rdb, acct, 1<<60, "")
 			s := NewTasks(NewDB(rdb, Options{Share: c.share, LedgerRetention: 30 * 24 * time.Hour}))
 			ch := task.Charge{Price: 4, Tier: "standard", MaxInflight: 1 << 30, Queue: "standard"}
+			if c.key {
+				ch.KeyHash, ch.SpendLimit = strings.Repeat("ab", 32), 1<<60
+			}
 			create := func() {
 				now := time.Now()
 				ch.CountUntil, ch.ValidUntil = now.Add(time.Hour), now.Add(5*time.Second)
