@@ -11,6 +11,7 @@ import (
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/config"
 	"github.com/easelhq/easel/pkg/quota"
+	"github.com/easelhq/easel/pkg/upstream"
 	"github.com/easelhq/easel/pkg/service"
 )
 
@@ -41,6 +42,14 @@ type Config struct {
 	GeminiBaseURL string        `env:"EASEL_GEMINI_BASE_URL"`
 	GeminiModels  string        `env:"EASEL_GEMINI_MODELS" envDefault:"standard=gemini-2.5-flash-image,pro=gemini-3-pro-image-preview"`
 	GeminiTimeout time.Duration `env:"EASEL_GEMINI_TIMEOUT" envDefault:"3m"`
+	// UpstreamsFile, with EASEL_GENERATOR=gemini, is a pool of upstream
+	// credentials (package upstream) used instead of EASEL_GEMINI_API_KEY;
+	// re-read every UpstreamsReload and on SIGHUP.
+	UpstreamsFile   string        `env:"EASEL_UPSTREAMS_FILE"`
+	UpstreamsReload time.Duration `env:"EASEL_UPSTREAMS_RELOAD" envDefault:"5s"`
+	// Getenv reads the environment the configuration came from (the
+	// upstreams file's api_key_env); nil: none.
+	Getenv func(string) string `env:"-"`
 	// The retry policy (see retryPolicy).
 	RetryMaxAttempts int           `env:"EASEL_RETRY_MAX_ATTEMPTS" envDefault:"4"`
 	RetryMaxElapsed  time.Duration `env:"EASEL_RETRY_MAX_ELAPSED" envDefault:"2m"`
@@ -116,7 +125,22 @@ const MinSecretLen = 32
 // LoadConfig reads a worker's configuration from environ (nil means the
 // process environment) and validates it.
 func LoadConfig(environ map[string]string) (Config, error) {
-	return config.Load[Config](environ)
+	c, err := config.Parse[Config](environ)
+	if err != nil {
+		return c, err
+	}
+	// The upstreams file names variables of its own (its keys'): read from
+	// the same environment.
+	c.Getenv = func(k string) string { return environ[k] }
+	return c, c.Validate()
+}
+
+// lookup reads a variable of the configuration's environment.
+func (c *Config) lookup(k string) string {
+	if c.Getenv == nil {
+		return ""
+	}
+	return c.Getenv(k)
 }
 
 // Validate checks a worker's settings.
@@ -140,8 +164,16 @@ func (c *Config) Validate() error {
 	switch c.Generator {
 	case "procedural":
 	case "gemini":
-		if c.GeminiAPIKey == "" {
-			errs = append(errs, errors.New("EASEL_GEMINI_API_KEY is required with EASEL_GENERATOR=gemini"))
+		if c.GeminiAPIKey == "" && c.UpstreamsFile == "" {
+			errs = append(errs, errors.New("EASEL_GEMINI_API_KEY or EASEL_UPSTREAMS_FILE is required with EASEL_GENERATOR=gemini"))
+		}
+		if c.UpstreamsFile != "" {
+			if _, err := upstream.Load(c.UpstreamsFile, c.lookup); err != nil {
+				errs = append(errs, fmt.Errorf("EASEL_UPSTREAMS_FILE: %w", err))
+			}
+			if c.UpstreamsReload < 100*time.Millisecond {
+				errs = append(errs, fmt.Errorf("EASEL_UPSTREAMS_RELOAD %s: want at least 100ms", c.UpstreamsReload))
+			}
 		}
 		if _, err := ParseModelMap(c.GeminiModels); err != nil {
 			errs = append(errs, fmt.Errorf("EASEL_GEMINI_MODELS: %w", err))
@@ -156,6 +188,9 @@ func (c *Config) Validate() error {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("EASEL_GENERATOR %q: want procedural or gemini", c.Generator))
+	}
+	if c.UpstreamsFile != "" && c.Generator != "gemini" {
+		errs = append(errs, errors.New("EASEL_UPSTREAMS_FILE needs EASEL_GENERATOR=gemini"))
 	}
 	if c.RetryMaxAttempts < 1 || c.RetryMaxAttempts > 20 {
 		errs = append(errs, fmt.Errorf("EASEL_RETRY_MAX_ATTEMPTS %d: want 1 to 20", c.RetryMaxAttempts))

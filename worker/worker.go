@@ -9,10 +9,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -29,9 +33,11 @@ import (
 	"github.com/easelhq/easel/pkg/service"
 	"github.com/easelhq/easel/pkg/signedurl"
 	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/upstream"
 	"github.com/easelhq/easel/pkg/webhook"
 	"github.com/easelhq/easel/worker/imagegen"
 	"github.com/easelhq/easel/worker/imagegen/gemini"
+	"github.com/easelhq/easel/worker/imagegen/pool"
 	"github.com/easelhq/easel/worker/imagegen/procedural"
 	"github.com/easelhq/easel/worker/internal/fetch"
 	"github.com/easelhq/easel/worker/internal/metrics"
@@ -65,7 +71,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		queues[jobs.Queue(tier)] = w
 	}
 	gen, provider := opts.Generator, "custom"
-	if gen == nil {
+	if gen == nil && cfg.UpstreamsFile == "" {
 		if gen, err = newGenerator(ctx, cfg); err != nil {
 			return err
 		}
@@ -112,6 +118,14 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		signedurl.New(resultSecret(cfg, log), cfg.PublicURL),
 		webhook.DefaultSchedule(cfg.WebhookRetryInitial), log)
 	popts := processor.Options{Retry: retry, Metrics: meter, Hooks: hk, Admitter: enq}
+	if gen == nil {
+		// A pool of upstream credentials, re-read when its file changes.
+		upstreams, err := newPool(ctx, cfg, rdb, meter, log)
+		if err != nil {
+			return err
+		}
+		gen, provider = upstreams, "pool"
+	}
 	limits, err := quota.ParseLimits(cfg.UpstreamRPM, cfg.UpstreamConcurrency)
 	if err != nil {
 		return err
@@ -314,6 +328,42 @@ func newGenerator(ctx context.Context, cfg Config) (imagegen.Generator, error) {
 		return gemini.New(ctx, gemini.Config{APIKey: cfg.GeminiAPIKey, BaseURL: cfg.GeminiBaseURL, Models: models, Timeout: cfg.GeminiTimeout})
 	}
 	return nil, fmt.Errorf("unknown generator %q", cfg.Generator)
+}
+
+// newPool loads EASEL_UPSTREAMS_FILE into a pool and watches it (every
+// EASEL_UPSTREAMS_RELOAD, and on SIGHUP) until ctx is done.
+func newPool(ctx context.Context, cfg Config, rdb redis.UniversalClient, meter *metrics.Metrics, log *zap.Logger) (*pool.Pool, error) {
+	models, err := ParseModelMap(cfg.GeminiModels)
+	if err != nil {
+		return nil, err
+	}
+	newGen := func(ctx context.Context, u upstream.Upstream) (imagegen.Generator, error) {
+		m := maps.Clone(models)
+		for t, id := range u.ModelIDs {
+			m[catalog.Tier(t)] = id
+		}
+		return gemini.New(ctx, gemini.Config{APIKey: u.APIKey, BaseURL: u.BaseURL, Models: m, Timeout: cfg.GeminiTimeout,
+			Vertex: u.Provider == upstream.Vertex, Project: u.Project, Location: u.Location, CredentialsFile: u.CredentialsFile})
+	}
+	data, err := os.ReadFile(cfg.UpstreamsFile)
+	if err != nil {
+		return nil, fmt.Errorf("EASEL_UPSTREAMS_FILE: %w", err)
+	}
+	pl, err := upstream.Parse(data, cfg.lookup)
+	if err != nil {
+		return nil, fmt.Errorf("EASEL_UPSTREAMS_FILE: %w", err)
+	}
+	p := pool.New(rdb, newGen, meter, log)
+	if err := p.Load(ctx, pl, data); err != nil {
+		return nil, fmt.Errorf("EASEL_UPSTREAMS_FILE: %w", err)
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		p.Watch(ctx, cfg.UpstreamsFile, cfg.lookup, cfg.UpstreamsReload, hup)
+	}()
+	return p, nil
 }
 
 // upstreamQuota adapts quota.Quota to the processor's Quota.

@@ -53,6 +53,11 @@ type Request struct {
 // every worker's calls to that model down (package quota), not only its own.
 var ErrThrottled = errors.New("the upstream is limiting its request rate")
 
+// ErrRefused is in the chain of a generator's error when the upstream
+// refused its credential (401, 403, an invalid key): no call with it will
+// work until an operator changes it.
+var ErrRefused = errors.New("the upstream refused the credential")
+
 // Source is a fetched source image whose format and dimensions have been
 // checked, but whose pixels have not been decoded yet.
 type Source struct {

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"cloud.google.com/go/auth/credentials"
 	"google.golang.org/genai"
 
 	"github.com/easelhq/easel/pkg/apperr"
@@ -37,7 +38,14 @@ var DefaultModels = map[catalog.Tier]string{
 
 // Config configures the generator.
 type Config struct {
-	APIKey string
+	// APIKey: the Gemini API's key. Or, for Vertex AI, Project and
+	// Location, with the service account's JSON in CredentialsFile (empty:
+	// the environment's default credentials).
+	APIKey          string
+	Vertex          bool
+	Project         string
+	Location        string
+	CredentialsFile string
 	// BaseURL overrides the API's address (tests point it at a fake).
 	BaseURL string
 	// Models maps tiers to upstream model ids; missing tiers take
@@ -62,21 +70,37 @@ type Generator struct {
 
 // New returns a generator.
 func New(ctx context.Context, cfg Config) (*Generator, error) {
-	if cfg.APIKey == "" {
-		return nil, errors.New("gemini: an API key is required")
-	}
 	opts := genai.HTTPOptions{BaseURL: cfg.BaseURL}
 	if cfg.Timeout > 0 {
 		opts.Timeout = &cfg.Timeout
 	}
 	// Retries are the worker's (bounded, with backoff, for every
 	// generator); the SDK makes one attempt per call.
-	client, err := genai.NewClient(ctx, &genai.ClientConfig{
+	cc := &genai.ClientConfig{
 		APIKey:      cfg.APIKey,
 		Backend:     genai.BackendGeminiAPI,
 		HTTPClient:  cfg.HTTPClient,
 		HTTPOptions: opts,
-	})
+	}
+	if cfg.Vertex {
+		if cfg.Project == "" || cfg.Location == "" {
+			return nil, errors.New("gemini: Vertex AI needs a project and a location")
+		}
+		cc.APIKey, cc.Backend, cc.Project, cc.Location = "", genai.BackendVertexAI, cfg.Project, cfg.Location
+		if cfg.CredentialsFile != "" {
+			// A service account's key only: a credential file of another
+			// type is refused, not trusted.
+			creds, err := credentials.NewCredentialsFromFile(credentials.ServiceAccount, cfg.CredentialsFile,
+				&credentials.DetectOptions{Scopes: []string{"https://www.googleapis.com/auth/cloud-platform"}})
+			if err != nil {
+				return nil, fmt.Errorf("gemini: Vertex AI credentials: %w", err)
+			}
+			cc.Credentials = creds
+		}
+	} else if cfg.APIKey == "" {
+		return nil, errors.New("gemini: an API key is required")
+	}
+	client, err := genai.NewClient(ctx, cc)
 	if err != nil {
 		return nil, fmt.Errorf("gemini: %w", err)
 	}
@@ -234,7 +258,7 @@ func classify(ctx context.Context, err error) error {
 		case apiErr.Code >= 500, apiErr.Code == http.StatusRequestTimeout:
 			return apperr.Transient(err, task.UpstreamUnavailable, "the image model is unavailable; try again later")
 		case apiErr.Code == http.StatusUnauthorized, apiErr.Code == http.StatusForbidden, keyRejected(apiErr):
-			return apperr.Wrap(err, apperr.Internal, "the image service is misconfigured")
+			return apperr.Wrap(fmt.Errorf("%w: %w", imagegen.ErrRefused, err), apperr.Internal, "the image service is misconfigured")
 		default:
 			return apperr.Wrap(err, task.GenerationFailed, "the model could not process this request; check the prompt and the source images")
 		}

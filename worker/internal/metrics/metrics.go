@@ -18,6 +18,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/prom"
+	"github.com/easelhq/easel/pkg/upstream"
 	"github.com/easelhq/easel/worker/imagegen"
 )
 
@@ -45,6 +46,10 @@ type Metrics struct {
 	finished, retries, upstream, refunded *prometheus.CounterVec
 	queueWait, stage, upstreamDuration    *prometheus.HistogramVec
 	inFlight                              *prometheus.GaugeVec
+	// The pool's upstreams (EASEL_UPSTREAMS_FILE).
+	poolCalls    *prometheus.CounterVec
+	poolDuration *prometheus.HistogramVec
+	poolBreaker  *prometheus.GaugeVec
 }
 
 // New makes the worker's metrics and registers them on reg (nil: on no
@@ -52,6 +57,10 @@ type Metrics struct {
 func New(reg prometheus.Registerer) *Metrics {
 	v := prom.Vecs{Reg: reg}
 	return &Metrics{
+		poolCalls: v.Counter("upstream_pool_calls_total", "Calls to each upstream of the pool (EASEL_UPSTREAMS_FILE), by upstream and outcome: success, failure (5xx, timeout, connection), throttled (429), refused (the credential), final (the caller's input refused).",
+			"upstream", "outcome"),
+		poolDuration: v.Histogram("upstream_pool_call_duration_seconds", "Time of each call to an upstream of the pool, by upstream.", durationBuckets, "upstream"),
+		poolBreaker: v.Gauge("upstream_pool_breaker_state", "Each upstream's circuit breaker as this worker last saw it: 0 closed, 1 half-open, 2 open.", "upstream"),
 		queueWait: v.Histogram("task_queue_wait_seconds", "Time from a task's creation to the start of its first run, by model.",
 			[]float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}, "model"),
 		stage: v.Histogram("task_stage_duration_seconds", "Time a stage of a task took when it succeeded, by model and stage: fetch (source images), generate (with its retries), store (results).",
@@ -116,6 +125,24 @@ func (m *Metrics) Refunded(model string, credits int64) {
 func (m *Metrics) Upstream(provider, outcome string, d time.Duration) {
 	m.upstream.WithLabelValues(provider, outcome).Inc()
 	m.upstreamDuration.WithLabelValues(provider).Observe(d.Seconds())
+}
+
+// UpstreamCall records a call to an upstream of the pool.
+func (m *Metrics) UpstreamCall(name string, o upstream.Outcome, d time.Duration) {
+	m.poolCalls.WithLabelValues(name, string(o)).Inc()
+	m.poolDuration.WithLabelValues(name).Observe(d.Seconds())
+}
+
+// UpstreamBreaker records the state of an upstream's breaker.
+func (m *Metrics) UpstreamBreaker(name string, s upstream.State) {
+	v := 0.0
+	switch s {
+	case upstream.HalfOpen:
+		v = 1
+	case upstream.Open:
+		v = 2
+	}
+	m.poolBreaker.WithLabelValues(name).Set(v)
 }
 
 // Generator wraps gen so that each of its calls is counted and timed under

@@ -1,0 +1,166 @@
+package upstream
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Why not sony/gobreaker: its DistributedCircuitBreaker keeps the shared
+// state in a store as this does, but holds the store's lock for the whole
+// call (Execute locks, runs the request, unlocks), so every worker's calls
+// to one upstream would run one at a time, a generation of seconds each;
+// and its two-step breaker, which would let the call run outside the lock,
+// has no shared form. The breaker here has the same states (closed, open,
+// half-open with one probe) in one Redis script, each step atomic and none
+// held across a call.
+
+//go:embed breaker.lua
+var breakerLua string
+
+var breakerScript = redis.NewScript(breakerLua)
+
+// State is a breaker's state.
+type State string
+
+// States.
+const (
+	Closed   State = "closed"
+	Open     State = "open"
+	HalfOpen State = "half"
+)
+
+// Outcome is what a call to an upstream came to, for its breaker.
+type Outcome string
+
+// Outcomes.
+const (
+	// Success: images.
+	Success Outcome = "success"
+	// Failure: a 5xx, a timeout, a connection error: counts towards
+	// opening.
+	Failure Outcome = "failure"
+	// Throttled: a 429: the upstream cools, its health untouched.
+	Throttled Outcome = "throttled"
+	// Refused: the provider refused the credential (401, 403, an invalid
+	// key): the upstream is disabled until its credential changes.
+	Refused Outcome = "refused"
+	// Final: the provider answered and refused the caller's input (content
+	// safety, an invalid source image): the upstream is healthy.
+	Final Outcome = "final"
+)
+
+// Verdict is a breaker's answer to a call about to be made.
+type Verdict int
+
+// Verdicts.
+const (
+	Deny     Verdict = 0
+	Allow    Verdict = 1
+	Probe    Verdict = 2 // allowed: the one half-open call
+	Disabled Verdict = -1
+)
+
+// Breakers are the upstreams' breakers in Redis.
+type Breakers struct {
+	rdb redis.UniversalClient
+	cfg Breaker
+	// ProbeLease is how long a half-open probe holds it: another worker
+	// may probe after this if the first never reported (it died).
+	ProbeLease time.Duration
+}
+
+// NewBreakers returns the breakers with the file's settings.
+func NewBreakers(rdb redis.UniversalClient, cfg Breaker) *Breakers {
+	return &Breakers{rdb: rdb, cfg: cfg.withDefaults(), ProbeLease: 2 * time.Minute}
+}
+
+// Keys of an upstream's state: its hash tag keeps them on one slot.
+func breakerKey(name string) string  { return "easel:up:{" + name + "}:breaker" }
+func errorsKey(name string) string   { return "easel:up:{" + name + "}:errors" }
+func disabledKey(name string) string { return "easel:up:{" + name + "}:disabled" }
+func minuteKey(name string, t time.Time) string {
+	return fmt.Sprintf("easel:up:{%s}:m:%d", name, t.Unix()/60)
+}
+
+// poolKey is the hash of the pool's upstreams as the workers last loaded
+// it (name → Public JSON), for operators.
+const poolKey = "easel:upstreams"
+
+func (b *Breakers) run(ctx context.Context, u Upstream, op string, errJSON string) ([]any, error) {
+	keys := []string{breakerKey(u.Name), minuteKey(u.Name, time.Now()), errorsKey(u.Name), disabledKey(u.Name)}
+	res, err := breakerScript.Run(ctx, b.rdb, keys, op, b.cfg.Failures, time.Duration(b.cfg.Cooldown).Milliseconds(),
+		time.Duration(b.cfg.Throttle).Milliseconds(), time.Duration(b.cfg.MaxThrottle).Milliseconds(), b.ProbeLease.Milliseconds(),
+		u.Fingerprint(), errJSON).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("upstream %s breaker: %w", u.Name, err)
+	}
+	return res, nil
+}
+
+// Allow asks u's breaker for a call: the verdict, and when denied how long
+// until it may say otherwise.
+func (b *Breakers) Allow(ctx context.Context, u Upstream) (Verdict, time.Duration, error) {
+	res, err := b.run(ctx, u, "allow", "")
+	if err != nil || len(res) < 2 {
+		return Deny, 0, err
+	}
+	v, _ := res[0].(int64)
+	wait, _ := res[1].(int64)
+	return Verdict(v), time.Duration(wait) * time.Millisecond, nil
+}
+
+// ErrorRecord is a recent error of an upstream, as kept for operators.
+type ErrorRecord struct {
+	Time    time.Time `json:"time"`
+	Outcome Outcome   `json:"outcome"`
+	Message string    `json:"message"`
+}
+
+// Report tells u's breaker what a call came to (msg: the error, "" for a
+// success) and returns its state before and after.
+func (b *Breakers) Report(ctx context.Context, u Upstream, o Outcome, msg string) (State, State, error) {
+	errJSON := ""
+	if o != Success {
+		if len(msg) > 300 {
+			msg = msg[:300] + "..."
+		}
+		j, _ := json.Marshal(ErrorRecord{Time: time.Now().UTC(), Outcome: o, Message: msg})
+		errJSON = string(j)
+	}
+	res, err := b.run(ctx, u, string(o), errJSON)
+	if err != nil || len(res) < 2 {
+		return "", "", err
+	}
+	before, _ := res[0].(string)
+	after, _ := res[1].(string)
+	return State(before), State(after), nil
+}
+
+// Publish records the pool a worker loaded, for operators (names not in
+// it any more are removed).
+func Publish(ctx context.Context, rdb redis.UniversalClient, p *Pool) error {
+	fields := map[string]any{}
+	for _, u := range p.Upstreams {
+		j, _ := json.Marshal(u.Public())
+		fields[u.Name] = string(j)
+	}
+	old, err := rdb.HKeys(ctx, poolKey).Result()
+	if err != nil {
+		return err
+	}
+	_, err = rdb.TxPipelined(ctx, func(pp redis.Pipeliner) error {
+		for _, n := range old {
+			if _, ok := fields[n]; !ok {
+				pp.HDel(ctx, poolKey, n)
+			}
+		}
+		pp.HSet(ctx, poolKey, fields)
+		return nil
+	})
+	return err
+}

@@ -1,0 +1,340 @@
+// Package pool is a Generator over a pool of upstream credentials
+// (EASEL_UPSTREAMS_FILE, package upstream): each call goes to an upstream
+// chosen by weight among those that serve the task's model and that their
+// shared circuit breakers let through, and a retryable failure moves the
+// call to another upstream at once, inside the one try. A refusal of the
+// caller's own input (content safety, an invalid source image) is final,
+// never tried elsewhere. The file is re-read when it changes.
+package pool
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/logging"
+	"github.com/easelhq/easel/pkg/quota"
+	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/upstream"
+	"github.com/easelhq/easel/worker/imagegen"
+)
+
+// Observer records the upstreams' calls and their breakers' states
+// (the worker's metrics).
+type Observer interface {
+	UpstreamCall(name string, o upstream.Outcome, d time.Duration)
+	UpstreamBreaker(name string, s upstream.State)
+}
+
+// NewGenerator makes the generator of one upstream (a Gemini or Vertex AI
+// client).
+type NewGenerator func(ctx context.Context, u upstream.Upstream) (imagegen.Generator, error)
+
+// member is an upstream of the loaded pool, with its generator.
+type member struct {
+	up  upstream.Upstream
+	gen imagegen.Generator
+}
+
+// loaded is one version of the pool: calls that began with it finish
+// with it, whatever a reload does meanwhile.
+type loaded struct {
+	members  []*member
+	breakers *upstream.Breakers
+	quota    *quota.Quota // nil: no upstream has a quota
+	sum      [32]byte     // the file's content
+}
+
+// Pool is the Generator.
+type Pool struct {
+	rdb    redis.UniversalClient
+	log    *zap.Logger
+	obs    Observer
+	newGen NewGenerator
+	cur    atomic.Pointer[loaded]
+	// refused remembers the credentials already reported refused, so the
+	// error is logged once, loudly, not at every call.
+	refused sync.Map
+	// ProbeLease is how long a half-open probe holds its breaker (tests
+	// shorten it).
+	ProbeLease time.Duration
+}
+
+// New returns a pool of no upstreams yet: Load gives it its file.
+func New(rdb redis.UniversalClient, newGen NewGenerator, obs Observer, log *zap.Logger) *Pool {
+	return &Pool{rdb: rdb, log: log, obs: obs, newGen: newGen, ProbeLease: 2 * time.Minute}
+}
+
+// quotaKey is an upstream's key in the shared quota.
+func quotaKey(name string) string { return "upstream:" + name }
+
+// Load makes p use the checked file pl (content: its bytes, to tell a
+// change), building each upstream's client. Calls under way keep the
+// version they began with.
+func (p *Pool) Load(ctx context.Context, pl *upstream.Pool, content []byte) error {
+	l := &loaded{breakers: upstream.NewBreakers(p.rdb, pl.Breaker), sum: sha256.Sum256(content)}
+	l.breakers.ProbeLease = p.ProbeLease
+	limits := quota.Limits{}
+	for _, u := range pl.Upstreams {
+		g, err := p.newGen(ctx, u)
+		if err != nil {
+			return fmt.Errorf("upstream %s: %w", u.Name, err)
+		}
+		l.members = append(l.members, &member{up: u, gen: g})
+		if u.RPM > 0 || u.Concurrency > 0 {
+			limits[quotaKey(u.Name)] = quota.Limit{PerMinute: u.RPM, Concurrent: u.Concurrency}
+		}
+	}
+	if len(limits) > 0 {
+		l.quota = quota.New(p.rdb, limits, quota.Options{})
+	}
+	p.cur.Store(l)
+	if err := upstream.Publish(ctx, p.rdb, pl); err != nil {
+		p.log.Warn("could not record the upstreams for operators", zap.Error(err))
+	}
+	names := make([]string, len(pl.Upstreams))
+	for i, u := range pl.Upstreams {
+		names[i] = u.Name
+	}
+	p.log.Info("upstreams loaded", zap.Strings("upstreams", names))
+	return nil
+}
+
+// Watch re-reads the file at path every interval, and when hup fires
+// (SIGHUP), and loads it when its content changed, until ctx is done. A
+// file that does not parse is logged and the pool kept as it is.
+func (p *Pool) Watch(ctx context.Context, path string, getenv func(string) string, every time.Duration, hup <-chan os.Signal) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-hup:
+			p.log.Info("SIGHUP: reading the upstreams file again", zap.String("path", path))
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			p.log.Error("upstreams file: cannot read it; keeping the pool as it is", zap.String("path", path), zap.Error(err))
+			continue
+		}
+		if cur := p.cur.Load(); cur != nil && cur.sum == sha256.Sum256(data) {
+			continue
+		}
+		pl, err := upstream.Parse(data, getenv)
+		if err == nil {
+			err = p.Load(ctx, pl, data)
+		}
+		if err != nil {
+			p.log.Error("upstreams file changed but is not usable; keeping the pool as it is", zap.String("path", path), zap.Error(err))
+			// Not read again until it changes once more.
+			if cur := p.cur.Load(); cur != nil {
+				next := *cur
+				next.sum = sha256.Sum256(data)
+				p.cur.Store(&next)
+			}
+		}
+	}
+}
+
+// errNone is the cause when no upstream could take a call.
+var errNone = errors.New("no upstream available")
+
+// Generate makes the images on one upstream of the pool, moving to
+// another at once when one fails in a way another may not.
+func (p *Pool) Generate(ctx context.Context, req imagegen.Request, progress func(int)) ([]imagegen.Image, error) {
+	l := p.cur.Load()
+	if l == nil {
+		return nil, apperr.Transient(errNone, task.UpstreamUnavailable, "the image model is unavailable; try again later")
+	}
+	var cands []*member
+	for _, m := range l.members {
+		if m.up.Serves(req.Model.Tier) {
+			cands = append(cands, m)
+		}
+	}
+	log := logging.From(ctx)
+	// Progress only rises, whichever upstream reports it.
+	var best atomic.Int64
+	rising := func(pct int) {
+		for {
+			b := best.Load()
+			if int64(pct) <= b {
+				return
+			}
+			if best.CompareAndSwap(b, int64(pct)) {
+				progress(pct)
+				return
+			}
+		}
+	}
+	tried := make(map[*member]bool, len(cands))
+	var lastErr error
+	for {
+		m := pick(cands, tried)
+		if m == nil {
+			break
+		}
+		tried[m] = true
+		verdict, _, err := l.breakers.Allow(ctx, m.up)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			lastErr = apperr.Transient(err, task.UpstreamUnavailable, "the image model is unavailable; try again later")
+			continue
+		}
+		if verdict == upstream.Deny || verdict == upstream.Disabled {
+			continue
+		}
+		imgs, outcome, err := p.call(ctx, l, m, req, rising)
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // the task's deadline or a shutdown: the processor decides
+		}
+		p.report(ctx, l, m, outcome, err, verdict == upstream.Probe)
+		switch outcome {
+		case upstream.Success:
+			return imgs, nil
+		case upstream.Final:
+			return nil, err
+		case upstream.Refused:
+			lastErr = apperr.Transient(err, task.UpstreamUnavailable, "the image model is unavailable; try again later")
+		default:
+			lastErr = err
+		}
+		log.Info("upstream failed; trying another", zap.String("upstream", m.up.Name), zap.String("outcome", string(outcome)), zap.Error(err))
+	}
+	if lastErr != nil {
+		return nil, lastErr
+	}
+	return nil, apperr.Transient(fmt.Errorf("%w for model %s: every upstream serving it is open, cooling or disabled", errNone, req.Model.ID),
+		task.UpstreamUnavailable, "the image model is unavailable; try again later")
+}
+
+// call makes one call to m within its quota, and classifies its outcome.
+func (p *Pool) call(ctx context.Context, l *loaded, m *member, req imagegen.Request, progress func(int)) ([]imagegen.Image, upstream.Outcome, error) {
+	release := func() {}
+	if l.quota != nil && l.quota.Limit(quotaKey(m.up.Name)) != (quota.Limit{}) {
+		slot, err := l.quota.Acquire(ctx, quotaKey(m.up.Name))
+		if err != nil {
+			return nil, upstream.Failure, err
+		}
+		release = slot.Release
+	}
+	start := time.Now()
+	imgs, err := func() ([]imagegen.Image, error) {
+		defer release()
+		return m.gen.Generate(ctx, req, progress)
+	}()
+	o := classify(err)
+	if p.obs != nil && ctx.Err() == nil {
+		p.obs.UpstreamCall(m.up.Name, o, time.Since(start))
+	}
+	if o == upstream.Throttled && l.quota != nil {
+		_ = l.quota.Throttled(ctx, quotaKey(m.up.Name), 0)
+	}
+	return imgs, o, err
+}
+
+// report tells m's breaker, logs its changes, and says loudly, once, that
+// a credential was refused.
+func (p *Pool) report(ctx context.Context, l *loaded, m *member, o upstream.Outcome, err error, probe bool) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	before, after, rerr := l.breakers.Report(rctx, m.up, o, msg)
+	log := logging.From(ctx).With(zap.String("upstream", m.up.Name))
+	if rerr != nil {
+		log.Warn("could not record the upstream's call in its breaker", zap.Error(rerr))
+		return
+	}
+	if p.obs != nil {
+		p.obs.UpstreamBreaker(m.up.Name, after)
+	}
+	if before != after {
+		lvl := log.Info
+		if after == upstream.Open {
+			lvl = log.Warn
+		}
+		lvl("upstream breaker "+string(after), zap.String("from", string(before)), zap.Bool("probe", probe), zap.Error(err))
+	}
+	if o == upstream.Refused {
+		if _, seen := p.refused.LoadOrStore(m.up.Name+"|"+m.up.Fingerprint(), true); !seen {
+			log.Error("UPSTREAM CREDENTIAL REFUSED: the provider refused this upstream's key or credentials; it is disabled on every worker until the upstreams file gives it another",
+				zap.String("provider", m.up.Provider), zap.Error(err))
+		}
+	}
+}
+
+// classify tells what a generator's error means for its upstream.
+func classify(err error) upstream.Outcome {
+	switch {
+	case err == nil:
+		return upstream.Success
+	case errors.Is(err, imagegen.ErrRefused):
+		return upstream.Refused
+	case errors.Is(err, imagegen.ErrThrottled):
+		return upstream.Throttled
+	case apperr.IsRetryable(err), errors.Is(err, context.DeadlineExceeded):
+		return upstream.Failure
+	}
+	return upstream.Final
+}
+
+// pick draws an untried candidate by weight; nil when none is left.
+func pick(cands []*member, tried map[*member]bool) *member {
+	total := 0
+	for _, m := range cands {
+		if !tried[m] {
+			total += m.up.Weight
+		}
+	}
+	if total == 0 {
+		return nil
+	}
+	n := rand.IntN(total)
+	for _, m := range cands {
+		if tried[m] {
+			continue
+		}
+		if n < m.up.Weight {
+			return m
+		}
+		n -= m.up.Weight
+	}
+	return nil
+}
+
+// Tiers lists the tiers some upstream of the pool serves.
+func (p *Pool) Tiers() []catalog.Tier {
+	l := p.cur.Load()
+	seen := map[catalog.Tier]bool{}
+	var out []catalog.Tier
+	if l == nil {
+		return nil
+	}
+	for _, m := range l.members {
+		for _, t := range []catalog.Tier{catalog.Standard, catalog.Pro} {
+			if m.up.Serves(t) && !seen[t] {
+				seen[t] = true
+				out = append(out, t)
+			}
+		}
+	}
+	return out
+}
