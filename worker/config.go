@@ -11,8 +11,8 @@ import (
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/config"
 	"github.com/easelhq/easel/pkg/quota"
-	"github.com/easelhq/easel/pkg/upstream"
 	"github.com/easelhq/easel/pkg/service"
+	"github.com/easelhq/easel/pkg/upstream"
 )
 
 // Config is a worker's configuration: the common settings and its own.

@@ -60,7 +60,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		poolCalls: v.Counter("upstream_pool_calls_total", "Calls to each upstream of the pool (EASEL_UPSTREAMS_FILE), by upstream and outcome: success, failure (5xx, timeout, connection), throttled (429), refused (the credential), final (the caller's input refused).",
 			"upstream", "outcome"),
 		poolDuration: v.Histogram("upstream_pool_call_duration_seconds", "Time of each call to an upstream of the pool, by upstream.", durationBuckets, "upstream"),
-		poolBreaker: v.Gauge("upstream_pool_breaker_state", "Each upstream's circuit breaker as this worker last saw it: 0 closed, 1 half-open, 2 open.", "upstream"),
+		poolBreaker:  v.Gauge("upstream_pool_breaker_state", "Each upstream's circuit breaker as this worker last saw it: 0 closed, 1 half-open, 2 open.", "upstream"),
 		queueWait: v.Histogram("task_queue_wait_seconds", "Time from a task's creation to the start of its first run, by model.",
 			[]float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}, "model"),
 		stage: v.Histogram("task_stage_duration_seconds", "Time a stage of a task took when it succeeded, by model and stage: fetch (source images), generate (with its retries), store (results).",
