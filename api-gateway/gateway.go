@@ -36,6 +36,7 @@ import (
 	"github.com/easelhq/easel/pkg/service"
 	"github.com/easelhq/easel/pkg/signedurl"
 	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/upstream"
 	"github.com/easelhq/easel/pkg/users"
 )
 
@@ -125,13 +126,15 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	if err != nil {
 		return err
 	}
+	// The workers' upstream pool, as they recorded it.
+	upstreams := func(ctx context.Context) ([]upstream.Status, error) { return upstream.Statuses(ctx, rdb) }
 	var admin *api.AdminDeps
 	if cfg.AdminToken != "" {
-		admin = &api.AdminDeps{Token: cfg.AdminToken, Accounts: accounts, Secrets: hooks, Catalog: cat, Users: people}
+		admin = &api.AdminDeps{Token: cfg.AdminToken, Accounts: accounts, Secrets: hooks, Catalog: cat, Users: people, Upstreams: upstreams}
 	}
 	var console *api.ConsoleDeps
 	if cfg.Console {
-		console = &api.ConsoleDeps{Users: people, Accounts: accounts, Directory: userStore, Secrets: hooks, Catalog: cat,
+		console = &api.ConsoleDeps{Users: people, Accounts: accounts, Directory: userStore, Secrets: hooks, Catalog: cat, Upstreams: upstreams,
 			SecureCookie: strings.HasPrefix(cfg.PublicURL, "https://"), Origins: []string{originOf(cfg.PublicURL)}}
 	}
 	handler := api.New(api.Deps{

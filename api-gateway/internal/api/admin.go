@@ -20,6 +20,7 @@ import (
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/logging"
+	"github.com/easelhq/easel/pkg/upstream"
 )
 
 // AdminAccounts is what the admin API does with accounts, their keys and
@@ -52,6 +53,10 @@ type AdminUsers interface {
 	SetAdmin(ctx context.Context, email string, admin bool) (*account.User, error)
 }
 
+// AdminUpstreams reads the workers' upstream pool's state
+// (upstream.Statuses).
+type AdminUpstreams func(ctx context.Context) ([]upstream.Status, error)
+
 // AdminDeps enables the admin API.
 type AdminDeps struct {
 	// Token is the Bearer token every admin request must carry.
@@ -61,6 +66,8 @@ type AdminDeps struct {
 	Catalog  *catalog.Catalog
 	// Users, when not nil, adds the console users' routes.
 	Users AdminUsers
+	// Upstreams, when not nil, adds GET /upstreams.
+	Upstreams AdminUpstreams
 }
 
 type admin struct {
@@ -86,6 +93,9 @@ func registerAdmin(g *echo.Group, h *handlers, d *AdminDeps) {
 	g.POST("/accounts/:id/webhook-secret/rotate", a.rotateWebhookSecret)
 	g.POST("/keys/revoke", a.revokeKey)
 	g.PATCH("/keys/:prefix", a.updateKey)
+	if d.Upstreams != nil {
+		get(g, "/upstreams", a.upstreams)
+	}
 	if d.Users != nil {
 		g.POST("/users", a.createUser)
 		g.POST("/users/reset-password", a.resetPassword)
@@ -325,6 +335,15 @@ func (a *admin) updateKey(c echo.Context) error {
 		return err
 	}
 	return ok(c, k)
+}
+
+// upstreams lists the workers' upstream pool with each upstream's state.
+func (a *admin) upstreams(c echo.Context) error {
+	list, err := a.Upstreams(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return ok(c, list)
 }
 
 type userRequest struct {

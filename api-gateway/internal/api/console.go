@@ -24,6 +24,7 @@ import (
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/logging"
 	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/upstream"
 	"github.com/easelhq/easel/pkg/users"
 )
 
@@ -82,6 +83,9 @@ type ConsoleDeps struct {
 	Directory ConsoleDirectory
 	Secrets   AdminSecrets
 	Catalog   *catalog.Catalog
+	// Upstreams reads the upstream pool's state, for the operator view
+	// (nil: none).
+	Upstreams AdminUpstreams
 	// SecureCookie marks the session cookie Secure (the gateway is
 	// reached over TLS: EASEL_PUBLIC_URL is https). A request that came
 	// over TLS gets it Secure anyway.
@@ -132,6 +136,19 @@ func registerConsole(e *echo.Echo, h *handlers, d *ConsoleDeps) {
 	op.PATCH("/accounts/:id/limits", cs.opLimits)
 	op.POST("/accounts/:id/disable", cs.opStatus(account.Disabled))
 	op.POST("/accounts/:id/enable", cs.opStatus(account.Active))
+	get(op, "/upstreams", cs.opUpstreams)
+}
+
+// opUpstreams lists the upstream pool's state ([] without a pool).
+func (cs *console) opUpstreams(c echo.Context) error {
+	list := []upstream.Status{}
+	if cs.Upstreams != nil {
+		var err error
+		if list, err = cs.Upstreams(c.Request().Context()); err != nil {
+			return err
+		}
+	}
+	return ok(c, map[string]any{"upstreams": list})
 }
 
 // noStore keeps every console answer out of caches.

@@ -20,6 +20,7 @@ import (
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/password"
 	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/upstream"
 	"github.com/easelhq/easel/pkg/users"
 )
 
@@ -48,7 +49,8 @@ func newConsoleEnv(t *testing.T, cfg users.Config) *consoleEnv {
 			t.Fatal(err)
 		}
 		cat, _ := catalog.New("lumen")
-		d.Console = &api.ConsoleDeps{Users: ce.people, Accounts: e.accounts, Directory: store.NewUsers(e.db), Secrets: e.hooks, Catalog: cat}
+		d.Console = &api.ConsoleDeps{Users: ce.people, Accounts: e.accounts, Directory: store.NewUsers(e.db), Secrets: e.hooks, Catalog: cat,
+			Upstreams: func(ctx context.Context) ([]upstream.Status, error) { return upstream.Statuses(ctx, e.rdb) }}
 	})
 	ctx := context.Background()
 	for _, u := range []struct {
@@ -529,6 +531,7 @@ func TestConsoleAccountsAreIsolated(t *testing.T) {
 		{"the operator view", "GET", "/console/api/admin/accounts", "", 403},
 		{"B's account in the operator view", "GET", "/console/api/admin/accounts/" + ce.acctB, "", 403},
 		{"credit B", "POST", "/console/api/admin/accounts/" + ce.acctB + "/credits", `{"amount":5}`, 403},
+		{"the upstreams", "GET", "/console/api/admin/upstreams", "", 403},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -654,6 +657,22 @@ func TestConsoleOperatorView(t *testing.T) {
 		t.Fatalf("disable: %d %s", r.status, r.body)
 	}
 	assertEnvelope(t, ce.create(ce.keyB, okBody), 403, "disabled")
+	// The workers' upstream pool, as they recorded it.
+	pl, err := upstream.Parse([]byte(`{"upstreams":[{"name":"main","provider":"gemini","api_key":"secret-key-1"}]}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := upstream.Publish(context.Background(), ce.rdb, pl); err != nil {
+		t.Fatal(err)
+	}
+	r := b.send("GET", "/console/api/admin/upstreams", nil, "")
+	var ups struct {
+		Upstreams []upstream.Status `json:"upstreams"`
+	}
+	consoleData(t, r, &ups)
+	if len(ups.Upstreams) != 1 || ups.Upstreams[0].Name != "main" || ups.Upstreams[0].Breaker != upstream.Closed || strings.Contains(string(r.body), "secret-key-1") {
+		t.Errorf("upstreams %s", r.body)
+	}
 	var detail struct {
 		Account account.Account `json:"account"`
 		Users   []account.User  `json:"users"`
