@@ -31,12 +31,14 @@
     detail: null, // {id, ctl}: the task shown in the details panel
     playground: null, // AbortController of the playground's task
     opNext: '',
+    opQuery: '',
     opAccount: null,
   };
 
   // ---- formatting ----------------------------------------------------------
 
   const dateTimeFmt = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'short' });
+  const shortFmt = new Intl.DateTimeFormat(undefined, { dateStyle: 'short', timeStyle: 'short' });
   const dateFmt = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium' });
   const shortDayFmt = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric' });
   const numFmt = new Intl.NumberFormat();
@@ -53,6 +55,13 @@
   function fmtTime(v, empty = '—') {
     const d = toDate(v);
     return d ? dateTimeFmt.format(d) : empty;
+  }
+
+  // fmtShort is for table cells: numeric date and time, the full one in
+  // the cell's title.
+  function fmtShort(v, empty = '—') {
+    const d = toDate(v);
+    return d ? el('time', { datetime: d.toISOString(), title: dateTimeFmt.format(d) }, shortFmt.format(d)) : empty;
   }
 
   function fmtDate(v, empty = '—') {
@@ -124,9 +133,15 @@
   }
 
   // td makes a table cell; label is shown before the value when the table
-  // collapses to cards on a narrow screen.
+  // collapses to cards on a narrow screen (the content is wrapped in one
+  // span so that it stays one grid item there).
   function td(label, content, cls) {
-    return el('td', { class: cls, dataset: { label } }, content);
+    return el('td', { class: cls, dataset: { label } }, el('span', { class: 'cell' }, content));
+  }
+
+  // rowHead is the header cell of a row (its name), labelled as td is.
+  function rowHead(label, content) {
+    return el('th', { scope: 'row', dataset: { label } }, el('span', { class: 'cell' }, content));
   }
 
   function renderFacts(dl, pairs) {
@@ -261,6 +276,9 @@
     await loadCatalog();
     refreshAccount();
     route(true);
+    if (document.activeElement === document.body || !document.activeElement || document.activeElement.closest('#signin')) {
+      $('main').focus({ preventScroll: true });
+    }
   }
 
   async function signOut() {
@@ -351,6 +369,7 @@
     if (!allowed) {
       if (!force && SECTIONS.includes(state.section)) return;
       name = 'keys';
+      if (location.hash) history.replaceState(null, '', '#keys');
     }
     if (name !== state.section || force) {
       showSection(name);
@@ -361,11 +380,14 @@
   // ---- dialogs ------------------------------------------------------------------------
 
   // openDialog shows a modal dialog, focuses focusEl and, when it closes,
-  // gives the focus back to whatever had it before (or to returnTo).
+  // gives the focus back to whatever had it before, or to returnTo: an
+  // element, or a function finding one (for a row redrawn meanwhile).
   function openDialog(dlg, focusEl, returnTo) {
-    const opener = returnTo || document.activeElement;
+    const opener = document.activeElement;
     dlg.addEventListener('close', () => {
-      if (opener && opener.isConnected && typeof opener.focus === 'function') opener.focus();
+      let target = typeof returnTo === 'function' ? returnTo() : returnTo;
+      if (!target || !target.isConnected) target = opener;
+      if (target && target.isConnected && typeof target.focus === 'function') target.focus();
     }, { once: true });
     dlg.showModal();
     if (focusEl) focusEl.focus();
@@ -378,7 +400,7 @@
 
   // confirmAction asks in dlg (the revoke or the generic confirm dialog);
   // run happens on OK, its error shown in the dialog, which stays open.
-  function confirmAction(dlg, { heading, text, ok, run }) {
+  function confirmAction(dlg, { heading, text, ok, run, returnTo }) {
     if (heading) dlg.querySelector('h2').textContent = heading;
     dlg.querySelector('.confirm-text').textContent = text;
     const errBox = dlg.querySelector('.confirm-error');
@@ -396,7 +418,7 @@
         okBtn.disabled = false;
       }
     };
-    openDialog(dlg, dlg.querySelector('.dialog-close'));
+    openDialog(dlg, dlg.querySelector('.dialog-close'), returnTo);
   }
 
   // copyText copies to the clipboard, or selects node's text for Ctrl+C.
@@ -442,7 +464,7 @@
     const ips = k.allowed_ips && k.allowed_ips.length ? k.allowed_ips.map((ip) => el('span', { class: 'mono ip' }, ip)) : 'any';
     const label = k.name || k.prefix;
     const status = k.status === 'revoked' && toDate(k.revoked_at)
-      ? [badge('revoked'), el('span', { class: 'sub' }, fmtTime(k.revoked_at))]
+      ? [badge('revoked'), el('span', { class: 'sub' }, fmtShort(k.revoked_at))]
       : badge(k.status || 'active');
     const rename = el('button', { type: 'button', class: 'rename small', 'aria-label': `Rename key ${label}` }, 'Rename');
     const revoke = el('button', {
@@ -452,16 +474,21 @@
     rename.addEventListener('click', () => openRename(k));
     revoke.addEventListener('click', () => askRevoke(k));
     return el('tr', { dataset: { prefix: k.prefix, status: k.status || '' } },
-      el('th', { scope: 'row', dataset: { label: 'Name' } }, k.name || el('span', { class: 'muted' }, '(no name)')),
+      rowHead('Name', k.name || el('span', { class: 'muted' }, '(no name)')),
       td('Prefix', el('code', { class: 'mono' }, k.prefix)),
       td('Status', status),
-      td('Created', fmtTime(k.created_at)),
-      td('Last used', fmtTime(k.last_used_at, 'never')),
+      td('Created', fmtShort(k.created_at)),
+      td('Last used', fmtShort(k.last_used_at, 'never')),
       td('Spent / limit', `${fmtNum(k.spent || 0)} / ${limit}`),
       td('Models', models),
       td('IPs', ips),
-      td('Expires', fmtTime(k.expires_at, 'never')),
+      td('Expires', fmtShort(k.expires_at, 'never')),
       td('Actions', el('span', { class: 'row-actions' }, rename, revoke), 'cell-actions'));
+  }
+
+  // keyButton finds a button of a key's row (rows are redrawn on change).
+  function keyButton(prefix, cls) {
+    return () => $('keys-table').querySelector(`tr[data-prefix="${CSS.escape(prefix)}"] .${cls}:not(:disabled)`);
   }
 
   // replaceKeyRow shows a key's new state in place.
@@ -541,7 +568,7 @@
     $('rename-name').value = k.name || '';
     $('rename-form').dataset.prefix = k.prefix;
     showError($('rename-error'), '');
-    openDialog($('rename-dialog'), $('rename-name'));
+    openDialog($('rename-dialog'), $('rename-name'), keyButton(k.prefix, 'rename'));
     $('rename-name').select();
   }
 
@@ -570,6 +597,7 @@
         replaceKeyRow(updated);
         toast(`Key ${k.prefix} revoked.`);
       },
+      returnTo: keyButton(k.prefix, 'rename'),
     });
   }
 
@@ -679,7 +707,12 @@
       chart.append(g);
       // label every `every`-th day, counted back from the latest
       if ((days.length - 1 - i) % every === 0) {
-        chart.append(svg('text', { x: cx, y: H - 8, 'text-anchor': 'middle', class: 'tick' }, shortDayFmt.format(when)));
+        // keep the labels at either end inside the chart
+        let anchor = 'middle';
+        let lx = cx;
+        if (cx + 26 > W) { anchor = 'end'; lx = W - 1; }
+        if (cx - 26 < m.left - 20) { anchor = 'start'; lx = Math.max(1, m.left - 20); }
+        chart.append(svg('text', { x: lx, y: H - 8, 'text-anchor': anchor, class: 'tick' }, shortDayFmt.format(when)));
       }
     });
     if (sum === 0) {
@@ -720,11 +753,11 @@
     }
     if (e.note) what.push(el('span', { class: 'note' }, e.note));
     return el('tr', {},
-      td('Time', fmtTime(e.time)),
+      td('Time', fmtTime(e.time), 'nowrap'),
       td('Kind', badge(e.kind)),
       td('Amount', fmtSigned(e.amount), `num ${Number(e.amount) < 0 ? 'neg' : 'pos'}`),
       td('Balance', fmtNum(e.balance), 'num'),
-      td('Task / note', what.length ? what : '—', 'wrap'));
+      td('Task / note', what.length ? what : '—', 'task-note'));
   }
 
   // ---- tasks ------------------------------------------------------------------------------
@@ -774,8 +807,16 @@
       el('span', { class: 'card-meta' },
         el('span', { class: 'card-model mono' }, t.model),
         el('span', { class: 'card-line' }, badge(t.status), el('span', { class: 'muted' }, fmtTime(t.create_time)))));
+    if (state.detail && state.detail.id === t.task_id) btn.setAttribute('aria-current', 'true');
     btn.addEventListener('click', () => showTaskDetail(t.task_id, t));
     return el('li', { dataset: { taskId: t.task_id } }, btn);
+  }
+
+  // markSelected shows which card the details panel is about.
+  function markSelected(id) {
+    for (const b of $('gallery').querySelectorAll('button[aria-current]')) b.removeAttribute('aria-current');
+    const li = id && $('gallery').querySelector(`li[data-task-id="${CSS.escape(id)}"] button`);
+    if (li) li.setAttribute('aria-current', 'true');
   }
 
   function updateCard(t) {
@@ -795,6 +836,7 @@
     if (state.detail) state.detail.ctl.abort();
     const ctl = new AbortController();
     state.detail = { id, ctl };
+    markSelected(id);
     const panel = $('task-detail');
     panel.hidden = false;
     $('task-detail-id').textContent = id;
@@ -848,6 +890,7 @@
       state.detail.ctl.abort();
       const li = $('gallery').querySelector(`li[data-task-id="${CSS.escape(state.detail.id)}"] button`);
       state.detail = null;
+      markSelected('');
       if (li) li.focus();
     }
     $('task-detail').hidden = true;
@@ -1041,7 +1084,9 @@
   // ---- operator ------------------------------------------------------------------------------------
 
   async function searchAccounts(reset) {
-    const q = new URLSearchParams({ q: $('operator-search').value.trim() });
+    // "More" goes on with the query the list was made for
+    if (reset) state.opQuery = $('operator-search').value.trim();
+    const q = new URLSearchParams({ q: state.opQuery });
     if (!reset && state.opNext) q.set('cursor', state.opNext);
     try {
       const data = await api.get(`/admin/accounts?${q}`);
@@ -1060,7 +1105,7 @@
     const open = el('button', { type: 'button', class: 'small', 'aria-label': `Open account ${a.name || a.id}` }, 'Open');
     open.addEventListener('click', () => openAccount(a.id));
     return el('tr', { dataset: { accountId: a.id } },
-      el('th', { scope: 'row', dataset: { label: 'Name' } }, a.name || '—'),
+      rowHead('Name', a.name || '—'),
       td('Id', el('span', { class: 'mono' }, a.id)),
       td('Status', badge(a.status || 'active')),
       td('Credits', fmtNum(a.credits), 'num'),
@@ -1073,14 +1118,14 @@
       const data = await api.get(`/admin/accounts/${enc(id)}`);
       renderOpAccount(data.account);
       $('op-keys').tBodies[0].replaceChildren(...(data.keys || []).map((k) => el('tr', {},
-        el('th', { scope: 'row', dataset: { label: 'Name' } }, k.name || '—'),
+        rowHead('Name', k.name || '—'),
         td('Prefix', el('code', { class: 'mono' }, k.prefix)),
         td('Status', badge(k.status || 'active')),
-        td('Created', fmtTime(k.created_at)),
-        td('Last used', fmtTime(k.last_used_at, 'never')),
+        td('Created', fmtShort(k.created_at)),
+        td('Last used', fmtShort(k.last_used_at, 'never')),
         td('Spent', fmtNum(k.spent || 0), 'num'))));
       $('op-users').tBodies[0].replaceChildren(...(data.users || []).map((u) => el('tr', {},
-        el('th', { scope: 'row', dataset: { label: 'Email' } }, u.email),
+        rowHead('Email', u.email),
         td('Id', el('span', { class: 'mono' }, u.id)),
         td('Role', u.admin ? 'operator' : 'member'),
         td('Status', badge(u.status || 'active')))));
@@ -1197,6 +1242,14 @@
 
     $('new-key').addEventListener('click', openKeyDialog);
     $('key-form').addEventListener('submit', onCreateKey);
+    // Enter submits from any field but the textarea (where it starts a new
+    // line); browsers do not submit on Enter in a checkbox by themselves.
+    $('key-form').addEventListener('keydown', (ev) => {
+      if (ev.key === 'Enter' && !ev.isComposing && ev.target instanceof HTMLInputElement && ev.target.type === 'checkbox') {
+        ev.preventDefault();
+        $('key-form').requestSubmit();
+      }
+    });
     $('key-copy').addEventListener('click', async () => {
       $('key-copy-status').textContent = await copyText($('key-secret').textContent, $('key-secret'));
     });
