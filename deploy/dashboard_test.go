@@ -33,6 +33,10 @@ var contractMetrics = map[string]string{
 	"easel_upstream_request_duration_seconds": "histogram",
 	"easel_generations_in_flight":             "gauge",
 	"easel_credits_refunded_total":            "counter",
+	// worker, the upstream pool (EASEL_UPSTREAMS_FILE)
+	"easel_upstream_pool_calls_total":           "counter",
+	"easel_upstream_pool_call_duration_seconds": "histogram",
+	"easel_upstream_pool_breaker_state":         "gauge",
 	// Asynq's collector on the workers
 	"asynq_tasks_enqueued_total":            "gauge", // by queue and state, despite its name
 	"asynq_queue_size":                      "gauge",

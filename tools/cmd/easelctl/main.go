@@ -1,8 +1,9 @@
 // Command easelctl is the operator's tool for accounts, API keys, credits
-// and the account console's users. It talks to Redis (EASEL_REDIS_URL)
-// through the same store code as the gateway, so what it changes takes
-// effect on every gateway at once (within the gateways' auth cache
-// lifetime, at most 5 s).
+// and the account console's users; it also shows the pool of upstream
+// credentials (EASEL_UPSTREAMS_FILE) as the workers share it. It talks to
+// Redis (EASEL_REDIS_URL) through the same store code as the gateway, so
+// what it changes takes effect on every gateway at once (within the
+// gateways' auth cache lifetime, at most 5 s).
 //
 //	easelctl account create --name NAME [--credits N] [--rate-limit R] [--query-rate-limit R] [--max-inflight N] [--weight W] [--models LIST]
 //	easelctl account show ID
@@ -22,6 +23,7 @@
 //	easelctl user disable|enable --email EMAIL
 //	easelctl user admin --email EMAIL --on|--off
 //	easelctl user list --account ID
+//	easelctl upstream list
 //
 // A user's password is read from stdin (its first line; from a terminal,
 // without echo), never from the command line, and never printed. A key is
@@ -175,7 +177,7 @@ func (c *cli) commands() *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
 	root.PersistentFlags().BoolVar(&c.jsonOut, "json", false, "print JSON")
 	root.PersistentFlags().StringVar(&c.redisURL, "redis-url", "", "Redis URL (default $EASEL_REDIS_URL)")
-	root.AddCommand(c.accountCommands(), c.creditsCommands(), c.keyCommands(), c.ledgerCommand(), c.webhookSecretCommand(), c.userCommands())
+	root.AddCommand(c.accountCommands(), c.creditsCommands(), c.keyCommands(), c.ledgerCommand(), c.webhookSecretCommand(), c.userCommands(), c.upstreamCommands())
 	return root
 }
 

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/easelhq/easel/pkg/upstream"
+	"github.com/easelhq/easel/tools/testkit/redistest"
+)
+
+// TestUpstreamList: a pool as a worker publishes it, one upstream's breaker
+// opened by failures, the other's credential refused after a 429, read
+// back as a table and as JSON.
+func TestUpstreamList(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+
+	// The file, read as a worker reads it.
+	file := filepath.Join(t.TempDir(), "upstreams.json")
+	if err := os.WriteFile(file, []byte(`{"upstreams": [
+		{"name": "main", "provider": "gemini", "api_key": "k1", "weight": 3, "models": ["standard", "pro"], "rpm": 60},
+		{"name": "spare", "provider": "gemini", "api_key": "k2", "base_url": "https://proxy.example.com/gemini"}],
+	 "breaker": {"failures": 3, "cooldown": "60s"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := upstream.Load(file, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, spare := pool.Upstreams[0], pool.Upstreams[1]
+
+	// Calls and errors are shown for the last whole minute: keep the
+	// reports in one minute (not within 5 s of its end).
+	if s := time.Now().Second(); s >= 55 {
+		time.Sleep(time.Duration(61-s) * time.Second)
+	}
+	if err := upstream.Publish(ctx, rdb, pool); err != nil {
+		t.Fatal(err)
+	}
+	b := upstream.NewBreakers(rdb, pool.Breaker)
+	for i := range 3 {
+		if _, _, err := b.Report(ctx, first, upstream.Failure, fmt.Sprintf("HTTP 503: the model is overloaded (%d)", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := "HTTP 401: API key not valid.\tPlease pass a valid API key.\n" + strings.Repeat("details ", 20)
+	for _, r := range []struct {
+		o   upstream.Outcome
+		msg string
+	}{{upstream.Success, ""}, {upstream.Throttled, "HTTP 429: quota exceeded"}, {upstream.Refused, long}} {
+		if _, _, err := b.Report(ctx, spare, r.o, r.msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The reports went to this minute's counts; the list shows the last
+	// whole minute's. Give that minute the same counts (the key is
+	// pkg/upstream's minuteKey), so that the list shows them whether or
+	// not the minute turns before it reads.
+	prev := time.Now().Add(-time.Minute).Unix() / 60
+	rdb.HSet(ctx, fmt.Sprintf("easel:up:{main}:m:%d", prev), "calls", 3, "failure", 3)
+	rdb.HSet(ctx, fmt.Sprintf("easel:up:{spare}:m:%d", prev), "calls", 3, "throttled", 1, "refused", 1)
+
+	// As JSON: the statuses, without the keys.
+	r := ctl(t, srv.URL, "upstream", "list", "--json")
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("upstream list --json: %+v", r)
+	}
+	if strings.Contains(r.stdout, `"k1"`) || strings.Contains(r.stdout, `"k2"`) || strings.Contains(r.stdout, "api_key") {
+		t.Errorf("upstream list --json shows a credential: %s", r.stdout)
+	}
+	var all []upstream.Status
+	if err := json.Unmarshal([]byte(r.stdout), &all); err != nil || len(all) != 2 {
+		t.Fatalf("upstream list --json: %v\n%s", err, r.stdout)
+	}
+	m, s := all[0], all[1]
+	if m.Name != "main" || m.Provider != upstream.Gemini || m.Weight != 3 || m.RPM != 60 || m.Breaker != upstream.Open || m.OpenUntil == nil ||
+		m.OpenUntil.Before(time.Now().Add(50*time.Second)) || m.Disabled || m.FailuresInARow != 3 || m.CallsLastMinute != 3 ||
+		m.ErrorsLastMinute["failure"] != 3 || len(m.RecentErrors) != 3 || m.RecentErrors[0].Message != "HTTP 503: the model is overloaded (2)" ||
+		m.Credential != first.Fingerprint() {
+		t.Errorf("main: %+v", m)
+	}
+	if s.Name != "spare" || s.Host != "proxy.example.com" || s.Weight != 1 || s.Breaker != upstream.Closed || s.OpenUntil != nil || !s.Disabled ||
+		s.CoolingUntil == nil || s.CallsLastMinute != 3 || s.ErrorsLastMinute["throttled"] != 1 || s.ErrorsLastMinute["refused"] != 1 ||
+		len(s.RecentErrors) != 2 || s.RecentErrors[0].Outcome != upstream.Refused {
+		t.Errorf("spare: %+v", s)
+	}
+
+	// As a table: one line an upstream, under the header.
+	r = ctl(t, srv.URL, "upstream", "list")
+	t.Logf("upstream list:\n%s", r.stdout)
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	if r.code != 0 || r.stderr != "" || len(lines) != 3 {
+		t.Fatalf("upstream list: %+v", r)
+	}
+	for _, col := range []string{"NAME", "PROVIDER", "WEIGHT", "MODELS", "BREAKER", "COOLING", "DISABLED", "CALLS/MIN", "ERRORS/MIN", "RECENT ERROR"} {
+		if !strings.Contains(lines[0], col) {
+			t.Errorf("the header lacks %s: %q", col, lines[0])
+		}
+	}
+	for _, want := range []string{"main ", "gemini", " 3 ", "standard,pro", "open until " + m.OpenUntil.UTC().Format("15:04:05") + "Z", " no ",
+		"failure=3", "failure: HTTP 503: the model is overloaded (2)"} {
+		if !strings.Contains(lines[1], want) {
+			t.Errorf("main's line lacks %q: %q", want, lines[1])
+		}
+	}
+	clipped := "refused: HTTP 401: API key not valid. Please pass a valid API key. details"
+	clipped = clipped[:recentErrorWidth-3] + "..."
+	for _, want := range []string{"spare ", " all ", "closed", "until " + s.CoolingUntil.UTC().Format("15:04:05") + "Z", " yes ",
+		"refused=1 throttled=1", clipped} {
+		if !strings.Contains(lines[2], want) {
+			t.Errorf("spare's line lacks %q: %q", want, lines[2])
+		}
+	}
+	if strings.Contains(lines[2], "details details") || strings.Contains(lines[2], "\t") {
+		t.Errorf("spare's newest error is not clipped to one line: %q", lines[2])
+	}
+}
+
+// TestUpstreamListWithoutAPool: no worker has published a pool.
+func TestUpstreamListWithoutAPool(t *testing.T) {
+	url := redistest.Start(t).URL
+	if r := ctl(t, url, "upstream", "list"); r.code != 0 || strings.TrimSpace(r.stdout) != noPool || r.stderr != "" {
+		t.Errorf("upstream list: %+v", r)
+	}
+	if r := ctl(t, url, "upstream", "list", "--json"); r.code != 0 || strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("upstream list --json: %+v", r)
+	}
+	if !strings.Contains(noPool, "EASEL_UPSTREAMS_FILE is not set on the workers") {
+		t.Errorf("the message: %q", noPool)
+	}
+	if r := ctl(t, "redis://127.0.0.1:1/0", "upstream", "list"); r.code != 1 || !strings.Contains(r.stderr, "redis") || r.stdout != "" {
+		t.Errorf("upstream list without Redis: %+v", r)
+	}
+	if r := ctl(t, url, "upstream", "list", "extra"); r.code != 2 {
+		t.Errorf("upstream list extra: %+v", r)
+	}
+}
