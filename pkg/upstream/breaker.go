@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/easelhq/easel/pkg/store"
 )
 
 // Why not sony/gobreaker: its DistributedCircuitBreaker keeps the shared
@@ -79,17 +81,18 @@ func NewBreakers(rdb redis.UniversalClient, cfg Breaker) *Breakers {
 	return &Breakers{rdb: rdb, cfg: cfg.withDefaults(), ProbeLease: 2 * time.Minute}
 }
 
-// Keys of an upstream's state: its hash tag keeps them on one slot.
-func breakerKey(name string) string  { return "easel:up:{" + name + "}:breaker" }
-func errorsKey(name string) string   { return "easel:up:{" + name + "}:errors" }
-func disabledKey(name string) string { return "easel:up:{" + name + "}:disabled" }
-func minuteKey(name string, t time.Time) string {
-	return fmt.Sprintf("easel:up:{%s}:m:%d", name, t.Unix()/60)
-}
+// Keys of an upstream's state (named in package store, as every key).
+var (
+	breakerKey  = store.UpstreamBreakerKey
+	errorsKey   = store.UpstreamErrorsKey
+	disabledKey = store.UpstreamDisabledKey
+)
+
+func minuteKey(name string, t time.Time) string { return store.UpstreamMinuteKey(name, t.Unix()/60) }
 
 // poolKey is the hash of the pool's upstreams as the workers last loaded
 // it (name → Public JSON), for operators.
-const poolKey = "easel:upstreams"
+const poolKey = store.UpstreamsKey
 
 func (b *Breakers) run(ctx context.Context, u Upstream, op string, errJSON string) ([]any, error) {
 	keys := []string{breakerKey(u.Name), minuteKey(u.Name, time.Now()), errorsKey(u.Name), disabledKey(u.Name)}

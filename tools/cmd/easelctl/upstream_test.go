@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/upstream"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
@@ -64,8 +65,8 @@ func TestUpstreamList(t *testing.T) {
 	// pkg/upstream's minuteKey), so that the list shows them whether or
 	// not the minute turns before it reads.
 	prev := time.Now().Add(-time.Minute).Unix() / 60
-	rdb.HSet(ctx, fmt.Sprintf("easel:up:{main}:m:%d", prev), "calls", 3, "failure", 3)
-	rdb.HSet(ctx, fmt.Sprintf("easel:up:{spare}:m:%d", prev), "calls", 3, "throttled", 1, "refused", 1)
+	rdb.HSet(ctx, store.UpstreamMinuteKey("main", prev), "calls", 3, "failure", 3)
+	rdb.HSet(ctx, store.UpstreamMinuteKey("spare", prev), "calls", 3, "throttled", 1, "refused", 1)
 
 	// As JSON: the statuses, without the keys.
 	r := ctl(t, srv.URL, "upstream", "list", "--json")
