@@ -22,7 +22,7 @@ var shardKeyPattern = regexp.MustCompile(`^easel:\{s(\d+)\}:(.+)$`)
 var accountKeyParts = []string{"acct", "t:", "j:", "parked", "ledger", "keys", "tasks", "idem:", "wh:", "whsec", spendPart, usagePart, "users"}
 
 // globalKeys are the prefixes of the keys that belong to no account.
-var globalKeys = []string{"easel:accounts", "easel:key:", "easel:user:", "easel:email:", "easel:session:", "easel:signin:", "easel:accountnames", "easel:keyprefix:", "easel:lock:", "easel:probe:", "easel:q:{",
+var globalKeys = []string{"easel:accounts", "easel:up:{", "easel:upstreams", "easel:key:", "easel:user:", "easel:email:", "easel:session:", "easel:signin:", "easel:accountnames", "easel:keyprefix:", "easel:lock:", "easel:probe:", "easel:q:{",
 	"easel:recovery:workers", "easel:task-events", "rate:"}
 
 // allKeys returns every key of the server, or of every master of a
