@@ -117,6 +117,15 @@ func (b *Breakers) Allow(ctx context.Context, u Upstream) (Verdict, time.Duratio
 	return Verdict(v), time.Duration(wait) * time.Millisecond, nil
 }
 
+// GiveBack returns a verdict not used (the call was not made): a probe's
+// lease is freed for the next caller. Best effort.
+func (b *Breakers) GiveBack(ctx context.Context, u Upstream, v Verdict) {
+	if v != Probe {
+		return
+	}
+	_, _ = b.run(context.WithoutCancel(ctx), u, "giveback", "")
+}
+
 // ErrorRecord is a recent error of an upstream, as kept for operators.
 type ErrorRecord struct {
 	Time    time.Time `json:"time"`

@@ -7,7 +7,7 @@
 -- KEYS[2] -> minute: hash of this minute's calls and errors by class
 -- KEYS[3] -> errors: list of the recent errors (JSON), newest first
 -- KEYS[4] -> disabled: the fingerprint of a credential the provider refused
--- ARGV[1] -> op: allow | success | failure | throttled | refused | final
+-- ARGV[1] -> op: allow | giveback (a probe not made) | success | failure | throttled | refused | final
 -- ARGV[2] -> failures: failures in a row that open the breaker
 -- ARGV[3] -> cooldown: ms it stays open
 -- ARGV[4] -> throttle: ms the first 429 cools it (doubling)
@@ -44,6 +44,13 @@ if op == 'allow' then
     return {2, 0, state}
   end
   return {1, 0, state}
+end
+
+if op == 'giveback' then
+  -- A probe allowed and not made (its worker had no quota for it): the
+  -- next caller may probe.
+  if state == 'half' then redis.call('HSET', KEYS[1], 'probe', 0) end
+  return {state, state}
 end
 
 -- A report: count it for operators, then move the breaker.

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"regexp"
@@ -66,6 +67,10 @@ type Upstream struct {
 	// ModelIDs maps tiers to the provider's model ids (missing: the
 	// deployment's EASEL_GEMINI_MODELS).
 	ModelIDs map[string]string `json:"model_ids,omitempty"`
+
+	// credSum is the hash of the credentials file's content (vertex), so
+	// that a key rotated in place is a new credential.
+	credSum string
 }
 
 // Breaker tunes every upstream's circuit breaker.
@@ -126,6 +131,9 @@ func Parse(data []byte, getenv func(string) string) (*Pool, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("upstreams file: %w", err)
+	}
+	if err := dec.Decode(&struct{}{}); err != io.EOF {
+		return nil, errors.New("upstreams file: content after the JSON object")
 	}
 	if len(f.Upstreams) == 0 {
 		return nil, errors.New("upstreams file: no upstreams")
@@ -237,9 +245,12 @@ func (u Upstream) check(getenv func(string) string) (Upstream, error) {
 			}
 		}
 		if u.CredentialsFile != "" {
-			if _, err := os.Stat(u.CredentialsFile); err != nil {
+			b, err := os.ReadFile(u.CredentialsFile)
+			if err != nil {
 				return u, fmt.Errorf("credentials_file: %w", err)
 			}
+			sum := sha256.Sum256(b)
+			u.credSum = hex.EncodeToString(sum[:])
 		}
 	default:
 		return u, fmt.Errorf("provider %q: want gemini or vertex", u.Provider)
@@ -253,10 +264,10 @@ func (u Upstream) Serves(t catalog.Tier) bool {
 }
 
 // Fingerprint identifies what the upstream is: its provider, address and
-// credential. An upstream disabled for a refused credential stays disabled
+// credential (a credentials file's content, not only its path). An upstream disabled for a refused credential stays disabled
 // until its fingerprint changes (a new key in the file).
 func (u Upstream) Fingerprint() string {
-	sum := sha256.Sum256([]byte(strings.Join([]string{u.Provider, u.APIKey, u.BaseURL, u.Project, u.Location, u.CredentialsFile}, "\x00")))
+	sum := sha256.Sum256([]byte(strings.Join([]string{u.Provider, u.APIKey, u.BaseURL, u.Project, u.Location, u.CredentialsFile, u.credSum}, "\x00")))
 	return hex.EncodeToString(sum[:8])
 }
 
@@ -283,4 +294,16 @@ func (u Upstream) Public() Public {
 		p.Host = v.Host
 	}
 	return p
+}
+
+// CredentialFiles are the credentials files the pool's upstreams read: a
+// change of one is a change of the pool (a key rotated in place).
+func (p *Pool) CredentialFiles() []string {
+	var out []string
+	for _, u := range p.Upstreams {
+		if u.CredentialsFile != "" {
+			out = append(out, u.CredentialsFile)
+		}
+	}
+	return out
 }

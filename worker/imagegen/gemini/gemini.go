@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"cloud.google.com/go/auth"
 	"cloud.google.com/go/auth/credentials"
 	"google.golang.org/genai"
 
@@ -261,6 +262,15 @@ func classify(ctx context.Context, err error) error {
 			return apperr.Wrap(fmt.Errorf("%w: %w", imagegen.ErrRefused, err), apperr.Internal, "the image service is misconfigured")
 		default:
 			return apperr.Wrap(err, task.GenerationFailed, "the model could not process this request; check the prompt and the source images")
+		}
+	}
+	// Vertex AI: the token endpoint refused the service account (a key
+	// revoked or deleted).
+	var authErr *auth.Error
+	if errors.As(err, &authErr) && authErr.Response != nil {
+		switch authErr.Response.StatusCode {
+		case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden:
+			return apperr.Wrap(fmt.Errorf("%w: %w", imagegen.ErrRefused, err), apperr.Internal, "the image service is misconfigured")
 		}
 	}
 	var netErr net.Error

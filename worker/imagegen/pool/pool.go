@@ -53,7 +53,23 @@ type loaded struct {
 	members  []*member
 	breakers *upstream.Breakers
 	quota    *quota.Quota // nil: no upstream has a quota
-	sum      [32]byte     // the file's content
+	sum      [32]byte     // the file's content, and its credentials files'
+	creds    []string     // the credentials files it read
+}
+
+// contentSum hashes the pool file's content and its credentials files':
+// a key rotated in place (a Kubernetes Secret updated) is a change too.
+func contentSum(data []byte, creds []string) [32]byte {
+	h := sha256.New()
+	h.Write(data)
+	for _, f := range creds {
+		b, _ := os.ReadFile(f)
+		sum := sha256.Sum256(b)
+		h.Write(sum[:])
+	}
+	var out [32]byte
+	copy(out[:], h.Sum(nil))
+	return out
 }
 
 // Pool is the Generator.
@@ -83,7 +99,8 @@ func quotaKey(name string) string { return "upstream:" + name }
 // change), building each upstream's client. Calls under way keep the
 // version they began with.
 func (p *Pool) Load(ctx context.Context, pl *upstream.Pool, content []byte) error {
-	l := &loaded{breakers: upstream.NewBreakers(p.rdb, pl.Breaker), sum: sha256.Sum256(content)}
+	l := &loaded{breakers: upstream.NewBreakers(p.rdb, pl.Breaker), creds: pl.CredentialFiles()}
+	l.sum = contentSum(content, l.creds)
 	l.breakers.ProbeLease = p.ProbeLease
 	limits := quota.Limits{}
 	for _, u := range pl.Upstreams {
@@ -97,7 +114,9 @@ func (p *Pool) Load(ctx context.Context, pl *upstream.Pool, content []byte) erro
 		}
 	}
 	if len(limits) > 0 {
-		l.quota = quota.New(p.rdb, limits, quota.Options{})
+		// A 429 cools the upstream's quota as long as its breaker's
+		// throttle, no longer.
+		l.quota = quota.New(p.rdb, limits, quota.Options{Cooldown: time.Duration(pl.Breaker.Throttle), MaxCooldown: time.Duration(pl.Breaker.MaxThrottle)})
 	}
 	p.cur.Store(l)
 	if err := upstream.Publish(ctx, p.rdb, pl); err != nil {
@@ -130,7 +149,8 @@ func (p *Pool) Watch(ctx context.Context, path string, getenv func(string) strin
 			p.log.Error("upstreams file: cannot read it; keeping the pool as it is", zap.String("path", path), zap.Error(err))
 			continue
 		}
-		if cur := p.cur.Load(); cur != nil && cur.sum == sha256.Sum256(data) {
+		cur := p.cur.Load()
+		if cur != nil && cur.sum == contentSum(data, cur.creds) {
 			continue
 		}
 		pl, err := upstream.Parse(data, getenv)
@@ -140,9 +160,9 @@ func (p *Pool) Watch(ctx context.Context, path string, getenv func(string) strin
 		if err != nil {
 			p.log.Error("upstreams file changed but is not usable; keeping the pool as it is", zap.String("path", path), zap.Error(err))
 			// Not read again until it changes once more.
-			if cur := p.cur.Load(); cur != nil {
+			if cur != nil {
 				next := *cur
-				next.sum = sha256.Sum256(data)
+				next.sum = contentSum(data, cur.creds)
 				p.cur.Store(&next)
 			}
 		}
@@ -165,7 +185,7 @@ func (p *Pool) Generate(ctx context.Context, req imagegen.Request, progress func
 			cands = append(cands, m)
 		}
 	}
-	log := logging.From(ctx)
+	log := p.logger(ctx)
 	// Progress only rises, whichever upstream reports it.
 	var best atomic.Int64
 	rising := func(pct int) {
@@ -181,11 +201,18 @@ func (p *Pool) Generate(ctx context.Context, req imagegen.Request, progress func
 		}
 	}
 	tried := make(map[*member]bool, len(cands))
+	// busy are the upstreams skipped for want of quota: tried last, then
+	// waited for, when no other could take the call.
+	var busy []*member
 	var lastErr error
 	for {
 		m := pick(cands, tried)
+		waitQuota := false
 		if m == nil {
-			break
+			if len(busy) == 0 {
+				break
+			}
+			m, busy, waitQuota = busy[0], busy[1:], true
 		}
 		tried[m] = true
 		verdict, _, err := l.breakers.Allow(ctx, m.up)
@@ -199,7 +226,23 @@ func (p *Pool) Generate(ctx context.Context, req imagegen.Request, progress func
 		if verdict == upstream.Deny || verdict == upstream.Disabled {
 			continue
 		}
-		imgs, outcome, err := p.call(ctx, l, m, req, rising)
+		release, ok, err := p.slot(ctx, l, m, waitQuota)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			// The quota's store failed: not the upstream's fault.
+			l.breakers.GiveBack(ctx, m.up, verdict)
+			lastErr = apperr.Transient(err, task.UpstreamUnavailable, "the image model is unavailable; try again later")
+			continue
+		}
+		if !ok {
+			// No quota left now: another upstream first.
+			l.breakers.GiveBack(ctx, m.up, verdict)
+			busy = append(busy, m)
+			continue
+		}
+		imgs, outcome, err := p.call(ctx, l, m, req, rising, release)
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // the task's deadline or a shutdown: the processor decides
 		}
@@ -209,30 +252,49 @@ func (p *Pool) Generate(ctx context.Context, req imagegen.Request, progress func
 			return imgs, nil
 		case upstream.Final:
 			return nil, err
-		case upstream.Refused:
-			lastErr = apperr.Transient(err, task.UpstreamUnavailable, "the image model is unavailable; try again later")
-		default:
-			lastErr = err
 		}
+		lastErr = err
 		log.Info("upstream failed; trying another", zap.String("upstream", m.up.Name), zap.String("outcome", string(outcome)), zap.Error(err))
 	}
 	if lastErr != nil {
-		return nil, lastErr
+		// Retryable, and no longer a 429 of one upstream (the pool has
+		// cooled it): the worker's retries apply, not a cooldown of the
+		// whole model.
+		return nil, apperr.Transient(fmt.Errorf("%w: the last: %v", errNone, lastErr), task.UpstreamUnavailable, "the image model is unavailable; try again later")
 	}
 	return nil, apperr.Transient(fmt.Errorf("%w for model %s: every upstream serving it is open, cooling or disabled", errNone, req.Model.ID),
 		task.UpstreamUnavailable, "the image model is unavailable; try again later")
 }
 
-// call makes one call to m within its quota, and classifies its outcome.
-func (p *Pool) call(ctx context.Context, l *loaded, m *member, req imagegen.Request, progress func(int)) ([]imagegen.Image, upstream.Outcome, error) {
-	release := func() {}
-	if l.quota != nil && l.quota.Limit(quotaKey(m.up.Name)) != (quota.Limit{}) {
-		slot, err := l.quota.Acquire(ctx, quotaKey(m.up.Name))
-		if err != nil {
-			return nil, upstream.Failure, err
-		}
-		release = slot.Release
+// quotaPeek is how long a call waits for an upstream's quota while other
+// upstreams could take it.
+const quotaPeek = 20 * time.Millisecond
+
+// slot takes a slot of m's quota: at once or not at all (ok false) unless
+// wait, when it waits as long as the call may.
+func (p *Pool) slot(ctx context.Context, l *loaded, m *member, wait bool) (func(), bool, error) {
+	if l.quota == nil || l.quota.Limit(quotaKey(m.up.Name)) == (quota.Limit{}) {
+		return func() {}, true, nil
 	}
+	actx := ctx
+	if !wait {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, quotaPeek)
+		defer cancel()
+	}
+	s, err := l.quota.Acquire(actx, quotaKey(m.up.Name))
+	if err != nil {
+		if !wait && ctx.Err() == nil && actx.Err() != nil {
+			return nil, false, nil
+		}
+		return nil, false, err
+	}
+	return s.Release, true, nil
+}
+
+// call makes one call to m, holding its quota's slot (release), and
+// classifies its outcome.
+func (p *Pool) call(ctx context.Context, l *loaded, m *member, req imagegen.Request, progress func(int), release func()) ([]imagegen.Image, upstream.Outcome, error) {
 	start := time.Now()
 	imgs, err := func() ([]imagegen.Image, error) {
 		defer release()
@@ -258,7 +320,7 @@ func (p *Pool) report(ctx context.Context, l *loaded, m *member, o upstream.Outc
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	before, after, rerr := l.breakers.Report(rctx, m.up, o, msg)
-	log := logging.From(ctx).With(zap.String("upstream", m.up.Name))
+	log := p.logger(ctx).With(zap.String("upstream", m.up.Name))
 	if rerr != nil {
 		log.Warn("could not record the upstream's call in its breaker", zap.Error(rerr))
 		return
@@ -279,6 +341,14 @@ func (p *Pool) report(ctx context.Context, l *loaded, m *member, o upstream.Outc
 				zap.String("provider", m.up.Provider), zap.Error(err))
 		}
 	}
+}
+
+// logger is the call's logger (with its task), or the pool's.
+func (p *Pool) logger(ctx context.Context) *zap.Logger {
+	if len(logging.Fields(ctx)) > 0 {
+		return logging.From(ctx)
+	}
+	return p.log
 }
 
 // classify tells what a generator's error means for its upstream.

@@ -1,0 +1,148 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/easelhq/easel/tools/testkit/redistest"
+)
+
+func TestStatuses(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	b := NewBreakers(rdb, Breaker{Failures: 2, Cooldown: Duration(time.Minute), Throttle: Duration(time.Minute), MaxThrottle: Duration(time.Hour)})
+
+	if s, err := Statuses(ctx, rdb); err != nil || len(s) != 0 {
+		t.Fatalf("no pool published: %v, %v; want none", s, err)
+	}
+
+	healthy := Upstream{Name: "healthy", Provider: Gemini, APIKey: "SECRET-1", BaseURL: "https://h.example.com", Weight: 3, Models: []string{"standard"}, RPM: 60}
+	down := Upstream{Name: "down", Provider: Gemini, APIKey: "SECRET-2", Weight: 1}
+	busy := Upstream{Name: "busy", Provider: Gemini, APIKey: "SECRET-3", Weight: 1}
+	revoked := Upstream{Name: "revoked", Provider: Gemini, APIKey: "SECRET-4", Weight: 1}
+	gone := Upstream{Name: "gone", Provider: Gemini, APIKey: "SECRET-5", Weight: 1}
+	if err := Publish(ctx, rdb, &Pool{Upstreams: []Upstream{healthy, down, busy, revoked, gone}}); err != nil {
+		t.Fatal(err)
+	}
+	// The next version of the file drops "gone".
+	if err := Publish(ctx, rdb, &Pool{Upstreams: []Upstream{healthy, down, busy, revoked}}); err != nil {
+		t.Fatal(err)
+	}
+
+	report := func(u Upstream, o Outcome, msg string) {
+		t.Helper()
+		if _, _, err := b.Report(ctx, u, o, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report(healthy, Success, "")
+	report(healthy, Success, "")
+	report(healthy, Final, "content blocked")
+	report(down, Failure, "500 first")
+	report(down, Failure, "500 second")
+	report(busy, Throttled, "429 RESOURCE_EXHAUSTED")
+	report(revoked, Refused, "401 UNAUTHENTICATED")
+	start := time.Now()
+
+	// This minute's counts, as the script keeps them.
+	minute, err := rdb.HGetAll(ctx, minuteKey("down", time.Now())).Result()
+	if err != nil || minute["calls"] != "2" || minute["failure"] != "2" {
+		t.Errorf("down's minute %v, %v; want 2 calls, 2 failures", minute, err)
+	}
+
+	st, err := Statuses(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]Status{}
+	var names []string
+	for _, s := range st {
+		byName[s.Name] = s
+		names = append(names, s.Name)
+	}
+	if strings.Join(names, ",") != "busy,down,healthy,revoked" {
+		t.Fatalf("upstreams %v; want busy, down, healthy, revoked in order (gone removed)", names)
+	}
+	j, _ := json.Marshal(st)
+	if strings.Contains(string(j), "SECRET") {
+		t.Errorf("statuses show a key: %s", j)
+	}
+
+	h := byName["healthy"]
+	if h.Breaker != Closed || h.Disabled || h.OpenUntil != nil || h.CoolingUntil != nil || h.FailuresInARow != 0 ||
+		h.Weight != 3 || h.Host != "h.example.com" || h.RPM != 60 || h.Credential != healthy.Fingerprint() {
+		t.Errorf("healthy: %+v", h)
+	}
+	if len(h.RecentErrors) != 1 || h.RecentErrors[0].Outcome != Final || h.RecentErrors[0].Message != "content blocked" {
+		t.Errorf("healthy's recent errors %+v; want the final one", h.RecentErrors)
+	}
+
+	d := byName["down"]
+	if d.Breaker != Open || d.FailuresInARow != 2 || d.OpenUntil == nil || d.Disabled {
+		t.Errorf("down: %+v", d)
+	} else if until := d.OpenUntil.Sub(start); until < 50*time.Second || until > 61*time.Second {
+		t.Errorf("down open until %v from now; want about a minute", until)
+	}
+	if len(d.RecentErrors) != 2 || d.RecentErrors[0].Message != "500 second" || d.RecentErrors[1].Message != "500 first" ||
+		d.RecentErrors[0].Outcome != Failure || time.Since(d.RecentErrors[0].Time) > time.Minute {
+		t.Errorf("down's recent errors %+v; want both, newest first", d.RecentErrors)
+	}
+
+	c := byName["busy"]
+	if c.Breaker != Closed || c.CoolingUntil == nil || c.Disabled || len(c.RecentErrors) != 1 || c.RecentErrors[0].Outcome != Throttled {
+		t.Errorf("busy: %+v", c)
+	}
+
+	r := byName["revoked"]
+	if !r.Disabled || r.Breaker != Closed || len(r.RecentErrors) != 1 || r.RecentErrors[0].Outcome != Refused {
+		t.Errorf("revoked: %+v", r)
+	}
+	if r.ErrorsLastMinute == nil || r.RecentErrors == nil {
+		t.Errorf("revoked: nil maps or lists (JSON null) %+v", r)
+	}
+
+	// Counts are of the last whole minute: move this minute's back one to
+	// read them without waiting for the clock.
+	for _, u := range []Upstream{healthy, down} {
+		now := time.Now()
+		if err := rdb.Rename(ctx, minuteKey(u.Name, now), minuteKey(u.Name, now.Add(-time.Minute))).Err(); err != nil {
+			t.Fatalf("the minute moved on while the test ran (%v); run it again", err)
+		}
+	}
+	st, _ = Statuses(ctx, rdb)
+	for _, s := range st {
+		byName[s.Name] = s
+	}
+	if h := byName["healthy"]; h.CallsLastMinute != 3 || h.ErrorsLastMinute["final"] != 1 || len(h.ErrorsLastMinute) != 1 {
+		t.Errorf("healthy's last minute: %d calls, errors %v; want 3 calls, 1 final", h.CallsLastMinute, h.ErrorsLastMinute)
+	}
+	if d := byName["down"]; d.CallsLastMinute != 2 || d.ErrorsLastMinute["failure"] != 2 {
+		t.Errorf("down's last minute: %d calls, errors %v; want 2 calls, 2 failures", d.CallsLastMinute, d.ErrorsLastMinute)
+	}
+
+	// The file gives "revoked" a new key: no longer disabled.
+	revoked.APIKey = "SECRET-NEW"
+	if err := Publish(ctx, rdb, &Pool{Upstreams: []Upstream{healthy, down, busy, revoked}}); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = Statuses(ctx, rdb)
+	for _, s := range st {
+		if s.Name == "revoked" && (s.Disabled || s.Credential != revoked.Fingerprint()) {
+			t.Errorf("revoked with a new key: %+v; want enabled", s)
+		}
+	}
+
+	// At most 20 recent errors are kept, newest first.
+	for i := 0; i < 25; i++ {
+		report(busy, Throttled, "429 number "+string(rune('a'+i)))
+	}
+	st, _ = Statuses(ctx, rdb)
+	for _, s := range st {
+		if s.Name == "busy" && (len(s.RecentErrors) != 20 || s.RecentErrors[0].Message != "429 number y") {
+			t.Errorf("busy: %d recent errors, newest %+v; want 20, the last first", len(s.RecentErrors), s.RecentErrors[0])
+		}
+	}
+}
