@@ -40,7 +40,7 @@ run: build
 # flows again on a 3-master Redis Cluster, and the whole end-to-end suite
 # again with results in S3 (a private MinIO, built once from the Go module
 # proxy and cached: several minutes the first time).
-CLUSTER_E2E := TestConsoleKeysOnEveryGateway|TestFairShareEndToEnd|TestEndToEnd|TestFailedTaskIsRefunded|TestEaselctl|TestConcurrentCreatesNeverOverdraw|TestRecoveryQueuesAndExpires|TestCancelEndToEnd|TestWaitStreamListEndToEnd
+CLUSTER_E2E := TestConsoleKeysOnEveryGateway|TestUpstreamPoolFailover|TestUpstreamBreakerSharedByWorkers|TestFairShareEndToEnd|TestEndToEnd|TestFailedTaskIsRefunded|TestEaselctl|TestConcurrentCreatesNeverOverdraw|TestRecoveryQueuesAndExpires|TestCancelEndToEnd|TestWaitStreamListEndToEnd
 test:
 	@echo "==> MinIO for the S3 tests"
 	$(GO) run ./tools/testkit/cmd/minio-install
