@@ -202,6 +202,28 @@ type KeyUpdate struct {
 	SpendLimit *int64
 }
 
+// Spec is the new key u describes: what it sets, zero values for the
+// rest.
+func (u KeyUpdate) Spec() KeySpec {
+	var s KeySpec
+	if u.Name != nil {
+		s.Name = *u.Name
+	}
+	if u.Models != nil {
+		s.Models = *u.Models
+	}
+	if u.AllowedIPs != nil {
+		s.AllowedIPs = *u.AllowedIPs
+	}
+	if u.ExpiresAt != nil {
+		s.ExpiresAt = *u.ExpiresAt
+	}
+	if u.SpendLimit != nil {
+		s.SpendLimit = *u.SpendLimit
+	}
+	return s
+}
+
 // Empty reports whether u changes nothing.
 func (u KeyUpdate) Empty() bool {
 	return u.Name == nil && u.Models == nil && u.AllowedIPs == nil && u.ExpiresAt == nil && u.SpendLimit == nil

@@ -106,21 +106,7 @@ func (s *Accounts) List(ctx context.Context) ([]*account.Account, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: accounts: %w", err)
 	}
-	keys := make([]string, len(ids))
-	for i, id := range ids {
-		keys[i] = accountKey(id)
-	}
-	records, err := s.db.hgetAll(ctx, keys)
-	if err != nil {
-		return nil, fmt.Errorf("store: accounts: %w", err)
-	}
-	out := make([]*account.Account, 0, len(ids))
-	for i, id := range ids {
-		if m := records[i]; len(m) > 0 {
-			out = append(out, decodeAccount(id, m))
-		}
-	}
-	return out, nil
+	return s.getMany(ctx, ids)
 }
 
 var updateAccountLua = newScript("update_account", map[string]int64{"UPDATED": 1, "NO_ACCOUNT": 0})

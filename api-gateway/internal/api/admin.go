@@ -82,10 +82,10 @@ func registerAdmin(g *echo.Group, h *handlers, d *AdminDeps) {
 	g.POST("/accounts", a.createAccount)
 	get(g, "/accounts", a.listAccounts)
 	get(g, "/accounts/:id", a.showAccount)
-	g.PATCH("/accounts/:id/limits", a.setLimits)
-	g.POST("/accounts/:id/disable", a.setStatus(account.Disabled))
-	g.POST("/accounts/:id/enable", a.setStatus(account.Active))
-	g.POST("/accounts/:id/credits", a.addCredits)
+	g.PATCH("/accounts/:id/limits", setLimits(d.Accounts, d.Catalog))
+	g.POST("/accounts/:id/disable", setStatus(d.Accounts, account.Disabled))
+	g.POST("/accounts/:id/enable", setStatus(d.Accounts, account.Active))
+	g.POST("/accounts/:id/credits", addCredits(d.Accounts))
 	get(g, "/accounts/:id/ledger", a.ledger)
 	g.POST("/accounts/:id/keys", a.createKey)
 	get(g, "/accounts/:id/keys", a.listKeys)
@@ -229,29 +229,25 @@ func (r limitsRequest) update(cat *catalog.Catalog) (account.LimitsUpdate, error
 	return l, nil
 }
 
-func (a *admin) setLimits(c echo.Context) error {
-	var req limitsRequest
-	if err := bind(c, &req); err != nil {
-		return err
-	}
-	l, err := req.update(a.Catalog)
-	if err != nil {
-		return err
-	}
-	acct, err := a.Accounts.SetLimits(c.Request().Context(), c.Param("id"), l)
-	if err != nil {
-		return err
-	}
-	return ok(c, acct)
+// The account changes the admin API and the console's operator view
+// share.
+
+type limitSetter interface {
+	SetLimits(ctx context.Context, id string, l account.LimitsUpdate) (*account.Account, error)
 }
 
-func (a *admin) setStatus(st account.Status) echo.HandlerFunc {
+// setLimits handles PATCH .../accounts/:id/limits.
+func setLimits(accts limitSetter, cat *catalog.Catalog) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		ctx := c.Request().Context()
-		if err := a.Accounts.SetStatus(ctx, c.Param("id"), st); err != nil {
+		var req limitsRequest
+		if err := bind(c, &req); err != nil {
 			return err
 		}
-		acct, err := a.Accounts.Get(ctx, c.Param("id"))
+		l, err := req.update(cat)
+		if err != nil {
+			return err
+		}
+		acct, err := accts.SetLimits(c.Request().Context(), c.Param("id"), l)
 		if err != nil {
 			return err
 		}
@@ -259,22 +255,49 @@ func (a *admin) setStatus(st account.Status) echo.HandlerFunc {
 	}
 }
 
-func (a *admin) addCredits(c echo.Context) error {
-	var req struct {
-		Amount *int64 `json:"amount"`
-		Note   string `json:"note"`
+type statusSetter interface {
+	SetStatus(ctx context.Context, id string, st account.Status) error
+	Get(ctx context.Context, id string) (*account.Account, error)
+}
+
+// setStatus handles POST .../accounts/:id/disable and /enable.
+func setStatus(accts statusSetter, st account.Status) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ctx := c.Request().Context()
+		if err := accts.SetStatus(ctx, c.Param("id"), st); err != nil {
+			return err
+		}
+		acct, err := accts.Get(ctx, c.Param("id"))
+		if err != nil {
+			return err
+		}
+		return ok(c, acct)
 	}
-	if err := bind(c, &req); err != nil {
-		return err
+}
+
+type crediter interface {
+	AddCredits(ctx context.Context, id string, n int64, note string) (int64, error)
+}
+
+// addCredits handles POST .../accounts/:id/credits.
+func addCredits(accts crediter) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		var req struct {
+			Amount *int64 `json:"amount"`
+			Note   string `json:"note"`
+		}
+		if err := bind(c, &req); err != nil {
+			return err
+		}
+		if req.Amount == nil {
+			return apperr.New(apperr.Invalid, "amount is required (negative for a correction)")
+		}
+		bal, err := accts.AddCredits(c.Request().Context(), c.Param("id"), *req.Amount, req.Note)
+		if err != nil {
+			return err
+		}
+		return ok(c, map[string]int64{"balance": bal})
 	}
-	if req.Amount == nil {
-		return apperr.New(apperr.Invalid, "amount is required (negative for a correction)")
-	}
-	bal, err := a.Accounts.AddCredits(c.Request().Context(), c.Param("id"), *req.Amount, req.Note)
-	if err != nil {
-		return err
-	}
-	return ok(c, map[string]int64{"balance": bal})
 }
 
 func (a *admin) ledger(c echo.Context) error {
@@ -368,16 +391,27 @@ func (a *admin) createUser(c echo.Context) error {
 	return ok(c, u)
 }
 
-func (a *admin) resetPassword(c echo.Context) error {
-	var req struct {
-		Email    string `json:"email"`
-		Password string `json:"password"`
-	}
-	if err := bind(c, &req); err != nil {
+// emailPassword is a body of an email and a password: a sign-in, a
+// password reset.
+type emailPassword struct {
+	Email    string `json:"email"`
+	Password string `json:"password"`
+}
+
+func (r *emailPassword) bind(c echo.Context) error {
+	if err := bind(c, r); err != nil {
 		return err
 	}
-	if req.Email == "" || req.Password == "" {
+	if r.Email == "" || r.Password == "" {
 		return apperr.New(apperr.Invalid, "email and password are required")
+	}
+	return nil
+}
+
+func (a *admin) resetPassword(c echo.Context) error {
+	var req emailPassword
+	if err := req.bind(c); err != nil {
+		return err
 	}
 	u, err := a.Users.ResetPassword(c.Request().Context(), req.Email, req.Password)
 	if err != nil {

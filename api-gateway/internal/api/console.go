@@ -129,13 +129,14 @@ func registerConsole(e *echo.Echo, h *handlers, d *ConsoleDeps) {
 	in.POST("/task/cancel", h.cancel, h.limit(ratelimit.Query))
 	get(in, "/task/webhooks", h.webhooks, h.limit(ratelimit.Query))
 	// The operator view: admin users only.
+	// Its changes are the admin API's own handlers.
 	op := in.Group("/admin", cs.adminOnly)
 	get(op, "/accounts", cs.opAccounts)
 	get(op, "/accounts/:id", cs.opAccount)
-	op.POST("/accounts/:id/credits", cs.opCredits)
-	op.PATCH("/accounts/:id/limits", cs.opLimits)
-	op.POST("/accounts/:id/disable", cs.opStatus(account.Disabled))
-	op.POST("/accounts/:id/enable", cs.opStatus(account.Active))
+	op.POST("/accounts/:id/credits", addCredits(d.Accounts))
+	op.PATCH("/accounts/:id/limits", setLimits(d.Accounts, d.Catalog))
+	op.POST("/accounts/:id/disable", setStatus(d.Accounts, account.Disabled))
+	op.POST("/accounts/:id/enable", setStatus(d.Accounts, account.Active))
 	get(op, "/upstreams", cs.opUpstreams)
 }
 
@@ -241,10 +242,15 @@ func (cs *console) csrf(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// adminOnly lets admin users through, and logs what they do.
 func (cs *console) adminOnly(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if !userOf(c).Admin {
 			return apperr.New(apperr.Forbidden, "the operator view is for admin users")
+		}
+		if isWrite(c.Request().Method) {
+			logging.From(c.Request().Context()).Info("console operator request", zap.String("method", c.Request().Method),
+				zap.String("route", c.Path()), zap.String("target_account", c.Param("id")))
 		}
 		return next(c)
 	}
@@ -273,15 +279,9 @@ func (cs *console) sessionReply(c echo.Context, u *account.User, ss store.Sessio
 }
 
 func (cs *console) signIn(c echo.Context) error {
-	var req struct {
-		Email    string `json:"email"`
-		Password string `json:"password"`
-	}
-	if err := bind(c, &req); err != nil {
+	var req emailPassword
+	if err := req.bind(c); err != nil {
 		return err
-	}
-	if req.Email == "" || req.Password == "" {
-		return apperr.New(apperr.Invalid, "email and password are required")
 	}
 	ctx := c.Request().Context()
 	// A cookie the client brought is not reused: its session ends, and
@@ -418,26 +418,7 @@ func (r keyRequest) update(cat *catalog.Catalog) (account.KeyUpdate, error) {
 // spec reads r as a new key.
 func (r keyRequest) spec(cat *catalog.Catalog) (account.KeySpec, error) {
 	u, err := r.update(cat)
-	if err != nil {
-		return account.KeySpec{}, err
-	}
-	var s account.KeySpec
-	if u.Name != nil {
-		s.Name = *u.Name
-	}
-	if u.Models != nil {
-		s.Models = *u.Models
-	}
-	if u.AllowedIPs != nil {
-		s.AllowedIPs = *u.AllowedIPs
-	}
-	if u.ExpiresAt != nil {
-		s.ExpiresAt = *u.ExpiresAt
-	}
-	if u.SpendLimit != nil {
-		s.SpendLimit = *u.SpendLimit
-	}
-	return s, nil
+	return u.Spec(), err
 }
 
 // parseTiers reads models given as tiers or model ids.
@@ -662,61 +643,6 @@ func (cs *console) opAccount(c echo.Context) error {
 		return err
 	}
 	return ok(c, map[string]any{"account": a, "keys": views, "users": us})
-}
-
-func (cs *console) opCredits(c echo.Context) error {
-	var req struct {
-		Amount *int64 `json:"amount"`
-		Note   string `json:"note"`
-	}
-	if err := bind(c, &req); err != nil {
-		return err
-	}
-	if req.Amount == nil {
-		return apperr.New(apperr.Invalid, "amount is required (negative for a correction)")
-	}
-	ctx := c.Request().Context()
-	note := req.Note
-	if note == "" {
-		note = "console: " + userOf(c).Email
-	}
-	bal, err := cs.Accounts.AddCredits(ctx, c.Param("id"), *req.Amount, note)
-	if err != nil {
-		return err
-	}
-	logging.From(ctx).Info("console operator: credits", zap.String("target_account", c.Param("id")), zap.Int64("amount", *req.Amount))
-	return ok(c, map[string]int64{"balance": bal})
-}
-
-func (cs *console) opLimits(c echo.Context) error {
-	var req limitsRequest
-	if err := bind(c, &req); err != nil {
-		return err
-	}
-	l, err := req.update(cs.Catalog)
-	if err != nil {
-		return err
-	}
-	a, err := cs.Accounts.SetLimits(c.Request().Context(), c.Param("id"), l)
-	if err != nil {
-		return err
-	}
-	return ok(c, a)
-}
-
-func (cs *console) opStatus(st account.Status) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		ctx := c.Request().Context()
-		if err := cs.Accounts.SetStatus(ctx, c.Param("id"), st); err != nil {
-			return err
-		}
-		logging.From(ctx).Info("console operator: account status", zap.String("target_account", c.Param("id")), zap.String("status", string(st)))
-		a, err := cs.Accounts.Get(ctx, c.Param("id"))
-		if err != nil {
-			return err
-		}
-		return ok(c, a)
-	}
 }
 
 // consoleFiles are the console page's files: plain HTML, CSS and

@@ -438,23 +438,7 @@ func (c *cli) keyCommands() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s := account.KeySpec{}
-			if u.Name != nil {
-				s.Name = *u.Name
-			}
-			if u.Models != nil {
-				s.Models = *u.Models
-			}
-			if u.AllowedIPs != nil {
-				s.AllowedIPs = *u.AllowedIPs
-			}
-			if u.ExpiresAt != nil {
-				s.ExpiresAt = *u.ExpiresAt
-			}
-			if u.SpendLimit != nil {
-				s.SpendLimit = *u.SpendLimit
-			}
-			key, k, err := c.accounts.NewKey(cmd.Context(), acct, s)
+			key, k, err := c.accounts.NewKey(cmd.Context(), acct, u.Spec())
 			if err != nil {
 				return err
 			}
