@@ -357,7 +357,7 @@
     tasks: () => loadTasks(true),
     webhooks: () => {},
     playground: () => {},
-    operator: () => { if (!$('operator-results').tBodies[0].rows.length) searchAccounts(true); },
+    operator: () => { if (!$('operator-results').tBodies[0].rows.length) searchAccounts(true); loadUpstreams(); },
   };
 
   // route shows the section the hash names (#keys ...). An unknown hash
@@ -723,7 +723,7 @@
     $('usage-legend').replaceChildren(...perModel.map((p, k) => el('li', {},
       el('span', { class: `swatch series-${k % 6}`, 'aria-hidden': 'true' }),
       el('span', { class: 'mono' }, p.model),
-      el('span', { class: 'muted' }, ` ${fmtNum(p.credits)} credits · ${fmtNum(p.tasks)} tasks`))));
+      el('span', { class: 'muted' }, ` ${fmtNum(p.credits)} credits · ${fmtNum(p.tasks)} ${p.tasks === 1 ? 'task' : 'tasks'}`))));
   }
 
   async function loadLedger(reset) {
@@ -1225,6 +1225,78 @@
     });
   }
 
+  // ---- upstreams (operator) -----------------------------------------------------------------------
+
+  const BREAKER_TEXT = { closed: 'closed', open: 'open', half: 'half-open' };
+  // OUTCOMES are the outcomes of a call other than success (pkg/upstream).
+  const OUTCOMES = new Set(['failure', 'throttled', 'refused', 'final']);
+
+  async function loadUpstreams() {
+    const btn = $('upstreams-refresh');
+    btn.disabled = true;
+    try {
+      const data = await api.get('/admin/upstreams');
+      const list = (data && Array.isArray(data.upstreams)) ? data.upstreams : [];
+      $('upstreams-table').tBodies[0].replaceChildren(...list.map(upstreamRow));
+      $('upstreams-wrap').hidden = list.length === 0;
+      $('upstreams-empty').hidden = list.length > 0;
+      $('upstreams-updated').textContent = `Read at ${dateTimeFmt.format(new Date())}.`;
+    } catch (e) {
+      report(e);
+    } finally {
+      btn.disabled = false;
+    }
+  }
+
+  // sub is a second, smaller line of a cell.
+  function sub(text) {
+    return el('span', { class: 'sub' }, text);
+  }
+
+  function upstreamRow(u) {
+    const br = BREAKER_TEXT[u.breaker] ? u.breaker : 'closed';
+    const breaker = [badge(BREAKER_TEXT[br], `breaker-${br}`)];
+    if (br === 'open' && toDate(u.open_until)) breaker.push(sub(['probe after ', fmtShort(u.open_until)]));
+    const fails = Number(u.failures_in_a_row) || 0;
+    if (fails > 0) breaker.push(sub(`${fmtNum(fails)} failure${fails === 1 ? '' : 's'} in a row`));
+
+    const limits = [];
+    if (Number(u.rpm) > 0) limits.push(`${fmtNum(u.rpm)} rpm`);
+    if (Number(u.concurrency) > 0) limits.push(`${fmtNum(u.concurrency)} at once`);
+
+    const errs = Object.entries(u.errors_last_minute || {}).filter(([, n]) => Number(n) > 0)
+      .sort((a, b) => Number(b[1]) - Number(a[1]) || a[0].localeCompare(b[0]));
+    const errTotal = errs.reduce((s, [, n]) => s + Number(n), 0);
+    const errCell = [fmtNum(errTotal)];
+    if (errs.length) errCell.push(sub(errs.map(([k, n]) => `${k} ${fmtNum(n)}`).join(', ')));
+
+    const recent = Array.isArray(u.recent_errors) ? u.recent_errors : [];
+    const newest = recent[0];
+    let newestCell = '—';
+    if (newest) {
+      const msg = String(newest.message || '');
+      newestCell = el('span', { class: 'up-error' },
+        el('span', { class: 'up-error-head' }, badge(newest.outcome || 'error', `outcome-${OUTCOMES.has(newest.outcome) ? newest.outcome : 'failure'}`), ' ', fmtShort(newest.time)),
+        msg ? el('span', { class: 'up-error-msg', title: msg }, msg) : null,
+        recent.length > 1 ? sub(`${fmtNum(recent.length)} recent errors`) : null);
+    }
+
+    const provider = [u.provider || '—'];
+    if (u.host) provider.push(el('span', { class: 'sub mono up-host' }, u.host));
+
+    return el('tr', { dataset: { upstream: u.name || '', breaker: br } },
+      rowHead('Name', [el('span', {}, u.name || '—'), u.credential ? el('span', { class: 'sub mono', title: 'The credential\'s fingerprint' }, u.credential) : null]),
+      td('Provider', provider),
+      td('Weight', [Number(u.weight) > 0 ? fmtNum(u.weight) : '1', limits.length ? sub(limits.join(', ')) : null], 'num'),
+      td('Models', u.models && u.models.length ? u.models.join(', ') : 'all'),
+      td('Breaker', breaker),
+      td('Cooling until', fmtShort(u.cooling_until)),
+      td('Disabled', u.disabled ? badge('disabled', 'disabled') : 'no'),
+      td('Calls / min', fmtNum(u.calls_last_minute || 0), 'num'),
+      td('Errors / min', errCell, `num${errTotal > 0 ? ' neg' : ''}`),
+      td('Newest error', newestCell, 'up-newest'));
+  }
+
   // ---- start ------------------------------------------------------------------------------------------
 
   function bind() {
@@ -1293,6 +1365,7 @@
     $('op-credits-form').addEventListener('submit', onCredits);
     $('op-limits-form').addEventListener('submit', onLimits);
     $('op-toggle-status').addEventListener('click', onToggleStatus);
+    $('upstreams-refresh').addEventListener('click', loadUpstreams);
   }
 
   async function start() {
