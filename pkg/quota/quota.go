@@ -149,7 +149,7 @@ func (q *Quota) model(name string, lim Limit) *model {
 	defer q.mu.Unlock()
 	m, ok := q.models[name]
 	if !ok {
-		tag := "quota:{" + name + "}:"
+		tag := keyTag(name)
 		m = &model{
 			name: name, lim: lim,
 			holders: tag + "holders", cooldown: tag + "cooldown", rateK: tag + "rpm",
@@ -320,3 +320,18 @@ func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
 func jitter(d time.Duration) time.Duration {
 	return d/2 + rand.N(d+1)
 }
+
+// InUse reads, for operators, how many calls of model hold a slot now
+// (holders whose lease has not run out, by Redis's clock): the
+// concurrency part of its quota in use.
+func InUse(ctx context.Context, rdb redis.UniversalClient, model string) (int64, error) {
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		return 0, err
+	}
+	return rdb.ZCount(ctx, keyTag(model)+"holders", "("+strconv.FormatInt(now.UnixMilli(), 10), "+inf").Result()
+}
+
+// keyTag starts every key of a model's quota: its hash tag keeps them on
+// one slot.
+func keyTag(model string) string { return "quota:{" + model + "}:" }

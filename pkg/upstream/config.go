@@ -271,6 +271,9 @@ func (u Upstream) Fingerprint() string {
 	return hex.EncodeToString(sum[:8])
 }
 
+// QuotaKey is an upstream's name in the shared quota (package quota).
+func QuotaKey(name string) string { return "upstream:" + name }
+
 // Public is what operators may see of an upstream: never its credential.
 type Public struct {
 	Name        string   `json:"name"`

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/easelhq/easel/pkg/quota"
 )
 
 // Status is what operators see of an upstream (easelctl upstream list,
@@ -26,6 +28,10 @@ type Status struct {
 	Disabled bool `json:"disabled"`
 	// FailuresInARow: failed calls since the last that answered.
 	FailuresInARow int64 `json:"failures_in_a_row"`
+	// InFlight: its calls running now, when it has a concurrency limit
+	// (the part of its quota in use; its rate is CallsLastMinute against
+	// RPM).
+	InFlight *int64 `json:"in_flight,omitempty"`
 	// CallsLastMinute and their outcomes other than success, by class, in
 	// the last whole minute.
 	CallsLastMinute  int64            `json:"calls_last_minute"`
@@ -86,6 +92,11 @@ func Statuses(ctx context.Context, rdb redis.UniversalClient) ([]Status, error) 
 				s.CallsLastMinute = n
 			} else {
 				s.ErrorsLastMinute[k] = n
+			}
+		}
+		if s.Concurrency > 0 {
+			if n, err := quota.InUse(ctx, rdb, QuotaKey(name)); err == nil {
+				s.InFlight = &n
 			}
 		}
 		s.RecentErrors = []ErrorRecord{}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/easelhq/easel/pkg/quota"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
@@ -144,5 +145,47 @@ func TestStatuses(t *testing.T) {
 		if s.Name == "busy" && (len(s.RecentErrors) != 20 || s.RecentErrors[0].Message != "429 number y") {
 			t.Errorf("busy: %d recent errors, newest %+v; want 20, the last first", len(s.RecentErrors), s.RecentErrors[0])
 		}
+	}
+}
+
+// An upstream with a concurrency limit shows how much of it is in use.
+func TestStatusesQuotaInUse(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client(t)
+	limited := Upstream{Name: "limited", Provider: Gemini, APIKey: "k", Weight: 1, Concurrency: 4, RPM: 600}
+	free := Upstream{Name: "free", Provider: Gemini, APIKey: "k2", Weight: 1}
+	if err := Publish(ctx, rdb, &Pool{Upstreams: []Upstream{limited, free}}); err != nil {
+		t.Fatal(err)
+	}
+	q := quota.New(rdb, quota.Limits{QuotaKey("limited"): {Concurrent: 4}}, quota.Options{})
+	var slots []*quota.Slot
+	for range 3 {
+		s, err := q.Acquire(ctx, QuotaKey("limited"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots = append(slots, s)
+	}
+	inUse := func() map[string]*int64 {
+		t.Helper()
+		all, err := Statuses(ctx, rdb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]*int64{}
+		for _, s := range all {
+			out[s.Name] = s.InFlight
+		}
+		return out
+	}
+	if got := inUse(); got["limited"] == nil || *got["limited"] != 3 || got["free"] != nil {
+		t.Fatalf("in flight %v; want 3 of limited, none shown for free", got)
+	}
+	slots[0].Release()
+	if got := inUse(); *got["limited"] != 2 {
+		t.Errorf("after a release: %d; want 2", *got["limited"])
+	}
+	for _, s := range slots[1:] {
+		s.Release()
 	}
 }

@@ -83,7 +83,7 @@ func (c *cli) upstreamCommands() *cobra.Command {
 // writeUpstreams writes the pool as a table.
 func writeUpstreams(out io.Writer, all []upstream.Status) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tPROVIDER\tWEIGHT\tMODELS\tBREAKER\tCOOLING\tDISABLED\tCALLS/MIN\tERRORS/MIN\tRECENT ERROR")
+	fmt.Fprintln(w, "NAME\tPROVIDER\tWEIGHT\tMODELS\tBREAKER\tCOOLING\tDISABLED\tQUOTA\tCALLS/MIN\tERRORS/MIN\tRECENT ERROR")
 	for _, s := range all {
 		models := "all"
 		if len(s.Models) > 0 {
@@ -97,10 +97,30 @@ func writeUpstreams(out io.Writer, all []upstream.Status) error {
 		if s.Disabled {
 			disabled = "yes"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.Name, s.Provider, s.Weight, models, breakerText(s), cooling, disabled,
-			s.CallsLastMinute, errorsText(s.ErrorsLastMinute), recentError(s.RecentErrors))
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.Name, s.Provider, s.Weight, models, breakerText(s), cooling, disabled,
+			quotaText(s), s.CallsLastMinute, errorsText(s.ErrorsLastMinute), recentError(s.RecentErrors))
 	}
 	return w.Flush()
+}
+
+// quotaText writes an upstream's quota and its use: "3/20 at once, 60 rpm";
+// "-" without one.
+func quotaText(s upstream.Status) string {
+	var parts []string
+	if s.Concurrency > 0 {
+		n := int64(0)
+		if s.InFlight != nil {
+			n = *s.InFlight
+		}
+		parts = append(parts, fmt.Sprintf("%d/%d at once", n, s.Concurrency))
+	}
+	if s.RPM > 0 {
+		parts = append(parts, fmt.Sprintf("%d rpm", s.RPM))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // clock writes a time of day in UTC: the pool's times are minutes ahead

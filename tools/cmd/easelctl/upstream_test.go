@@ -100,7 +100,10 @@ func TestUpstreamList(t *testing.T) {
 	if r.code != 0 || r.stderr != "" || len(lines) != 3 {
 		t.Fatalf("upstream list: %+v", r)
 	}
-	for _, col := range []string{"NAME", "PROVIDER", "WEIGHT", "MODELS", "BREAKER", "COOLING", "DISABLED", "CALLS/MIN", "ERRORS/MIN", "RECENT ERROR"} {
+	if !strings.Contains(lines[1]+lines[2], "60 rpm") {
+		t.Errorf("the table does not show main's quota (60 rpm):\n%s", r.stdout)
+	}
+	for _, col := range []string{"NAME", "PROVIDER", "WEIGHT", "MODELS", "BREAKER", "COOLING", "DISABLED", "QUOTA", "CALLS/MIN", "ERRORS/MIN", "RECENT ERROR"} {
 		if !strings.Contains(lines[0], col) {
 			t.Errorf("the header lacks %s: %q", col, lines[0])
 		}

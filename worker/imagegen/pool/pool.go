@@ -93,7 +93,7 @@ func New(rdb redis.UniversalClient, newGen NewGenerator, obs Observer, log *zap.
 }
 
 // quotaKey is an upstream's key in the shared quota.
-func quotaKey(name string) string { return "upstream:" + name }
+var quotaKey = upstream.QuotaKey
 
 // Load makes p use the checked file pl (content: its bytes, to tell a
 // change), building each upstream's client. Calls under way keep the

@@ -1262,7 +1262,11 @@
 
     const limits = [];
     if (Number(u.rpm) > 0) limits.push(`${fmtNum(u.rpm)} rpm`);
-    if (Number(u.concurrency) > 0) limits.push(`${fmtNum(u.concurrency)} at once`);
+    if (Number(u.concurrency) > 0) {
+      // The part of its concurrency in use now, when the workers report it.
+      const used = u.in_flight == null ? '' : `${fmtNum(u.in_flight)}/`;
+      limits.push(`${used}${fmtNum(u.concurrency)} at once`);
+    }
 
     const errs = Object.entries(u.errors_last_minute || {}).filter(([, n]) => Number(n) > 0)
       .sort((a, b) => Number(b[1]) - Number(a[1]) || a[0].localeCompare(b[0]));
