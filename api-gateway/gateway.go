@@ -121,8 +121,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	defer stopHub()
 	go hub.Run(hubCtx, taskStore, log)
 	userStore := store.NewUsers(db)
-	people, err := users.New(userStore, users.Config{Idle: cfg.ConsoleIdle, Max: cfg.ConsoleMax, FailWindow: users.Defaults.FailWindow,
-		MaxPerEmail: users.Defaults.MaxPerEmail, MaxPerAddr: users.Defaults.MaxPerAddr})
+	signIn := users.Defaults
+	signIn.Idle, signIn.Max = cfg.ConsoleIdle, cfg.ConsoleMax
+	people, err := users.New(userStore, signIn)
 	if err != nil {
 		return err
 	}

@@ -225,48 +225,45 @@ func (s *Users) EndSession(ctx context.Context, idHash string) error {
 	return nil
 }
 
-// Failures returns the failed sign-ins counted under each name, and the
-// longest time until one of the counts that are at least limit is
-// forgotten.
-func (s *Users) Failures(ctx context.Context, limit int64, names ...string) (bool, time.Duration, error) {
-	cmds := make([]*redis.StringCmd, len(names))
-	ttls := make([]*redis.DurationCmd, len(names))
-	if _, err := s.db.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, n := range names {
-			cmds[i] = p.Get(ctx, signInKey(n))
-			ttls[i] = p.PTTL(ctx, signInKey(n))
-		}
-		return nil
-	}); err != nil && !errors.Is(err, redis.Nil) {
-		return false, 0, fmt.Errorf("store: sign-in failures: %w", err)
-	}
+// attemptLua counts a sign-in attempt under a name before it is checked,
+// in one step: the count and its window start together (a count never
+// outlives its window), and concurrent attempts each see the others.
+var attemptLua = redis.NewScript(`
+local n = redis.call('INCR', KEYS[1])
+if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]); ttl = tonumber(ARGV[1]) end
+return {n, ttl}
+`)
+
+// Attempt counts a sign-in attempt under each name (window: each count is
+// forgotten that long after its first attempt) and reports whether one
+// of them is over its limit (limits[i], 0: none), with the longest wait
+// until the counts over their limits are forgotten. Counting comes first,
+// so attempts made at once cannot all pass before any is counted.
+func (s *Users) Attempt(ctx context.Context, window time.Duration, names []string, limits []int64) (bool, time.Duration, error) {
 	over, wait := false, time.Duration(0)
-	for i := range names {
-		n, _ := strconv.ParseInt(cmds[i].Val(), 10, 64)
-		if n >= limit {
+	// One script a name (the names are keys of different slots; a sign-in
+	// is rare enough for a round trip each).
+	for i, n := range names {
+		v, err := attemptLua.Run(ctx, s.db.rdb, []string{signInKey(n)}, window.Milliseconds()).Int64Slice()
+		if err != nil || len(v) != 2 {
+			return false, 0, fmt.Errorf("store: count a sign-in: %w", err)
+		}
+		if limits[i] > 0 && v[0] > limits[i] {
 			over = true
-			wait = max(wait, ttls[i].Val())
+			wait = max(wait, time.Duration(v[1])*time.Millisecond)
 		}
 	}
 	return over, wait, nil
 }
 
-// Failed counts a failed sign-in under each name, each count forgotten
-// window after its first failure.
-func (s *Users) Failed(ctx context.Context, window time.Duration, names ...string) error {
-	if _, err := s.db.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, n := range names {
-			p.Incr(ctx, signInKey(n))
-			p.ExpireNX(ctx, signInKey(n), window)
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("store: count a failed sign-in: %w", err)
+// ForgetAttempts clears the attempts counted under names (a successful
+// sign-in clears its own).
+func (s *Users) ForgetAttempts(ctx context.Context, names ...string) error {
+	keys := make([]string, len(names))
+	for i, n := range names {
+		keys[i] = signInKey(n)
 	}
-	return nil
-}
-
-// ForgetFailures clears the failed sign-ins counted under name.
-func (s *Users) ForgetFailures(ctx context.Context, name string) error {
-	return s.db.rdb.Del(ctx, signInKey(name)).Err()
+	return s.db.rdb.Del(ctx, keys...).Err()
 }

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"time"
 
@@ -27,18 +28,24 @@ type Config struct {
 	// Idle: a session unused this long ends. Max: a session ends this
 	// long after sign-in, however used.
 	Idle, Max time.Duration
-	// FailWindow: failed sign-ins are counted over this window from the
-	// first; past MaxPerEmail for one email, or MaxPerAddr from one client
-	// address, sign-ins are refused (429) until the window ends.
+	// FailWindow: sign-in attempts are counted over this window from the
+	// first, each before it is checked (so attempts made at once cannot
+	// all pass); a successful sign-in clears its own counts. Past
+	// MaxPerPair for one email from one client network (the address, an
+	// IPv6 /64), MaxPerAddr from one client network, or MaxPerEmail for one
+	// email from anywhere, sign-ins are refused (429) until the window
+	// ends. The per-email bound is high: it stops a guess spread over many
+	// networks without letting a few requests lock an owner out.
 	FailWindow  time.Duration
-	MaxPerEmail int64
+	MaxPerPair  int64
 	MaxPerAddr  int64
+	MaxPerEmail int64
 	// Params are the password hash's costs (password.Default when zero).
 	Params password.Params
 }
 
 // Defaults.
-var Defaults = Config{Idle: 2 * time.Hour, Max: 12 * time.Hour, FailWindow: 15 * time.Minute, MaxPerEmail: 10, MaxPerAddr: 50}
+var Defaults = Config{Idle: 2 * time.Hour, Max: 12 * time.Hour, FailWindow: 15 * time.Minute, MaxPerPair: 10, MaxPerAddr: 50, MaxPerEmail: 200}
 
 // Store keeps users and sessions (store.Users).
 type Store interface {
@@ -49,9 +56,8 @@ type Store interface {
 	SaveSession(ctx context.Context, idHash string, s store.Session, idle time.Duration) error
 	TouchSession(ctx context.Context, idHash string, idle time.Duration) (store.Session, error)
 	EndSession(ctx context.Context, idHash string) error
-	Failures(ctx context.Context, limit int64, names ...string) (bool, time.Duration, error)
-	Failed(ctx context.Context, window time.Duration, names ...string) error
-	ForgetFailures(ctx context.Context, name string) error
+	Attempt(ctx context.Context, window time.Duration, names []string, limits []int64) (bool, time.Duration, error)
+	ForgetAttempts(ctx context.Context, names ...string) error
 }
 
 // Service signs users in and keeps their sessions.
@@ -177,21 +183,15 @@ func (s *Service) SignIn(ctx context.Context, email, pw, addr string) (Signed, e
 	if err != nil {
 		norm = email // counted all the same, under what was sent
 	}
-	addrName, emailName := "addr:"+addr, "email:"+account.HashEmail(norm)
-	for _, c := range []struct {
-		name  string
-		limit int64
-	}{{addrName, s.cfg.MaxPerAddr}, {emailName, s.cfg.MaxPerEmail}} {
-		if c.limit <= 0 {
-			continue // that count is off
-		}
-		over, wait, err := s.st.Failures(ctx, c.limit, c.name)
-		if err != nil {
-			return Signed{}, err
-		}
-		if over {
-			return Signed{}, &ThrottledError{RetryAfter: max(wait, time.Second)}
-		}
+	net := network(addr)
+	emailHash := account.HashEmail(norm)
+	names := []string{"pair:" + emailHash + ":" + net, "addr:" + net, "email:" + emailHash}
+	over, wait, err := s.st.Attempt(ctx, s.cfg.FailWindow, names, []int64{s.cfg.MaxPerPair, s.cfg.MaxPerAddr, s.cfg.MaxPerEmail})
+	if err != nil {
+		return Signed{}, err
+	}
+	if over {
+		return Signed{}, &ThrottledError{RetryAfter: max(wait, time.Second)}
 	}
 	u, stored, err := s.st.UserByEmail(ctx, norm)
 	if err != nil && !errors.Is(err, store.ErrNoUser) {
@@ -202,12 +202,11 @@ func (s *Service) SignIn(ctx context.Context, email, pw, addr string) (Signed, e
 		return Signed{}, err
 	}
 	if u == nil || !good || u.Status != account.Active {
-		if err := s.st.Failed(ctx, s.cfg.FailWindow, addrName, emailName); err != nil {
-			return Signed{}, err
-		}
 		return Signed{}, ErrWrongCredentials
 	}
-	_ = s.st.ForgetFailures(ctx, emailName)
+	// Signed in: this pair's and this email's attempts are forgotten (the
+	// network's count keeps others' failures).
+	_ = s.st.ForgetAttempts(ctx, names[0], names[2])
 	token, err := randomToken()
 	if err != nil {
 		return Signed{}, err
@@ -272,6 +271,22 @@ func (s *Service) SignOut(ctx context.Context, token string) error {
 		return nil
 	}
 	return s.st.EndSession(ctx, TokenHash(token))
+}
+
+// network is what sign-in attempts are counted under for a client
+// address: the address itself (IPv4), or its /64 (IPv6: one client
+// usually holds a whole /64).
+func network(addr string) string {
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		return addr
+	}
+	ip = ip.Unmap().WithZone("")
+	if ip.Is4() {
+		return ip.String()
+	}
+	p, _ := ip.Prefix(64)
+	return p.String()
 }
 
 // TokenHash is the form a session's token is kept under.

@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -273,25 +275,89 @@ func TestConsoleWritesNeedCSRFAndOrigin(t *testing.T) {
 
 func TestConsoleSignInThrottled(t *testing.T) {
 	cfg := users.Defaults
-	cfg.MaxPerEmail, cfg.MaxPerAddr = 3, 5
+	cfg.MaxPerPair, cfg.MaxPerAddr = 3, 5
 	ce := newConsoleEnv(t, cfg)
 	b := ce.client()
 	for i := range 3 {
 		assertEnvelope(t, b.signIn(emailA, "wrong"+string(rune('a'+i))), 401, "wrong email or password")
 	}
-	// The email's budget is spent: even the right password waits.
+	// This email's budget from this address is spent: even the right
+	// password waits.
 	r := b.signIn(emailA, consolePW)
 	assertEnvelope(t, r, 429, "too many failed sign-ins")
 	if ra := r.header.Get("Retry-After"); ra == "" || ra == "0" {
 		t.Errorf("Retry-After %q", ra)
 	}
 	// Another email from the same address still signs in, until the
-	// address's budget (5) is spent too.
+	// address's budget (5 attempts) is spent too.
 	b.mustSignIn(emailB)
 	for range 2 {
 		b.signIn(emailB, "wrong")
 	}
 	assertEnvelope(t, b.signIn(emailAdmin, consolePW), 429, "too many failed sign-ins")
+}
+
+// Guesses made at once are each counted before they are checked: a burst
+// cannot pass the budget.
+func TestConsoleSignInThrottledUnderConcurrency(t *testing.T) {
+	cfg := users.Defaults
+	cfg.MaxPerPair = 3
+	ce := newConsoleEnv(t, cfg)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := ce.client().signIn(emailA, "guess"+strconv.Itoa(i))
+			mu.Lock()
+			statuses[r.status]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if statuses[401] != 3 || statuses[429] != 37 {
+		t.Fatalf("40 guesses at once: %v; want 3 checked (401) and 37 refused (429)", statuses)
+	}
+}
+
+// Someone guessing an owner's password from elsewhere does not lock the
+// owner out: the budget is per email and network.
+func TestConsoleSignInNoLockout(t *testing.T) {
+	cfg := users.Defaults
+	cfg.MaxPerPair = 3
+	ce := &consoleEnv{}
+	cfg.Params = password.Params{Memory: 64, Time: 1, Threads: 1, SaltLen: 16, KeyLen: 32}
+	ce.env = newEnvFull(t, nil, zap.NewNop(), store.Options{}, func(e *env, d *api.Deps) {
+		var err error
+		if ce.people, err = users.New(store.NewUsers(e.db), cfg); err != nil {
+			t.Fatal(err)
+		}
+		cat, _ := catalog.New("lumen")
+		d.Console = &api.ConsoleDeps{Users: ce.people, Accounts: e.accounts, Directory: store.NewUsers(e.db), Secrets: e.hooks, Catalog: cat}
+		// The test is the trusted proxy: X-Forwarded-For names the client.
+		d.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	})
+	if _, err := ce.people.Create(context.Background(), ce.acctA, emailA, consolePW, false); err != nil {
+		t.Fatal(err)
+	}
+	attacker, owner := ce.client(), ce.client()
+	from := func(addr string) map[string]string { return map[string]string{"X-Forwarded-For": addr} }
+	body := func(pw string) string { return `{"email":"` + emailA + `","password":"` + pw + `"}` }
+	for range 5 {
+		attacker.send("POST", "/console/api/session", from("198.51.100.7"), body("guess"))
+	}
+	assertEnvelope(t, attacker.send("POST", "/console/api/session", from("198.51.100.7"), body(consolePW)), 429, "too many failed sign-ins")
+	if r := owner.send("POST", "/console/api/session", from("203.0.113.9"), body(consolePW)); r.status != 200 {
+		t.Fatalf("the owner from their own address: %d %s", r.status, r.body)
+	}
+	// An IPv6 client's /64 is one network: other addresses of it share the
+	// budget.
+	for i := range 3 {
+		attacker.send("POST", "/console/api/session", from("2001:db8:1:2::"+strconv.Itoa(i+1)), body("guess"))
+	}
+	assertEnvelope(t, attacker.send("POST", "/console/api/session", from("2001:db8:1:2::99"), body(consolePW)), 429, "too many failed sign-ins")
 }
 
 func TestConsoleSessionLifetimes(t *testing.T) {
