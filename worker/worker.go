@@ -354,6 +354,8 @@ func newPool(ctx context.Context, cfg Config, rdb redis.UniversalClient, meter *
 		return nil, fmt.Errorf("EASEL_UPSTREAMS_FILE: %w", err)
 	}
 	p := pool.New(rdb, newGen, meter, log)
+	// A probe holds its breaker as long as a call may take.
+	p.ProbeLease = max(p.ProbeLease, cfg.GeminiTimeout+30*time.Second)
 	if err := p.Load(ctx, pl, data); err != nil {
 		return nil, fmt.Errorf("EASEL_UPSTREAMS_FILE: %w", err)
 	}

@@ -58,6 +58,13 @@ var ErrThrottled = errors.New("the upstream is limiting its request rate")
 // work until an operator changes it.
 var ErrRefused = errors.New("the upstream refused the credential")
 
+// ErrUpstreamFault is in the chain of a generator's error that the
+// upstream, not the caller's request, is behind although it is not
+// retryable as such (a model the upstream lacks, a region it refuses, an
+// answer that is not the API's): one call failed, but another upstream may
+// serve the same request (package pool moves it there).
+var ErrUpstreamFault = errors.New("the upstream failed the request")
+
 // Source is a fetched source image whose format and dimensions have been
 // checked, but whose pixels have not been decoded yet.
 type Source struct {

@@ -11,6 +11,7 @@ package gemini
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"image"
@@ -212,7 +213,7 @@ func images(resp *genai.GenerateContentResponse) ([]imagegen.Image, error) {
 			}
 			cfg, _, err := image.DecodeConfig(bytes.NewReader(p.InlineData.Data))
 			if err != nil {
-				return nil, apperr.Wrap(err, task.GenerationFailed, "the model returned an image that could not be read")
+				return nil, apperr.Wrap(fmt.Errorf("%w: %w", imagegen.ErrUpstreamFault, err), task.GenerationFailed, "the model returned an image that could not be read")
 			}
 			out = append(out, imagegen.Image{Data: p.InlineData.Data, MIME: p.InlineData.MIMEType, Width: cfg.Width, Height: cfg.Height})
 		}
@@ -246,6 +247,26 @@ func keyRejected(e genai.APIError) bool {
 	return false
 }
 
+// credentialRefused reports a token endpoint's refusal of the service
+// account itself (401, 403; 400 invalid_grant for a key deleted or
+// revoked), not of one token request: an assertion outside "a reasonable
+// timeframe" is one worker's clock, and must not disable the credential
+// for every worker.
+func credentialRefused(e *auth.Error) bool {
+	switch e.Response.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return true
+	case http.StatusBadRequest:
+		var body struct {
+			Error       string `json:"error"`
+			Description string `json:"error_description"`
+		}
+		_ = json.Unmarshal(e.Body, &body)
+		return body.Error == "invalid_grant" && !strings.Contains(strings.ToLower(body.Description), "timeframe")
+	}
+	return false
+}
+
 // classify turns an SDK error into an application error.
 func classify(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
@@ -260,23 +281,27 @@ func classify(ctx context.Context, err error) error {
 			return apperr.Transient(err, task.UpstreamUnavailable, "the image model is unavailable; try again later")
 		case apiErr.Code == http.StatusUnauthorized, apiErr.Code == http.StatusForbidden, keyRejected(apiErr):
 			return apperr.Wrap(fmt.Errorf("%w: %w", imagegen.ErrRefused, err), apperr.Internal, "the image service is misconfigured")
-		default:
+		case apiErr.Code == http.StatusBadRequest && (apiErr.Status == "" || apiErr.Status == "INVALID_ARGUMENT"):
+			// The request itself: final wherever it is sent.
 			return apperr.Wrap(err, task.GenerationFailed, "the model could not process this request; check the prompt and the source images")
+		default:
+			// 404 (a model this upstream lacks), FAILED_PRECONDITION (a
+			// region it refuses), ...: final for one upstream, not for a
+			// pool.
+			return apperr.Wrap(fmt.Errorf("%w: %w", imagegen.ErrUpstreamFault, err), task.GenerationFailed, "the model could not process this request; check the prompt and the source images")
 		}
 	}
 	// Vertex AI: the token endpoint refused the service account (a key
 	// revoked or deleted).
 	var authErr *auth.Error
-	if errors.As(err, &authErr) && authErr.Response != nil {
-		switch authErr.Response.StatusCode {
-		case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden:
-			return apperr.Wrap(fmt.Errorf("%w: %w", imagegen.ErrRefused, err), apperr.Internal, "the image service is misconfigured")
-		}
+	if errors.As(err, &authErr) && authErr.Response != nil && credentialRefused(authErr) {
+		return apperr.Wrap(fmt.Errorf("%w: %w", imagegen.ErrRefused, err), apperr.Internal, "the image service is misconfigured")
 	}
 	var netErr net.Error
 	var urlErr *url.Error
 	if errors.As(err, &netErr) || errors.As(err, &urlErr) || errors.Is(err, context.DeadlineExceeded) {
 		return apperr.Transient(err, task.UpstreamUnavailable, "the image model could not be reached; try again later")
 	}
-	return apperr.Wrap(err, apperr.Internal, "the image could not be generated because of an internal error")
+	// An answer that is not the API's (a proxy's page, a broken body).
+	return apperr.Wrap(fmt.Errorf("%w: %w", imagegen.ErrUpstreamFault, err), apperr.Internal, "the image could not be generated because of an internal error")
 }

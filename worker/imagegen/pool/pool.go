@@ -136,12 +136,22 @@ func (p *Pool) Load(ctx context.Context, pl *upstream.Pool, content []byte) erro
 func (p *Pool) Watch(ctx context.Context, path string, getenv func(string) string, every time.Duration, hup <-chan os.Signal) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	// A content that did not load is tried again after badRetry (the
+	// credentials file it names may be mounted later), or at once on
+	// SIGHUP; its error is logged once a try, not once a tick.
+	const badRetry = time.Minute
+	var (
+		badSum [32]byte
+		badAt  time.Time
+	)
 	for {
+		forced := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-hup:
+			forced = true
 			p.log.Info("SIGHUP: reading the upstreams file again", zap.String("path", path))
 		}
 		data, err := os.ReadFile(path)
@@ -150,7 +160,10 @@ func (p *Pool) Watch(ctx context.Context, path string, getenv func(string) strin
 			continue
 		}
 		cur := p.cur.Load()
-		if cur != nil && cur.sum == contentSum(data, cur.creds) {
+		if !forced && cur != nil && cur.sum == contentSum(data, cur.creds) {
+			continue
+		}
+		if sum := sha256.Sum256(data); !forced && sum == badSum && time.Since(badAt) < badRetry {
 			continue
 		}
 		pl, err := upstream.Parse(data, getenv)
@@ -159,12 +172,7 @@ func (p *Pool) Watch(ctx context.Context, path string, getenv func(string) strin
 		}
 		if err != nil {
 			p.log.Error("upstreams file changed but is not usable; keeping the pool as it is", zap.String("path", path), zap.Error(err))
-			// Not read again until it changes once more.
-			if cur != nil {
-				next := *cur
-				next.sum = contentSum(data, cur.creds)
-				p.cur.Store(&next)
-			}
+			badSum, badAt = sha256.Sum256(data), time.Now()
 		}
 	}
 }
@@ -244,7 +252,11 @@ func (p *Pool) Generate(ctx context.Context, req imagegen.Request, progress func
 		}
 		imgs, outcome, err := p.call(ctx, l, m, req, rising, release)
 		if ctx.Err() != nil {
-			return nil, ctx.Err() // the task's deadline or a shutdown: the processor decides
+			// The task's deadline or a shutdown: the processor decides. A
+			// probe cut short says nothing of the upstream: the next caller
+			// may probe.
+			l.breakers.GiveBack(ctx, m.up, verdict)
+			return nil, ctx.Err()
 		}
 		p.report(ctx, l, m, outcome, err, verdict == upstream.Probe)
 		switch outcome {
@@ -360,7 +372,7 @@ func classify(err error) upstream.Outcome {
 		return upstream.Refused
 	case errors.Is(err, imagegen.ErrThrottled):
 		return upstream.Throttled
-	case apperr.IsRetryable(err), errors.Is(err, context.DeadlineExceeded):
+	case apperr.IsRetryable(err), errors.Is(err, context.DeadlineExceeded), errors.Is(err, imagegen.ErrUpstreamFault):
 		return upstream.Failure
 	}
 	return upstream.Final
