@@ -117,6 +117,10 @@ func (l KeyLimits) AllowsAddr(addr string) bool {
 
 // Limits on the limits.
 const (
+	// MaxKeys bounds an account's keys, revoked ones included (they stay
+	// listed); MaxActiveKeys those that work.
+	MaxKeys       = 1000
+	MaxActiveKeys = 100
 	MaxKeyName    = 100
 	MaxAllowedIPs = 50
 	MaxSpendLimit = 1e12

@@ -62,6 +62,9 @@ func (s *Accounts) addKey(ctx context.Context, accountID, key string, spec accou
 	if _, err := s.Get(ctx, accountID); err != nil {
 		return nil, err
 	}
+	if err := s.roomForKey(ctx, accountID); err != nil {
+		return nil, err
+	}
 	k, won, err := s.claim(ctx, accountID, key, spec)
 	if err != nil {
 		return nil, err
@@ -70,6 +73,36 @@ func (s *Accounts) addKey(ctx context.Context, accountID, key string, spec accou
 		return nil, apperr.New(apperr.Invalid, "this API key is already registered")
 	}
 	return k, nil
+}
+
+// roomForKey refuses a key past the account's bounds: MaxKeys in all,
+// MaxActiveKeys working. (Two creates at once may both pass by one: the
+// bounds keep an account's keys from growing without end, not exact.)
+func (s *Accounts) roomForKey(ctx context.Context, accountID string) error {
+	n, err := s.db.rdb.SCard(ctx, accountKeysKey(accountID)).Result()
+	if err != nil {
+		return fmt.Errorf("store: count keys: %w", err)
+	}
+	if n >= account.MaxKeys {
+		return apperr.Errorf(apperr.LimitExceeded, "this account has %d API keys, the most it may have", n)
+	}
+	if n < account.MaxActiveKeys {
+		return nil
+	}
+	keys, err := s.Keys(ctx, accountID)
+	if err != nil {
+		return err
+	}
+	now, active := s.db.now(), 0
+	for _, k := range keys {
+		if k.Status(now) == account.KeyActive {
+			active++
+		}
+	}
+	if active >= account.MaxActiveKeys {
+		return apperr.Errorf(apperr.LimitExceeded, "this account has %d working API keys, the most it may have: revoke one first", active)
+	}
+	return nil
 }
 
 var claimKeyLua = newScript("claim_key", map[string]int64{"CLAIMED": 1, "TAKEN": 0})

@@ -217,6 +217,12 @@ func (cs *console) session(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			return err
 		}
+		// A disabled account's users may look, not change anything (no
+		// keys minted for the day it is enabled again, no secret rotated);
+		// the operator view stays an operator's.
+		if acct.Status != account.Active && isWrite(c.Request().Method) && !u.Admin {
+			return apperr.ErrAccountDisabled
+		}
 		logging.AddFields(ctx, zap.String("account_id", acct.ID), zap.String("user_id", u.ID))
 		c.Set(ctxSession, ss)
 		c.Set(ctxUser, u)

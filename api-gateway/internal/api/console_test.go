@@ -723,6 +723,14 @@ func TestConsoleOperatorView(t *testing.T) {
 		t.Fatalf("disable: %d %s", r.status, r.body)
 	}
 	assertEnvelope(t, ce.create(ce.keyB, okBody), 403, "disabled")
+	// The disabled account's own users may look, not change anything.
+	owner := ce.client()
+	owner.mustSignIn(emailB)
+	if r := owner.send("GET", "/console/api/keys", nil, ""); r.status != 200 {
+		t.Errorf("a disabled account's keys: %d", r.status)
+	}
+	assertEnvelope(t, owner.send("POST", "/console/api/keys", nil, `{"name":"for later"}`), 403, "disabled")
+	assertEnvelope(t, owner.send("POST", "/console/api/webhook-secret/rotate", nil, ""), 403, "disabled")
 	// The workers' upstream pool, as they recorded it.
 	pl, err := upstream.Parse([]byte(`{"upstreams":[{"name":"main","provider":"gemini","api_key":"secret-key-1"}]}`), nil)
 	if err != nil {

@@ -132,9 +132,12 @@ if price > 0 then
   ledger(K.ledger, now, keep, 'debit', -price, bal, task_id, '')
   if key_hash ~= '' then redis.call('HINCRBY', spend_key, key_hash, int(price)) end
 end
--- The day's usage, by model (refund takes a refunded task out again).
-if redis.call('HINCRBY', usage_key, model .. '|n', 1) == 1 then redis.call('PEXPIREAT', usage_key, usage_until) end
-if price > 0 then redis.call('HINCRBY', usage_key, model .. '|c', int(price)) end
+-- The day's usage of charged tasks, by model (refund takes a refunded
+-- task out again; a free task is no one's usage).
+if price > 0 then
+  if redis.call('HINCRBY', usage_key, model .. '|n', 1) == 1 then redis.call('PEXPIREAT', usage_key, usage_until) end
+  redis.call('HINCRBY', usage_key, model .. '|c', int(price))
+end
 -- One more unfinished task and, admitted at once, one more place taken.
 if fast then
   redis.call('HSET', K.account, 'infl', int(infl + 1), 'adm', int(adm + 1))
