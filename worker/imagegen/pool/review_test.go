@@ -94,7 +94,10 @@ func TestReloadAfterMissingCredentials(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	hup := make(chan os.Signal, 1)
 	done := make(chan struct{})
-	go func() { defer close(done); e.pool.Watch(ctx, path, func(string) string { return "" }, 100*time.Millisecond, hup) }()
+	go func() {
+		defer close(done)
+		e.pool.Watch(ctx, path, func(string) string { return "" }, 100*time.Millisecond, hup)
+	}()
 	defer func() { cancel(); <-done }()
 
 	saPath := filepath.Join(t.TempDir(), "sa-new.json") // not mounted yet
