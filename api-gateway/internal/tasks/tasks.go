@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/pkg/apperr"
@@ -225,21 +226,26 @@ func (s *Service) undo(ctx context.Context, accountID, id string, idem task.Idem
 	log := logging.From(ctx)
 	// The undo frees the idempotency key in the same step, only if it
 	// applies: a task that goes on keeps its key.
-	// Twice if need be: the undo is safe to repeat (one that finds nothing
-	// leaves its tombstone), and a slow reply (a WAIT for replicas on a
-	// loaded machine) is not yet a hung Redis.
+	// Tried again until its window closes, with a short backoff: the undo
+	// is safe to repeat (one that finds nothing leaves its tombstone), a
+	// slow reply (a WAIT for replicas on a loaded machine) is not yet a hung
+	// Redis, and a failover's closed connections give way to the new
+	// primary within a second or two.
 	var (
-		undone   bool
-		admitted []task.Admitted
-		err      error
+		undone bool
+		err    error
 	)
-	for range 2 {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval = 25*time.Millisecond, 400*time.Millisecond
+	_, _ = backoff.Retry(undoCtx, func() (struct{}, error) {
+		var admitted []task.Admitted
 		undone, admitted, err = s.Store.Abort(undoCtx, accountID, id, idem.Key)
 		s.enqueueAdmitted(ctx, admitted)
-		if err == nil || errors.Is(err, store.ErrNotReplicated) || errors.Is(err, store.ErrLate) || undoCtx.Err() != nil {
-			break
+		if err == nil || errors.Is(err, store.ErrNotReplicated) || errors.Is(err, store.ErrLate) {
+			return struct{}{}, nil
 		}
-	}
+		return struct{}{}, err
+	}, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(0))
 	switch {
 	case undone || errors.Is(err, store.ErrNotReplicated):
 		// Undone (on the primary at least; if the replicas lack the undo
