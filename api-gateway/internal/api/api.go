@@ -460,6 +460,9 @@ func (h *handlers) keyLimits(c echo.Context, k *account.Key) error {
 	if k.Expired(h.Now()) {
 		return apperr.Errorf(apperr.Unauthenticated, "API key %s expired at %s", k.Prefix, k.ExpiresAt.UTC().Format(time.RFC3339))
 	}
+	if len(k.AllowedIPs) == 0 {
+		return nil // the common case: no client address to find
+	}
 	if addr := c.RealIP(); !k.AllowsAddr(addr) {
 		if _, err := netip.ParseAddr(addr); err != nil {
 			addr = "unknown"

@@ -518,17 +518,19 @@ func daysParam(c echo.Context) (int, error) {
 	return days, nil
 }
 
-func (cs *console) usage(c echo.Context) error {
+// usageOf reads the session's account's usage of the days asked for.
+func (cs *console) usageOf(c echo.Context) ([]account.UsageDay, error) {
 	days, err := daysParam(c)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	list, err := cs.Accounts.Usage(c.Request().Context(), accountOf(c).ID, days)
-	if err != nil {
-		return err
-	}
+	return cs.Accounts.Usage(c.Request().Context(), accountOf(c).ID, days)
+}
+
+// usedModels are the models of days' usage, sorted.
+func usedModels(days ...account.UsageDay) []string {
 	models := []string{}
-	for _, d := range list {
+	for _, d := range days {
 		for m := range d.Models {
 			if !slices.Contains(models, m) {
 				models = append(models, m)
@@ -536,17 +538,21 @@ func (cs *console) usage(c echo.Context) error {
 		}
 	}
 	slices.Sort(models)
-	return ok(c, map[string]any{"days": list, "models": models})
+	return models
+}
+
+func (cs *console) usage(c echo.Context) error {
+	list, err := cs.usageOf(c)
+	if err != nil {
+		return err
+	}
+	return ok(c, map[string]any{"days": list, "models": usedModels(list...)})
 }
 
 // usageCSV answers the usage as CSV: date, model, tasks, credits, a row
 // per day and model used.
 func (cs *console) usageCSV(c echo.Context) error {
-	days, err := daysParam(c)
-	if err != nil {
-		return err
-	}
-	list, err := cs.Accounts.Usage(c.Request().Context(), accountOf(c).ID, days)
+	list, err := cs.usageOf(c)
 	if err != nil {
 		return err
 	}
@@ -557,12 +563,7 @@ func (cs *console) usageCSV(c echo.Context) error {
 	w := csv.NewWriter(c.Response())
 	_ = w.Write([]string{"date", "model", "tasks", "credits"})
 	for _, d := range list {
-		models := make([]string, 0, len(d.Models))
-		for m := range d.Models {
-			models = append(models, m)
-		}
-		slices.Sort(models)
-		for _, m := range models {
+		for _, m := range usedModels(d) {
 			u := d.Models[m]
 			_ = w.Write([]string{d.Date, m, strconv.FormatInt(u.Tasks, 10), strconv.FormatInt(u.Credits, 10)})
 		}

@@ -42,6 +42,13 @@ type consoleEnv struct {
 
 func newConsoleEnv(t *testing.T, cfg users.Config) *consoleEnv {
 	t.Helper()
+	return newConsoleEnvWith(t, cfg, nil)
+}
+
+// newConsoleEnvWith is newConsoleEnv with the handler's dependencies
+// changed by edit before it is built.
+func newConsoleEnvWith(t *testing.T, cfg users.Config, edit func(*api.Deps)) *consoleEnv {
+	t.Helper()
 	ce := &consoleEnv{}
 	// Cheap hashes: the tests sign in often.
 	cfg.Params = password.Params{Memory: 64, Time: 1, Threads: 1, SaltLen: 16, KeyLen: 32}
@@ -53,6 +60,9 @@ func newConsoleEnv(t *testing.T, cfg users.Config) *consoleEnv {
 		cat, _ := catalog.New("lumen")
 		d.Console = &api.ConsoleDeps{Users: ce.people, Accounts: e.accounts, Directory: store.NewUsers(e.db), Secrets: e.hooks, Catalog: cat,
 			Upstreams: func(ctx context.Context) ([]upstream.Status, error) { return upstream.Statuses(ctx, e.rdb) }}
+		if edit != nil {
+			edit(d)
+		}
 	})
 	ctx := context.Background()
 	for _, u := range []struct {
@@ -327,21 +337,10 @@ func TestConsoleSignInThrottledUnderConcurrency(t *testing.T) {
 func TestConsoleSignInNoLockout(t *testing.T) {
 	cfg := users.Defaults
 	cfg.MaxPerPair = 3
-	ce := &consoleEnv{}
-	cfg.Params = password.Params{Memory: 64, Time: 1, Threads: 1, SaltLen: 16, KeyLen: 32}
-	ce.env = newEnvFull(t, nil, zap.NewNop(), store.Options{}, func(e *env, d *api.Deps) {
-		var err error
-		if ce.people, err = users.New(store.NewUsers(e.db), cfg); err != nil {
-			t.Fatal(err)
-		}
-		cat, _ := catalog.New("lumen")
-		d.Console = &api.ConsoleDeps{Users: ce.people, Accounts: e.accounts, Directory: store.NewUsers(e.db), Secrets: e.hooks, Catalog: cat}
-		// The test is the trusted proxy: X-Forwarded-For names the client.
+	// The test is the trusted proxy: X-Forwarded-For names the client.
+	ce := newConsoleEnvWith(t, cfg, func(d *api.Deps) {
 		d.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	})
-	if _, err := ce.people.Create(context.Background(), ce.acctA, emailA, consolePW, false); err != nil {
-		t.Fatal(err)
-	}
 	attacker, owner := ce.client(), ce.client()
 	from := func(addr string) map[string]string { return map[string]string{"X-Forwarded-For": addr} }
 	body := func(pw string) string { return `{"email":"` + emailA + `","password":"` + pw + `"}` }
