@@ -17,8 +17,8 @@ import (
 )
 
 // A create that Redis hangs on is never answered "not created" and then
-// made when Redis comes back (review item 1): it was (2 of 3 runs), so a
-// client retrying without a key paid twice. Each create during the hang is
+// made when Redis comes back: a client retrying without a key would pay
+// twice. Each create during the hang is
 // answered 503 "not created" only when that is certain, or 504 with its
 // task id when it is not; after the 504's settled_at a query tells, and the
 // answer holds. The account is charged for exactly the tasks that exist.

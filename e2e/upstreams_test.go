@@ -196,10 +196,11 @@ func poolStack(t *testing.T, file string, workers, concurrency int) *stack {
 	}})
 }
 
-// The "Done when": three upstreams (one answering 500, one 429,
-// one healthy), 60 tasks all completed within 60 s, each charged exactly
-// once, and each broken upstream called at most 20 times (the breaker
-// decides, not every task's first try), with two workers sharing it.
+// A pool with broken upstreams serves every task: three upstreams (one
+// answering 500, one 429, one healthy), 60 tasks all completed within
+// 60 s, each charged exactly once, and each broken upstream called at most
+// 20 times (the breaker decides, not every task's first try), with two
+// workers sharing it.
 func TestUpstreamPoolFailover(t *testing.T) {
 	down := newPoolUpstream(t, "down", 500, 0)
 	busy := newPoolUpstream(t, "busy", 429, 0)

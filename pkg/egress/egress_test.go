@@ -82,8 +82,8 @@ func TestCheckURL(t *testing.T) {
 		{"http://example.com:80/a.png", Policy{}, ""},
 		{"https://example.net/a.png", Policy{}, ""}, // a name: checked when dialled, not here
 		// Names that always mean this machine or a metadata service are
-		// refused here too (review item 10: they were accepted at create
-		// and refused only by the worker, after a charge).
+		// refused here too, so that a create refuses them before any
+		// charge rather than the worker after it.
 		{"https://localhost/a.png", Policy{}, "this machine (localhost)"},
 		{"https://LocalHost./a.png", Policy{}, "this machine (localhost)"},
 		{"http://app.localhost/a.png", Policy{}, "this machine (localhost)"},

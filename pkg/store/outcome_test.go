@@ -13,7 +13,7 @@ import (
 
 // A create applies only until its ValidUntil by Redis's clock: one that
 // reaches Redis later (held up while its caller gave up) changes nothing
-// and says so (review item 1).
+// and says so.
 func TestCreateValidUntil(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
@@ -154,8 +154,7 @@ func TestLateChangesOnAHungRedis(t *testing.T) {
 
 // A create under way holds its Idempotency-Key only until neither it nor
 // its undo can apply any more: a gateway that died mid-create leaves the
-// key to replay its task from then on, not for a fixed 30 s (review item
-// 2).
+// key to replay its task from then on, not for a fixed 30 s.
 func TestIdempotencyHeldUntilSettled(t *testing.T) {
 	now := time.Now()
 	s, _ := newStoreWith(t, Options{Now: func() time.Time { return now }})

@@ -8,11 +8,10 @@ import (
 	"github.com/easelhq/easel/pkg/task"
 )
 
-// TestQueueETA: a pending task's ETA is measured on the rate its queue
-// moves at while busy. Review item 11: a task created in a queue idle for
-// 25 s got an ETA of 31 s (the idle time was taken for slow workers) and
-// was picked up 0.3 s later; first in a queue that was empty, a task's
-// ETA is the pick-up time.
+// TestQueueETA: a pending task's ETA is taken from the rate its queue
+// moves at while busy, so time a queue spent idle is not read as slow
+// workers; first in a queue that was empty, a task's ETA is the pick-up
+// time.
 func TestQueueETA(t *testing.T) {
 	const queue = "standard"
 	t0 := time.UnixMilli(1_800_000_000_000)

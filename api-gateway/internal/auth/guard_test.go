@@ -9,10 +9,9 @@ import (
 )
 
 // A check takes its try before it runs, so concurrent failing checks
-// cannot overrun a budget (review item 3: 100 concurrent bad keys from one
-// address reached Redis 112 times with a burst of 20, and 50 addresses got
-// 1,000 through); the budgets are per address, per network (/24, /64) and
-// in all.
+// cannot overrun a budget (a check that counted its failure after the
+// lookup would let a burst of concurrent bad keys all reach Redis); the
+// budgets are per address, per network (/24, /64) and in all.
 func TestGuardBudgets(t *testing.T) {
 	for _, tt := range []struct {
 		name   string

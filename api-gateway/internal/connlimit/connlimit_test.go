@@ -191,10 +191,9 @@ func needLoopback(t *testing.T, addrs ...string) {
 	}
 }
 
-// A network's addresses share its cap: many addresses of one /24 cannot
-// hold more than it (review item 4: 37 addresses × 500 connections, each
-// under the per-address cap, filled the total); another network is
-// served.
+// A network's addresses share its cap: many addresses of one /24, each
+// under the per-address cap, cannot together fill the total; another
+// network is served.
 func TestPerNetworkCap(t *testing.T) {
 	needLoopback(t, "127.0.0.2", "127.0.1.1")
 	cl, addr := serve(t, Limits{PerClient: 3, PerNetwork: 5})

@@ -8,8 +8,8 @@ import (
 )
 
 // TestLocalNamesRefused: source and callback URLs naming this machine or a
-// metadata service are a 400 at create, before any charge (review item
-// 10), as literal loopback addresses already were.
+// metadata service are a 400 at create, before any charge, as literal
+// loopback addresses are.
 func TestLocalNamesRefused(t *testing.T) {
 	d := newDecoder(t)
 	cases := []struct{ name, body, want string }{

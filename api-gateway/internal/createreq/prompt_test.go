@@ -8,8 +8,8 @@ import (
 )
 
 // TestPromptText: a prompt is text. Invalid UTF-8, lone surrogates and NUL
-// are refused with 400 naming the character (review item 8: answered 200,
-// stored as U+FFFD); valid text, escaped or not, decodes as before.
+// are refused with 400 naming the character, not stored as U+FFFD; valid
+// text, escaped or not, decodes unchanged.
 func TestPromptText(t *testing.T) {
 	d := newDecoder(t)
 	body := func(prompt string) []byte {

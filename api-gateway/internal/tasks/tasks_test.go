@@ -573,7 +573,7 @@ func (h heldStore) Abort(ctx context.Context, accountID, taskID, idemKey string)
 }
 
 // A create whose reply is lost is answered as its undo leaves it, never
-// "not created" for a task that exists (review item 1): undone or never
+// "not created" for a task that exists: undone or never
 // made (the undo's tombstone keeps it so), not created; gone on, created;
 // the undo lost too, outcome unknown with the task's id, and a query after
 // its settled time tells.

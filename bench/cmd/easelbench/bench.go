@@ -299,7 +299,7 @@ func benchmark(ctx context.Context, o options) (*results, error) {
 		}
 	}
 	if parts["scale"] {
-		e.logf("background work at scale (issue 21): %s", o.scaleFlags())
+		e.logf("background work at scale: %s", o.scaleFlags())
 		if err := e.scale(ctx, res); err != nil {
 			return nil, err
 		}

@@ -1,6 +1,6 @@
 package main
 
-// The drip part (--only drip) is issue 13's drip attack, measured: account
+// The drip part (--only drip) measures the drip attack: account
 // A creates --drip-tasks editing tasks whose one source image a loopback
 // server sends at 1 byte/s (it never completes within the worker's
 // EASEL_FETCH_TIMEOUT), and account B's plain text-to-image tasks are

@@ -1,6 +1,6 @@
 package main
 
-// The inflight part (--only inflight) is issue 13's first benchmark. A real
+// The inflight part (--only inflight) measures slow generations. A real
 // generation is a 10–70 s wait on an upstream, not CPU work: this measures
 // how many such waits one worker holds at once, and what holding them costs
 // it in memory and Redis connections.
@@ -129,7 +129,7 @@ type inflightSample struct {
 	CPUS        float64 `json:"worker_cpu_s"`
 }
 
-// inflightTargets are issue 13's: a worker holds its in-flight tasks within
+// inflightTargets: a worker holds its in-flight tasks within
 // these bounds and completes them at in-flight ÷ sim delay, within 10 %.
 const (
 	inflightMaxRSSMB  = 512

@@ -10,7 +10,7 @@
 // It runs bin/gateway and bin/worker (make build) as separate processes, and
 // itself as the baseline processes.
 //
-// --only inflight (not in the default set) is issue 13's first benchmark
+// --only inflight (not in the default set) measures slow generations
 // instead: one worker with a slow, zero-cost generator (EASEL_SIM_DELAY,
 // --sim-delay) kept fed with --inflight outstanding tasks; it reports how
 // many it holds in flight, its memory and Redis connections, and its
@@ -18,7 +18,7 @@
 //
 //	easelbench --only inflight [--inflight 2000] [--sim-delay 30s] [--duration 90s] [--worker-env KEY=VALUE ...]
 //
-// Issue 13's other measurements, also not in the default set: --only quota
+// Three attacks on the worker's limits, also not in the default set: --only quota
 // (three workers sharing EASEL_UPSTREAM_RPM against a fake Gemini upstream
 // that answers 429 to one call in ten: the call rate per 60 s window and
 // the tasks failed), --only drip (another account's latency while one
@@ -38,7 +38,7 @@
 //
 //	easelbench --only waiters [--waiters 10000] [--waiters-rate 1000] [--waiters-changes 500] [--waiters-spacing 15ms] [--waiters-profile DIR] [--gateway-env KEY=VALUE ...]
 //
-// --only scale (not in the default set) is issue 21's: what background work
+// --only scale (not in the default set) measures what background work
 // costs at scale, measured on the services over HTTP and Redis's INFO only
 // (so it runs against an older commit's binaries too): Redis commands/s and
 // CPU with the services idle at many accounts, with one account's big
@@ -118,7 +118,7 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.pickupFor, "pickup-duration", 10*time.Second, "how long to measure pick-up latency")
 	fs.StringVar(&o.binDir, "bin", "bin", "directory of the gateway and worker binaries")
 	fs.StringVar(&o.jsonOut, "json", "", "write the results as JSON to this file")
-	fs.StringVar(&o.only, "only", defaultOnly, "which parts to run: http (create and query), drain, pickup, downloads (results streamed by the gateway against a bare http.ServeContent); and, not in the default set, issue 13's inflight, quota, drip, memory, waiters (query's wait=N), and issue 21's scale")
+	fs.StringVar(&o.only, "only", defaultOnly, "which parts to run: http (create and query), drain, pickup, downloads (results streamed by the gateway against a bare http.ServeContent); and, not in the default set, inflight (slow generations), quota, drip, memory (attacks on the worker's limits), waiters (query's wait=N) and scale (background work)")
 	fs.IntVar(&o.inflight, "inflight", 2000, "inflight: tasks kept outstanding (queued or processing) for the worker")
 	fs.IntVar(&o.accounts, "inflight-accounts", 0, fmt.Sprintf("inflight: accounts the tasks are spread over (0: enough for at most %d each, under the workers' default fair share of 64 running)", perAccountOutstanding))
 	fs.DurationVar(&o.simDelay, "sim-delay", 30*time.Second, "inflight: the worker's EASEL_SIM_DELAY, the simulated generation time")
@@ -236,8 +236,8 @@ type options struct {
 }
 
 // defaultOnly is --only's default: the request path (http, downloads) and
-// the worker's (drain, pickup); not issue 13's parts (inflight, quota,
-// drip, memory), waiters or scale.
+// the worker's (drain, pickup); not the long runs (inflight, quota, drip,
+// memory, waiters, scale).
 const defaultOnly = "http,drain,pickup,downloads"
 
 // allParts are the parts --only may name, in the order they run.

@@ -1,6 +1,6 @@
 package main
 
-// The memory part (--only memory) is issue 13's memory attack, measured:
+// The memory part (--only memory) measures the memory attack:
 // one editing task whose --memory-images source images (10) are 16-bit
 // RGB PNGs of --memory-side × --memory-side pixels (7071: about 50
 // megapixels, 400 MB each decoded as 16-bit RGBA, 4 GB for the ten) of one

@@ -1,8 +1,8 @@
 package main
 
-// The quota part (--only quota) is issue 13's shared upstream quota,
-// measured: three bin/worker processes (--quota-workers) run the Gemini
-// generator against a fake upstream served by the benchmark itself, with
+// The quota part (--only quota) measures the shared upstream quota: three
+// bin/worker processes (--quota-workers) run the Gemini generator against a
+// fake upstream served by the benchmark itself, with
 // EASEL_UPSTREAM_RPM=*=<--quota-rpm>, while tasks are created through
 // bin/gateway steadily faster than that (--quota-rate per second) for
 // --duration (5m by default). The fake upstream answers after

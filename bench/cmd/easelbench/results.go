@@ -78,15 +78,15 @@ type results struct {
 
 	// Inflight is the slow-generation run (--only inflight).
 	Inflight *inflightResult `json:"inflight,omitempty"`
-	// Quota, Drip and Memory are issue 13's other measurements (--only
-	// quota, drip, memory).
+	// Quota, Drip and Memory are the attacks on the worker's limits
+	// (--only quota, drip, memory).
 	Quota  *quotaResult  `json:"quota,omitempty"`
 	Drip   *dripResult   `json:"drip,omitempty"`
 	Memory *memoryResult `json:"memory,omitempty"`
 	// Waiters is query's wait=N under many waiting requests (--only
 	// waiters).
 	Waiters *waitersResult `json:"waiters,omitempty"`
-	// Scale is issue 21's background work at scale (--only scale).
+	// Scale is background work at scale (--only scale).
 	Scale *scaleResult `json:"scale,omitempty"`
 	// Downloads is results streamed by the gateway against a bare
 	// http.ServeContent (--only downloads).

@@ -61,7 +61,7 @@ func TestPrintNotRun(t *testing.T) {
 	runs := [][]string{
 		{"http", "drain", "pickup"}, // make bench
 		{"http", "drain", "pickup", "inflight"},
-		{"drain", "pickup"}, // issue 13's example
+		{"drain", "pickup"}, // the worker's parts alone
 		{"http", "pickup"},
 		{"http", "drain"},
 		{"http"}, {"drain"}, {"pickup"}, {"inflight"},
@@ -158,7 +158,7 @@ func checkRow(t *testing.T, line string, ran bool) {
 // TestPrintVerdicts checks the met column of the rows that have a target.
 func TestPrintVerdicts(t *testing.T) {
 	r := filled("http", "drain", "pickup", "inflight")
-	r.CreateReal = []float64{6800} // 0.59 of 11,500: under issue 23's 0.60
+	r.CreateReal = []float64{6800} // 0.59 of 11,500: under the 0.60 target
 	r.GatewayRSSMB = ptr(150.0)
 	r.PickupP99 = ptr(400.0)
 	r.Inflight.PeakInflight = 16

@@ -1,7 +1,7 @@
 package main
 
-// The scale part (--only scale, not in the default set) is issue 21's
-// measurements: background work must cost what is due, not what exists.
+// The scale part (--only scale, not in the default set) checks that
+// background work costs what is due, not what exists.
 // Each sub-part (--scale-parts) empties the private Redis and starts its
 // own bin/gateway and bin/worker, as separate processes, with the settings
 // it needs. It drives them only over HTTP (the public API, and the admin
@@ -187,7 +187,7 @@ func (o options) scaleFlags() string {
 		o.scaleRequeue, o.scaleRequeueAccounts, o.scaleRequeueSamples, o.scaleBytes, o.scaleBytesShare, o.scaleConcurrency)
 }
 
-// The scale part's settings, as the issue states them.
+// The scale part's settings and the targets it checks.
 const (
 	// scaleAdminToken is the gateway's EASEL_ADMIN_TOKEN (at least 32
 	// bytes).

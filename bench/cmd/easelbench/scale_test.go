@@ -204,7 +204,7 @@ func TestCallRetry(t *testing.T) {
 }
 
 // TestScalePrint: the part not run is one row saying so; a run prints its
-// figures with verdicts by the targets.
+// figures with verdicts by the part's targets.
 func TestScalePrint(t *testing.T) {
 	var b bytes.Buffer
 	filled().print(&b)

@@ -2,10 +2,10 @@ package main
 
 // The waiters part (--only waiters) measures the long-poll of GET
 // /v1/task/query?task_id=...&wait=N: one gateway holding many waiting
-// requests, woken through its one Redis Pub/Sub subscription. The targets
-// are the issue's: one gateway holds 10,000 waiting requests with its RSS
-// at most 300 MB, and a change of a task's state reaches the client waiting
-// on it within 50 ms at the 99th percentile.
+// requests, woken through its one Redis Pub/Sub subscription. The targets:
+// one gateway holds 10,000 waiting requests with its RSS at most 300 MB, and
+// a change of a task's state reaches the client waiting on it within 50 ms
+// at the 99th percentile.
 //
 // Each round starts bin/gateway (no worker: nothing runs the tasks) with no
 // per-client connection cap (every request comes from the benchmark's one
@@ -62,7 +62,7 @@ import (
 	"github.com/easelhq/easel/pkg/task"
 )
 
-// The targets.
+// The part's targets (see the comment at the top of this file).
 const (
 	waitersMaxRSSMB = 300
 	waitersP99Ms    = 50

@@ -301,8 +301,8 @@ func (e *env) status(name string) upstream.Status {
 	return upstream.Status{}
 }
 
-// The issue's pool: one upstream answering 500, one 429, one 401, one
-// healthy.
+// A pool with one upstream of each kind of fault: one answering 500, one
+// 429, one 401, and one healthy.
 func TestFailover(t *testing.T) {
 	e := newEnv(t)
 	down, busy, revoked, healthy := newFake(t, "down", "500"), newFake(t, "busy", "429"), newFake(t, "revoked", "401"), newFake(t, "healthy", "ok")
@@ -767,8 +767,8 @@ func TestWatchHUP(t *testing.T) {
 }
 
 // An upstream with its quota used up is skipped for another that has
-// some left (the issue's "weighted among the healthy upstreams that serve
-// the task's model and have quota left"), rather than waited for.
+// some left (a call is drawn, by weight, among the healthy upstreams that
+// serve the task's model and have quota left), rather than waited for.
 func TestQuotaLeft(t *testing.T) {
 	e := newEnv(t)
 	limited, spare := newFake(t, "q-limited", "ok"), newFake(t, "q-spare", "ok")

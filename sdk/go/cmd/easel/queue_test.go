@@ -7,7 +7,7 @@ import (
 )
 
 // TestQueueText: a task about to be picked up says so rather than "about
-// 0s" (review item 11: the idle queue's ETA is now the pick-up time).
+// 0s" (first in an idle queue, a task's ETA is its pick-up time).
 func TestQueueText(t *testing.T) {
 	n := func(v int64) *int64 { return &v }
 	cases := []struct {
