@@ -265,8 +265,7 @@ func DefaultPublicURL(addr string) string {
 
 // DefaultGCPercent is the gateway's GOGC when GOGC is unset
 // (service.GCPercentDefault): 400. Its live heap is a few MB, so at Go's
-// 100 it collected many times a second under load; at 400 the collector's
-// share of a request's CPU is about a quarter (BENCHMARKS.md, "The hot
-// path"), for a heap up to five times what is live, which the Go memory
-// limit still bounds.
+// 100 it collects many times a second under load; 400 collects a quarter
+// as often, for a heap up to five times what is live, which the Go memory
+// limit still bounds (BENCHMARKS.md, "The hot path", compares the two).
 func (Config) DefaultGCPercent() int { return 400 }

@@ -27,8 +27,9 @@ type Config struct {
 	// generation mostly waits on its upstream, so this is high: CPU work
 	// (decoding, rendering, encoding) has bounds of its own (NumCPU render
 	// slots, EASEL_DECODE_BUDGET_MB), and the Redis pool does not grow with
-	// it. 5,000 in flight measured 256.3 MB of RSS and 62 Redis connections
-	// (BENCHMARKS.md, --only inflight); the default leaves room.
+	// it. `easelbench --only inflight` checks that a worker holds 5,000 in
+	// flight within 512 MB of RSS and 64 Redis connections (BENCHMARKS.md);
+	// the default leaves room.
 	Concurrency int `env:"EASEL_WORKER_CONCURRENCY" envDefault:"1000"`
 	// UpstreamRPM and UpstreamConcurrency are the upstream quota all
 	// workers share, per model: "model=N,...", "*=N" for every model not
@@ -92,13 +93,13 @@ type Config struct {
 
 // MemoryAllowanceMB is what a worker's fallback Go memory limit allows
 // beyond EASEL_DECODE_BUDGET_MB for the rest of the process: the process at
-// rest (32 to 36 MB of RSS measured) and its tasks in flight (256.3 MB of
-// RSS with 5,000 generations in flight, BENCHMARKS.md), the render
-// canvases and the pictures on their way to the store. The limit is soft:
-// a heap over it costs the garbage collector more CPU, never a failure.
-// 512 MiB would not have bound: with a budget of 800 MB the peaks measured
-// without a limit (1,032.4 to 1,282.1 MB, docs/operations.md) were under
-// 800 + 512 MiB.
+// rest and its tasks in flight (BENCHMARKS.md has the worker's peak RSS
+// after a drain and with 5,000 generations in flight), the render canvases
+// and the pictures on their way to the store. The limit is soft: a heap
+// over it costs the garbage collector more CPU, never a failure. The
+// allowance is kept below what a worker's peaks exceed its decode budget
+// by when it runs without a limit (docs/operations.md), so that the limit
+// binds at all.
 const MemoryAllowanceMB = 256
 
 // FallbackMemoryLimit is the Go memory limit a worker sets at start when

@@ -101,8 +101,8 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	})
 	// Task state changes go straight to the pool: with one job per
 	// connection there is little to batch, and go-redis's autopipeliner
-	// (used by the gateway) cost the worker more in hand-offs than it saved
-	// (drain throughput 4,120 → 4,512 /s without it, see BENCHMARKS.md).
+	// (which the gateway uses) costs the worker more in hand-offs to its
+	// flush goroutine than it saves (BENCHMARKS.md, "End-to-end drain").
 	db := store.NewDB(rdb, cfg.StoreOptions())
 	tasks, leases := store.NewTasks(db), store.NewLeases(db)
 	retry := processor.Retry{
@@ -385,9 +385,9 @@ func (u upstreamQuota) Throttled(ctx context.Context, model string, retryAfter t
 
 // redisPool is the Redis pool size of a worker running concurrency jobs at
 // once: one connection a job up to 44, and 16 for Asynq's loops (dequeue,
-// heartbeat, recovery) and the sweeper. Asynq's cancellation subscription
-// holds a connection of its own outside the pool (5,000 jobs in flight
-// measured 66 with a pool of 64): 60 leaves the worker within 64.
+// heartbeat, recovery) and the sweeper. Connections outside the pool
+// (Asynq's cancellation subscription among them) add a few more: 60 leaves
+// the worker within the 64 connections `easelbench --only inflight` allows.
 func redisPool(concurrency int) int { return min(concurrency, 44) + 16 }
 
 // newMetrics makes the process's own registry (nothing registers
