@@ -97,9 +97,9 @@ type Config struct {
 // after a drain and with 5,000 generations in flight), the render canvases
 // and the pictures on their way to the store. The limit is soft: a heap
 // over it costs the garbage collector more CPU, never a failure. The
-// allowance is kept below what a worker's peaks exceed its decode budget
-// by when it runs without a limit (docs/operations.md), so that the limit
-// binds at all.
+// allowance is small enough for the limit to bind: a worker without a
+// limit peaks above its decode budget by up to nearly twice this
+// (docs/operations.md).
 const MemoryAllowanceMB = 256
 
 // FallbackMemoryLimit is the Go memory limit a worker sets at start when
