@@ -145,8 +145,8 @@ func TestCreateRefusals(t *testing.T) {
 	})
 
 	// A task past its deadline counts until the recovery expires it (the
-	// account's count is a counter the end of each task takes it off; there
-	// is no set of deadlines to prune any more), then no longer.
+	// account's count is a counter the end of each task takes it off, not
+	// a set of deadlines pruned as they pass), then no longer.
 	t.Run("default limit and overdue tasks", func(t *testing.T) {
 		seedAccount(t, rdb, "dflt", 100, "")
 		c := std

@@ -204,8 +204,8 @@ func balanceOf(t *testing.T, s *stores, acct string) int64 {
 // A task whose queue number could not be taken (on a cluster the queue's
 // key is on another slot: that call failed) still joins its queue, with no
 // position: its record names the queue, so its queue checks and its
-// admission can queue its job. It used to lose the queue, and then sat
-// until its deadline ("queue \"\"").
+// admission can queue its job; without it the task would wait in no queue
+// until its deadline.
 func TestCreateWithoutAQueueNumberKeepsTheQueue(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()

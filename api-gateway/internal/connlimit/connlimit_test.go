@@ -217,9 +217,9 @@ func TestPerNetworkCap(t *testing.T) {
 
 // At the total, a new client is served at once in the place of the
 // oldest connection with no request under way: silent ones first, an idle
-// keep-alive too. (It used to wait in the kernel's queue: /healthz from a
-// fresh address took 6.48 s.) Connections with a request under way are
-// never closed for it.
+// keep-alive too, rather than waiting in the kernel's queue until some
+// connection ends. Connections with a request under way are never closed
+// for it.
 func TestRoomAtTheTotal(t *testing.T) {
 	needLoopback(t, "127.0.1.1")
 	for _, tt := range []struct {

@@ -818,7 +818,7 @@ func TestCrashedRunsAndSupersededRuns(t *testing.T) {
 }
 
 // Queue positions: the store counts a task out of its queue when a run
-// starts it (the processor no longer does), once, whatever runs follow.
+// starts it (the processor does not), once, whatever runs follow.
 func TestStartCountsTaskOutOfQueue(t *testing.T) {
 	f := newFixture(t, genFunc(func(context.Context, imagegen.Request, func(int)) ([]imagegen.Image, error) {
 		return []imagegen.Image{{Data: []byte("\x89PNG"), MIME: "image/png", Width: 1, Height: 1}}, nil
