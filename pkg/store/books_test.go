@@ -91,7 +91,7 @@ func booksOf(t *testing.T, s *stores, acct string) books {
 			}
 		}
 		// No task keeps a job apart from its record.
-		if n := s.rdb.Exists(context.Background(), oldJobKey(acct, id)).Val(); n != 0 {
+		if n := s.rdb.Exists(context.Background(), separateJobKey(acct, id)).Val(); n != 0 {
 			t.Errorf("%s: %s and holding a job key", id, st)
 		}
 	}

@@ -73,7 +73,7 @@ func TestPaymentRequiredWritesNothing(t *testing.T) {
 	if !errors.As(err, &e) || e.Price != 18 || e.Balance != 17 {
 		t.Fatalf("Create = %v; want insufficient credits with price 18 and balance 17", err)
 	}
-	if rdb.Exists(ctx, taskKey("poor", "t1"), oldJobKey("poor", "t1"), ledgerKey("poor"), parkedKey("poor"), dueOf("poor"), tasksIndexKey("poor")).Val() != 0 {
+	if rdb.Exists(ctx, taskKey("poor", "t1"), separateJobKey("poor", "t1"), ledgerKey("poor"), parkedKey("poor"), dueOf("poor"), tasksIndexKey("poor")).Val() != 0 {
 		t.Error("a refused create wrote something")
 	}
 	if bal := rdb.HGet(ctx, accountKey("poor"), "credits").Val(); bal != "17" {

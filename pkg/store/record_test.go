@@ -89,7 +89,7 @@ func TestCompactRecords(t *testing.T) {
 			if f := inputFields(s.rdb.HGetAll(ctx, key).Val()); len(f) != 0 {
 				t.Errorf("the input outlived the end: %v", f)
 			}
-			if n := s.rdb.Exists(ctx, oldJobKey("a", tk.ID)).Val(); n != 0 {
+			if n := s.rdb.Exists(ctx, separateJobKey("a", tk.ID)).Val(); n != 0 {
 				t.Error("a job key beside the record")
 			}
 		})

@@ -247,7 +247,7 @@ func TestQueueChecks(t *testing.T) {
 		t.Errorf("the input of the failed task = %q; want none", in)
 	}
 	for _, id := range []string{"waiting", "queued", "started", "failed"} {
-		if n := s.rdb.Exists(ctx, oldJobKey("a", id)).Val(); n != 0 {
+		if n := s.rdb.Exists(ctx, separateJobKey("a", id)).Val(); n != 0 {
 			t.Errorf("%s keeps a job key", id)
 		}
 	}

@@ -89,10 +89,10 @@ func start(s *stores, acct, id, run string) (Change, error) {
 	return st.Change, err
 }
 
-// oldJobKey is where a pending task's job payload was kept, apart from its
-// record ("a:<account>:j:<task>"), before the input moved into the record:
-// nothing writes it any more.
-func oldJobKey(acct, id string) string { return tag(acct) + "j:" + id }
+// separateJobKey is a job payload kept apart from its task's record
+// ("a:<account>:j:<task>"): a task keeps its input in its record, so no
+// such key may exist.
+func separateJobKey(acct, id string) string { return tag(acct) + "j:" + id }
 
 // inputOf reads the input a task's record keeps (fTaskInput, over its
 // chunks), and whether it keeps one.
@@ -157,7 +157,7 @@ func TestCreateAndGet(t *testing.T) {
 			t.Errorf("%s: TTL %v; want %v (the deadline, then 24h)", k, ttl, want)
 		}
 	}
-	if n := srv.Client(t).Exists(ctx, oldJobKey("acct_a", "task_lumen_1")).Val(); n != 0 {
+	if n := srv.Client(t).Exists(ctx, separateJobKey("acct_a", "task_lumen_1")).Val(); n != 0 {
 		t.Error("a job key was written beside the record")
 	}
 	if in, ok := inputOf(t, s, "acct_a", "task_lumen_1"); !ok || in != "the job" {
@@ -264,14 +264,14 @@ func TestLifecycle(t *testing.T) {
 					t.Errorf("progress %d after restart; want it kept at 50", got.Progress)
 				}
 			}
-			// A task that ended holds no input any more; one still
-			// processing keeps it, for a run after a crash. Neither holds a
+			// A task that ended holds no input; one still processing
+			// keeps it, for a run after a crash. Neither holds a
 			// job apart from its record.
 			m := srv.Client(t).HGetAll(ctx, taskKey("a", "t")).Val()
 			if f := inputFields(m); (len(f) == 0) != got.Status.Final() {
 				t.Errorf("a %s task holds input fields %v", got.Status, f)
 			}
-			if n := srv.Client(t).Exists(ctx, oldJobKey("a", "t")).Val(); n != 0 {
+			if n := srv.Client(t).Exists(ctx, separateJobKey("a", "t")).Val(); n != 0 {
 				t.Errorf("a %s task holds a job key", got.Status)
 			}
 		})
@@ -408,7 +408,7 @@ func TestMissingRecordIsNeverRecreated(t *testing.T) {
 	c, _, err := s.tasks.Takeover(ctx, "a", "gone", "gone", runName)
 	mustOutcome(t, task.Missing)(c, err)
 	must(t, s.tasks.Release(ctx, "a", "gone", "gone"))
-	for _, k := range []string{taskKey("a", "gone"), oldJobKey("a", "gone")} {
+	for _, k := range []string{taskKey("a", "gone"), separateJobKey("a", "gone")} {
 		if n := srv.Client(t).Exists(ctx, k).Val(); n != 0 {
 			t.Errorf("a late worker recreated %s", k)
 		}
@@ -434,7 +434,7 @@ func TestAbort(t *testing.T) {
 	if _, err := s.tasks.Get(ctx, "a", "p"); apperr.CodeOf(err) != apperr.NotFound {
 		t.Errorf("pending task still there: %v", err)
 	}
-	for _, k := range []string{taskKey("a", "p"), oldJobKey("a", "p")} {
+	for _, k := range []string{taskKey("a", "p"), separateJobKey("a", "p")} {
 		if srv.Client(t).Exists(ctx, k).Val() != 0 {
 			t.Errorf("%s survived the abort", k)
 		}

@@ -386,7 +386,7 @@ func TestParkedTask(t *testing.T) {
 	if in, ok := inputOf(t, s, "a", "p"); ok {
 		t.Errorf("a canceled task keeps its input %q", in)
 	}
-	if n := s.rdb.Exists(ctx, oldJobKey("a", "p")).Val(); n != 0 {
+	if n := s.rdb.Exists(ctx, separateJobKey("a", "p")).Val(); n != 0 {
 		t.Error("a canceled task keeps a job key")
 	}
 	checkWindow(t, s, "a")
