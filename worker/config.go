@@ -27,9 +27,9 @@ type Config struct {
 	// generation mostly waits on its upstream, so this is high: CPU work
 	// (decoding, rendering, encoding) has bounds of its own (NumCPU render
 	// slots, EASEL_DECODE_BUDGET_MB), and the Redis pool does not grow with
-	// it. `easelbench --only inflight` checks that a worker holds 5,000 in
-	// flight within 512 MB of RSS and 64 Redis connections (BENCHMARKS.md);
-	// the default leaves room.
+	// it. `easelbench --only inflight` holds a worker with that many in
+	// flight to 512 MB of RSS and 64 Redis connections (BENCHMARKS.md runs
+	// it at 5,000); the default leaves room.
 	Concurrency int `env:"EASEL_WORKER_CONCURRENCY" envDefault:"1000"`
 	// UpstreamRPM and UpstreamConcurrency are the upstream quota all
 	// workers share, per model: "model=N,...", "*=N" for every model not
