@@ -96,9 +96,9 @@ func TestAStructThatDisagreesWithTheHeaderStopsTheLoad(t *testing.T) {
 		B int `lua:"b"`
 	}
 	for name, load := range map[string]func(l *Library){
-		"keys out of order": func(l *Library) { Load[swapped, nowArgs, fixedReply](l, "f", nil) },
+		"keys out of order":  func(l *Library) { Load[swapped, nowArgs, fixedReply](l, "f", nil) },
 		"a key not a string": func(l *Library) { Load[intKey, nowArgs, fixedReply](l, "f", nil) },
-		"arguments missing": func(l *Library) { Load[testKeys, struct{}, fixedReply](l, "f", nil) },
+		"arguments missing":  func(l *Library) { Load[testKeys, struct{}, fixedReply](l, "f", nil) },
 		"a reply without its code": func(l *Library) {
 			Load[testKeys, nowArgs, struct {
 				Name string `lua:"name"`
@@ -130,9 +130,9 @@ func TestRepliesAreReadWholeOrRefused(t *testing.T) {
 		t.Errorf("a nil element: %+v, %v", r, err)
 	}
 	for name, res := range map[string][]any{
-		"empty":           {},
-		"no code":         {"x"},
-		"undeclared code": {int64(9)},
+		"empty":                                {},
+		"no code":                              {"x"},
+		"undeclared code":                      {int64(9)},
 		"a string shifted where an integer is": {int64(1), "x"},
 		"an integer where a string is":         {int64(1), int64(5), int64(1), int64(3)},
 		"part of a row":                        {int64(1), int64(5), int64(1), "n", "t1"},

@@ -43,7 +43,7 @@
 -- ARGV[26] -> spend_limit: that key's spend limit, credits (0: none)
 -- ARGV[27] -> usage_until: when the day's usage expires, Unix ms
 --
--- Returns {CREATED, balance, queue number (0 if parked), admitted (1/0),
+-- Returns {CREATED, balance, '', queue number (0 if parked), admitted (1/0),
 -- id, queue, deadline, ...} (other tasks of the account this create admitted,
 -- for the caller to queue), {REPLAYED, 0, earlier task
 -- id}, or a refusal {code, n}: NO_ACCOUNT, DISABLED, MODEL_NOT_ALLOWED,
@@ -146,13 +146,13 @@ else
 end
 
 local admitted = 0
-local reply = {CREATED, bal, 0, 0}
+local reply = {CREATED, bal, '', 0, 0}
 -- numbered gives the admitted task its number in its queue (taken now
 -- unless the caller took it), for its position; nil when it has none.
 local function numbered()
   if queue_name == '' or queue_seq < 0 then return nil end
   if queue_seq == 0 then queue_seq = join_queue(queue_key, now) end
-  reply[3] = queue_seq
+  reply[4] = queue_seq
   return int(queue_seq)
 end
 local rec = {'type', task_type, 'model', model, 'status', 'pending', 'progress', '0',
@@ -199,7 +199,7 @@ else
   local seq = admitted == 1 and numbered()
   if seq then redis.call('HSET', K.task, 'qseq', seq) end
 end
-reply[4] = admitted
+reply[5] = admitted
 
 -- The index lists a task while its record can live.
 if string.sub(task_id, -2) == '00' then
