@@ -95,7 +95,10 @@ type Script struct {
 	// ReplyFields is how many elements a reply has at most, the code
 	// included; -1 when a last field takes rows of any number.
 	ReplyFields int
-	rs          *redis.Script
+	// ReplyKinds are what the reply's elements before any rows are read
+	// as, in order: "integer", "flag" or "string".
+	ReplyKinds []string
+	rs         *redis.Script
 }
 
 // Redis is the script as go-redis runs it (the library and the body).
@@ -155,6 +158,7 @@ func Load[K, A, R any](l *Library, name string, codes map[string]int64) *Def[K, 
 	}
 	s.KeysType, s.ArgsType, s.ReplyType = d.keys.typ.String(), d.args.typ.String(), d.reply.typ.String()
 	s.ReplyFields = d.reply.max()
+	s.ReplyKinds = d.reply.kinds()
 	src := s.Body
 	if l.lib != "" {
 		src = l.lib + "\n" + s.Body

@@ -203,3 +203,14 @@ func BenchmarkArgv(b *testing.B) {
 		_ = d.Argv(benchArgs)
 	}
 }
+
+func BenchmarkDecode(b *testing.B) {
+	d := Load[testKeys, testArgs, testReply](NewLibrary("test", testFS, "lua", ""), "t", map[string]int64{"OK": 1})
+	res := []any{int64(1), int64(5), int64(1), "n", "t1", int64(10), "t2", int64(20)}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := d.Decode(res); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -193,6 +193,22 @@ func scalar(t reflect.Type) bool {
 	return false
 }
 
+// kinds are what the elements before the rows are read as.
+func (p *replyPlan) kinds() []string {
+	out := make([]string, p.fixed)
+	for i := range p.fixed {
+		switch p.typ.Field(i).Type.Kind() {
+		case reflect.String:
+			out[i] = "string"
+		case reflect.Bool:
+			out[i] = "flag"
+		default:
+			out[i] = "integer"
+		}
+	}
+	return out
+}
+
 // max is how many elements a reply has at most; -1: any number (rows).
 func (p *replyPlan) max() int {
 	if p.row != nil {

@@ -119,62 +119,78 @@ func checkCodes(t *testing.T, s *luascript.Script, libConsts map[string]int64) {
 	}
 }
 
+var (
+	luaNumber = regexp.MustCompile(`^-?\d+$`)
+	luaString = regexp.MustCompile(`^'.*'$`)
+)
+
 // checkReplies: no table a script returns (or starts its reply with) has
-// more elements than its reply struct has fields.
+// more elements than its reply struct has fields, nor a literal where the
+// struct reads another kind (a string where it reads an integer, a number
+// where it reads a string).
 func checkReplies(t *testing.T, s *luascript.Script) {
-	if s.ReplyFields < 0 {
-		return
-	}
 	code := StripComments(s.Body)
 	for _, loc := range luaTable.FindAllStringIndex(code, -1) {
-		n, ok := tableLen(code[loc[1]:])
+		line := strings.Count(code[:loc[0]], "\n") + 1
+		elems, ok := tableElems(code[loc[1]:])
 		if !ok {
-			t.Errorf("%q...: a table without its end", code[loc[0]:min(loc[1]+20, len(code))])
+			t.Errorf("line %d: a table without its end", line)
 			continue
 		}
-		if n > s.ReplyFields {
-			line := strings.Count(code[:loc[0]], "\n") + 1
-			t.Errorf("line %d returns %d elements; Go's %s reads %d", line, n, s.ReplyType, s.ReplyFields)
+		if s.ReplyFields >= 0 && len(elems) > s.ReplyFields {
+			t.Errorf("line %d returns %d elements; Go's %s reads %d", line, len(elems), s.ReplyType, s.ReplyFields)
+		}
+		for i, e := range elems {
+			if i >= len(s.ReplyKinds) {
+				break
+			}
+			switch kind := s.ReplyKinds[i]; {
+			case luaString.MatchString(e) && kind != "string":
+				t.Errorf("line %d: element %d is %s; Go's %s reads it as %s", line, i+1, e, s.ReplyType, kind)
+			case luaNumber.MatchString(e) && kind == "string":
+				t.Errorf("line %d: element %d is %s; Go's %s reads it as string", line, i+1, e, s.ReplyType)
+			}
 		}
 	}
 }
 
-// tableLen counts the elements of the Lua table whose text follows its
-// opening brace: the commas outside brackets and strings, plus one.
-func tableLen(src string) (int, bool) {
-	depth, n, empty := 0, 1, true
+// tableElems are the elements of the Lua table whose text follows its
+// opening brace, as written: split at the commas outside brackets and
+// strings.
+func tableElems(src string) ([]string, bool) {
+	var out []string
+	depth, start := 0, 0
+	add := func(end int) {
+		if e := strings.TrimSpace(src[start:end]); e != "" {
+			out = append(out, e)
+		}
+	}
 	for i := 0; i < len(src); i++ {
-		switch c := src[i]; c {
+		switch src[i] {
 		case '\'':
 			for i++; i < len(src) && src[i] != '\''; i++ {
 				if src[i] == '\\' {
 					i++
 				}
 			}
-			empty = false
 		case '(', '{', '[':
 			depth++
-			empty = false
 		case ')', ']':
 			depth--
 		case '}':
 			if depth == 0 {
-				if empty {
-					return 0, true
-				}
-				return n, true
+				add(i)
+				return out, true
 			}
 			depth--
 		case ',':
 			if depth == 0 {
-				n++
+				add(i)
+				start = i + 1
 			}
-		case ' ', '\n', '\t':
-		default:
-			empty = false
 		}
 	}
-	return 0, false
+	return nil, false
 }
 
 func checkNames(t *testing.T, file, src string, names Names) {
