@@ -47,6 +47,7 @@ var testFS = fstest.MapFS{
 		"-- ARGV[4] -> name\n-- ARGV[5] -> input\nlocal OK = 1\nreturn {OK}\n")},
 	"lua/f.lua":    {Data: []byte("-- KEYS[1] -> a\n-- KEYS[2] -> b\n-- ARGV[1] -> now\nlocal OK = 1\nreturn {OK, 'x'}\n")},
 	"lua/list.lua": {Data: []byte("-- KEYS[1] -> a\n-- KEYS[2] -> b\n-- ARGV[1] -> fields\nlocal OK = 1\nreturn {OK, 'x'}\n")},
+	"lua/ints.lua": {Data: []byte("-- KEYS[1] -> a\n-- KEYS[2] -> b\n-- ARGV[1] -> a\n-- ARGV[2] -> b\nlocal OK = 1\nreturn {OK}\n")},
 }
 
 type listArgs struct {
@@ -98,7 +99,11 @@ func TestAStructThatDisagreesWithTheHeaderStopsTheLoad(t *testing.T) {
 	for name, load := range map[string]func(l *Library){
 		"keys out of order":  func(l *Library) { Load[swapped, nowArgs, fixedReply](l, "f", nil) },
 		"a key not a string": func(l *Library) { Load[intKey, nowArgs, fixedReply](l, "f", nil) },
-		"arguments missing":  func(l *Library) { Load[testKeys, struct{}, fixedReply](l, "f", nil) },
+		"keys of a type loaded as arguments before": func(l *Library) {
+			Load[testKeys, intKey, fixedReply](l, "ints", nil)
+			Load[intKey, nowArgs, fixedReply](l, "f", nil)
+		},
+		"arguments missing": func(l *Library) { Load[testKeys, struct{}, fixedReply](l, "f", nil) },
 		"a reply without its code": func(l *Library) {
 			Load[testKeys, nowArgs, struct {
 				Name string `lua:"name"`

@@ -37,13 +37,20 @@ const (
 	kSpread
 )
 
-var plans sync.Map // reflect.Type → *argPlan
+var plans sync.Map // planKey → *argPlan
+
+// planKey: a type's plan as KEYS is not its plan as ARGV (a key is a
+// string, an argument may be a number).
+type planKey struct {
+	typ  reflect.Type
+	keys bool
+}
 
 // planOf is T's plan, made on first use. keys: T's fields are all strings
 // (KEYS).
 func planOf[T any](keys bool) *argPlan {
 	t := reflect.TypeFor[T]()
-	if p, ok := plans.Load(t); ok {
+	if p, ok := plans.Load(planKey{t, keys}); ok {
 		return p.(*argPlan)
 	}
 	if t.Kind() != reflect.Struct {
@@ -78,7 +85,7 @@ func planOf[T any](keys bool) *argPlan {
 		p.names = append(p.names, tag)
 		p.fields = append(p.fields, af)
 	}
-	actual, _ := plans.LoadOrStore(t, p)
+	actual, _ := plans.LoadOrStore(planKey{t, keys}, p)
 	return actual.(*argPlan)
 }
 
