@@ -20,10 +20,12 @@
 // a last field of a slice of structs taking the rest of the reply in rows.
 // How a struct maps onto a script is worked out once per type, when the
 // script is loaded; a struct that disagrees with the header stops the
-// program there. A reply longer than its struct, or with an element of
-// another type than its field's, is an error, never read shifted.
-// Package scripttest checks the rest of the contract in each package's
-// tests: the codes, the replies' lengths, the names a script quotes.
+// program there. A reply may be shorter than its struct (a refusal says
+// less than a success; the rest stay zero), but a reply longer than its
+// struct, or with an element of another type than its field's, is an
+// error, never read shifted. Package scripttest checks the rest of the
+// contract in each package's tests: the codes, the length and kinds of
+// the replies a script writes out, the names it quotes.
 package luascript
 
 import (
