@@ -219,7 +219,7 @@ func (q *Quota) Throttled(ctx context.Context, model string, retryAfter time.Dur
 	}
 	d = min(d, q.opts.MaxCooldown)
 	m := q.model(model, lim)
-	if err := cooldownScript.Run(ctx, q.rdb, []string{m.cooldown}, max(d.Milliseconds(), 1)).Err(); err != nil {
+	if _, err := cooldownScript.Call(ctx, q.rdb, cooldownKeys{Cooldown: m.cooldown}, cooldownArgs{Ms: max(d.Milliseconds(), 1)}); err != nil {
 		return q.redisErr(ctx, err)
 	}
 	return nil

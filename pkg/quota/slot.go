@@ -2,14 +2,15 @@ package quota
 
 import (
 	"context"
+	"embed"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/pkg/logging"
+	"github.com/easelhq/easel/pkg/luascript"
 )
 
 // Slot is the right to make one upstream call, from Acquire. While it is
@@ -59,63 +60,62 @@ func (s *Slot) Release() {
 	})
 }
 
-// acquireScript removes the holders whose lease has run out and adds
-// ARGV[1] if fewer than ARGV[2] remain, for a lease of ARGV[3] ms; unless a
-// cooldown is on. It returns {1, 0} when it added the holder, {0, ms} when
-// a cooldown has ms to run, {-1, 0} when the semaphore is full.
-var acquireScript = redis.NewScript(`
-redis.replicate_commands()
-local cd = redis.call('PTTL', KEYS[2])
-if cd > 0 then
-  return {0, cd}
-end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local lease = tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
-  return {-1, 0}
-end
-redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], 2 * lease)
-return {1, 0}
-`)
+// The semaphore's and the cooldown's scripts (lua/).
+//
+//go:embed lua/*.lua
+var luaFiles embed.FS
 
-// extendScript extends holder ARGV[1]'s lease by ARGV[3] ms. A holder
-// whose lease ran out (Redis unreachable for a whole lease) is added again
-// if fewer than ARGV[2] hold: its call is still running. It returns 1 when
-// extended, 2 when added again, 0 when the semaphore is full without it.
-var extendScript = redis.NewScript(`
-redis.replicate_commands()
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local lease = tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local res = 1
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
-    return 0
-  end
-  res = 2
-end
-redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], 2 * lease)
-return res
-`)
+var scripts = luascript.NewLibrary("quota", luaFiles, "lua", "")
 
-// cooldownScript stops calls for ARGV[1] ms, unless a longer cooldown is
-// on; the value is the end, in Unix ms (Redis time), for people to read.
-var cooldownScript = redis.NewScript(`
-redis.replicate_commands()
-local ms = tonumber(ARGV[1])
-if redis.call('PTTL', KEYS[1]) >= ms then
-  return 0
-end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('SET', KEYS[1], now + ms, 'PX', ms)
-return 1
-`)
+var (
+	acquireScript = luascript.Load[acquireKeys, slotArgs, acquireReply](scripts, "acquire",
+		map[string]int64{"ACQUIRED": acquired, "COOLING": cooling, "FULL": full})
+	extendScript = luascript.Load[extendKeys, slotArgs, codeReply](scripts, "extend",
+		map[string]int64{"EXTENDED": extended, "RETAKEN": retaken, "FULL": full})
+	cooldownScript = luascript.Load[cooldownKeys, cooldownArgs, codeReply](scripts, "cooldown",
+		map[string]int64{"SET": 1, "KEPT": 0})
+)
+
+// The scripts' codes.
+const (
+	acquired = 1
+	cooling  = 0
+	full     = -1
+	extended = 1
+	retaken  = 2
+)
+
+type acquireKeys struct {
+	Holders  string `lua:"holders"`
+	Cooldown string `lua:"cooldown"`
+}
+
+type extendKeys struct {
+	Holders string `lua:"holders"`
+}
+
+type slotArgs struct {
+	Holder string `lua:"holder"`
+	Limit  int    `lua:"limit"`
+	Lease  int64  `lua:"lease"`
+}
+
+type acquireReply struct {
+	Code int64 `lua:"code"`
+	Wait int64 `lua:"wait"` // COOLING: ms
+}
+
+type cooldownKeys struct {
+	Cooldown string `lua:"cooldown"`
+}
+
+type cooldownArgs struct {
+	Ms int64 `lua:"ms"`
+}
+
+type codeReply struct {
+	Code int64 `lua:"code"`
+}
 
 // takeSlot waits for a place in m's semaphore (and for no cooldown).
 func (q *Quota) takeSlot(ctx context.Context, m *model) (*Slot, error) {
@@ -126,7 +126,8 @@ func (q *Quota) takeSlot(ctx context.Context, m *model) (*Slot, error) {
 	member := q.id + ":" + strconv.FormatUint(q.seq.Add(1), 36)
 	lease := q.opts.Lease.Milliseconds()
 	for {
-		res, err := acquireScript.Run(ctx, q.rdb, []string{m.holders, m.cooldown}, member, m.lim.Concurrent, lease).Int64Slice()
+		r, err := acquireScript.Call(ctx, q.rdb, acquireKeys{Holders: m.holders, Cooldown: m.cooldown},
+			slotArgs{Holder: member, Limit: m.lim.Concurrent, Lease: lease})
 		if err != nil {
 			// The script may have added the holder before its answer was
 			// lost: take it out, or it would count until its lease ran out.
@@ -135,11 +136,11 @@ func (q *Quota) takeSlot(ctx context.Context, m *model) (*Slot, error) {
 			cancel()
 			return nil, q.redisErr(ctx, err)
 		}
-		switch {
-		case res[0] == 1:
+		switch r.Code {
+		case acquired:
 			return q.newSlot(ctx, m, member), nil
-		case res[0] == 0 && len(res) > 1:
-			err = sleep(ctx, time.Duration(res[1])*time.Millisecond, nil)
+		case cooling:
+			err = sleep(ctx, time.Duration(r.Wait)*time.Millisecond, nil)
 		default:
 			err = sleep(ctx, jitter(q.opts.Poll), m.freed)
 		}
@@ -168,7 +169,8 @@ func (s *Slot) extend(ctx context.Context) {
 	every := s.q.opts.Lease / 3
 	t := time.NewTicker(every)
 	defer t.Stop()
-	keys := []string{s.m.holders}
+	keys := extendKeys{Holders: s.m.holders}
+	args := slotArgs{Holder: s.member, Limit: s.m.lim.Concurrent, Lease: s.q.opts.Lease.Milliseconds()}
 	for {
 		select {
 		case <-ctx.Done():
@@ -176,7 +178,7 @@ func (s *Slot) extend(ctx context.Context) {
 		case <-t.C:
 		}
 		rctx, cancel := context.WithTimeout(ctx, every)
-		n, err := extendScript.Run(rctx, s.q.rdb, keys, s.member, s.m.lim.Concurrent, s.q.opts.Lease.Milliseconds()).Int64()
+		r, err := extendScript.Call(rctx, s.q.rdb, keys, args)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -184,10 +186,10 @@ func (s *Slot) extend(ctx context.Context) {
 		case err != nil:
 			s.log.Warn("quota: a slot's lease could not be extended; trying again",
 				zap.String("model", s.m.name), zap.Duration("every", every), zap.Error(err))
-		case n == 0:
+		case r.Code == full:
 			s.log.Warn("quota: a slot's lease ran out and the others took its place; this call runs uncounted",
 				zap.String("model", s.m.name))
-		case n == 2:
+		case r.Code == retaken:
 			s.log.Warn("quota: a slot's lease ran out; it was taken again", zap.String("model", s.m.name))
 		}
 	}

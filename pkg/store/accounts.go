@@ -109,26 +109,25 @@ func (s *Accounts) List(ctx context.Context) ([]*account.Account, error) {
 	return s.getMany(ctx, ids)
 }
 
-var updateAccountLua = newScript("update_account", map[string]int64{"UPDATED": 1, "NO_ACCOUNT": 0})
+var updateAccountLua = newScript[accountKeys, updateAccountArgs, codeReply]("update_account", map[string]int64{"UPDATED": 1, "NO_ACCOUNT": 0})
 
 type accountKeys struct {
 	Account string `lua:"account"`
 }
 
-func (k accountKeys) list() []string { return []string{k.Account} }
+// updateAccountArgs: the script's one argument is the list of fields and
+// values, spread over ARGV.
+type updateAccountArgs struct {
+	Fields []any `lua:"fields"`
+}
 
 // update sets fields of an existing account record (field, value, ...).
 func (s *Accounts) update(ctx context.Context, id string, fields ...any) error {
-	// The script's one argument is the list of fields and values.
-	res, err := updateAccountLua.rs.Run(ctx, s.db.hot, accountKeys{Account: accountKey(id)}.list(), fields...).Slice()
+	r, err := updateAccountLua.run(ctx, s.db, accountKeys{Account: accountKey(id)}, updateAccountArgs{Fields: fields})
 	if err != nil {
 		return fmt.Errorf("store: update account %s: %w", id, err)
 	}
-	code, err := updateAccountLua.reply(res).code()
-	if err != nil {
-		return err
-	}
-	if code == 0 {
+	if r.Code == 0 {
 		return &apperr.NotFoundError{Kind: "account", ID: id}
 	}
 	return nil

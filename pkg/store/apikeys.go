@@ -105,13 +105,11 @@ func (s *Accounts) roomForKey(ctx context.Context, accountID string) error {
 	return nil
 }
 
-var claimKeyLua = newScript("claim_key", map[string]int64{"CLAIMED": 1, "TAKEN": 0})
+var claimKeyLua = newScript[keyKeys, claimKeyArgs, codeReply]("claim_key", map[string]int64{"CLAIMED": 1, "TAKEN": 0})
 
 type keyKeys struct {
 	Key string `lua:"key"`
 }
-
-func (k keyKeys) list() []string { return []string{k.Key} }
 
 type claimKeyArgs struct {
 	AccountID  string `lua:"account_id"`
@@ -123,10 +121,6 @@ type claimKeyArgs struct {
 	IPs        string `lua:"ips"`
 	Expires    int64  `lua:"expires"`
 	SpendLimit int64  `lua:"spend_limit"`
-}
-
-func (a claimKeyArgs) list() []any {
-	return []any{a.AccountID, a.Hash, a.Prefix, a.Created, a.Name, a.Models, a.IPs, a.Expires, a.SpendLimit}
 }
 
 func joinPrefixes(ps []netip.Prefix) string {
@@ -169,17 +163,13 @@ func (s *Accounts) claim(ctx context.Context, accountID, key string, spec accoun
 	}); err != nil {
 		return nil, false, fmt.Errorf("store: index key: %w", err)
 	}
-	res, err := claimKeyLua.run(ctx, s.db, keyKeys{Key: apiKeyKey(h)}.list(),
+	r, err := claimKeyLua.run(ctx, s.db, keyKeys{Key: apiKeyKey(h)},
 		claimKeyArgs{AccountID: accountID, Hash: h, Prefix: k.Prefix, Created: k.CreatedAt.UnixMilli(), Name: k.Name,
-			Models: joinTiers(k.Models), IPs: joinPrefixes(k.AllowedIPs), Expires: unixMsOrZero(k.ExpiresAt), SpendLimit: k.SpendLimit}.list())
+			Models: joinTiers(k.Models), IPs: joinPrefixes(k.AllowedIPs), Expires: unixMsOrZero(k.ExpiresAt), SpendLimit: k.SpendLimit})
 	if err != nil {
 		return nil, false, fmt.Errorf("store: add key: %w", err)
 	}
-	code, err := claimKeyLua.reply(res).code()
-	if err != nil {
-		return nil, false, err
-	}
-	return k, code == 1, nil
+	return k, r.Code == 1, nil
 }
 
 // EnsureKey makes key work: if it already belongs to an account, that
@@ -331,13 +321,11 @@ func (s *Accounts) Keys(ctx context.Context, accountID string) ([]*account.Key, 
 	return keys, nil
 }
 
-var revokeKeyLua = newScript("revoke_key", map[string]int64{"REVOKED": 1, "NO_KEY": 0, "WAS_REVOKED": 2})
+var revokeKeyLua = newScript[keyKeys, revokeKeyArgs, codeReply]("revoke_key", map[string]int64{"REVOKED": 1, "NO_KEY": 0, "WAS_REVOKED": 2})
 
 type revokeKeyArgs struct {
 	Now int64 `lua:"now"`
 }
-
-func (a revokeKeyArgs) list() []any { return []any{a.Now} }
 
 // findKey finds the key given whole or by its visible prefix (which must
 // name exactly one key), of accountID's when it is not "". Another
@@ -385,15 +373,11 @@ func (s *Accounts) RevokeKeyOf(ctx context.Context, accountID, keyOrPrefix strin
 	if err != nil {
 		return nil, err
 	}
-	res, err := revokeKeyLua.run(ctx, s.db, keyKeys{Key: apiKeyKey(k.hash)}.list(), revokeKeyArgs{Now: s.db.now().UnixMilli()}.list())
+	r, err := revokeKeyLua.run(ctx, s.db, keyKeys{Key: apiKeyKey(k.hash)}, revokeKeyArgs{Now: s.db.now().UnixMilli()})
 	if err != nil {
 		return nil, fmt.Errorf("store: revoke: %w", err)
 	}
-	code, err := revokeKeyLua.reply(res).code()
-	if err != nil {
-		return nil, err
-	}
-	if code == 0 {
+	if r.Code == 0 {
 		return nil, &apperr.NotFoundError{Kind: "key"}
 	}
 	return s.reread(ctx, k)

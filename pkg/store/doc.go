@@ -1,8 +1,10 @@
 // Package store keeps everything Easel holds in Redis: accounts, their API
 // keys, credit ledgers and task records, and the few coordination keys the
-// services share. It is the only package that knows a Redis key name or a
-// hash field name: every Lua script sits beside the Go code that names its
-// fields, and the edges ask the store for anything that lives in Redis.
+// services share. It is the only package that knows their Redis key names
+// and hash field names (the upstreams' shared state is package upstream's,
+// the upstream quota's package quota's): every Lua script sits beside the
+// Go code that names its fields (package luascript loads and calls them),
+// and the edges ask the store for anything of theirs that lives in Redis.
 //
 // Key layout. The accounts are spread over Shards shards (ShardOf), and
 // every key an account owns carries its shard's hash tag "{s<n>}", so on

@@ -27,21 +27,23 @@ type Hooks struct{ db *DB }
 // NewHooks returns the webhook store on db.
 func NewHooks(db *DB) *Hooks { return &Hooks{db: db} }
 
-var webhookSecretLua = durableScript("webhook_secret", map[string]int64{"FOUND": 1, "NO_ACCOUNT": -1})
+var webhookSecretLua = durableScript[secretKeys, webhookSecretArgs, webhookSecretReply]("webhook_secret", map[string]int64{"FOUND": 1, "NO_ACCOUNT": -1})
 
 type secretKeys struct {
 	Account string `lua:"account"`
 	Secrets string `lua:"secrets"`
 }
 
-func (k secretKeys) list() []string { return []string{k.Account, k.Secrets} }
+type webhookSecretReply struct {
+	Code     int64  `lua:"code"`
+	Current  string `lua:"current"`
+	Previous string `lua:"previous"`
+}
 
 type webhookSecretArgs struct {
 	Fresh string `lua:"fresh"`
 	Now   int64  `lua:"now"`
 }
-
-func (a webhookSecretArgs) list() []any { return []any{a.Fresh, a.Now} }
 
 // Secret returns an account's webhook signing secret
 // (webhook.NewSecret), made on first use. An unknown account is
@@ -77,31 +79,33 @@ func (s *Hooks) Secrets(ctx context.Context, accountID string) ([]string, error)
 	if err != nil {
 		return nil, err
 	}
-	res, err := webhookSecretLua.run(ctx, s.db, secretKeys{Account: accountKey(accountID), Secrets: webhookSecretKey(accountID)}.list(),
-		webhookSecretArgs{Fresh: fresh, Now: now.UnixMilli()}.list())
+	r, err := webhookSecretLua.run(ctx, s.db, secretKeys{Account: accountKey(accountID), Secrets: webhookSecretKey(accountID)},
+		webhookSecretArgs{Fresh: fresh, Now: now.UnixMilli()})
 	if err != nil {
 		return nil, fmt.Errorf("store: webhook secret of %s: %w", accountID, err)
 	}
-	r := webhookSecretLua.reply(res)
-	if code, err := r.code(); err != nil || code != 1 {
-		return nil, notFoundOr(err, "account", accountID)
+	if r.Code != 1 {
+		return nil, &apperr.NotFoundError{Kind: "account", ID: accountID}
 	}
-	out := make([]string, 0, 2)
-	for i := 1; i < len(res); i++ {
-		out = append(out, r.str(i))
+	out := []string{r.Current}
+	if r.Previous != "" {
+		out = append(out, r.Previous)
 	}
 	return out, nil
 }
 
-var rotateSecretLua = durableScript("rotate_secret", map[string]int64{"ROTATED": 1, "NO_ACCOUNT": -1})
+var rotateSecretLua = durableScript[secretKeys, rotateSecretArgs, rotateSecretReply]("rotate_secret", map[string]int64{"ROTATED": 1, "NO_ACCOUNT": -1})
+
+type rotateSecretReply struct {
+	Code  int64 `lua:"code"`
+	Until int64 `lua:"until"`
+}
 
 type rotateSecretArgs struct {
 	Fresh string `lua:"fresh"`
 	Now   int64  `lua:"now"`
 	Until int64  `lua:"until"`
 }
-
-func (a rotateSecretArgs) list() []any { return []any{a.Fresh, a.Now, a.Until} }
 
 // RotateSecret gives an account a new signing secret and returns it, with
 // the time until which the one it replaces still signs deliveries beside
@@ -114,36 +118,25 @@ func (s *Hooks) RotateSecret(ctx context.Context, accountID string) (string, tim
 		return "", time.Time{}, err
 	}
 	now := s.db.now()
-	res, err := rotateSecretLua.run(ctx, s.db, secretKeys{Account: accountKey(accountID), Secrets: webhookSecretKey(accountID)}.list(),
-		rotateSecretArgs{Fresh: fresh, Now: now.UnixMilli(), Until: now.Add(webhook.SecretOverlap).UnixMilli()}.list())
+	r, err := rotateSecretLua.run(ctx, s.db, secretKeys{Account: accountKey(accountID), Secrets: webhookSecretKey(accountID)},
+		rotateSecretArgs{Fresh: fresh, Now: now.UnixMilli(), Until: now.Add(webhook.SecretOverlap).UnixMilli()})
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("store: rotate the webhook secret of %s: %w", accountID, err)
 	}
-	r := rotateSecretLua.reply(res)
-	if code, err := r.code(); err != nil || code != 1 {
-		return "", time.Time{}, notFoundOr(err, "account", accountID)
+	if r.Code != 1 {
+		return "", time.Time{}, &apperr.NotFoundError{Kind: "account", ID: accountID}
 	}
-	return fresh, time.UnixMilli(r.int(1)), nil
-}
-
-// notFoundOr is err, or a not-found error of kind id when err is nil.
-func notFoundOr(err error, kind, id string) error {
-	if err != nil {
-		return err
-	}
-	return &apperr.NotFoundError{Kind: kind, ID: id}
+	return fresh, time.UnixMilli(r.Until), nil
 }
 
 func hookID(event string, seq int) string { return event + ":" + strconv.Itoa(seq) }
 
-var hookQueuedLua = newScript("hook_queued", map[string]int64{"LISTED": 1})
+var hookQueuedLua = newScript[hookQueuedKeys, hookQueuedArgs, codeReply]("hook_queued", map[string]int64{"LISTED": 1})
 
 type hookQueuedKeys struct {
 	Log string `lua:"log"`
 	Due string `lua:"due"`
 }
-
-func (k hookQueuedKeys) list() []string { return []string{k.Log, k.Due} }
 
 type hookQueuedArgs struct {
 	Delivery string `lua:"delivery"`
@@ -151,8 +144,6 @@ type hookQueuedArgs struct {
 	TTL      int64  `lua:"ttl"`
 	Member   string `lua:"member"`
 }
-
-func (a hookQueuedArgs) list() []any { return []any{a.Delivery, a.Now, a.TTL, a.Member} }
 
 // Queued records that the delivery of an event of a task is queued: a
 // final event leaves the shard's due work, and the delivery is
@@ -164,19 +155,17 @@ func (s *Hooks) Queued(ctx context.Context, accountID, taskID, event string, seq
 		a.Member = hookDue(accountID, taskID, event)
 	}
 	k := hookQueuedKeys{Log: webhookLogKey(accountID, taskID), Due: dueOf(accountID)}
-	if _, err := hookQueuedLua.run(ctx, s.db, k.list(), a.list()); err != nil {
+	if _, err := hookQueuedLua.run(ctx, s.db, k, a); err != nil {
 		return fmt.Errorf("store: webhook %s of %s: %w", event, taskID, err)
 	}
 	return nil
 }
 
-var hookAttemptLua = newScript("hook_attempt", map[string]int64{"RECORDED": 1, "ENDED": 0})
+var hookAttemptLua = newScript[hookLogKeys, hookAttemptArgs, codeReply]("hook_attempt", map[string]int64{"RECORDED": 1, "ENDED": 0})
 
 type hookLogKeys struct {
 	Log string `lua:"log"`
 }
-
-func (k hookLogKeys) list() []string { return []string{k.Log} }
 
 type hookAttemptArgs struct {
 	Delivery string `lua:"delivery"`
@@ -185,10 +174,6 @@ type hookAttemptArgs struct {
 	Attempt  string `lua:"attempt"`
 	Message  string `lua:"message"`
 	TTL      int64  `lua:"ttl"`
-}
-
-func (a hookAttemptArgs) list() []any {
-	return []any{a.Delivery, a.State, a.Now, a.Attempt, a.Message, a.TTL}
 }
 
 // attemptLine is an attempt as the log keeps it.
@@ -212,15 +197,14 @@ func (s *Hooks) RecordAttempt(ctx context.Context, accountID, taskID, event stri
 	if msg.URL != "" {
 		m = msg.URL + "\n" + string(msg.Body)
 	}
-	res, err := hookAttemptLua.run(ctx, s.db, hookLogKeys{Log: webhookLogKey(accountID, taskID)}.list(), hookAttemptArgs{
+	r, err := hookAttemptLua.run(ctx, s.db, hookLogKeys{Log: webhookLogKey(accountID, taskID)}, hookAttemptArgs{
 		Delivery: hookID(event, seq), State: string(state), Now: s.db.now().UnixMilli(), Attempt: string(line) + "\n",
 		Message: m, TTL: webhook.LogTTL.Milliseconds(),
-	}.list())
+	})
 	if err != nil {
 		return false, fmt.Errorf("store: webhook %s of %s: %w", event, taskID, err)
 	}
-	code, err := hookAttemptLua.reply(res).code()
-	return code == 1, err
+	return r.Code == 1, nil
 }
 
 // Outgoing returns a delivery's state ("" if it was never listed) and the

@@ -171,18 +171,3 @@ func sessionKey(idHash string) string { return prefix + "session:" + idHash }
 // signInKey is the key of a count of failed sign-ins (name: "addr:<ip>"
 // or "email:<hash>").
 func signInKey(name string) string { return prefix + "signin:" + name }
-
-// The keys of an upstream of the workers' pool (package upstream): its
-// circuit breaker, its counts of one minute (Unix minutes), its recent
-// errors and the credential the provider refused. The upstream's name is
-// their hash tag: one slot, so one script changes them together.
-func UpstreamBreakerKey(name string) string  { return prefix + "up:{" + name + "}:breaker" }
-func UpstreamErrorsKey(name string) string   { return prefix + "up:{" + name + "}:errors" }
-func UpstreamDisabledKey(name string) string { return prefix + "up:{" + name + "}:disabled" }
-func UpstreamMinuteKey(name string, minute int64) string {
-	return prefix + "up:{" + name + "}:m:" + strconv.FormatInt(minute, 10)
-}
-
-// UpstreamsKey is the hash of the pool's upstreams as the workers last
-// loaded it (name → what operators may see of it).
-const UpstreamsKey = prefix + "upstreams"

@@ -34,47 +34,37 @@ func (l *Leases) Unlock(ctx context.Context, name string) error {
 	return nil
 }
 
-var leaseLua = newScript("lease", map[string]int64{"HELD": 1, "TAKEN": 0})
-var unleaseLua = newScript("unlease", map[string]int64{"RELEASED": 1, "TAKEN": 0})
+var leaseLua = newScript[leaseKeys, leaseArgs, codeReply]("lease", map[string]int64{"HELD": 1, "TAKEN": 0})
+var unleaseLua = newScript[leaseKeys, unleaseArgs, codeReply]("unlease", map[string]int64{"RELEASED": 1, "TAKEN": 0})
 
 type leaseKeys struct {
 	Lease string `lua:"lease"`
 }
-
-func (k leaseKeys) list() []string { return []string{k.Lease} }
 
 type leaseArgs struct {
 	Holder string `lua:"holder"`
 	TTL    int64  `lua:"ttl"`
 }
 
-func (a leaseArgs) list() []any { return []any{a.Holder, a.TTL} }
-
 type unleaseArgs struct {
 	Holder string `lua:"holder"`
 }
-
-func (a unleaseArgs) list() []any { return []any{a.Holder} }
 
 // TakeShards takes, or renews, the leases of shards for holder, for ttl,
 // in one round trip, and returns which it holds now (another holder has
 // the others).
 func (l *Leases) TakeShards(ctx context.Context, holder string, shards []int, ttl time.Duration) ([]int, error) {
-	calls := make([]scriptCall, len(shards))
+	calls := make([]call[leaseKeys, leaseArgs], len(shards))
 	for i, n := range shards {
-		calls[i] = scriptCall{leaseKeys{Lease: shardLeaseKey(n)}.list(), leaseArgs{Holder: holder, TTL: ttl.Milliseconds()}.list()}
+		calls[i] = call[leaseKeys, leaseArgs]{leaseKeys{Lease: shardLeaseKey(n)}, leaseArgs{Holder: holder, TTL: ttl.Milliseconds()}}
 	}
-	cmds, err := leaseLua.runPipelined(ctx, l.db, calls)
+	replies, errs, err := leaseLua.runPipelined(ctx, l.db, calls)
 	if err != nil {
 		return nil, fmt.Errorf("store: shard leases: %w", err)
 	}
 	var held []int
-	for i, c := range cmds {
-		v, err := c.Slice()
-		if err != nil {
-			continue
-		}
-		if code, err := leaseLua.reply(v).code(); err == nil && code == 1 {
+	for i, r := range replies {
+		if errs[i] == nil && r.Code == 1 {
 			held = append(held, shards[i])
 		}
 	}
@@ -83,11 +73,11 @@ func (l *Leases) TakeShards(ctx context.Context, holder string, shards []int, tt
 
 // ReleaseShards gives back the leases of shards holder has.
 func (l *Leases) ReleaseShards(ctx context.Context, holder string, shards []int) error {
-	calls := make([]scriptCall, len(shards))
+	calls := make([]call[leaseKeys, unleaseArgs], len(shards))
 	for i, n := range shards {
-		calls[i] = scriptCall{leaseKeys{Lease: shardLeaseKey(n)}.list(), unleaseArgs{Holder: holder}.list()}
+		calls[i] = call[leaseKeys, unleaseArgs]{leaseKeys{Lease: shardLeaseKey(n)}, unleaseArgs{Holder: holder}}
 	}
-	if _, err := unleaseLua.runPipelined(ctx, l.db, calls); err != nil {
+	if _, _, err := unleaseLua.runPipelined(ctx, l.db, calls); err != nil {
 		return fmt.Errorf("store: release shard leases: %w", err)
 	}
 	return nil

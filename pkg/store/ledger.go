@@ -39,14 +39,17 @@ func ledgerEntry(accountID, kind string, amount, balance int64, taskID, note str
 	return &redis.XAddArgs{Stream: ledgerKey(accountID), Values: v}
 }
 
-var addCreditsLua = durableScript("add_credits", map[string]int64{"ADDED": 1, "NO_ACCOUNT": -1, "BELOW_ZERO": 0})
+var addCreditsLua = durableScript[creditKeys, addCreditsArgs, balanceReply]("add_credits", map[string]int64{"ADDED": 1, "NO_ACCOUNT": -1, "BELOW_ZERO": 0})
 
 type creditKeys struct {
 	Account string `lua:"account"`
 	Ledger  string `lua:"ledger"`
 }
 
-func (k creditKeys) list() []string { return []string{k.Account, k.Ledger} }
+type balanceReply struct {
+	Code    int64 `lua:"code"`
+	Balance int64 `lua:"balance"`
+}
 
 type addCreditsArgs struct {
 	Amount int64  `lua:"amount"`
@@ -54,8 +57,6 @@ type addCreditsArgs struct {
 	Now    int64  `lua:"now"`
 	Keep   int64  `lua:"keep"`
 }
-
-func (a addCreditsArgs) list() []any { return []any{a.Amount, a.Note, a.Now, a.Keep} }
 
 // AddCredits adds n credits (negative for a correction) and returns the
 // new balance. A correction that would take the balance below zero is
@@ -67,22 +68,17 @@ func (s *Accounts) AddCredits(ctx context.Context, id string, n int64, note stri
 	if note == "" {
 		note = "operator adjustment"
 	}
-	res, err := addCreditsLua.run(ctx, s.db, creditKeys{Account: accountKey(id), Ledger: ledgerKey(id)}.list(), addCreditsArgs{Amount: n, Note: note, Now: s.db.now().UnixMilli(), Keep: s.db.keepMs()}.list())
+	r, err := addCreditsLua.run(ctx, s.db, creditKeys{Account: accountKey(id), Ledger: ledgerKey(id)}, addCreditsArgs{Amount: n, Note: note, Now: s.db.now().UnixMilli(), Keep: s.db.keepMs()})
 	if err != nil {
 		return 0, fmt.Errorf("store: credits %s: %w", id, err)
 	}
-	r := addCreditsLua.reply(res)
-	code, err := r.code()
-	if err != nil {
-		return 0, err
-	}
-	switch code {
+	switch r.Code {
 	case -1:
 		return 0, &apperr.NotFoundError{Kind: "account", ID: id}
 	case 0:
-		return r.int(1), apperr.Errorf(apperr.Invalid, "the balance is %d; subtracting %d would take it below 0", r.int(1), -n)
+		return r.Balance, apperr.Errorf(apperr.Invalid, "the balance is %d; subtracting %d would take it below 0", r.Balance, -n)
 	}
-	return r.int(1), nil
+	return r.Balance, nil
 }
 
 // Ledger returns up to limit of the account's credit movements, newest

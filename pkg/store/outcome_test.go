@@ -217,7 +217,7 @@ func TestCreateWithoutAQueueNumberKeepsTheQueue(t *testing.T) {
 		Deadline: now.Add(time.Hour).UnixMilli(), Tier: "standard", AccountID: acct, TaskID: id,
 		CheckAt: now.UnixMilli(), IdemUntil: now.UnixMilli(), IdemTTL: 1000,
 		QueueName: "standard", QueueSeq: noQueueSeq, Input: []byte("in"), Type: task.Type, Model: testModel, Created: now.UnixMilli()}
-	if _, err := createLua.run(ctx, s.db, k.list(), a.list()); err != nil {
+	if _, err := createLua.run(ctx, s.db, k, a); err != nil {
 		t.Fatal(err)
 	}
 	tk, err := s.tasks.Get(ctx, acct, id)

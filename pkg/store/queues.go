@@ -36,31 +36,37 @@ type Queues struct{ db *DB }
 // NewQueues returns the queue numbers on db.
 func NewQueues(db *DB) *Queues { return &Queues{db: db} }
 
-var joinQueueLua = newScript("join_queue", map[string]int64{"JOINED": 1})
+var joinQueueLua = newScript[queueKeys, joinQueueArgs, joinQueueReply]("join_queue", map[string]int64{"JOINED": 1})
+
+type joinQueueReply struct {
+	Code int64 `lua:"code"`
+	Seq  int64 `lua:"seq"`
+}
 
 type joinQueueArgs struct {
 	Now int64 `lua:"now"`
 }
 
-func (a joinQueueArgs) list() []any { return []any{a.Now} }
-
 // nextQueueSeq takes the next sequence number of a queue, for a task
 // about to join it.
 func (db *DB) nextQueueSeq(ctx context.Context, queue string) (int64, error) {
-	res, err := joinQueueLua.run(ctx, db, queueKeys{Queue: queueKey(queue)}.list(), joinQueueArgs{Now: db.now().UnixMilli()}.list())
+	r, err := joinQueueLua.run(ctx, db, queueKeys{Queue: queueKey(queue)}, joinQueueArgs{Now: db.now().UnixMilli()})
 	if err != nil {
 		return 0, fmt.Errorf("store: queue %s: %w", queue, err)
 	}
-	return joinQueueLua.reply(res).int(1), nil
+	return r.Seq, nil
 }
 
-var dequeuedLua = newScript("dequeued", map[string]int64{"COUNTED": 1})
+var dequeuedLua = newScript[queueKeys, dequeuedArgs, dequeuedReply]("dequeued", map[string]int64{"COUNTED": 1})
+
+type dequeuedReply struct {
+	Code     int64 `lua:"code"`
+	Dequeued int64 `lua:"dequeued"`
+}
 
 type queueKeys struct {
 	Queue string `lua:"queue"`
 }
-
-func (k queueKeys) list() []string { return []string{k.Queue} }
 
 type dequeuedArgs struct {
 	N           int   `lua:"n"`
@@ -68,13 +74,11 @@ type dequeuedArgs struct {
 	SampleEvery int64 `lua:"sample_every"`
 }
 
-func (a dequeuedArgs) list() []any { return []any{a.N, a.Now, a.SampleEvery} }
-
 // dequeued records that n tasks left a queue.
 func (db *DB) dequeued(ctx context.Context, queue string, n int) error {
-	if _, err := dequeuedLua.run(ctx, db, queueKeys{Queue: queueKey(queue)}.list(), dequeuedArgs{
+	if _, err := dequeuedLua.run(ctx, db, queueKeys{Queue: queueKey(queue)}, dequeuedArgs{
 		N: n, Now: db.now().UnixMilli(), SampleEvery: queueSampleEvery.Milliseconds(),
-	}.list()); err != nil {
+	}); err != nil {
 		return fmt.Errorf("store: queue %s: %w", queue, err)
 	}
 	return nil

@@ -50,13 +50,30 @@ type DueWork struct {
 	Next time.Time
 }
 
-var dueLua = newScript("due", map[string]int64{"DUE": 1})
+var dueLua = newScript[dueKeys, dueArgs, dueReply]("due", map[string]int64{"DUE": 1})
+
+// dueReply is due.lua's reply: when the first entry left is due (-1:
+// none), then the entries.
+type dueReply struct {
+	Code int64    `lua:"code"`
+	Next int64    `lua:"next"`
+	Rows []dueRow `lua:"entries"`
+}
+
+// dueRow is an entry of due work: A, B, C are the queue, the run and the
+// deadline of a check (DueCheck), the event of a webhook (DueHook).
+type dueRow struct {
+	Kind      string `lua:"kind"`
+	AccountID string `lua:"account"`
+	TaskID    string `lua:"task"`
+	A         string `lua:"a"`
+	B         string `lua:"b"`
+	C         int64  `lua:"c"`
+}
 
 type dueKeys struct {
 	Due string `lua:"due"`
 }
-
-func (k dueKeys) list() []string { return []string{k.Due} }
 
 type dueArgs struct {
 	Now     int64 `lua:"now"`
@@ -64,8 +81,6 @@ type dueArgs struct {
 	Recheck int64 `lua:"recheck"`
 	Retry   int64 `lua:"retry"`
 }
-
-func (a dueArgs) list() []any { return []any{a.Now, a.Limit, a.Recheck, a.Retry} }
 
 // dueRetry is how long an entry returned by Due waits before it is due
 // again if its work is not done meanwhile (the worker died, a call
@@ -77,27 +92,26 @@ const dueRetry = 10 * time.Second
 // takes them and dies leaves nothing stuck. Entries whose work is done
 // (the task ended, the event was queued) leave by the change that does it.
 func (s *Tasks) Due(ctx context.Context, shard int, now time.Time, limit int) (DueWork, error) {
-	res, err := dueLua.run(ctx, s.db, dueKeys{Due: dueKey(shard)}.list(), dueArgs{
+	r, err := dueLua.run(ctx, s.db, dueKeys{Due: dueKey(shard)}, dueArgs{
 		Now: now.UnixMilli(), Limit: limit, Recheck: QueueRecheck.Milliseconds(), Retry: dueRetry.Milliseconds(),
-	}.list())
+	})
 	if err != nil {
 		return DueWork{}, fmt.Errorf("store: due work of shard %d: %w", shard, err)
 	}
-	r := dueLua.reply(res)
-	if _, err := r.code(); err != nil {
-		return DueWork{}, err
-	}
 	var w DueWork
-	if next := r.int(1); next >= 0 {
-		w.Next = time.UnixMilli(next)
+	if r.Next >= 0 {
+		w.Next = time.UnixMilli(r.Next)
 	}
-	for i := 2; i+5 < len(res); i += 6 {
-		e := DueEntry{Kind: DueKind(r.str(i)[0]), AccountID: r.str(i + 1), TaskID: r.str(i + 2)}
+	for _, row := range r.Rows {
+		if row.Kind == "" {
+			return DueWork{}, fmt.Errorf("store: due work of shard %d: an entry of no kind", shard)
+		}
+		e := DueEntry{Kind: DueKind(row.Kind[0]), AccountID: row.AccountID, TaskID: row.TaskID}
 		switch e.Kind {
 		case DueCheck:
-			e.Queue, e.Run, e.Deadline = r.str(i+3), r.str(i+4), time.UnixMilli(r.int(i+5))
+			e.Queue, e.Run, e.Deadline = row.A, row.B, time.UnixMilli(row.C)
 		case DueHook:
-			e.Event = r.str(i + 3)
+			e.Event = row.A
 		}
 		w.Entries = append(w.Entries, e)
 	}

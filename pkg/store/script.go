@@ -4,84 +4,44 @@ import (
 	"context"
 	"embed"
 	"errors"
-	"fmt"
-	"regexp"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/easelhq/easel/pkg/luascript"
 )
 
-// The Lua scripts: one file each under lua/, lib.lua put before each. A
-// script's file opens with its contract, one line per key and argument in
-// order,
-//
-//	-- KEYS[1] -> task: the task record
-//	-- ARGV[1] -> now: Unix ms
-//
-// which it then binds to named locals, and ends in a reply whose first
-// element is one of the codes it names (never a bare number). On the Go
-// side each script is called through one typed function: a struct of its
-// keys and one of its arguments in, in the header's order (their `lua`
-// tags are the header's names), a reply struct out. script_test.go holds
-// the two sides to each other: headers against structs, the codes a
-// script returns against the codes Go declares, every quoted name a
-// script uses against the hash fields and values Go declares.
+// The Lua scripts: one file each under lua/, lib.lua put before each,
+// loaded and called through package luascript: each script's keys,
+// arguments and reply are structs tagged `lua:"name"` declared beside its
+// caller, and script_test.go holds them to the files (luascript's
+// scripttest, and the names the scripts quote against the hash fields
+// and values Go declares).
 //
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// luaScript is a script loaded from lua/<name>.lua.
-type luaScript struct {
-	name string
-	// keys and argv are the names of KEYS and ARGV, in order, from the
-	// header.
-	keys, argv []string
-	// codes are the reply codes Go declares for it, by their Lua names.
-	codes map[string]int64
+var scripts = luascript.NewLibrary("store", luaFiles, "lua", "lib.lua")
+
+// script is a store script: K its keys, A its arguments, R its reply.
+type script[K, A, R any] struct {
+	*luascript.Def[K, A, R]
 	// durable: a change that moves credits or ends a task, which waits for
 	// the replicas Options.MinReplicas asks for (DB.eval); the others run
 	// at once.
 	durable bool
-	body    string // the script's own text, lib.lua not included
-	rs      *redis.Script
 }
 
-var headerLine = regexp.MustCompile(`^-- (KEYS|ARGV)\[(\d+)\] -> ([a-z_]+)(?::|$)`)
+// newScript loads lua/<name>.lua, whose reply codes are codes.
+func newScript[K, A, R any](name string, codes map[string]int64) script[K, A, R] {
+	return script[K, A, R]{Def: luascript.Load[K, A, R](scripts, name, codes)}
+}
 
-// newScript loads lua/<name>.lua. It panics on a file that is missing or
-// whose header is out of order: the package would not work at all, and
-// every test of it says so at once.
-func newScript(name string, codes map[string]int64) *luaScript {
-	lib, err := luaFiles.ReadFile("lua/lib.lua")
-	if err != nil {
-		panic(err)
-	}
-	body, err := luaFiles.ReadFile("lua/" + name + ".lua")
-	if err != nil {
-		panic(err)
-	}
-	s := &luaScript{name: name, codes: codes, body: string(body)}
-	for _, line := range strings.Split(s.body, "\n") {
-		if !strings.HasPrefix(line, "-- KEYS[") && !strings.HasPrefix(line, "-- ARGV[") {
-			continue
-		}
-		m := headerLine.FindStringSubmatch(line)
-		if m == nil {
-			panic(fmt.Sprintf("store: %s.lua: malformed header line %q", name, line))
-		}
-		n, _ := strconv.Atoi(m[2])
-		list := &s.keys
-		if m[1] == "ARGV" {
-			list = &s.argv
-		}
-		if n != len(*list)+1 {
-			panic(fmt.Sprintf("store: %s.lua: %s[%d] out of order", name, m[1], n))
-		}
-		*list = append(*list, m[3])
-	}
-	s.rs = redis.NewScript(string(lib) + "\n" + s.body)
+// durableScript is newScript for a script that moves credits or ends a
+// task: with Options.MinReplicas its changes wait for the replicas.
+func durableScript[K, A, R any](name string, codes map[string]int64) script[K, A, R] {
+	s := newScript[K, A, R](name, codes)
+	s.durable = true
 	return s
 }
 
@@ -89,14 +49,6 @@ func newScript(name string, codes map[string]int64) *luaScript {
 // values, by their names in lib.lua.
 var outcomeCodes = map[string]int64{
 	"APPLIED": 0, "FINAL": 1, "MISSING": 2, "SUPERSEDED": 3, "POISONED": 4, "BUSY": 5,
-}
-
-// durableScript is newScript for a script that moves credits or ends a
-// task: with Options.MinReplicas its changes wait for the replicas.
-func durableScript(name string, codes map[string]int64) *luaScript {
-	s := newScript(name, codes)
-	s.durable = true
-	return s
 }
 
 // outcomes are the outcome codes a script returns.
@@ -112,65 +64,59 @@ func outcomes(names ...string) map[string]int64 {
 	return out
 }
 
-// run runs the script, checking that it was given as many keys and
-// arguments as its header names.
-func (s *luaScript) run(ctx context.Context, db *DB, keys []string, argv []any) ([]any, error) {
-	if len(keys) != len(s.keys) || len(argv) != len(s.argv) {
-		return nil, fmt.Errorf("store: %s.lua takes %d keys and %d arguments, given %d and %d", s.name, len(s.keys), len(s.argv), len(keys), len(argv))
-	}
-	var cmd interface{ Slice() ([]any, error) }
+// run runs the script and reads its reply.
+func (s script[K, A, R]) run(ctx context.Context, db *DB, k K, a A) (R, error) {
+	keys, argv := s.Keys(k), s.Argv(a)
+	var cmd *redis.Cmd
 	if s.durable {
-		cmd = db.eval(ctx, s.rs, keys, argv...)
+		cmd = db.eval(ctx, s.Redis(), keys, argv...)
 	} else {
-		cmd = s.rs.Run(ctx, db.hot, keys, argv...)
+		cmd = s.Redis().Run(ctx, db.hot, keys, argv...)
 	}
 	res, err := cmd.Slice()
 	if err != nil {
-		return nil, err
+		var r R
+		return r, err
 	}
-	if len(res) == 0 {
-		return nil, fmt.Errorf("store: %s.lua: empty reply", s.name)
-	}
-	return res, nil
+	return s.Decode(res)
 }
 
-// reply reads a script's reply: its code, then its other elements.
-type reply struct {
-	script *luaScript
-	v      []any
+// call is one call of a script in a pipeline.
+type call[K, A any] struct {
+	keys K
+	args A
 }
 
-func (s *luaScript) reply(v []any) reply { return reply{s, v} }
-
-// code is the reply's first element, which must be one of the script's
-// codes.
-func (r reply) code() (int64, error) {
-	c, ok := r.v[0].(int64)
-	if !ok {
-		return 0, fmt.Errorf("store: %s.lua: reply %v", r.script.name, r.v)
+// runPipelined runs calls of the script in one round trip (pipelined,
+// below) and reads each one's reply, or its error, at its index. The
+// error returned is only for the round trip itself.
+func (s script[K, A, R]) runPipelined(ctx context.Context, db *DB, calls []call[K, A]) ([]R, []error, error) {
+	sc := make([]scriptCall, len(calls))
+	for i, c := range calls {
+		sc[i] = scriptCall{s.Keys(c.keys), s.Argv(c.args)}
 	}
-	for _, v := range r.script.codes {
-		if v == c {
-			return c, nil
+	cmds, err := pipelined(ctx, db, s.Script, s.durable, sc)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, errs := make([]R, len(calls)), make([]error, len(calls))
+	for i, c := range cmds {
+		res, err := c.Slice()
+		if err != nil {
+			errs[i] = err
+			continue
 		}
+		out[i], errs[i] = s.Decode(res)
 	}
-	return 0, fmt.Errorf("store: %s.lua: undeclared reply code %d", r.script.name, c)
+	return out, errs, nil
 }
 
-func (r reply) int(i int) int64 {
-	if i >= len(r.v) {
-		return 0
-	}
-	n, _ := r.v[i].(int64)
-	return n
-}
-
-func (r reply) str(i int) string {
-	if i >= len(r.v) {
-		return ""
-	}
-	s, _ := r.v[i].(string)
-	return s
+// admittedRow is a task a script admitted (lib.lua's promote): the rows
+// that end the replies of the scripts that free a place.
+type admittedRow struct {
+	TaskID   string `lua:"id"`
+	Queue    string `lua:"queue"`
+	Deadline int64  `lua:"deadline"`
 }
 
 // scriptCall is one call of a script in a pipeline.
@@ -179,26 +125,21 @@ type scriptCall struct {
 	argv []any
 }
 
-// runPipelined runs calls of a script in one round trip (one per node on a
+// pipelined runs calls of a script in one round trip (one per node on a
 // cluster). A call answered NOSCRIPT (a server that restarted, failed over
 // or flushed its scripts) is run again once the script is loaded on every
 // node. A durable script's calls wait for the replicas as DB.eval's do
 // (each node's pipeline followed by WAIT). Each call's own reply or error
 // is in its command; the error returned is only for the round trip itself.
-func (s *luaScript) runPipelined(ctx context.Context, db *DB, calls []scriptCall) ([]*redis.Cmd, error) {
-	for _, c := range calls {
-		if len(c.keys) != len(s.keys) || len(c.argv) != len(s.argv) {
-			return nil, fmt.Errorf("store: %s.lua takes %d keys and %d arguments, given %d and %d", s.name, len(s.keys), len(s.argv), len(c.keys), len(c.argv))
-		}
-	}
-	if s.durable && db.minReplicas > 0 {
-		return s.runWaiting(ctx, db, calls), nil
+func pipelined(ctx context.Context, db *DB, s *luascript.Script, durable bool, calls []scriptCall) ([]*redis.Cmd, error) {
+	if durable && db.minReplicas > 0 {
+		return runWaiting(ctx, db, s.Redis(), calls), nil
 	}
 	cmds := make([]*redis.Cmd, len(calls))
 	run := func(idx []int) error {
 		_, err := db.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range idx {
-				cmds[i] = s.rs.EvalSha(ctx, p, calls[i].keys, calls[i].argv...)
+				cmds[i] = s.Redis().EvalSha(ctx, p, calls[i].keys, calls[i].argv...)
 			}
 			return nil
 		})
@@ -218,7 +159,7 @@ func (s *luaScript) runPipelined(ctx context.Context, db *DB, calls []scriptCall
 	if len(again) == 0 {
 		return cmds, roundTripErr(err, cmds)
 	}
-	if lerr := s.loadEverywhere(ctx, db); lerr != nil {
+	if lerr := loadEverywhere(ctx, db, s.Redis()); lerr != nil {
 		return cmds, lerr
 	}
 	err = run(again)
@@ -227,7 +168,7 @@ func (s *luaScript) runPipelined(ctx context.Context, db *DB, calls []scriptCall
 
 // runWaiting runs calls of a durable script node by node (each node's in
 // one pipeline followed by WAIT, the nodes at once), with DB.evalWaiting.
-func (s *luaScript) runWaiting(ctx context.Context, db *DB, calls []scriptCall) []*redis.Cmd {
+func runWaiting(ctx context.Context, db *DB, rs *redis.Script, calls []scriptCall) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	type group struct {
 		node redis.Cmdable
@@ -254,7 +195,7 @@ func (s *luaScript) runWaiting(ctx context.Context, db *DB, calls []scriptCall) 
 			for j, i := range g.idx {
 				sub[j] = calls[i]
 			}
-			for j, c := range db.evalWaiting(ctx, g.node, addr, s.rs, sub) {
+			for j, c := range db.evalWaiting(ctx, g.node, addr, rs, sub) {
 				cmds[g.idx[j]] = c
 			}
 		})
@@ -280,13 +221,18 @@ func roundTripErr(err error, cmds []*redis.Cmd) error {
 	return err
 }
 
-// loadEverywhere loads the script on the server, or on every master of a
+// loadEverywhere loads a script on the server, or on every master of a
 // cluster.
-func (s *luaScript) loadEverywhere(ctx context.Context, db *DB) error {
+func loadEverywhere(ctx context.Context, db *DB, rs *redis.Script) error {
 	if cc, ok := db.rdb.(*redis.ClusterClient); ok {
 		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			return s.rs.Load(ctx, c).Err()
+			return rs.Load(ctx, c).Err()
 		})
 	}
-	return s.rs.Load(ctx, db.rdb).Err()
+	return rs.Load(ctx, db.rdb).Err()
+}
+
+// codeReply is the reply of a script that says only its code.
+type codeReply struct {
+	Code int64 `lua:"code"`
 }

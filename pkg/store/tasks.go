@@ -45,10 +45,6 @@ func keysOfTask(accountID, taskID string) taskKeys {
 		Ledger: ledgerKey(accountID), Parked: parkedKey(accountID), Due: dueOf(accountID)}
 }
 
-func (k taskKeys) list() []string {
-	return []string{k.Task, k.Account, k.Ledger, k.Parked, k.Due}
-}
-
 // Idempotency keys are kept this long. A create under way holds its key
 // until its undo could no longer apply (ValidUntil, then UndoWindow): a
 // gateway that died mid-create leaves its task to the recovery, and its
@@ -77,7 +73,7 @@ const crashMessage = "the task stopped its worker twice and was not tried again;
 // keepMs is the ledger's retention in ms (0: for ever).
 func (db *DB) keepMs() int64 { return db.ledgerKeep.Milliseconds() }
 
-var createLua = durableScript("create", map[string]int64{
+var createLua = durableScript[createKeys, createArgs, createReply]("create", map[string]int64{
 	"CREATED": createCreated, "REPLAYED": createReplayed, "NO_ACCOUNT": createNoAccount, "DISABLED": createDisabled,
 	"MODEL_NOT_ALLOWED": createModelNotAllowed, "TASK_EXISTS": createTaskExists, "INFLIGHT_LIMIT": createInflightLimit,
 	"NO_CREDITS": createNoCredits, "IDEM_MISMATCH": createIdemMismatch, "IDEM_BUSY": createIdemBusy, "LATE": createLate,
@@ -139,10 +135,6 @@ type createKeys struct {
 	Usage   string `lua:"usage"`
 }
 
-func (k createKeys) list() []string {
-	return []string{k.Task, k.Account, k.Ledger, k.Parked, k.Due, k.Index, k.Idem, k.Queue, k.Spend, k.Usage}
-}
-
 type createArgs struct {
 	Now            int64  `lua:"now"`
 	TTL            int64  `lua:"ttl"`
@@ -173,10 +165,16 @@ type createArgs struct {
 	UsageUntil     int64  `lua:"usage_until"`
 }
 
-func (a createArgs) list() []any {
-	return []any{a.Now, a.TTL, a.Price, a.DefaultMax, a.Deadline, a.Tier, a.AccountID, a.TaskID, a.CheckAt, a.Share, a.Keep,
-		a.WithIdem, a.BodyHash, a.IdemUntil, a.IdemTTL, a.QueueName, a.QueueSeq, a.Input, a.Type, a.Model, a.Created,
-		a.CallbackURL, a.CallbackEvents, a.ValidUntil, a.KeyHash, a.SpendLimit, a.UsageUntil}
+// createReply is create.lua's reply. N is the balance (CREATED,
+// NO_CREDITS), the limit (INFLIGHT_LIMIT) or what the key has spent
+// (KEY_SPEND_LIMIT); Replayed the earlier task (REPLAYED).
+type createReply struct {
+	Code     int64         `lua:"code"`
+	N        int64         `lua:"n"`
+	Replayed string        `lua:"replayed"`
+	QueueSeq int64         `lua:"queue_seq"`
+	Admitted bool          `lua:"admitted"`
+	Others   []admittedRow `lua:"admitted_others"`
 }
 
 // Creation is what a create did.
@@ -260,27 +258,22 @@ func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, input [
 			}
 		}()
 	}
-	res, err := createLua.run(ctx, db, k.list(), a.list())
+	r, err := createLua.run(ctx, db, k, a)
 	if err != nil {
 		return Creation{}, fmt.Errorf("store: create %s: %w", t.ID, err)
 	}
-	r := createLua.reply(res)
-	code, err := r.code()
-	if err != nil {
-		return Creation{}, err
-	}
-	n := r.int(1)
-	switch code {
+	n := r.N
+	switch r.Code {
 	case createCreated:
-		out := Creation{Balance: n, Admitted: r.int(3) == 1}
-		if seq := r.int(2); seq > 0 {
-			t.Queue, t.QueueSeq = c.Queue, seq
+		out := Creation{Balance: n, Admitted: r.Admitted}
+		if r.QueueSeq > 0 {
+			t.Queue, t.QueueSeq = c.Queue, r.QueueSeq
 			used = true
 		}
-		out.Others = s.admitted(ctx, acct, r, 4)
+		out.Others = s.admitted(ctx, acct, r.Others)
 		return out, nil
 	case createReplayed:
-		return Creation{}, &task.Replayed{TaskID: r.str(2)}
+		return Creation{}, &task.Replayed{TaskID: r.Replayed}
 	case createIdemMismatch:
 		return Creation{}, apperr.New(apperr.Mismatch, "this Idempotency-Key was used with a different request body")
 	case createIdemBusy:
@@ -304,13 +297,12 @@ func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, input [
 	}
 }
 
-// admitted reads the tasks a script admitted, from element from of its
-// reply on (id, queue, deadline, ...), and gives each its number in its
-// queue.
-func (s *Tasks) admitted(ctx context.Context, accountID string, r reply, from int) []task.Admitted {
+// admitted are the tasks a script admitted, each given its number in
+// its queue.
+func (s *Tasks) admitted(ctx context.Context, accountID string, rows []admittedRow) []task.Admitted {
 	var out []task.Admitted
-	for i := from; i+2 < len(r.v); i += 3 {
-		a := task.Admitted{AccountID: accountID, TaskID: r.str(i), Queue: r.str(i + 1), Deadline: time.UnixMilli(r.int(i + 2))}
+	for _, r := range rows {
+		a := task.Admitted{AccountID: accountID, TaskID: r.TaskID, Queue: r.Queue, Deadline: time.UnixMilli(r.Deadline)}
 		if a.TaskID == "" {
 			continue
 		}
@@ -322,20 +314,16 @@ func (s *Tasks) admitted(ctx context.Context, accountID string, r reply, from in
 	return out
 }
 
-var queueSeqLua = newScript("queue_seq", map[string]int64{"SET": 1, "GONE": 0})
+var queueSeqLua = newScript[queueSeqKeys, queueSeqArgs, codeReply]("queue_seq", map[string]int64{"SET": 1, "GONE": 0})
 
 type queueSeqKeys struct {
 	Task string `lua:"task"`
 }
 
-func (k queueSeqKeys) list() []string { return []string{k.Task} }
-
 type queueSeqArgs struct {
 	QueueName string `lua:"queue_name"`
 	QueueSeq  int64  `lua:"queue_seq"`
 }
-
-func (a queueSeqArgs) list() []any { return []any{a.QueueName, a.QueueSeq} }
 
 // numberInQueue gives a task admitted after its creation its number in
 // its queue, for its position. Best effort: a task without one reads no
@@ -347,11 +335,11 @@ func (s *Tasks) numberInQueue(ctx context.Context, accountID, taskID, queue stri
 	if err != nil {
 		return
 	}
-	res, err := queueSeqLua.run(ctx, s.db, queueSeqKeys{Task: taskKey(accountID, taskID)}.list(), queueSeqArgs{QueueName: queue, QueueSeq: seq}.list())
+	r, err := queueSeqLua.run(ctx, s.db, queueSeqKeys{Task: taskKey(accountID, taskID)}, queueSeqArgs{QueueName: queue, QueueSeq: seq})
 	if err != nil {
 		return
 	}
-	if code, _ := queueSeqLua.reply(res).code(); code != 1 {
+	if r.Code != 1 {
 		_ = s.db.dequeued(ctx, queue, 1)
 	}
 }
@@ -475,7 +463,19 @@ func (s *Tasks) endArgs(now time.Time) (ttl, keep, hookAt, checkAt int64, share 
 	return db.ttl.Milliseconds(), db.keepMs(), now.Add(HookGrace).UnixMilli(), now.Add(FirstQueueCheck).UnixMilli(), db.share
 }
 
-var startLua = durableScript("start", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED", "POISONED", "BUSY"))
+var startLua = durableScript[taskKeys, startArgs, startReply]("start", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED", "POISONED", "BUSY"))
+
+type startReply struct {
+	Code     int64         `lua:"code"`
+	Refunded int64         `lua:"refunded"`
+	Hooked   bool          `lua:"hooked"`
+	Left     string        `lua:"queue_left"`
+	Input    string        `lua:"input"`
+	Created  int64         `lua:"created"`
+	Deadline int64         `lua:"deadline"`
+	Model    string        `lua:"model"`
+	Admitted []admittedRow `lua:"admitted"`
+}
 
 type startArgs struct {
 	Now          int64  `lua:"now"`
@@ -491,10 +491,6 @@ type startArgs struct {
 	CheckAt      int64  `lua:"check_at"`
 }
 
-func (a startArgs) list() []any {
-	return []any{a.Now, a.Run, a.MaxCrashes, a.TTL, a.Keep, a.HookAt, a.CrashMessage, a.AccountID, a.TaskID, a.Share, a.CheckAt}
-}
-
 // Start gives a task to a run (jobs.RunID) and moves it to processing,
 // recording when (the first time). A task already processing for the same
 // run (a retry) stays processing and keeps its progress; if that run never
@@ -507,24 +503,19 @@ func (a startArgs) list() []any {
 func (s *Tasks) Start(ctx context.Context, accountID, taskID, run string) (Started, error) {
 	now := s.db.now()
 	ttl, keep, hookAt, checkAt, share := s.endArgs(now)
-	res, err := startLua.run(ctx, s.db, keysOfTask(accountID, taskID).list(), startArgs{
+	r, err := startLua.run(ctx, s.db, keysOfTask(accountID, taskID), startArgs{
 		Now: now.UnixMilli(), Run: run, MaxCrashes: task.MaxCrashes, TTL: ttl, Keep: keep, HookAt: hookAt,
 		CrashMessage: crashMessage, AccountID: accountID, TaskID: taskID, Share: share, CheckAt: checkAt,
-	}.list())
+	})
 	if err != nil {
 		return Started{}, fmt.Errorf("store: start %s: %w", taskID, err)
 	}
-	r := startLua.reply(res)
-	code, err := r.code()
-	if err != nil {
-		return Started{}, err
-	}
-	s.left(ctx, r.str(3))
-	st := Started{Change: Change{Outcome: task.Outcome(code), At: now, Refunded: r.int(1), Hooked: r.int(2) == 1,
-		Model: r.str(7), Admitted: s.admitted(ctx, accountID, r, 8)}}
+	s.left(ctx, r.Left)
+	st := Started{Change: Change{Outcome: task.Outcome(r.Code), At: now, Refunded: r.Refunded, Hooked: r.Hooked,
+		Model: r.Model, Admitted: s.admitted(ctx, accountID, r.Admitted)}}
 	if st.Outcome == task.Applied {
-		st.Input = []byte(r.str(4))
-		st.Created, st.Deadline = time.UnixMilli(r.int(5)), time.UnixMilli(r.int(6))
+		st.Input = []byte(r.Input)
+		st.Created, st.Deadline = time.UnixMilli(r.Created), time.UnixMilli(r.Deadline)
 	}
 	return st, nil
 }
@@ -538,45 +529,42 @@ type Started struct {
 	Created, Deadline time.Time
 }
 
-var releaseLua = newScript("release", outcomes("APPLIED", "SUPERSEDED"))
+var releaseLua = newScript[releaseKeys, releaseArgs, codeReply]("release", outcomes("APPLIED", "SUPERSEDED"))
 
 type releaseKeys struct {
 	Task string `lua:"task"`
 }
 
-func (k releaseKeys) list() []string { return []string{k.Task} }
-
 type releaseArgs struct {
 	Run string `lua:"run"`
 }
-
-func (a releaseArgs) list() []any { return []any{a.Run} }
 
 // Release records that a run let go of its task alive (it will be
 // retried, or put back on its queue by a worker shutting down), so its
 // next start is no crash. The task keeps its place: its job is queued
 // still.
 func (s *Tasks) Release(ctx context.Context, accountID, taskID, run string) error {
-	if _, err := releaseLua.run(ctx, s.db, releaseKeys{Task: taskKey(accountID, taskID)}.list(), releaseArgs{Run: run}.list()); err != nil {
+	if _, err := releaseLua.run(ctx, s.db, releaseKeys{Task: taskKey(accountID, taskID)}, releaseArgs{Run: run}); err != nil {
 		return fmt.Errorf("store: release %s: %w", taskID, err)
 	}
 	return nil
 }
 
-var progressLua = newScript("progress", map[string]int64{"CHANGED": 1, "UNCHANGED": 0})
+var progressLua = newScript[progressKeys, progressArgs, progressReply]("progress", map[string]int64{"CHANGED": 1, "UNCHANGED": 0})
+
+type progressReply struct {
+	Code int64 `lua:"code"`
+	Hook bool  `lua:"hook"`
+}
 
 type progressKeys struct {
 	Task string `lua:"task"`
 }
 
-func (k progressKeys) list() []string { return []string{k.Task} }
-
 type progressArgs struct {
 	Pct int    `lua:"pct"`
 	Run string `lua:"run"`
 }
-
-func (a progressArgs) list() []any { return []any{a.Pct, a.Run} }
 
 // Progress raises the progress of a task run owns to pct, clamped to
 // 1..task.MaxProgress. It never lowers progress and ignores tasks that are
@@ -585,14 +573,21 @@ func (a progressArgs) list() []any { return []any{a.Pct, a.Run} }
 // callback asked for task.progress).
 func (s *Tasks) Progress(ctx context.Context, accountID, taskID, run string, pct int) (hook bool, err error) {
 	pct = min(max(pct, 1), task.MaxProgress)
-	res, err := progressLua.run(ctx, s.db, progressKeys{Task: taskKey(accountID, taskID)}.list(), progressArgs{Pct: pct, Run: run}.list())
+	r, err := progressLua.run(ctx, s.db, progressKeys{Task: taskKey(accountID, taskID)}, progressArgs{Pct: pct, Run: run})
 	if err != nil {
 		return false, fmt.Errorf("store: progress %s: %w", taskID, err)
 	}
-	return progressLua.reply(res).int(1) == 1, nil
+	return r.Hook, nil
 }
 
-var completeLua = durableScript("complete", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED"))
+var completeLua = durableScript[taskKeys, completeArgs, completeReply]("complete", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED"))
+
+type completeReply struct {
+	Code     int64         `lua:"code"`
+	Hooked   bool          `lua:"hooked"`
+	Left     string        `lua:"queue_left"`
+	Admitted []admittedRow `lua:"admitted"`
+}
 
 type completeArgs struct {
 	Now       int64  `lua:"now"`
@@ -604,10 +599,6 @@ type completeArgs struct {
 	Run       string `lua:"run"`
 	Share     int    `lua:"share"`
 	CheckAt   int64  `lua:"check_at"`
-}
-
-func (a completeArgs) list() []any {
-	return []any{a.Now, a.TTL, a.HookAt, a.Results, a.AccountID, a.TaskID, a.Run, a.Share, a.CheckAt}
 }
 
 // Complete marks the task run owns completed with its results, sets its
@@ -624,23 +615,27 @@ func (s *Tasks) Complete(ctx context.Context, accountID, taskID, run string, res
 	}
 	now := s.db.now()
 	ttl, _, hookAt, checkAt, share := s.endArgs(now)
-	res, err := completeLua.run(ctx, s.db, keysOfTask(accountID, taskID).list(), completeArgs{
+	r, err := completeLua.run(ctx, s.db, keysOfTask(accountID, taskID), completeArgs{
 		Now: now.UnixMilli(), TTL: ttl, HookAt: hookAt, Results: strings.Join(keys, "\n"), AccountID: accountID,
 		TaskID: taskID, Run: run, Share: share, CheckAt: checkAt,
-	}.list())
+	})
 	if err != nil {
 		return Change{}, fmt.Errorf("store: complete %s: %w", taskID, err)
 	}
-	r := completeLua.reply(res)
-	code, err := r.code()
-	if err != nil {
-		return Change{}, err
-	}
-	s.left(ctx, r.str(2))
-	return Change{Outcome: task.Outcome(code), At: now, Hooked: r.int(1) == 1, Admitted: s.admitted(ctx, accountID, r, 3)}, nil
+	s.left(ctx, r.Left)
+	return Change{Outcome: task.Outcome(r.Code), At: now, Hooked: r.Hooked, Admitted: s.admitted(ctx, accountID, r.Admitted)}, nil
 }
 
-var failLua = durableScript("fail", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED"))
+var failLua = durableScript[taskKeys, failArgs, failReply]("fail", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED"))
+
+type failReply struct {
+	Code     int64         `lua:"code"`
+	Hooked   bool          `lua:"hooked"`
+	Refunded int64         `lua:"refunded"`
+	Left     string        `lua:"queue_left"`
+	Model    string        `lua:"model"`
+	Admitted []admittedRow `lua:"admitted"`
+}
 
 type failArgs struct {
 	Now       int64  `lua:"now"`
@@ -656,10 +651,6 @@ type failArgs struct {
 	CheckAt   int64  `lua:"check_at"`
 }
 
-func (a failArgs) list() []any {
-	return []any{a.Now, a.TTL, a.Keep, a.HookAt, a.Code, a.Message, a.AccountID, a.TaskID, a.Run, a.Share, a.CheckAt}
-}
-
 // Fail marks a task failed with a code and a message for its owner,
 // refunds its price (once: only the move to failed refunds) and restarts
 // the record's 24-hour TTL. run is the run that fails it; a task another
@@ -668,28 +659,21 @@ func (a failArgs) list() []any {
 func (s *Tasks) Fail(ctx context.Context, accountID, taskID, run string, f task.Failure) (Change, error) {
 	now := s.db.now()
 	ttl, keep, hookAt, checkAt, share := s.endArgs(now)
-	res, err := failLua.run(ctx, s.db, keysOfTask(accountID, taskID).list(), failArgs{
+	r, err := failLua.run(ctx, s.db, keysOfTask(accountID, taskID), failArgs{
 		Now: now.UnixMilli(), TTL: ttl, Keep: keep, HookAt: hookAt, Code: f.Code, Message: f.Message, AccountID: accountID,
 		TaskID: taskID, Run: run, Share: share, CheckAt: checkAt,
-	}.list())
+	})
 	if err != nil {
 		return Change{}, fmt.Errorf("store: fail %s: %w", taskID, err)
 	}
-	c, q, err := s.failReply(ctx, accountID, res, now)
-	s.left(ctx, q)
-	return c, err
+	s.left(ctx, r.Left)
+	return s.failed(ctx, accountID, r, now), nil
 }
 
-// failReply reads fail.lua's reply; it returns the queue the task left
-// for the caller to count it out.
-func (s *Tasks) failReply(ctx context.Context, accountID string, res []any, now time.Time) (Change, string, error) {
-	r := failLua.reply(res)
-	code, err := r.code()
-	if err != nil {
-		return Change{}, "", err
-	}
-	return Change{Outcome: task.Outcome(code), At: now, Hooked: r.int(1) == 1, Refunded: r.int(2), Model: r.str(4),
-		Admitted: s.admitted(ctx, accountID, r, 5)}, r.str(3), nil
+// failed is the change fail.lua's reply tells.
+func (s *Tasks) failed(ctx context.Context, accountID string, r failReply, now time.Time) Change {
+	return Change{Outcome: task.Outcome(r.Code), At: now, Hooked: r.Hooked, Refunded: r.Refunded, Model: r.Model,
+		Admitted: s.admitted(ctx, accountID, r.Admitted)}
 }
 
 // expireFailure is what a task past its deadline fails with.
@@ -712,15 +696,15 @@ type TaskRef struct{ AccountID, TaskID string }
 func (s *Tasks) ExpireAll(ctx context.Context, refs []TaskRef) ([]Change, []error) {
 	now := s.db.now()
 	ttl, keep, hookAt, checkAt, share := s.endArgs(now)
-	calls := make([]scriptCall, len(refs))
+	calls := make([]call[taskKeys, failArgs], len(refs))
 	for i, t := range refs {
-		calls[i] = scriptCall{keysOfTask(t.AccountID, t.TaskID).list(), failArgs{
+		calls[i] = call[taskKeys, failArgs]{keysOfTask(t.AccountID, t.TaskID), failArgs{
 			Now: now.UnixMilli(), TTL: ttl, Keep: keep, HookAt: hookAt, Code: expireFailure.Code, Message: expireFailure.Message,
 			AccountID: t.AccountID, TaskID: t.TaskID, Share: share, CheckAt: checkAt,
-		}.list()}
+		}}
 	}
 	changes, errs := make([]Change, len(refs)), make([]error, len(refs))
-	cmds, err := failLua.runPipelined(ctx, s.db, calls)
+	replies, rerrs, err := failLua.runPipelined(ctx, s.db, calls)
 	if err != nil {
 		for i := range errs {
 			errs[i] = fmt.Errorf("store: expire: %w", err)
@@ -728,16 +712,14 @@ func (s *Tasks) ExpireAll(ctx context.Context, refs []TaskRef) ([]Change, []erro
 		return changes, errs
 	}
 	left := map[string]int{}
-	for i, c := range cmds {
-		res, err := c.Slice()
-		if err != nil {
-			errs[i] = fmt.Errorf("store: expire %s: %w", refs[i].TaskID, err)
+	for i, r := range replies {
+		if rerrs[i] != nil {
+			errs[i] = fmt.Errorf("store: expire %s: %w", refs[i].TaskID, rerrs[i])
 			continue
 		}
-		var q string
-		changes[i], q, errs[i] = s.failReply(ctx, refs[i].AccountID, res, now)
-		if q != "" {
-			left[q]++
+		changes[i] = s.failed(ctx, refs[i].AccountID, r, now)
+		if r.Left != "" {
+			left[r.Left]++
 		}
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -748,7 +730,17 @@ func (s *Tasks) ExpireAll(ctx context.Context, refs []TaskRef) ([]Change, []erro
 	return changes, errs
 }
 
-var cancelLua = durableScript("cancel", outcomes("APPLIED", "FINAL", "MISSING"))
+var cancelLua = durableScript[taskKeys, cancelArgs, cancelReply]("cancel", outcomes("APPLIED", "FINAL", "MISSING"))
+
+type cancelReply struct {
+	Code     int64         `lua:"code"`
+	Was      string        `lua:"status_before"`
+	Refunded int64         `lua:"refunded"`
+	Run      string        `lua:"run"`
+	Hooked   bool          `lua:"hooked"`
+	Left     string        `lua:"queue_left"`
+	Admitted []admittedRow `lua:"admitted"`
+}
 
 type cancelArgs struct {
 	Now       int64  `lua:"now"`
@@ -759,10 +751,6 @@ type cancelArgs struct {
 	TaskID    string `lua:"task_id"`
 	Share     int    `lua:"share"`
 	CheckAt   int64  `lua:"check_at"`
-}
-
-func (a cancelArgs) list() []any {
-	return []any{a.Now, a.TTL, a.Keep, a.HookAt, a.AccountID, a.TaskID, a.Share, a.CheckAt}
 }
 
 // Canceled is what Cancel did: the cancellation, and the tasks of the
@@ -781,31 +769,32 @@ type Canceled struct {
 func (s *Tasks) Cancel(ctx context.Context, accountID, taskID string) (Canceled, error) {
 	now := s.db.now()
 	ttl, keep, hookAt, checkAt, share := s.endArgs(now)
-	res, err := cancelLua.run(ctx, s.db, keysOfTask(accountID, taskID).list(), cancelArgs{
+	r, err := cancelLua.run(ctx, s.db, keysOfTask(accountID, taskID), cancelArgs{
 		Now: now.UnixMilli(), TTL: ttl, Keep: keep, HookAt: hookAt, AccountID: accountID, TaskID: taskID, Share: share, CheckAt: checkAt,
-	}.list())
+	})
 	if err != nil {
 		return Canceled{}, fmt.Errorf("store: cancel %s: %w", taskID, err)
 	}
-	r := cancelLua.reply(res)
-	code, err := r.code()
-	if err != nil {
-		return Canceled{}, err
-	}
-	switch task.Outcome(code) {
+	switch task.Outcome(r.Code) {
 	case task.Applied:
-		s.left(ctx, r.str(5))
+		s.left(ctx, r.Left)
 		return Canceled{
-			Cancellation: task.Cancellation{Was: task.Status(r.str(1)), Refunded: r.int(2), Run: r.str(3), Hooked: r.int(4) == 1},
-			Admitted:     s.admitted(ctx, accountID, r, 6),
+			Cancellation: task.Cancellation{Was: task.Status(r.Was), Refunded: r.Refunded, Run: r.Run, Hooked: r.Hooked},
+			Admitted:     s.admitted(ctx, accountID, r.Admitted),
 		}, nil
 	case task.AlreadyFinal:
-		return Canceled{}, apperr.Errorf(apperr.Conflict, "task %s is already %s", taskID, r.str(1))
+		return Canceled{}, apperr.Errorf(apperr.Conflict, "task %s is already %s", taskID, r.Was)
 	}
 	return Canceled{}, &apperr.NotFoundError{Kind: "task", ID: taskID}
 }
 
-var abortLua = durableScript("abort", map[string]int64{"ABORTED": 0, "NOT_PENDING": 1, "ABSENT": 2, "LATE": 3})
+var abortLua = durableScript[abortKeys, abortArgs, abortReply]("abort", map[string]int64{"ABORTED": 0, "NOT_PENDING": 1, "ABSENT": 2, "LATE": 3})
+
+type abortReply struct {
+	Code     int64         `lua:"code"`
+	Left     string        `lua:"queue_left"`
+	Admitted []admittedRow `lua:"admitted"`
+}
 
 type abortKeys struct {
 	Task    string `lua:"task"`
@@ -815,10 +804,6 @@ type abortKeys struct {
 	Due     string `lua:"due"`
 	Index   string `lua:"index"`
 	Idem    string `lua:"idem"`
-}
-
-func (k abortKeys) list() []string {
-	return []string{k.Task, k.Account, k.Ledger, k.Parked, k.Due, k.Index, k.Idem}
 }
 
 type abortArgs struct {
@@ -832,10 +817,6 @@ type abortArgs struct {
 	CheckAt    int64  `lua:"check_at"`
 	VoidFor    int64  `lua:"void_for"`
 	ValidUntil int64  `lua:"valid_until"`
-}
-
-func (a abortArgs) list() []any {
-	return []any{a.Now, a.Keep, a.AccountID, a.TaskID, a.Note, a.WithIdem, a.Share, a.CheckAt, a.VoidFor, a.ValidUntil}
 }
 
 // Abort undoes the creation of a task that is still pending: the
@@ -863,46 +844,47 @@ func (s *Tasks) Abort(ctx context.Context, accountID, taskID, idemKey string) (b
 	if idemKey != "" {
 		k.Idem, a.WithIdem = idempotencyKey(accountID, idemKey), 1
 	}
-	res, err := abortLua.run(ctx, s.db, k.list(), a.list())
+	r, err := abortLua.run(ctx, s.db, k, a)
 	if err != nil {
 		return false, nil, fmt.Errorf("store: abort %s: %w", taskID, err)
 	}
-	r := abortLua.reply(res)
-	code, err := r.code()
-	if err != nil {
-		return false, nil, err
-	}
-	if code == 3 {
+	if r.Code == 3 {
 		return false, nil, ErrLate
 	}
-	s.left(ctx, r.str(1))
-	return code == 0, s.admitted(ctx, accountID, r, 2), nil
+	s.left(ctx, r.Left)
+	return r.Code == 0, s.admitted(ctx, accountID, r.Admitted), nil
 }
 
-var idempotencyDoneLua = newScript("idempotency_done", map[string]int64{"DONE": 1, "OTHER": 0})
+var idempotencyDoneLua = newScript[idemKeys, idemDoneArgs, codeReply]("idempotency_done", map[string]int64{"DONE": 1, "OTHER": 0})
 
 type idemKeys struct {
 	Idem string `lua:"idem"`
 }
 
-func (k idemKeys) list() []string { return []string{k.Idem} }
-
 type idemDoneArgs struct {
 	TaskID string `lua:"task_id"`
 }
 
-func (a idemDoneArgs) list() []any { return []any{a.TaskID} }
-
 // IdempotencyDone records that the create of taskID under key stands (its
 // job is queued): the key replays it from now on.
 func (s *Tasks) IdempotencyDone(ctx context.Context, accountID, key, taskID string) error {
-	if _, err := idempotencyDoneLua.run(ctx, s.db, idemKeys{Idem: idempotencyKey(accountID, key)}.list(), idemDoneArgs{TaskID: taskID}.list()); err != nil {
+	if _, err := idempotencyDoneLua.run(ctx, s.db, idemKeys{Idem: idempotencyKey(accountID, key)}, idemDoneArgs{TaskID: taskID}); err != nil {
 		return fmt.Errorf("store: idempotency key of %s: %w", taskID, err)
 	}
 	return nil
 }
 
-var takeoverLua = durableScript("takeover", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED", "POISONED"))
+var takeoverLua = durableScript[taskKeys, takeoverArgs, takeoverReply]("takeover", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED", "POISONED"))
+
+type takeoverReply struct {
+	Code     int64         `lua:"code"`
+	Run      string        `lua:"owning_run"`
+	Refunded int64         `lua:"refunded"`
+	Hooked   bool          `lua:"hooked"`
+	Left     string        `lua:"queue_left"`
+	Model    string        `lua:"model"`
+	Admitted []admittedRow `lua:"admitted"`
+}
 
 type takeoverArgs struct {
 	Orphan       string `lua:"orphan"`
@@ -918,11 +900,6 @@ type takeoverArgs struct {
 	CrashesSeen  int    `lua:"crashes_seen"`
 	Share        int    `lua:"share"`
 	CheckAt      int64  `lua:"check_at"`
-}
-
-func (a takeoverArgs) list() []any {
-	return []any{a.Orphan, a.NewRun, a.MaxCrashes, a.Now, a.TTL, a.Keep, a.HookAt, a.CrashMessage, a.AccountID, a.TaskID,
-		a.CrashesSeen, a.Share, a.CheckAt}
 }
 
 // Takeover gives a task whose run died (orphan: its worker stopped
@@ -941,22 +918,17 @@ func (s *Tasks) Takeover(ctx context.Context, accountID, taskID, orphan string, 
 	crashes, _ := strconv.Atoi(c)
 	now := s.db.now()
 	ttl, keep, hookAt, checkAt, share := s.endArgs(now)
-	res, err := takeoverLua.run(ctx, s.db, keysOfTask(accountID, taskID).list(), takeoverArgs{
+	r, err := takeoverLua.run(ctx, s.db, keysOfTask(accountID, taskID), takeoverArgs{
 		Orphan: orphan, NewRun: next(crashes + 1), MaxCrashes: task.MaxCrashes, Now: now.UnixMilli(), TTL: ttl, Keep: keep,
 		HookAt: hookAt, CrashMessage: crashMessage, AccountID: accountID, TaskID: taskID, CrashesSeen: crashes,
 		Share: share, CheckAt: checkAt,
-	}.list())
+	})
 	if err != nil {
 		return Change{}, "", fmt.Errorf("store: takeover %s: %w", taskID, err)
 	}
-	r := takeoverLua.reply(res)
-	code, err := r.code()
-	if err != nil {
-		return Change{}, "", err
-	}
-	s.left(ctx, r.str(4))
-	return Change{Outcome: task.Outcome(code), At: now, Refunded: r.int(2), Hooked: r.int(3) == 1, Model: r.str(5),
-		Admitted: s.admitted(ctx, accountID, r, 6)}, r.str(1), nil
+	s.left(ctx, r.Left)
+	return Change{Outcome: task.Outcome(r.Code), At: now, Refunded: r.Refunded, Hooked: r.Hooked, Model: r.Model,
+		Admitted: s.admitted(ctx, accountID, r.Admitted)}, r.Run, nil
 }
 
 // Inflight returns how many of an account's tasks are unfinished.

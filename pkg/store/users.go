@@ -225,16 +225,21 @@ func (s *Users) EndSession(ctx context.Context, idHash string) error {
 	return nil
 }
 
-// attemptLua counts a sign-in attempt under a name before it is checked,
-// in one step: the count and its window start together (a count never
-// outlives its window), and concurrent attempts each see the others.
-var attemptLua = redis.NewScript(`
-local n = redis.call('INCR', KEYS[1])
-if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]); ttl = tonumber(ARGV[1]) end
-return {n, ttl}
-`)
+var attemptLua = newScript[attemptKeys, attemptArgs, attemptReply]("attempt", map[string]int64{"COUNTED": 1})
+
+type attemptKeys struct {
+	Count string `lua:"count"`
+}
+
+type attemptArgs struct {
+	Window int64 `lua:"window"`
+}
+
+type attemptReply struct {
+	Code     int64 `lua:"code"`
+	Attempts int64 `lua:"attempts"`
+	TTL      int64 `lua:"ttl"`
+}
 
 // Attempt counts a sign-in attempt under each name (window: each count is
 // forgotten that long after its first attempt) and reports whether one
@@ -246,13 +251,13 @@ func (s *Users) Attempt(ctx context.Context, window time.Duration, names []strin
 	// One script a name (the names are keys of different slots; a sign-in
 	// is rare enough for a round trip each).
 	for i, n := range names {
-		v, err := attemptLua.Run(ctx, s.db.rdb, []string{signInKey(n)}, window.Milliseconds()).Int64Slice()
-		if err != nil || len(v) != 2 {
+		r, err := attemptLua.Call(ctx, s.db.rdb, attemptKeys{Count: signInKey(n)}, attemptArgs{Window: window.Milliseconds()})
+		if err != nil {
 			return false, 0, fmt.Errorf("store: count a sign-in: %w", err)
 		}
-		if limits[i] > 0 && v[0] > limits[i] {
+		if limits[i] > 0 && r.Attempts > limits[i] {
 			over = true
-			wait = max(wait, time.Duration(v[1])*time.Millisecond)
+			wait = max(wait, time.Duration(r.TTL)*time.Millisecond)
 		}
 	}
 	return over, wait, nil

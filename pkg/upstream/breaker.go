@@ -2,14 +2,14 @@ package upstream
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/luascript"
 )
 
 // Why not sony/gobreaker: its DistributedCircuitBreaker keeps the shared
@@ -21,10 +21,50 @@ import (
 // half-open with one probe) in one Redis script, each step atomic and none
 // held across a call.
 
-//go:embed breaker.lua
-var breakerLua string
+//go:embed lua/*.lua
+var luaFiles embed.FS
 
-var breakerScript = redis.NewScript(breakerLua)
+var scripts = luascript.NewLibrary("upstream", luaFiles, "lua", "")
+
+var breakerScript = luascript.Load[breakerKeys, breakerArgs, breakerReply](scripts, "breaker", map[string]int64{
+	"ALLOW": int64(Allow), "PROBE": int64(Probe), "DENY": int64(Deny), "DISABLED": int64(Disabled), "REPORTED": reported,
+})
+
+// reported is breaker.lua's code of a report (and a give-back).
+const reported = 3
+
+// breaker.lua's operations besides the reports (an Outcome each).
+const (
+	opAllow    = "allow"
+	opGiveBack = "giveback"
+)
+
+type breakerKeys struct {
+	Breaker  string `lua:"breaker"`
+	Minute   string `lua:"minute"`
+	Errors   string `lua:"errors"`
+	Disabled string `lua:"disabled"`
+}
+
+type breakerArgs struct {
+	Op          string `lua:"op"`
+	Failures    int    `lua:"failures"`
+	Cooldown    int64  `lua:"cooldown"`
+	Throttle    int64  `lua:"throttle"`
+	MaxThrottle int64  `lua:"max_throttle"`
+	Probe       int64  `lua:"probe"`
+	Fingerprint string `lua:"fingerprint"`
+	Error       string `lua:"error"`
+}
+
+// breakerReply: allow's verdict (Code), the wait of a DENY and the state;
+// a report's state after and before.
+type breakerReply struct {
+	Code   int64  `lua:"code"`
+	Wait   int64  `lua:"wait"`
+	State  string `lua:"state"`
+	Before string `lua:"before"`
+}
 
 // State is a breaker's state.
 type State string
@@ -81,40 +121,29 @@ func NewBreakers(rdb redis.UniversalClient, cfg Breaker) *Breakers {
 	return &Breakers{rdb: rdb, cfg: cfg.withDefaults(), ProbeLease: 2 * time.Minute}
 }
 
-// Keys of an upstream's state (named in package store, as every key).
-var (
-	breakerKey  = store.UpstreamBreakerKey
-	errorsKey   = store.UpstreamErrorsKey
-	disabledKey = store.UpstreamDisabledKey
-)
-
-func minuteKey(name string, t time.Time) string { return store.UpstreamMinuteKey(name, t.Unix()/60) }
-
-// poolKey is the hash of the pool's upstreams as the workers last loaded
-// it (name → Public JSON), for operators.
-const poolKey = store.UpstreamsKey
-
-func (b *Breakers) run(ctx context.Context, u Upstream, op string, errJSON string) ([]any, error) {
-	keys := []string{breakerKey(u.Name), minuteKey(u.Name, time.Now()), errorsKey(u.Name), disabledKey(u.Name)}
-	res, err := breakerScript.Run(ctx, b.rdb, keys, op, b.cfg.Failures, time.Duration(b.cfg.Cooldown).Milliseconds(),
-		time.Duration(b.cfg.Throttle).Milliseconds(), time.Duration(b.cfg.MaxThrottle).Milliseconds(), b.ProbeLease.Milliseconds(),
-		u.Fingerprint(), errJSON).Slice()
+func (b *Breakers) run(ctx context.Context, u Upstream, op string, errJSON string) (breakerReply, error) {
+	r, err := breakerScript.Call(ctx, b.rdb,
+		breakerKeys{Breaker: breakerKey(u.Name), Minute: minuteKey(u.Name, time.Now()), Errors: errorsKey(u.Name), Disabled: disabledKey(u.Name)},
+		breakerArgs{Op: op, Failures: b.cfg.Failures, Cooldown: time.Duration(b.cfg.Cooldown).Milliseconds(),
+			Throttle: time.Duration(b.cfg.Throttle).Milliseconds(), MaxThrottle: time.Duration(b.cfg.MaxThrottle).Milliseconds(),
+			Probe: b.ProbeLease.Milliseconds(), Fingerprint: u.Fingerprint(), Error: errJSON})
 	if err != nil {
-		return nil, fmt.Errorf("upstream %s breaker: %w", u.Name, err)
+		return breakerReply{}, fmt.Errorf("upstream %s breaker: %w", u.Name, err)
 	}
-	return res, nil
+	return r, nil
 }
 
 // Allow asks u's breaker for a call: the verdict, and when denied how long
 // until it may say otherwise.
 func (b *Breakers) Allow(ctx context.Context, u Upstream) (Verdict, time.Duration, error) {
-	res, err := b.run(ctx, u, "allow", "")
-	if err != nil || len(res) < 2 {
+	r, err := b.run(ctx, u, opAllow, "")
+	if err != nil {
 		return Deny, 0, err
 	}
-	v, _ := res[0].(int64)
-	wait, _ := res[1].(int64)
-	return Verdict(v), time.Duration(wait) * time.Millisecond, nil
+	if r.Code == reported {
+		return Deny, 0, fmt.Errorf("upstream %s breaker: a report's reply to allow", u.Name)
+	}
+	return Verdict(r.Code), time.Duration(r.Wait) * time.Millisecond, nil
 }
 
 // GiveBack returns a verdict not used (the call was not made): a probe's
@@ -123,7 +152,7 @@ func (b *Breakers) GiveBack(ctx context.Context, u Upstream, v Verdict) {
 	if v != Probe {
 		return
 	}
-	_, _ = b.run(context.WithoutCancel(ctx), u, "giveback", "")
+	_, _ = b.run(context.WithoutCancel(ctx), u, opGiveBack, "")
 }
 
 // ErrorRecord is a recent error of an upstream, as kept for operators.
@@ -144,13 +173,11 @@ func (b *Breakers) Report(ctx context.Context, u Upstream, o Outcome, msg string
 		j, _ := json.Marshal(ErrorRecord{Time: time.Now().UTC(), Outcome: o, Message: msg})
 		errJSON = string(j)
 	}
-	res, err := b.run(ctx, u, string(o), errJSON)
-	if err != nil || len(res) < 2 {
+	r, err := b.run(ctx, u, string(o), errJSON)
+	if err != nil {
 		return "", "", err
 	}
-	before, _ := res[0].(string)
-	after, _ := res[1].(string)
-	return State(before), State(after), nil
+	return State(r.Before), State(r.State), nil
 }
 
 // Publish records the pool a worker loaded, for operators (names not in

@@ -70,17 +70,17 @@ func Statuses(ctx context.Context, rdb redis.UniversalClient) ([]Status, error) 
 			return nil, fmt.Errorf("upstream %s: %w", name, err)
 		}
 		b := br.Val()
-		s.Breaker = State(b["state"])
+		s.Breaker = State(b[fState])
 		if s.Breaker == "" {
 			s.Breaker = Closed
 		}
 		ms := func(f string) int64 { n, _ := strconv.ParseInt(b[f], 10, 64); return n }
-		s.FailuresInARow = ms("fails")
-		if u := ms("until"); s.Breaker == Open && u > now.UnixMilli() {
+		s.FailuresInARow = ms(fFails)
+		if u := ms(fUntil); s.Breaker == Open && u > now.UnixMilli() {
 			t := time.UnixMilli(u).UTC()
 			s.OpenUntil = &t
 		}
-		if c := ms("cool"); c > now.UnixMilli() {
+		if c := ms(fCool); c > now.UnixMilli() {
 			t := time.UnixMilli(c).UTC()
 			s.CoolingUntil = &t
 		}
@@ -88,7 +88,7 @@ func Statuses(ctx context.Context, rdb redis.UniversalClient) ([]Status, error) 
 		s.ErrorsLastMinute = map[string]int64{}
 		for k, v := range min.Val() {
 			n, _ := strconv.ParseInt(v, 10, 64)
-			if k == "calls" {
+			if k == fCalls {
 				s.CallsLastMinute = n
 			} else {
 				s.ErrorsLastMinute[k] = n

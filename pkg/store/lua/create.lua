@@ -43,7 +43,7 @@
 -- ARGV[26] -> spend_limit: that key's spend limit, credits (0: none)
 -- ARGV[27] -> usage_until: when the day's usage expires, Unix ms
 --
--- Returns {CREATED, balance, queue number (0 if parked), admitted (1/0),
+-- Returns {CREATED, balance, '', queue number (0 if parked), admitted (1/0),
 -- id, queue, deadline, ...} (other tasks of the account this create admitted,
 -- for the caller to queue), {REPLAYED, 0, earlier task
 -- id}, or a refusal {code, n}: NO_ACCOUNT, DISABLED, MODEL_NOT_ALLOWED,
@@ -63,7 +63,7 @@ local deadline, tier, account_id, task_id = tonumber(ARGV[5]), ARGV[6], ARGV[7],
 local check_at, share, keep = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 local with_idem, body_hash, idem_until, idem_ttl = ARGV[12] == '1', ARGV[13], ARGV[14], ARGV[15]
 local queue_name, queue_seq = ARGV[16], tonumber(ARGV[17])
-local input, task_type, model, created = ARGV[18], ARGV[19], ARGV[20], ARGV[21]
+local input, task_type, model, created = ARGV[18], ARGV[19], ARGV[20], tonumber(ARGV[21])
 local callback_url, callback_events, valid_until = ARGV[22], ARGV[23], tonumber(ARGV[24])
 local key_hash, spend_limit, usage_until = ARGV[25], tonumber(ARGV[26]), ARGV[27]
 
@@ -88,13 +88,7 @@ if redis.call('EXISTS', K.task) == 1 then return {TASK_EXISTS, 0} end
 local a = redis.call('HMGET', K.account, 'status', 'credits', 'models', 'inflight_max', 'infl', 'adm', 'weight')
 if not a[1] then return {NO_ACCOUNT, 0} end
 if a[1] ~= 'active' then return {DISABLED, 0} end
-if a[3] and a[3] ~= '' then
-  local allowed = false
-  for m in string.gmatch(a[3], '[^,]+') do
-    if m == tier then allowed = true end
-  end
-  if not allowed then return {MODEL_NOT_ALLOWED, 0} end
-end
+if not allows(a[3], tier) then return {MODEL_NOT_ALLOWED, 0} end
 local limit = tonumber(a[4] or '0') or 0
 if limit == 0 then limit = default_max end
 local infl = tonumber(a[5] or '0') or 0
@@ -112,32 +106,9 @@ if with_idem then
   redis.call('HSET', idem_key, 'body', body_hash, 'task', task_id, 'state', 'creating', 'at', idem_until)
   redis.call('PEXPIRE', idem_key, idem_ttl)
 end
--- Admitted at once when nothing of the account waits and its window has
--- room (window: share × its weight; 0, no limit); else parked behind what
--- waits, and as many as the window holds are admitted, oldest first
--- (promote).
 local adm = tonumber(a[6] or '0') or 0
-local fast = false
-if redis.call('ZCARD', K.parked) == 0 then
-  if share <= 0 then
-    fast = true
-  else
-    local w = tonumber(a[7] or '1') or 1
-    if w < 1 then w = 1 end
-    fast = adm < share * w
-  end
-end
-if price > 0 then
-  bal = redis.call('HINCRBY', K.account, 'credits', int(-price))
-  ledger(K.ledger, now, keep, 'debit', -price, bal, task_id, '')
-  if key_hash ~= '' then redis.call('HINCRBY', spend_key, key_hash, int(price)) end
-end
--- The day's usage of charged tasks, by model (refund takes a refunded
--- task out again; a free task is no one's usage).
-if price > 0 then
-  if redis.call('HINCRBY', usage_key, model .. '|n', 1) == 1 then redis.call('PEXPIREAT', usage_key, usage_until) end
-  redis.call('HINCRBY', usage_key, model .. '|c', int(price))
-end
+local fast = room(K, adm, a[7], share)
+bal = charge(K, spend_key, usage_key, usage_until, now, keep, price, bal, task_id, key_hash, model)
 -- One more unfinished task and, admitted at once, one more place taken.
 if fast then
   redis.call('HSET', K.account, 'infl', int(infl + 1), 'adm', int(adm + 1))
@@ -145,18 +116,10 @@ else
   redis.call('HSET', K.account, 'infl', int(infl + 1))
 end
 
-local admitted = 0
-local reply = {CREATED, bal, 0, 0}
--- numbered gives the admitted task its number in its queue (taken now
--- unless the caller took it), for its position; nil when it has none.
-local function numbered()
-  if queue_name == '' or queue_seq < 0 then return nil end
-  if queue_seq == 0 then queue_seq = join_queue(queue_key, now) end
-  reply[3] = queue_seq
-  return int(queue_seq)
-end
+-- The record, with the task's input. Admitted at once, it takes its
+-- number in its queue now (unless the caller took it).
 local rec = {'type', task_type, 'model', model, 'status', 'pending', 'progress', '0',
-  'ctime', ARGV[21], 'price', ARGV[3], 'dl', ARGV[5]}
+  'ctime', int(created), 'price', int(price), 'dl', int(deadline)}
 if callback_url ~= '' then
   put_long(rec, 'cb', callback_url)
   rec[#rec + 1] = 'cbev'; rec[#rec + 1] = callback_events
@@ -164,11 +127,11 @@ end
 if queue_name ~= '' then rec[#rec + 1] = 'q'; rec[#rec + 1] = queue_name end
 if key_hash ~= '' then rec[#rec + 1] = 'key'; rec[#rec + 1] = key_hash end
 put_long(rec, 'in', input)
+local seq = nil
 if fast then
-  admitted = 1
   rec[#rec + 1] = 'adm'; rec[#rec + 1] = '1'
-  local seq = numbered()
-  if seq then rec[#rec + 1] = 'qseq'; rec[#rec + 1] = seq end
+  seq = number(queue_key, queue_name, queue_seq, now)
+  if seq then rec[#rec + 1] = 'qseq'; rec[#rec + 1] = int(seq) end
 end
 -- A pending record lives until its deadline and then ttl more: the
 -- deadline's check always finds it. A deadline already past (a caller's
@@ -177,36 +140,14 @@ end
 local live = math.max(deadline - now, 0) + ttl
 redis.call('HSET', K.task, unpack(rec))
 redis.call('PEXPIRE', K.task, int(live))
-if fast then
-  -- Due for its first queue check, or at its deadline if that comes first.
-  local at = ARGV[9]
-  if deadline <= check_at then at = ARGV[5] end
-  redis.call('ZADD', K.due, at, task_due(account_id, task_id))
-else
-  -- Due at its deadline until admitted (then for its queue check sooner).
-  redis.call('ZADD', K.due, ARGV[5], task_due(account_id, task_id))
-  redis.call('ZADD', K.parked, ARGV[21], task_id)
-  local promoted = promote(K, share, check_at, account_id, task_id)
-  for i = 1, #promoted, 3 do
-    if promoted[i] == task_id then
-      admitted = 1
-    else
-      reply[#reply + 1] = promoted[i]
-      reply[#reply + 1] = promoted[i + 1]
-      reply[#reply + 1] = promoted[i + 2]
-    end
-  end
-  local seq = admitted == 1 and numbered()
-  if seq then redis.call('HSET', K.task, 'qseq', seq) end
-end
-reply[4] = admitted
 
--- The index lists a task while its record can live.
-if string.sub(task_id, -2) == '00' then
-  -- One create in a hundred (by its id's random digits) drops what has
-  -- expired; listing skips it meanwhile.
-  redis.call('ZREMRANGEBYSCORE', index_key, '-inf', int(now - live))
+local admitted, others = admit(K, fast, share, now, check_at, deadline, created, account_id, task_id)
+if admitted and not fast then
+  seq = number(queue_key, queue_name, queue_seq, now)
+  if seq then redis.call('HSET', K.task, 'qseq', int(seq)) end
 end
-redis.call('ZADD', index_key, ARGV[1], task_id)
-redis.call('PEXPIRE', index_key, int(live))
+index(index_key, task_id, now, live)
+
+local reply = {CREATED, bal, '', seq or 0, admitted and 1 or 0}
+for i = 1, #others do reply[#reply + 1] = others[i] end
 return reply

@@ -22,9 +22,9 @@
 -- ARGV[4] -> retry: how long until an entry returned is due again if its work is not done, ms
 --
 -- Returns {DUE, next, kind, account, task, a, b, c, ...}: next is when
--- the first entry left is due (-1: none); each row is kind x (a, b, c: ''),
--- c (a: the queue, b: the run, '' before any takeover, c: the deadline) or
--- h (a: the event, b, c: '').
+-- the first entry left is due (-1: none); each row is kind x (a, b: '',
+-- c: 0), c (a: the queue, b: the run, '' before any takeover, c: the
+-- deadline) or h (a: the event, b: '', c: 0).
 
 local DUE = 1
 
@@ -38,7 +38,7 @@ for _, m in ipairs(entries) do
   local kind, account_id, task_id, ev = string.match(m, '^(%a)|([^|]+)|([^|]+)|?(.*)$')
   if kind == 'h' then
     reply[#reply + 1] = 'h'; reply[#reply + 1] = account_id; reply[#reply + 1] = task_id
-    reply[#reply + 1] = ev; reply[#reply + 1] = ''; reply[#reply + 1] = ''
+    reply[#reply + 1] = ev; reply[#reply + 1] = ''; reply[#reply + 1] = 0
     redis.call('ZADD', due_key, 'XX', now + retry, m)
   elseif kind == 't' then
     local acct = prefix .. 'a:' .. account_id .. ':'
@@ -51,7 +51,7 @@ for _, m in ipairs(entries) do
       redis.call('ZREM', due_key, m)
     elseif now >= dl then
       reply[#reply + 1] = 'x'; reply[#reply + 1] = account_id; reply[#reply + 1] = task_id
-      reply[#reply + 1] = ''; reply[#reply + 1] = ''; reply[#reply + 1] = ''
+      reply[#reply + 1] = ''; reply[#reply + 1] = ''; reply[#reply + 1] = 0
       redis.call('ZADD', due_key, 'XX', now + retry, m)
     elseif v[1] == 'pending' and v[2] == '1' then
       reply[#reply + 1] = 'c'; reply[#reply + 1] = account_id; reply[#reply + 1] = task_id

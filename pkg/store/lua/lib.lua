@@ -268,3 +268,91 @@ local function crashed(K, crashes, max, now, ttl, keep, hook_at, msg, account_id
   end
   return false, 0, 0, ''
 end
+
+-- What a create does (create.lua), step by step.
+
+-- allows reports whether an account's models (comma separated; nil or
+-- '': any) allow a model's tier.
+local function allows(models, tier)
+  if not models or models == '' then return true end
+  for m in string.gmatch(models, '[^,]+') do
+    if m == tier then return true end
+  end
+  return false
+end
+
+-- room reports whether a new task of the account is admitted at once:
+-- nothing of it waits parked and its window has room (share × its weight,
+-- from the account record: adm its admitted tasks; share 0: no limit).
+-- Else it is parked behind what waits, and as many as the window holds
+-- are admitted, oldest first (admit, promote).
+local function room(K, adm, weight, share)
+  if redis.call('ZCARD', K.parked) ~= 0 then return false end
+  if share <= 0 then return true end
+  local w = tonumber(weight or '1') or 1
+  if w < 1 then w = 1 end
+  return adm < share * w
+end
+
+-- charge debits a task's price (bal: the account's credits before) with
+-- its ledger entry, charges it to the API key that created it (key_hash;
+-- '' for none) and counts it in the day's usage of its model (refund
+-- takes a refunded task out again; a free task is no one's usage).
+-- Returns the credits left.
+local function charge(K, spend_key, usage_key, usage_until, now, keep, price, bal, task_id, key_hash, model)
+  if price <= 0 then return bal end
+  bal = redis.call('HINCRBY', K.account, 'credits', int(-price))
+  ledger(K.ledger, now, keep, 'debit', -price, bal, task_id, '')
+  if key_hash ~= '' then redis.call('HINCRBY', spend_key, key_hash, int(price)) end
+  if redis.call('HINCRBY', usage_key, model .. '|n', 1) == 1 then redis.call('PEXPIREAT', usage_key, usage_until) end
+  redis.call('HINCRBY', usage_key, model .. '|c', int(price))
+  return bal
+end
+
+-- number is the number in its queue of a task admitted (queue_seq: taken
+-- by the caller already; 0: taken now from queue_key; -1: none, it could
+-- not be taken), for its position; nil when it has none.
+local function number(queue_key, queue_name, queue_seq, now)
+  if queue_name == '' or queue_seq < 0 then return nil end
+  if queue_seq == 0 then return join_queue(queue_key, now) end
+  return queue_seq
+end
+
+-- admit puts a new task on the due work: admitted at once (fast), due
+-- for its first queue check at check_at, or at its deadline if that comes
+-- first; else parked (since created) and due at its deadline until
+-- admitted, and the account's oldest parked tasks admitted while its
+-- window has room (promote). Returns whether the task is admitted, and
+-- the others admitted: {id, queue, deadline, ...}.
+local function admit(K, fast, share, now, check_at, deadline, created, account_id, task_id)
+  if fast then
+    redis.call('ZADD', K.due, int(math.min(check_at, deadline)), task_due(account_id, task_id))
+    return true, {}
+  end
+  redis.call('ZADD', K.due, int(deadline), task_due(account_id, task_id))
+  redis.call('ZADD', K.parked, int(created), task_id)
+  local promoted = promote(K, share, check_at, account_id, task_id)
+  local admitted, others = false, {}
+  for i = 1, #promoted, 3 do
+    if promoted[i] == task_id then
+      admitted = true
+    else
+      others[#others + 1] = promoted[i]
+      others[#others + 1] = promoted[i + 1]
+      others[#others + 1] = promoted[i + 2]
+    end
+  end
+  return admitted, others
+end
+
+-- index lists a task in the account's task index while its record can
+-- live (live ms from now).
+local function index(index_key, task_id, now, live)
+  if string.sub(task_id, -2) == '00' then
+    -- One create in a hundred (by its id's random digits) drops what has
+    -- expired; listing skips it meanwhile.
+    redis.call('ZREMRANGEBYSCORE', index_key, '-inf', int(now - live))
+  end
+  redis.call('ZADD', index_key, int(now), task_id)
+  redis.call('PEXPIRE', index_key, int(live))
+end

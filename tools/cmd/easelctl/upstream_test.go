@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/upstream"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
@@ -61,12 +60,11 @@ func TestUpstreamList(t *testing.T) {
 		}
 	}
 	// The reports went to this minute's counts; the list shows the last
-	// whole minute's. Give that minute the same counts (the key is
-	// pkg/upstream's minuteKey), so that the list shows them whether or
-	// not the minute turns before it reads.
-	prev := time.Now().Add(-time.Minute).Unix() / 60
-	rdb.HSet(ctx, store.UpstreamMinuteKey("main", prev), "calls", 3, "failure", 3)
-	rdb.HSet(ctx, store.UpstreamMinuteKey("spare", prev), "calls", 3, "throttled", 1, "refused", 1)
+	// whole minute's. Give that minute the same counts, so that the list
+	// shows them whether or not the minute turns before it reads.
+	prev := time.Now().Add(-time.Minute)
+	rdb.HSet(ctx, upstream.MinuteKey("main", prev), "calls", 3, "failure", 3)
+	rdb.HSet(ctx, upstream.MinuteKey("spare", prev), "calls", 3, "throttled", 1, "refused", 1)
 
 	// As JSON: the statuses, without the keys.
 	r := ctl(t, srv.URL, "upstream", "list", "--json")
