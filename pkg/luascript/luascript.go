@@ -32,11 +32,11 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -171,10 +171,10 @@ func Load[K, A, R any](l *Library, name string, codes map[string]int64) *Def[K, 
 }
 
 // Keys are k's keys, in the header's order.
-func (d *Def[K, A, R]) Keys(k K) []string { return d.keys.keys(unsafe.Pointer(&k)) }
+func (d *Def[K, A, R]) Keys(k K) []string { return d.keys.keys(reflect.ValueOf(k)) }
 
 // Argv are a's arguments, in the header's order.
-func (d *Def[K, A, R]) Argv(a A) []any { return d.args.argv(unsafe.Pointer(&a)) }
+func (d *Def[K, A, R]) Argv(a A) []any { return d.args.argv(reflect.ValueOf(a)) }
 
 // Decode reads a reply: its code, which must be one the script declares,
 // then its other elements.

@@ -5,13 +5,11 @@ import (
 	"reflect"
 	"slices"
 	"sync"
-	"unsafe"
 )
 
 // An argPlan is how a keys or arguments struct becomes a script's KEYS or
-// ARGV: each field's offset and kind, read from the type once (planOf)
-// and cached. A call reads the fields at their offsets, with no
-// reflection and without the struct leaving its caller's stack.
+// ARGV: each field's kind, read from the type once (planOf) and cached. A
+// call reads the fields by index, with no look-up of tags or types.
 type argPlan struct {
 	typ    reflect.Type
 	names  []string // the fields' `lua` tags, in order
@@ -22,7 +20,6 @@ type argPlan struct {
 }
 
 type argField struct {
-	off  uintptr
 	kind argKind
 }
 
@@ -63,7 +60,7 @@ func planOf[T any](keys bool) *argPlan {
 		if !ok {
 			panic(fmt.Sprintf("luascript: %s.%s has no lua tag", t, f.Name))
 		}
-		af := argField{off: f.Offset}
+		var af argField
 		switch {
 		case f.Type.Kind() == reflect.String:
 			af.kind = kString
@@ -97,41 +94,39 @@ func (p *argPlan) check(what string, header []string) error {
 	return nil
 }
 
-// keys reads the strings of the keys struct at base (of p's type).
-func (p *argPlan) keys(base unsafe.Pointer) []string {
+// keys reads the strings of the keys struct v (of p's type).
+func (p *argPlan) keys(v reflect.Value) []string {
 	out := make([]string, len(p.fields))
-	for i, f := range p.fields {
-		out[i] = *(*string)(unsafe.Add(base, f.off))
+	for i := range p.fields {
+		out[i] = v.Field(i).String()
 	}
 	return out
 }
 
-// argv reads the arguments struct at base (of p's type).
-func (p *argPlan) argv(base unsafe.Pointer) []any {
+// argv reads the arguments struct v (of p's type).
+func (p *argPlan) argv(v reflect.Value) []any {
 	n := len(p.fields)
 	var rest []any
 	if p.spread {
 		n--
-		rest = *(*[]any)(unsafe.Add(base, p.fields[n].off))
+		rest, _ = v.Field(n).Interface().([]any)
 	}
 	out := make([]any, n, n+len(rest))
 	for i, f := range p.fields[:n] {
-		at := unsafe.Add(base, f.off)
+		fv := v.Field(i)
 		switch f.kind {
 		case kString:
-			out[i] = *(*string)(at)
-		case kInt:
-			out[i] = int64(*(*int)(at))
-		case kInt64:
-			out[i] = *(*int64)(at)
+			out[i] = fv.String()
+		case kInt, kInt64:
+			out[i] = fv.Int()
 		case kBool:
-			if *(*bool)(at) {
+			if fv.Bool() {
 				out[i] = int64(1)
 			} else {
 				out[i] = int64(0)
 			}
 		case kBytes:
-			out[i] = *(*[]byte)(at)
+			out[i] = fv.Bytes()
 		}
 	}
 	return append(out, rest...)
