@@ -18,7 +18,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/easelhq/easel/api-gateway/internal/api"
 	"github.com/easelhq/easel/api-gateway/internal/watch"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/store"
@@ -30,10 +29,10 @@ import (
 func newWatchedEnv(t *testing.T) *env {
 	t.Helper()
 	hub := watch.New()
-	e := newEnvWith(t, nil, zap.NewNop(), func(d *api.Deps) { d.Watch = hub })
+	e := newEnvWith(t, nil, zap.NewNop(), func(d *deps) { d.Watch = hub })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	go hub.Run(ctx, e.store, zap.NewNop())
+	go hub.Run(ctx, e.Store, zap.NewNop())
 	select {
 	case <-hub.Subscribed():
 	case <-time.After(5 * time.Second):
@@ -43,18 +42,18 @@ func newWatchedEnv(t *testing.T) *env {
 }
 
 func (e *env) newTask(key string) string {
-	e.t.Helper()
-	r := e.create(key, okBody)
-	if r.status != 200 {
-		e.t.Fatalf("create: %d %s", r.status, r.body)
+	e.T.Helper()
+	r := e.Create(key, okBody)
+	if r.Status != 200 {
+		e.T.Fatalf("create: %d %s", r.Status, r.Body)
 	}
 	var env struct {
 		Data struct {
 			TaskID string `json:"task_id"`
 		} `json:"data"`
 	}
-	if err := json.Unmarshal(r.body, &env); err != nil {
-		e.t.Fatal(err)
+	if err := json.Unmarshal(r.Body, &env); err != nil {
+		e.T.Fatal(err)
 	}
 	return env.Data.TaskID
 }
@@ -66,15 +65,15 @@ func (e *env) auth(key string) map[string]string {
 func TestCancelRoute(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
-	start, _ := e.accounts.Get(ctx, e.acctA)
-	pendingID := e.newTask(e.keyA)
-	charged, _ := e.accounts.Get(ctx, e.acctA)
+	start, _ := e.Accounts.Get(ctx, e.AcctA)
+	pendingID := e.newTask(e.KeyA)
+	charged, _ := e.Accounts.Get(ctx, e.AcctA)
 	price := start.Credits - charged.Credits
-	processingID := e.newTask(e.keyA)
-	if _, err := e.store.Start(ctx, e.acctA, processingID, processingID); err != nil {
+	processingID := e.newTask(e.KeyA)
+	if _, err := e.Store.Start(ctx, e.AcctA, processingID, processingID); err != nil {
 		t.Fatal(err)
 	}
-	before, _ := e.accounts.Get(ctx, e.acctA)
+	before, _ := e.Accounts.Get(ctx, e.AcctA)
 	for _, tc := range []struct {
 		name    string
 		key     string
@@ -84,18 +83,18 @@ func TestCancelRoute(t *testing.T) {
 		msgPart string
 		data    string
 	}{
-		{name: "pending", key: e.keyA, body: `{"task_id":"` + pendingID + `"}`, status: 200,
+		{name: "pending", key: e.KeyA, body: `{"task_id":"` + pendingID + `"}`, status: 200,
 			data: `{"credits_refunded":` + strconv.FormatInt(price, 10) + `,"refunded":true,"status":"canceled","task_id":"` + pendingID + `"}`},
-		{name: "again", key: e.keyA, body: `{"task_id":"` + pendingID + `"}`, status: 409, msgPart: "already canceled"},
-		{name: "processing", key: e.keyA, body: `{"task_id":"` + processingID + `"}`, status: 200,
+		{name: "again", key: e.KeyA, body: `{"task_id":"` + pendingID + `"}`, status: 409, msgPart: "already canceled"},
+		{name: "processing", key: e.KeyA, body: `{"task_id":"` + processingID + `"}`, status: 200,
 			data: `{"credits_refunded":0,"refunded":false,"status":"canceled","task_id":"` + processingID + `"}`},
-		{name: "another account's", key: e.keyB, body: `{"task_id":"` + processingID + `"}`, status: 404, msgPart: "not found"},
-		{name: "unknown", key: e.keyA, body: `{"task_id":"task_lumen_1"}`, status: 404, msgPart: "not found"},
-		{name: "not a task id", key: e.keyA, body: `{"task_id":"../x"}`, status: 404, msgPart: "not found"},
-		{name: "no task_id", key: e.keyA, body: `{}`, status: 400, msgPart: "task_id is required"},
-		{name: "task_id a number", key: e.keyA, body: `{"task_id":7}`, status: 400, msgPart: "JSON object"},
-		{name: "not JSON", key: e.keyA, body: `task_id=1`, status: 400, msgPart: "JSON object"},
-		{name: "not application/json", key: e.keyA, hdr: map[string]string{"Content-Type": "text/plain"}, body: `{}`, status: 415, msgPart: "application/json"},
+		{name: "another account's", key: e.KeyB, body: `{"task_id":"` + processingID + `"}`, status: 404, msgPart: "not found"},
+		{name: "unknown", key: e.KeyA, body: `{"task_id":"task_lumen_1"}`, status: 404, msgPart: "not found"},
+		{name: "not a task id", key: e.KeyA, body: `{"task_id":"../x"}`, status: 404, msgPart: "not found"},
+		{name: "no task_id", key: e.KeyA, body: `{}`, status: 400, msgPart: "task_id is required"},
+		{name: "task_id a number", key: e.KeyA, body: `{"task_id":7}`, status: 400, msgPart: "JSON object"},
+		{name: "not JSON", key: e.KeyA, body: `task_id=1`, status: 400, msgPart: "JSON object"},
+		{name: "not application/json", key: e.KeyA, hdr: map[string]string{"Content-Type": "text/plain"}, body: `{}`, status: 415, msgPart: "application/json"},
 		{name: "no key", body: `{}`, status: 401, msgPart: "Authorization"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -106,7 +105,7 @@ func TestCancelRoute(t *testing.T) {
 			for k, v := range tc.hdr {
 				hdr[k] = v
 			}
-			r := e.do("POST", "/v1/task/cancel", hdr, tc.body)
+			r := e.Do("POST", "/v1/task/cancel", hdr, tc.body)
 			if tc.status != 200 {
 				assertEnvelope(t, r, tc.status, tc.msgPart)
 				return
@@ -116,8 +115,8 @@ func TestCancelRoute(t *testing.T) {
 				Msg  string          `json:"msg"`
 				Data json.RawMessage `json:"data"`
 			}
-			if r.status != 200 || json.Unmarshal(r.body, &got) != nil || got.Code != 200 || got.Msg != "success" {
-				t.Fatalf("%d %s", r.status, r.body)
+			if r.Status != 200 || json.Unmarshal(r.Body, &got) != nil || got.Code != 200 || got.Msg != "success" {
+				t.Fatalf("%d %s", r.Status, r.Body)
 			}
 			var a, b any
 			_ = json.Unmarshal(got.Data, &a)
@@ -127,12 +126,12 @@ func TestCancelRoute(t *testing.T) {
 			}
 		})
 	}
-	after, _ := e.accounts.Get(ctx, e.acctA)
+	after, _ := e.Accounts.Get(ctx, e.AcctA)
 	if after.Credits != before.Credits+price {
 		t.Errorf("balance %d, want %d: the pending task's price back, not the processing one's", after.Credits, before.Credits+price)
 	}
-	r := e.query(e.keyA, processingID)
-	if st := r.json(t)["status"]; st != "canceled" {
+	r := e.Query(e.KeyA, processingID)
+	if st := r.JSON(t)["status"]; st != "canceled" {
 		t.Errorf("query after cancel: status %v", st)
 	}
 }
@@ -143,12 +142,12 @@ func TestListRoute(t *testing.T) {
 	e := newEnv(t, nil)
 	var ids []string
 	for range 3 {
-		ids = append(ids, e.newTask(e.keyA))
+		ids = append(ids, e.newTask(e.KeyA))
 		time.Sleep(2 * time.Millisecond) // distinct creation times: a stable order to check
 	}
-	e.newTask(e.keyB)
-	if r := e.do("POST", "/v1/task/cancel", e.auth(e.keyA), `{"task_id":"`+ids[1]+`"}`); r.status != 200 {
-		t.Fatal(r.status, string(r.body))
+	e.newTask(e.KeyB)
+	if r := e.Do("POST", "/v1/task/cancel", e.auth(e.KeyA), `{"task_id":"`+ids[1]+`"}`); r.Status != 200 {
+		t.Fatal(r.Status, string(r.Body))
 	}
 	type page struct {
 		Tasks []struct {
@@ -158,10 +157,10 @@ func TestListRoute(t *testing.T) {
 		NextCursor *string `json:"next_cursor"`
 	}
 	get := func(key, q string) (reply, page) {
-		r := e.do("GET", "/v1/task/list?"+q, e.auth(key), "")
+		r := e.Do("GET", "/v1/task/list?"+q, e.auth(key), "")
 		var p page
-		if r.status == 200 {
-			if err := json.Unmarshal(r.body, &p); err != nil {
+		if r.Status == 200 {
+			if err := json.Unmarshal(r.Body, &p); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -174,21 +173,21 @@ func TestListRoute(t *testing.T) {
 		}
 		return strings.Join(s, ",")
 	}
-	r, p := get(e.keyA, "limit=2")
-	if r.status != 200 || ids2(p) != ids[2]+","+ids[1] || p.NextCursor == nil {
-		t.Fatalf("first page: %d %s", r.status, r.body)
+	r, p := get(e.KeyA, "limit=2")
+	if r.Status != 200 || ids2(p) != ids[2]+","+ids[1] || p.NextCursor == nil {
+		t.Fatalf("first page: %d %s", r.Status, r.Body)
 	}
-	_, p = get(e.keyA, "limit=2&cursor="+url.QueryEscape(*p.NextCursor))
+	_, p = get(e.KeyA, "limit=2&cursor="+url.QueryEscape(*p.NextCursor))
 	if ids2(p) != ids[0] || p.NextCursor != nil {
 		t.Fatalf("second page: %+v", p)
 	}
-	if _, p = get(e.keyA, "status=canceled"); ids2(p) != ids[1] || p.Tasks[0].Status != "canceled" {
+	if _, p = get(e.KeyA, "status=canceled"); ids2(p) != ids[1] || p.Tasks[0].Status != "canceled" {
 		t.Fatalf("canceled: %+v", p)
 	}
-	if _, p = get(e.keyA, "model="+pro); len(p.Tasks) != 0 {
+	if _, p = get(e.KeyA, "model="+pro); len(p.Tasks) != 0 {
 		t.Fatalf("pro: %+v", p)
 	}
-	if _, p = get(e.keyB, ""); len(p.Tasks) != 1 {
+	if _, p = get(e.KeyB, ""); len(p.Tasks) != 1 {
 		t.Fatalf("the other account lists %d tasks, want its 1", len(p.Tasks))
 	}
 	for _, tc := range []struct{ q, msg string }{
@@ -199,7 +198,7 @@ func TestListRoute(t *testing.T) {
 		{"limit=x", "limit must be"},
 		{"cursor=abc", "cursor"},
 	} {
-		r, _ := get(e.keyA, tc.q)
+		r, _ := get(e.KeyA, tc.q)
 		assertEnvelope(t, r, 400, tc.msg)
 	}
 }
@@ -207,54 +206,54 @@ func TestListRoute(t *testing.T) {
 func TestQueryWait(t *testing.T) {
 	e := newWatchedEnv(t)
 	ctx := context.Background()
-	first := e.newTask(e.keyA)
-	id := e.newTask(e.keyA)
+	first := e.newTask(e.KeyA)
+	id := e.newTask(e.KeyA)
 	waitQuery := func(id, wait string) (reply, time.Duration) {
 		start := time.Now()
-		r := e.do("GET", "/v1/task/query?task_id="+id+"&wait="+wait, e.auth(e.keyA), "")
+		r := e.Do("GET", "/v1/task/query?task_id="+id+"&wait="+wait, e.auth(e.KeyA), "")
 		return r, time.Since(start)
 	}
 
 	// A pending task shows its place in the queue.
-	r := e.query(e.keyA, id)
-	if pos, _ := r.json(t)["queue_position"].(float64); pos != 2 {
-		t.Fatalf("queue_position %v, want 2 (body %s)", r.json(t)["queue_position"], r.body)
+	r := e.Query(e.KeyA, id)
+	if pos, _ := r.JSON(t)["queue_position"].(float64); pos != 2 {
+		t.Fatalf("queue_position %v, want 2 (body %s)", r.JSON(t)["queue_position"], r.Body)
 	}
 
 	// Nothing happens: the record after the wait.
 	r, took := waitQuery(id, "1")
-	if r.status != 200 || r.json(t)["status"] != "pending" || took < time.Second {
-		t.Fatalf("wait=1: %d %s after %v", r.status, r.body, took)
+	if r.Status != 200 || r.JSON(t)["status"] != "pending" || took < time.Second {
+		t.Fatalf("wait=1: %d %s after %v", r.Status, r.Body, took)
 	}
 
 	// A change wakes the wait long before its end.
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		_, _ = e.store.Start(ctx, e.acctA, id, id)
+		_, _ = e.Store.Start(ctx, e.AcctA, id, id)
 	}()
 	r, took = waitQuery(id, "30")
-	if r.status != 200 || r.json(t)["status"] != "processing" || took > 20*time.Second {
-		t.Fatalf("wait=30 with a change: %d %s after %v", r.status, r.body, took)
+	if r.Status != 200 || r.JSON(t)["status"] != "processing" || took > 20*time.Second {
+		t.Fatalf("wait=30 with a change: %d %s after %v", r.Status, r.Body, took)
 	}
-	if _, ok := r.json(t)["queue_position"]; ok {
+	if _, ok := r.JSON(t)["queue_position"]; ok {
 		t.Error("a processing task shows a queue position")
 	}
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		_, _ = e.store.Progress(ctx, e.acctA, id, id, 40)
+		_, _ = e.Store.Progress(ctx, e.AcctA, id, id, 40)
 	}()
 	r, _ = waitQuery(id, "30")
-	if p, _ := r.json(t)["progress"].(float64); p != 40 {
-		t.Fatalf("progress change: %s", r.body)
+	if p, _ := r.JSON(t)["progress"].(float64); p != 40 {
+		t.Fatalf("progress change: %s", r.Body)
 	}
 
 	// A final task answers at once.
-	if _, err := e.store.Cancel(ctx, e.acctA, first); err != nil {
+	if _, err := e.Store.Cancel(ctx, e.AcctA, first); err != nil {
 		t.Fatal(err)
 	}
 	r, took = waitQuery(first, "30")
-	if r.json(t)["status"] != "canceled" || took > 20*time.Second {
-		t.Fatalf("final: %s after %v", r.body, took)
+	if r.JSON(t)["status"] != "canceled" || took > 20*time.Second {
+		t.Fatalf("final: %s after %v", r.Body, took)
 	}
 
 	for _, bad := range []string{"61", "-1", "1.5", "x"} {
@@ -262,7 +261,7 @@ func TestQueryWait(t *testing.T) {
 		assertEnvelope(t, r, 400, "wait must be")
 	}
 	// Another account's task is not found, waiting or not.
-	r = e.do("GET", "/v1/task/query?task_id="+id+"&wait=5", e.auth(e.keyB), "")
+	r = e.Do("GET", "/v1/task/query?task_id="+id+"&wait=5", e.auth(e.KeyB), "")
 	assertEnvelope(t, r, 404, "not found")
 }
 
@@ -280,28 +279,28 @@ func TestQueuePositionCountsWhatLeft(t *testing.T) {
 	}))
 	position := func(id string) float64 {
 		t.Helper()
-		r := e.query(e.keyA, id)
-		pos, ok := r.json(t)["queue_position"].(float64)
-		if r.status != 200 || !ok {
-			t.Fatalf("query %s: %d %s", id, r.status, r.body)
+		r := e.Query(e.KeyA, id)
+		pos, ok := r.JSON(t)["queue_position"].(float64)
+		if r.Status != 200 || !ok {
+			t.Fatalf("query %s: %d %s", id, r.Status, r.Body)
 		}
 		return pos
 	}
-	first := e.newTask(e.keyA)
-	second := e.newTask(e.keyA)
+	first := e.newTask(e.KeyA)
+	second := e.newTask(e.KeyA)
 	if p := position(second); p != 2 {
 		t.Fatalf("second task at %v; want 2", p)
 	}
 	queueDown.Store(true)
-	assertEnvelope(t, e.create(e.keyA, okBody), 503, "queue is unavailable")
+	assertEnvelope(t, e.Create(e.KeyA, okBody), 503, "queue is unavailable")
 	queueDown.Store(false)
-	third := e.newTask(e.keyA)
+	third := e.newTask(e.KeyA)
 	time.Sleep(300 * time.Millisecond) // past the service's cache of the queue's numbers
 	if p := position(third); p != 3 {
 		t.Fatalf("third task at %v after an undone create; want 3", p)
 	}
-	if r := e.do("POST", "/v1/task/cancel", e.auth(e.keyA), `{"task_id":"`+first+`"}`); r.status != 200 {
-		t.Fatal(r.status, string(r.body))
+	if r := e.Do("POST", "/v1/task/cancel", e.auth(e.KeyA), `{"task_id":"`+first+`"}`); r.Status != 200 {
+		t.Fatal(r.Status, string(r.Body))
 	}
 	time.Sleep(300 * time.Millisecond)
 	if p := position(third); p != 2 {
@@ -312,9 +311,9 @@ func TestQueuePositionCountsWhatLeft(t *testing.T) {
 func TestStream(t *testing.T) {
 	e := newWatchedEnv(t)
 	ctx := context.Background()
-	id := e.newTask(e.keyA)
-	req, _ := http.NewRequest("GET", e.srv.URL+"/v1/task/stream?task_id="+id, nil)
-	req.Header.Set("Authorization", "Bearer "+e.keyA)
+	id := e.newTask(e.KeyA)
+	req, _ := http.NewRequest("GET", e.Srv.URL+"/v1/task/stream?task_id="+id, nil)
+	req.Header.Set("Authorization", "Bearer "+e.KeyA)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -362,10 +361,10 @@ func TestStream(t *testing.T) {
 		status string
 		pct    float64
 	}{
-		{func() { _, _ = e.store.Start(ctx, e.acctA, id, id) }, "processing", 0},
-		{func() { _, _ = e.store.Progress(ctx, e.acctA, id, id, 55) }, "processing", 55},
+		{func() { _, _ = e.Store.Start(ctx, e.AcctA, id, id) }, "processing", 0},
+		{func() { _, _ = e.Store.Progress(ctx, e.AcctA, id, id, 55) }, "processing", 55},
 		{func() {
-			_, _ = e.store.Complete(ctx, e.acctA, id, id, []task.Result{{Key: "2026112314/0123456789abcdef0123456789abcdef.png", ContentType: "image/png"}})
+			_, _ = e.Store.Complete(ctx, e.AcctA, id, id, []task.Result{{Key: "2026112314/0123456789abcdef0123456789abcdef.png", ContentType: "image/png"}})
 		}, "completed", 100},
 	}
 	var m map[string]any
@@ -376,7 +375,7 @@ func TestStream(t *testing.T) {
 		}
 	}
 	// The result URL reads as the query's does.
-	if q := e.query(e.keyA, id).json(t); fmt.Sprint(q["results"]) != fmt.Sprint(m["results"]) {
+	if q := e.Query(e.KeyA, id).JSON(t); fmt.Sprint(q["results"]) != fmt.Sprint(m["results"]) {
 		t.Errorf("streamed results %v, query's %v", m["results"], q["results"])
 	}
 	select {
@@ -387,9 +386,9 @@ func TestStream(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stream did not end after the task did")
 	}
-	r := e.do("GET", "/v1/task/stream?task_id="+id, e.auth(e.keyB), "")
+	r := e.Do("GET", "/v1/task/stream?task_id="+id, e.auth(e.KeyB), "")
 	assertEnvelope(t, r, 404, "not found")
-	r = e.do("GET", "/v1/task/stream", e.auth(e.keyA), "")
+	r = e.Do("GET", "/v1/task/stream", e.auth(e.KeyA), "")
 	assertEnvelope(t, r, 400, "task_id is required")
 }
 
@@ -413,23 +412,23 @@ func TestCreatePastTheShareStands(t *testing.T) {
 	}
 	e := newEnvStore(t, q, zap.NewNop(), store.Options{Share: 1}, nil)
 	ctx := context.Background()
-	first := e.newTask(e.keyA)
-	before, _ := e.accounts.Get(ctx, e.acctA)
-	parked := e.newTask(e.keyA)
-	after, _ := e.accounts.Get(ctx, e.acctA)
+	first := e.newTask(e.KeyA)
+	before, _ := e.Accounts.Get(ctx, e.AcctA)
+	parked := e.newTask(e.KeyA)
+	after, _ := e.Accounts.Get(ctx, e.AcctA)
 	if after.Credits >= before.Credits {
 		t.Errorf("balance %d after the create past the share, %d before: want it charged", after.Credits, before.Credits)
 	}
-	r := e.query(e.keyA, parked)
-	if r.status != 200 || r.json(t)["status"] != "pending" {
-		t.Errorf("query of the parked task: %d %s; want it pending", r.status, r.body)
+	r := e.Query(e.KeyA, parked)
+	if r.Status != 200 || r.JSON(t)["status"] != "pending" {
+		t.Errorf("query of the parked task: %d %s; want it pending", r.Status, r.Body)
 	}
-	other := e.newTask(e.keyB)
+	other := e.newTask(e.KeyB)
 	if got := jobsQueued(); !slices.Equal(got, []string{first, other}) {
 		t.Errorf("jobs queued %v; want the first task's and the other account's", got)
 	}
-	if r := e.do("POST", "/v1/task/cancel", e.auth(e.keyA), `{"task_id":"`+first+`"}`); r.status != 200 {
-		t.Fatalf("cancel: %d %s", r.status, r.body)
+	if r := e.Do("POST", "/v1/task/cancel", e.auth(e.KeyA), `{"task_id":"`+first+`"}`); r.Status != 200 {
+		t.Fatalf("cancel: %d %s", r.Status, r.Body)
 	}
 	if got := jobsQueued(); !slices.Equal(got, []string{first, other, parked}) {
 		t.Errorf("jobs queued %v; want the parked task's once the first was canceled", got)

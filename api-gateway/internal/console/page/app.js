@@ -29,7 +29,6 @@
     galleryNext: '',
     usage: null,
     detail: null, // {id, ctl}: the task shown in the details panel
-    playground: null, // AbortController of the playground's task
     opNext: '',
     opQuery: '',
     opAccount: null,
@@ -322,10 +321,10 @@
     $('filter-model').replaceChildren(el('option', { value: '' }, 'Any'), ...models.map((m) => el('option', { value: m.id }, m.id)));
     $('pg-model').replaceChildren(...models.map((m) =>
       el('option', { value: m.id, dataset: { imageSize: String(!!m.image_size) } }, `${m.id} (${m.tier})`)));
-    $('pg-ratio').replaceChildren(el('option', { value: '' }, def ? `Default (${def})` : 'Default'),
+    $('pg-aspect-ratio').replaceChildren(el('option', { value: '' }, def ? `Default (${def})` : 'Default'),
       ...ratios.map((r) => el('option', { value: r }, r)));
-    $('pg-size').replaceChildren(...sizes.map((s) => el('option', { value: s }, s)));
-    refreshPlaygroundForm();
+    $('pg-image-size').replaceChildren(...sizes.map((s) => el('option', { value: s }, s)));
+    playground.refresh();
   }
 
   async function refreshAccount() {
@@ -992,93 +991,22 @@
 
   // ---- playground -------------------------------------------------------------------------------
 
-  function pgModel() {
-    const sel = $('pg-model');
-    return sel.options[sel.selectedIndex] || null;
-  }
+  // The playground is the /playground page's own (playground.js), on the
+  // console's task routes with the session instead of an API key.
+  let playground = null;
 
-  function refreshPlaygroundForm() {
-    const opt = pgModel();
-    const sized = !!opt && opt.dataset.imageSize === 'true';
-    $('pg-size-field').hidden = !sized;
-    $('pg-size').disabled = !sized;
-  }
-
-  function pgRender(t) {
-    const pct = Math.max(0, Math.min(100, Number(t.progress) || 0));
-    $('pg-progress').value = pct;
-    $('pg-progress').textContent = `${pct} %`;
-    let text = `${t.status} — ${pct} %`;
-    if (t.status === 'pending' && Number.isInteger(t.queue_position)) text += ` — position ${t.queue_position} in the queue`;
-    $('pg-status').textContent = text;
-    if (t.status === 'completed') {
-      const urls = Array.isArray(t.results) ? t.results : [];
-      const prompt = $('pg-prompt').value.trim().slice(0, 100);
-      $('pg-results').replaceChildren(...urls.map((u, i) => resultFigure(u, i, urls.length, prompt)));
-    } else if (t.status === 'failed') {
-      const e = t.error || {};
-      showError($('pg-error'), `The task failed: ${e.code || 'unknown'}${e.message ? ' — ' + e.message : ''}`);
-    } else if (t.status === 'canceled') {
-      showError($('pg-error'), 'The task was canceled.');
-    }
-  }
-
-  async function onGenerate(ev) {
-    ev.preventDefault();
-    if (!$('pg-form').reportValidity()) return;
-    if (state.playground) state.playground.abort();
-    const ctl = new AbortController();
-    state.playground = ctl;
-    const input = { prompt: $('pg-prompt').value };
-    if ($('pg-ratio').value) input.aspect_ratio = $('pg-ratio').value;
-    if (!$('pg-size').disabled && $('pg-size').value) input.image_size = $('pg-size').value;
-    showError($('pg-error'), '');
-    $('pg-results').replaceChildren();
-    $('pg-progress').value = 0;
-    $('pg-task-id').textContent = 'Creating…';
-    $('pg-status').textContent = 'Creating the task…';
-    $('pg-submit').disabled = true;
-    try {
-      const data = await api.post('/task/create', { model: $('pg-model').value, task_type: 'image', input }, { signal: ctl.signal });
-      const id = data.task_id;
-      $('pg-task-id').textContent = id;
-      $('pg-cancel').hidden = false;
-      $('pg-cancel').dataset.taskId = id;
-      refreshAccount();
-      let wait = 0;
-      for (;;) {
-        const t = await api.get(`/task/query?task_id=${enc(id)}${wait ? `&wait=${wait}` : ''}`, { envelope: false, signal: ctl.signal });
-        pgRender(t);
-        if (FINAL.has(t.status)) break;
-        wait = QUERY_WAIT_S;
-      }
-      refreshAccount();
-    } catch (e) {
-      if (ctl.signal.aborted) return;
-      $('pg-status').textContent = 'The request failed.';
-      if (!e.sessionEnded) showError($('pg-error'), e.message);
-      if ($('pg-task-id').textContent === 'Creating…') $('pg-task-id').textContent = 'No task.';
-    } finally {
-      if (state.playground === ctl) {
-        state.playground = null;
-        $('pg-submit').disabled = false;
-        $('pg-cancel').hidden = true;
-      }
-    }
-  }
-
-  async function onPlaygroundCancel() {
-    const id = $('pg-cancel').dataset.taskId;
-    if (!id) return;
-    $('pg-cancel').disabled = true;
-    try {
-      await api.post('/task/cancel', { task_id: id });
-      // the long poll sees the change and ends the loop
-    } catch (e) {
-      report(e);
-    } finally {
-      $('pg-cancel').disabled = false;
-    }
+  function mountPlayground() {
+    playground = window.EaselPlayground.mount({
+      id: (part) => (part === 'form' ? 'pg-form' : `pg-${part}`),
+      base: `${API}/task`,
+      headers: (write) => (write && state.csrf ? { 'X-CSRF-Token': state.csrf } : {}),
+      credentials: 'same-origin',
+      onResponse: (resp) => {
+        if (resp.status === 401 && state.user) sessionEnded(new APIError(401, 'Your session has ended.'));
+      },
+      onCreated: refreshAccount,
+      onDone: refreshAccount,
+    });
   }
 
   // ---- operator ------------------------------------------------------------------------------------
@@ -1351,15 +1279,7 @@
     $('copy-secret').addEventListener('click', async () => toast(await copyText($('webhook-secret').textContent, $('webhook-secret'))));
     $('rotate-secret').addEventListener('click', askRotate);
 
-    $('pg-form').addEventListener('submit', onGenerate);
-    $('pg-model').addEventListener('change', refreshPlaygroundForm);
-    $('pg-cancel').addEventListener('click', onPlaygroundCancel);
-    $('pg-prompt').addEventListener('keydown', (ev) => {
-      if (ev.key === 'Enter' && (ev.ctrlKey || ev.metaKey)) {
-        ev.preventDefault();
-        $('pg-form').requestSubmit();
-      }
-    });
+    mountPlayground();
 
     $('operator-form').addEventListener('submit', (ev) => {
       ev.preventDefault();
