@@ -2,6 +2,7 @@ package api
 
 import (
 	"embed"
+	"html/template"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -25,7 +26,10 @@ const (
 	playgroundDir = "playground"
 	// playgroundIndex is the page itself, an html/template.
 	playgroundIndex = "index.html"
-	// playgroundModule is the script both playgrounds run.
+	// playgroundForm holds the templates of the form every playground
+	// shows.
+	playgroundForm = "form.html"
+	// playgroundModule is the script every playground runs.
 	playgroundModule = "playground.js"
 )
 
@@ -55,20 +59,47 @@ func (h *Handlers) playground(c echo.Context) error {
 	return h.Pages.Asset(c, playgroundFiles, playgroundDir, name)
 }
 
-// playgroundModel is a model as the page's select offers it.
-type playgroundModel struct {
+// PlaygroundForm fills the playground's form (form.html): its
+// "playground-request" and "playground-task" templates, which every page
+// that runs the playground shows.
+type PlaygroundForm struct {
+	// Prefix starts the form's element ids: playground.js finds them by it.
+	Prefix       string
+	Models       []PlaygroundModel
+	AspectRatios []string
+	ImageSizes   []string
+	DefaultRatio string
+}
+
+// PlaygroundModel is a model as the form's select offers it.
+type PlaygroundModel struct {
 	ID   string
 	Tier catalog.Tier
 	// ImageSize: the model takes input.image_size.
 	ImageSize bool
 }
 
+// NewPlaygroundForm is the form for the models of cat (nil: none), its
+// element ids starting with prefix.
+func NewPlaygroundForm(cat *catalog.Catalog, prefix string) PlaygroundForm {
+	f := PlaygroundForm{Prefix: prefix, AspectRatios: catalog.AspectRatios, ImageSizes: catalog.ImageSizes, DefaultRatio: catalog.DefaultAspectRatio}
+	if cat != nil {
+		for _, m := range cat.Models() {
+			f.Models = append(f.Models, PlaygroundModel{ID: m.ID, Tier: m.Tier, ImageSize: m.SupportsImageSize()})
+		}
+	}
+	return f
+}
+
+// PlaygroundTemplates are the form's templates, for a page to add itself
+// to.
+func PlaygroundTemplates() *template.Template {
+	return template.Must(template.ParseFS(playgroundFiles, playgroundDir+"/"+playgroundForm))
+}
+
 // playgroundData fills index.html.
 type playgroundData struct {
-	Models       []playgroundModel
-	AspectRatios []string
-	ImageSizes   []string
-	DefaultRatio string
+	PlaygroundForm
 	// Versions are the assets' content hashes, by file name: the page asks
 	// for "app.js?v=<hash>", so a browser may keep each for good.
 	Versions map[string]string
@@ -77,19 +108,18 @@ type playgroundData struct {
 // playgroundPage renders index.html with the catalog's models, ratios and
 // sizes.
 func (h *Handlers) playgroundPage(c echo.Context) error {
-	data := playgroundData{
-		AspectRatios: catalog.AspectRatios,
-		ImageSizes:   catalog.ImageSizes,
-		DefaultRatio: catalog.DefaultAspectRatio,
+	var cat *catalog.Catalog
+	if h.Decoder != nil {
+		cat = h.Decoder.Catalog
 	}
-	if h.Decoder != nil && h.Decoder.Catalog != nil {
-		for _, m := range h.Decoder.Catalog.Models() {
-			data.Models = append(data.Models, playgroundModel{ID: m.ID, Tier: m.Tier, ImageSize: m.SupportsImageSize()})
-		}
-	}
+	data := playgroundData{PlaygroundForm: NewPlaygroundForm(cat, "")}
 	var err error
 	if data.Versions, err = web.AssetVersions(playgroundFiles, playgroundDir); err != nil {
 		return err
 	}
-	return h.Pages.Page(c, playgroundFiles, playgroundDir, playgroundIndex, data)
+	t, err := PlaygroundTemplates().ParseFS(playgroundFiles, playgroundDir+"/"+playgroundIndex)
+	if err != nil {
+		return err
+	}
+	return h.Pages.Page(c, t, playgroundIndex, data)
 }

@@ -14,6 +14,7 @@ import (
 	"embed"
 	"encoding/csv"
 	"errors"
+	"html/template"
 	"net/http"
 	"net/url"
 	"slices"
@@ -25,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/api-gateway/internal/admin"
+	"github.com/easelhq/easel/api-gateway/internal/api"
 	"github.com/easelhq/easel/api-gateway/internal/ratelimit"
 	"github.com/easelhq/easel/api-gateway/internal/web"
 	"github.com/easelhq/easel/pkg/account"
@@ -113,9 +115,6 @@ type Deps struct {
 	// Pages serves the console's page (web.NewPages with the public API's
 	// image sources: the gallery shows results).
 	Pages *web.Pages
-	// Playground is the URL of the script the playground section runs:
-	// the /playground page's own (api.PlaygroundModule).
-	Playground string
 	// UsageDays is how many days of usage the store keeps
 	// (store.UsageDays): the most a usage request may ask for.
 	UsageDays int
@@ -131,15 +130,18 @@ type Deps struct {
 type console struct {
 	Deps
 	now func() time.Time
+	// page is the console's page, with the playground's form in it.
+	page *template.Template
 }
 
 // Register adds the console to s: its page under Path, its API under
 // Path/api.
 func Register(s *web.Server, d Deps) {
-	cs := &console{Deps: d, now: s.Now}
+	cs := &console{Deps: d, now: s.Now,
+		page: template.Must(api.PlaygroundTemplates().ParseFS(pageFiles, pageDir+"/"+pageIndex))}
 	e := s.Echo
-	web.Get(e, Path, cs.page)
-	web.Get(e, Path+"/*", cs.page)
+	web.Get(e, Path, cs.servePage)
+	web.Get(e, Path+"/*", cs.servePage)
 
 	g := e.Group(pathAPI, s.Deadline, cs.noStore, cs.sameOrigin)
 	g.POST("/session", cs.signIn)
@@ -629,31 +631,38 @@ func (cs *console) opAccount(c echo.Context) error {
 
 // pageFiles are the console page's files: plain HTML, CSS and
 // JavaScript, with no build step and nothing loaded from elsewhere. The
-// playground section runs the /playground page's script (Playground).
+// playground section is the /playground page's form and script
+// (api.PlaygroundTemplates, api.PlaygroundModule).
 //
 //go:embed page
 var pageFiles embed.FS
 
-// pageDir is the directory of pageFiles holding the page.
-const pageDir = "page"
+// pageDir is the directory of pageFiles holding the page, pageIndex the
+// page itself, an html/template.
+const (
+	pageDir   = "page"
+	pageIndex = "index.html"
+)
 
-// page serves GET /console (a redirect to /console/), the page at
+// servePage serves GET /console (a redirect to /console/), the page at
 // /console/ and its assets beside it. The page asks the API whether a
 // session exists and shows the sign-in form if not.
-func (cs *console) page(c echo.Context) error {
+func (cs *console) servePage(c echo.Context) error {
 	if c.Path() == Path {
 		return c.Redirect(http.StatusMovedPermanently, Path+"/")
 	}
 	name := c.Param("*")
-	if name != "" && name != "index.html" {
+	if name != "" && name != pageIndex {
 		return cs.Pages.Asset(c, pageFiles, pageDir, name)
 	}
 	versions, err := web.AssetVersions(pageFiles, pageDir)
 	if err != nil {
 		return err
 	}
-	return cs.Pages.Page(c, pageFiles, pageDir, "index.html", struct {
-		Versions   map[string]string
-		Playground string
-	}{versions, cs.Playground})
+	return cs.Pages.Page(c, cs.page, pageIndex, struct {
+		Versions map[string]string
+		// Script and Form are the playground's.
+		Script string
+		Form   api.PlaygroundForm
+	}{versions, api.PlaygroundModule(), api.NewPlaygroundForm(cs.Catalog, "pg-")})
 }

@@ -56,8 +56,8 @@ type Deps struct {
 	api.Deps
 	// Admin, when not nil, adds the admin API.
 	Admin *admin.Deps
-	// Console, when not nil, adds the console. Its task routes, pages,
-	// playground script and usage days default to the gateway's.
+	// Console, when not nil, adds the console. Its task routes, pages and
+	// usage days default to the gateway's.
 	Console *console.Deps
 }
 
@@ -75,9 +75,6 @@ func Server(d Deps) *web.Server {
 		}
 		if c.Pages == nil {
 			c.Pages = public.Pages
-		}
-		if c.Playground == "" {
-			c.Playground = api.PlaygroundModule()
 		}
 		if c.UsageDays == 0 {
 			c.UsageDays = store.UsageDays

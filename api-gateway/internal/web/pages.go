@@ -105,18 +105,14 @@ func (p *Pages) Asset(c echo.Context, files fs.FS, dir, name string) error {
 	return p.serve(c, name, ctype, cache, b)
 }
 
-// Page renders a page, the html/template file index of dir in files, with
-// data, and serves it.
-func (p *Pages) Page(c echo.Context, files fs.FS, dir, index string, data any) error {
-	tmpl, err := template.ParseFS(files, dir+"/"+index)
-	if err != nil {
-		return err
-	}
+// Page renders a page, the template name of t, with data, and serves
+// it.
+func (p *Pages) Page(c echo.Context, t *template.Template, name string, data any) error {
 	var buf bytes.Buffer
-	if err := tmpl.Execute(&buf, data); err != nil {
+	if err := t.ExecuteTemplate(&buf, name, data); err != nil {
 		return err
 	}
-	return p.serve(c, index, "text/html; charset=utf-8", CacheRevalidate, buf.Bytes())
+	return p.serve(c, name, "text/html; charset=utf-8", CacheRevalidate, buf.Bytes())
 }
 
 // contentVersion is a short hash of an asset's bytes.

@@ -31,6 +31,7 @@ window.EaselPlayground = (() => {
     }
   }
 
+  // readJSON reads a body as JSON; one that is not is its text, as msg.
   async function readJSON(resp) {
     const text = await resp.text();
     try {
@@ -102,6 +103,7 @@ window.EaselPlayground = (() => {
     });
   }
 
+  // safeURL is u resolved, if it is an http(s) URL; else null.
   function safeURL(u) {
     try {
       const url = new URL(u, location.href);
@@ -419,5 +421,6 @@ window.EaselPlayground = (() => {
     return { createBody, refresh };
   }
 
-  return { mount };
+  // readJSON and safeURL serve the console's own requests and links too.
+  return { mount, readJSON, safeURL };
 })();

@@ -17,12 +17,15 @@
   const TOAST_MS = 6000;
 
   const $ = (id) => document.getElementById(id);
+  // What the playground's script (loaded first) shares: a body read as
+  // JSON (or its text as msg), and a URL checked to be http(s).
+  const { readJSON, safeURL } = window.EaselPlayground;
 
   // state is everything the page knows about the signed-in user.
   const state = {
     user: null, // {id, email, account_id, account_name, admin}
     csrf: '',
-    catalog: { models: [], aspect_ratios: [], image_sizes: [], default_ratio: '' },
+    catalog: { models: [] },
     account: null,
     section: '',
     ledgerNext: '',
@@ -87,15 +90,6 @@
   // rfc3339 renders a Date in UTC without milliseconds.
   function rfc3339(d) {
     return d.toISOString().replace(/\.\d{3}Z$/, 'Z');
-  }
-
-  function safeURL(u) {
-    try {
-      const url = new URL(u, location.href);
-      return url.protocol === 'https:' || url.protocol === 'http:' ? url.href : null;
-    } catch {
-      return null;
-    }
   }
 
   // ---- DOM helpers ----------------------------------------------------------
@@ -172,15 +166,6 @@
       super(retryAfter ? `${msg} (retry in ${retryAfter} s)` : msg);
       this.status = status;
       this.retryAfter = retryAfter;
-    }
-  }
-
-  async function readJSON(resp) {
-    const text = await resp.text();
-    try {
-      return JSON.parse(text);
-    } catch {
-      return { msg: text.trim().slice(0, 300) };
     }
   }
 
@@ -296,9 +281,6 @@
       const c = await api.get('/catalog');
       state.catalog = {
         models: Array.isArray(c.models) ? c.models : [],
-        aspect_ratios: Array.isArray(c.aspect_ratios) ? c.aspect_ratios : [],
-        image_sizes: Array.isArray(c.image_sizes) ? c.image_sizes : [],
-        default_ratio: c.default_ratio || '',
       };
     } catch (e) {
       report(e);
@@ -313,18 +295,12 @@
   }
 
   function fillCatalogControls() {
-    const { models, aspect_ratios: ratios, image_sizes: sizes, default_ratio: def } = state.catalog;
+    const { models } = state.catalog;
     for (const span of document.querySelectorAll('[data-model-of]')) {
       const m = models.find((x) => x.tier === span.dataset.modelOf);
       span.textContent = m ? `(${m.id})` : '';
     }
     $('filter-model').replaceChildren(el('option', { value: '' }, 'Any'), ...models.map((m) => el('option', { value: m.id }, m.id)));
-    $('pg-model').replaceChildren(...models.map((m) =>
-      el('option', { value: m.id, dataset: { imageSize: String(!!m.image_size) } }, `${m.id} (${m.tier})`)));
-    $('pg-aspect-ratio').replaceChildren(el('option', { value: '' }, def ? `Default (${def})` : 'Default'),
-      ...ratios.map((r) => el('option', { value: r }, r)));
-    $('pg-image-size').replaceChildren(...sizes.map((s) => el('option', { value: s }, s)));
-    playground.refresh();
   }
 
   async function refreshAccount() {
@@ -991,12 +967,11 @@
 
   // ---- playground -------------------------------------------------------------------------------
 
-  // The playground is the /playground page's own (playground.js), on the
-  // console's task routes with the session instead of an API key.
-  let playground = null;
-
+  // The playground is the /playground page's own (its form, rendered in
+  // the page, and playground.js), on the console's task routes with the
+  // session instead of an API key.
   function mountPlayground() {
-    playground = window.EaselPlayground.mount({
+    window.EaselPlayground.mount({
       id: (part) => (part === 'form' ? 'pg-form' : `pg-${part}`),
       base: `${API}/task`,
       headers: (write) => (write && state.csrf ? { 'X-CSRF-Token': state.csrf } : {}),
