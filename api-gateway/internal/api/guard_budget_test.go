@@ -12,8 +12,8 @@ import (
 )
 
 // Concurrent requests with bad keys cannot overrun the budgets: each takes
-// its try before its lookup (review item 3: 100 at once from one address
-// reached Redis 112 times with a burst of 20, and 50 addresses got 1,000
+// its try before its lookup (else 100 at once from one address reach Redis
+// more often than the burst of 20 allows, and 50 addresses get 1,000
 // lookups through); a network's addresses share its budget, and everyone
 // shares the gateway's.
 func TestFailedAuthenticationBudgetsHoldUnderConcurrency(t *testing.T) {

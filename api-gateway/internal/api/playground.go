@@ -29,19 +29,22 @@ const (
 	// playgroundForm holds the templates of the form every playground
 	// shows.
 	playgroundForm = "form.html"
-	// playgroundModule is the script every playground runs.
-	playgroundModule = "playground.js"
+	// PlaygroundScript is the script every playground runs, PlaygroundTheme
+	// the stylesheet of every page that shows one: assets of the page.
+	PlaygroundScript = "playground.js"
+	PlaygroundTheme  = "theme.css"
 )
 
-// PlaygroundModule is the URL of the playground's script, versioned by
-// its content: a page that runs the playground (the console's) loads it
-// from here, and a browser may keep it for good.
-func PlaygroundModule() string {
+// PlaygroundAsset is the URL of one of the playground page's assets,
+// versioned by its content: another page that runs the playground (the
+// console) loads its script and theme from here, and a browser may keep
+// them for good.
+func PlaygroundAsset(name string) string {
 	versions, err := web.AssetVersions(playgroundFiles, playgroundDir)
 	if err != nil {
 		panic(err) // embedded: read at build time
 	}
-	return PathPlayground + "/" + playgroundModule + "?v=" + versions[playgroundModule]
+	return PathPlayground + "/" + name + "?v=" + versions[name]
 }
 
 // playground handles GET /playground and GET /playground/*: the playground

@@ -631,8 +631,8 @@ func (cs *console) opAccount(c echo.Context) error {
 
 // pageFiles are the console page's files: plain HTML, CSS and
 // JavaScript, with no build step and nothing loaded from elsewhere. The
-// playground section is the /playground page's form and script
-// (api.PlaygroundTemplates, api.PlaygroundModule).
+// page's theme and its playground section are the /playground page's
+// (api.PlaygroundTemplates, api.PlaygroundAsset).
 //
 //go:embed page
 var pageFiles embed.FS
@@ -661,8 +661,9 @@ func (cs *console) servePage(c echo.Context) error {
 	}
 	return cs.Pages.Page(c, cs.page, pageIndex, struct {
 		Versions map[string]string
-		// Script and Form are the playground's.
-		Script string
-		Form   api.PlaygroundForm
-	}{versions, api.PlaygroundModule(), api.NewPlaygroundForm(cs.Catalog, "pg-")})
+		// The playground's: the page's theme, and the playground
+		// section's script and form.
+		Theme, Script string
+		Form          api.PlaygroundForm
+	}{versions, api.PlaygroundAsset(api.PlaygroundTheme), api.PlaygroundAsset(api.PlaygroundScript), api.NewPlaygroundForm(cs.Catalog, "pg-")})
 }

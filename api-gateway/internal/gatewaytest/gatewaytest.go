@@ -61,7 +61,8 @@ type Deps struct {
 	Console *console.Deps
 }
 
-// Server builds the gateway's server of d, every application registered.
+// Server builds the gateway's server of d, every application registered
+// (its handler taken: the routes are final).
 func Server(d Deps) *web.Server {
 	s := web.New(d.Config)
 	public := api.Register(s, d.Deps)
@@ -86,7 +87,7 @@ func Server(d Deps) *web.Server {
 }
 
 // Handler is the handler of Server(d).
-func Handler(d Deps) http.Handler { return Server(d).Handler() }
+func Handler(d Deps) http.Handler { return Server(d).Echo }
 
 // Env is a gateway handler on a private Redis, with two accounts.
 type Env struct {
