@@ -9,7 +9,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -278,13 +277,9 @@ func AddCredits(accts crediter) echo.HandlerFunc {
 }
 
 func (a *admin) ledger(c echo.Context) error {
-	limit := int64(100)
-	if s := c.QueryParam("limit"); s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < 1 || n > 10000 {
-			return apperr.New(apperr.Invalid, "limit must be 1 to 10000")
-		}
-		limit = n
+	limit, err := web.LimitParam(c, 100, 10000)
+	if err != nil {
+		return err
 	}
 	entries, err := a.Accounts.Ledger(c.Request().Context(), c.Param("id"), limit)
 	if err != nil {

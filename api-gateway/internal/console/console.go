@@ -468,13 +468,9 @@ func (cs *console) revokeKey(c echo.Context) error {
 }
 
 func (cs *console) ledger(c echo.Context) error {
-	limit := int64(50)
-	if s := c.QueryParam("limit"); s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < 1 || n > 500 {
-			return apperr.New(apperr.Invalid, "limit must be 1 to 500")
-		}
-		limit = n
+	limit, err := web.LimitParam(c, 50, 500)
+	if err != nil {
+		return err
 	}
 	entries, next, err := cs.Accounts.LedgerPage(c.Request().Context(), web.AccountOf(c).ID, c.QueryParam("before"), limit)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -45,4 +46,18 @@ func Bind(c echo.Context, v any) error {
 		return apperr.New(apperr.Invalid, "request body is not valid JSON")
 	}
 	return nil
+}
+
+// LimitParam reads a listing's limit query parameter: def when it is
+// absent, else a whole number from 1 to most.
+func LimitParam(c echo.Context, def, most int64) (int64, error) {
+	s := c.QueryParam("limit")
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 1 || n > most {
+		return 0, apperr.Errorf(apperr.Invalid, "limit must be 1 to %d", most)
+	}
+	return n, nil
 }
