@@ -237,8 +237,8 @@ func (cs *console) ownOrigin(origin, host string) bool {
 }
 
 // session finds the request's session (the cookie) and puts its user and
-// account on the request, as authenticate does for a key: the task routes
-// then serve the session's account.
+// account on the request, as web.Server.Authenticate does for a key: the
+// task routes then serve the session's account.
 func (cs *console) session(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ck, err := c.Cookie(SessionCookie)
