@@ -17,9 +17,11 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/easelhq/easel/api-gateway/internal/admin"
 	"github.com/easelhq/easel/api-gateway/internal/api"
 	"github.com/easelhq/easel/api-gateway/internal/auth"
 	"github.com/easelhq/easel/api-gateway/internal/connlimit"
+	"github.com/easelhq/easel/api-gateway/internal/console"
 	"github.com/easelhq/easel/api-gateway/internal/createreq"
 	"github.com/easelhq/easel/api-gateway/internal/metrics"
 	"github.com/easelhq/easel/api-gateway/internal/pricing"
@@ -27,6 +29,7 @@ import (
 	"github.com/easelhq/easel/api-gateway/internal/taskid"
 	"github.com/easelhq/easel/api-gateway/internal/tasks"
 	"github.com/easelhq/easel/api-gateway/internal/watch"
+	"github.com/easelhq/easel/api-gateway/internal/web"
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
@@ -129,30 +132,14 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	}
 	// The workers' upstream pool, as they recorded it.
 	upstreams := func(ctx context.Context) ([]upstream.Status, error) { return upstream.Statuses(ctx, rdb) }
-	var admin *api.AdminDeps
-	if cfg.AdminToken != "" {
-		admin = &api.AdminDeps{Token: cfg.AdminToken, Accounts: accounts, Secrets: hooks, Catalog: cat, Users: people, Upstreams: upstreams}
-	}
-	var console *api.ConsoleDeps
-	if cfg.Console {
-		console = &api.ConsoleDeps{Users: people, Accounts: accounts, Directory: userStore, Secrets: hooks, Catalog: cat, Upstreams: upstreams,
-			SecureCookie: strings.HasPrefix(cfg.PublicURL, "https://"), Origins: []string{originOf(cfg.PublicURL)}}
-	}
-	handler := api.New(api.Deps{
+	signer := signedurl.New(secret, cfg.PublicURL)
+	edge := web.New(web.Config{
 		Log:     log,
-		Tasks:   svc,
 		Auth:    auth.New(accounts, 100_000, cfg.AuthCacheTTL),
 		Limiter: ratelimit.New(hot),
-		Limits:  api.Limits{Create: cfg.RateLimit, Query: cfg.QueryRateLimit},
+		Limits:  web.Limits{Create: cfg.RateLimit, Query: cfg.QueryRateLimit},
 		// What requests get while the limiter cannot reach Redis.
 		RateLimitFailOpen: cfg.RateLimitFailOpen,
-		Admin:             admin,
-		Console:           console,
-		Decoder:           &createreq.Decoder{Catalog: cat, Egress: cfg.EgressPolicy()},
-		Signer:            signedurl.New(secret, cfg.PublicURL),
-		Blobs:             blobs,
-		Redirect:          redirect,
-		Ready:             ready,
 		// Failed authentications per client address, network and in all,
 		// before Redis.
 		AuthGuard:      auth.NewGuard(auth.GuardLimits{PerAddress: cfg.AuthFailRate, PerPrefix: cfg.AuthFailPrefixRate, Global: cfg.AuthFailGlobalRate}),
@@ -162,18 +149,39 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		// client a 503 within it.
 		RequestTimeout: 2 * cfg.RedisTimeout,
 		Metrics:        meter,
+	})
+	// The pages (the playground, the console) show results: their images
+	// come from the result URLs' origin, or the bucket's.
+	pages := web.NewPages(api.ImageSources(signer, redirect != nil, time.Now())...)
+	public := api.Register(edge, api.Deps{
+		Tasks:          svc,
+		Decoder:        &createreq.Decoder{Catalog: cat, Egress: cfg.EgressPolicy()},
+		Signer:         signer,
+		Blobs:          blobs,
+		Redirect:       redirect,
+		Ready:          ready,
 		MetricsHandler: metricsOnAPI,
 		Watch:          hub,
 		// A task's webhook deliveries (GET /v1/task/webhooks).
-		Webhooks: hooks,
+		Deliveries: hooks,
+		Pages:      pages,
 	})
+	if cfg.AdminToken != "" {
+		admin.Register(edge, admin.Deps{Token: cfg.AdminToken, Accounts: accounts, Secrets: hooks, Catalog: cat, Users: people, Upstreams: upstreams})
+	}
+	if cfg.Console {
+		console.Register(edge, console.Deps{Users: people, Accounts: accounts, Directory: userStore, Secrets: hooks, Catalog: cat,
+			Tasks: public, Upstreams: upstreams, Pages: pages, UsageDays: store.UsageDays,
+			SecureCookie: strings.HasPrefix(cfg.PublicURL, "https://"), Origins: []string{originOf(cfg.PublicURL)}})
+	}
+	handler := edge.Handler()
 
 	if ln == nil {
 		if ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 			return fmt.Errorf("gateway listener: %w", err)
 		}
 	}
-	ops, err := serveOps(cfg, api.NewOps(api.OpsDeps{Ready: ready, Metrics: metricsHandler}), log)
+	ops, err := serveOps(cfg, web.NewOps(web.OpsDeps{Ready: ready, Metrics: metricsHandler}), log)
 	if err != nil {
 		_ = ln.Close()
 		return err
@@ -195,7 +203,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		zap.Strings("models", modelIDs(cat)),
 		zap.String("blob_url", blobs.String()),
 		zap.String("prices", prices.String()),
-		zap.Bool("admin_api", admin != nil),
+		zap.Bool("admin_api", cfg.AdminToken != ""),
 		zap.Uint64("file_limit", files),
 		zap.Int("max_conns", caps.Total),
 		zap.Int("max_conns_per_client", caps.PerClient),

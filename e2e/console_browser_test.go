@@ -201,6 +201,19 @@ func TestConsoleBrowser(t *testing.T) {
 	painted(t, b)
 	b.screenshot(t, dir, "console-tasks.png")
 
+	// ---- the playground: the /playground page's, with the session --------
+	b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(`#nav a[data-section="playground"]`)), chromedp.WaitVisible(chromedp.ID("playground")),
+		chromedp.SendKeys(chromedp.ID("pg-prompt"), "a kite over the sea"),
+		chromedp.Click(chromedp.ID("pg-submit")))
+	waitFor(t, b, 60*time.Second, "the playground's task completed, its image loaded",
+		`document.getElementById('pg-task').dataset.status === 'completed' &&
+		 [...document.querySelectorAll('#pg-results img')].some((i) => i.complete && i.naturalWidth > 0)`)
+	if src := eval[string](t, b, `document.getElementById('pg-task').dataset.source`); src != "stream" {
+		t.Errorf("the playground followed its task by %q; want the stream", src)
+	}
+	painted(t, b)
+	b.screenshot(t, dir, "console-playground.png")
+
 	// ---- the operator view ------------------------------------------------
 	b.do(t, 10*time.Second, chromedp.Click(chromedp.ID("nav-operator")), chromedp.WaitVisible(chromedp.ID("operator")))
 	waitFor(t, b, 10*time.Second, "the accounts list with the user's account",

@@ -171,8 +171,25 @@ var ErrWrongCredentials = apperr.New(apperr.Unauthenticated, "wrong email or pas
 // A Signed is a session begun: Token is the cookie's value.
 type Signed struct {
 	Token   string
-	Session store.Session
+	Session Session
 	User    *account.User
+}
+
+// Session is a signed-in user's session, as the console reads it.
+type Session struct {
+	UserID    string
+	AccountID string
+	// CSRF is the token every write of the session must send back.
+	CSRF string
+	// Until is its absolute end, whatever its use.
+	Until time.Time
+}
+
+// ErrNoSession answers a session that does not exist or has ended.
+var ErrNoSession = store.ErrNoSession
+
+func sessionOf(ss store.Session) Session {
+	return Session{UserID: ss.UserID, AccountID: ss.AccountID, CSRF: ss.CSRF, Until: ss.Until}
 }
 
 // SignIn checks an email and password from a client address and begins a
@@ -220,7 +237,7 @@ func (s *Service) SignIn(ctx context.Context, email, pw, addr string) (Signed, e
 	if err := s.st.SaveSession(ctx, TokenHash(token), ss, s.cfg.Idle); err != nil {
 		return Signed{}, err
 	}
-	return Signed{Token: token, Session: ss, User: u}, nil
+	return Signed{Token: token, Session: sessionOf(ss), User: u}, nil
 }
 
 // verify checks pw against stored, or against the decoy when there is no
@@ -243,26 +260,26 @@ func (s *Service) verify(ctx context.Context, pw, stored string) (bool, error) {
 }
 
 // Session returns the session of a token and its user, keeping it alive;
-// store.ErrNoSession when it has ended (signed out, idle or past its
-// lifetime, or its user's password or status changed since).
-func (s *Service) Session(ctx context.Context, token string) (store.Session, *account.User, error) {
+// ErrNoSession when it has ended (signed out, idle or past its lifetime,
+// or its user's password or status changed since).
+func (s *Service) Session(ctx context.Context, token string) (Session, *account.User, error) {
 	if token == "" || len(token) > 100 {
-		return store.Session{}, nil, store.ErrNoSession
+		return Session{}, nil, ErrNoSession
 	}
 	h := TokenHash(token)
 	ss, err := s.st.TouchSession(ctx, h, s.cfg.Idle)
 	if err != nil {
-		return store.Session{}, nil, err
+		return Session{}, nil, err
 	}
 	u, _, err := s.st.User(ctx, ss.UserID)
 	if errors.Is(err, store.ErrNoUser) || (err == nil && (u.Gen != ss.Gen || u.Status != account.Active)) {
 		_ = s.st.EndSession(ctx, h)
-		return store.Session{}, nil, store.ErrNoSession
+		return Session{}, nil, ErrNoSession
 	}
 	if err != nil {
-		return store.Session{}, nil, err
+		return Session{}, nil, err
 	}
-	return ss, u, nil
+	return sessionOf(ss), u, nil
 }
 
 // SignOut ends a token's session.

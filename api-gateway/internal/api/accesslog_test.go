@@ -31,23 +31,23 @@ func TestAccessLogStatus(t *testing.T) {
 		status int
 		level  zapcore.Level
 	}{
-		{"created", func() reply { return e.create(e.keyA, okBody) }, 200, zapcore.InfoLevel},
-		{"wrong key", func() reply { return e.create("esk_wrongwrongwrongwrongwrongwrongwrongwrong", okBody) }, 401, zapcore.InfoLevel},
-		{"no key", func() reply { return e.do("GET", "/v1/task/query?task_id=task_lumen_1", nil, "") }, 401, zapcore.InfoLevel},
-		{"disabled account", func() reply { return e.create(e.keyOff, okBody) }, 403, zapcore.InfoLevel},
-		{"unknown task", func() reply { return e.query(e.keyA, "task_lumen_1") }, 404, zapcore.InfoLevel},
-		{"unknown route", func() reply { return e.do("GET", "/v2/nothing", nil, "") }, 404, zapcore.InfoLevel},
+		{"created", func() reply { return e.Create(e.KeyA, okBody) }, 200, zapcore.InfoLevel},
+		{"wrong key", func() reply { return e.Create("esk_wrongwrongwrongwrongwrongwrongwrongwrong", okBody) }, 401, zapcore.InfoLevel},
+		{"no key", func() reply { return e.Do("GET", "/v1/task/query?task_id=task_lumen_1", nil, "") }, 401, zapcore.InfoLevel},
+		{"disabled account", func() reply { return e.Create(e.KeyOff, okBody) }, 403, zapcore.InfoLevel},
+		{"unknown task", func() reply { return e.Query(e.KeyA, "task_lumen_1") }, 404, zapcore.InfoLevel},
+		{"unknown route", func() reply { return e.Do("GET", "/v2/nothing", nil, "") }, 404, zapcore.InfoLevel},
 		{"wrong admin token", func() reply {
-			return e.do("GET", "/admin/v1/accounts", map[string]string{"Authorization": "Bearer not-the-token-0123456789abcdef0123"}, "")
+			return e.Do("GET", "/admin/v1/accounts", map[string]string{"Authorization": "Bearer not-the-token-0123456789abcdef0123"}, "")
 		}, 401, zapcore.InfoLevel},
-		{"queue down", func() reply { queueDown = true; defer func() { queueDown = false }(); return e.create(e.keyA, okBody) }, 503, zapcore.WarnLevel},
+		{"queue down", func() reply { queueDown = true; defer func() { queueDown = false }(); return e.Create(e.KeyA, okBody) }, 503, zapcore.WarnLevel},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			logs.TakeAll()
 			r := tt.do()
-			if r.status != tt.status {
-				t.Fatalf("status %d; want %d (%s)", r.status, tt.status, r.body)
+			if r.Status != tt.status {
+				t.Fatalf("status %d; want %d (%s)", r.Status, tt.status, r.Body)
 			}
 			var lines []observer.LoggedEntry
 			for _, l := range logs.TakeAll() {
@@ -62,8 +62,8 @@ func TestAccessLogStatus(t *testing.T) {
 			if got["status"] != int64(tt.status) || lines[0].Level != tt.level {
 				t.Errorf("access line status %v at %s; want %d at %s", got["status"], lines[0].Level, tt.status, tt.level)
 			}
-			if got["request_id"] != r.header.Get("X-Request-Id") || got["request_id"] == "" { // no client id sent
-				t.Errorf("access line request_id %v; X-Request-Id %q", got["request_id"], r.header.Get("X-Request-Id"))
+			if got["request_id"] != r.Header.Get("X-Request-Id") || got["request_id"] == "" { // no client id sent
+				t.Errorf("access line request_id %v; X-Request-Id %q", got["request_id"], r.Header.Get("X-Request-Id"))
 			}
 		})
 	}
@@ -89,12 +89,12 @@ func TestClientRequestID(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			logs.TakeAll()
-			hdr := map[string]string{"Authorization": "Bearer " + e.keyA}
+			hdr := map[string]string{"Authorization": "Bearer " + e.KeyA}
 			if tt.sent != "" {
 				hdr["X-Request-Id"] = tt.sent
 			}
-			r := e.do("GET", "/v1/task/query?task_id=task_lumen_1", hdr, "")
-			echoed := r.header.Get("X-Request-Id")
+			r := e.Do("GET", "/v1/task/query?task_id=task_lumen_1", hdr, "")
+			echoed := r.Header.Get("X-Request-Id")
 			if tt.logged && echoed != tt.sent || !tt.logged && len(echoed) != 24 {
 				t.Errorf("X-Request-Id %.80q; want the client's if accepted, else the server's 24-hex id", echoed)
 			}

@@ -17,15 +17,15 @@ import (
 // putDownload stores data under key and returns the path of a URL signed for
 // it.
 func (e *env) putDownload(key string, data []byte) string {
-	e.t.Helper()
+	e.T.Helper()
 	if data != nil {
-		if _, err := e.blobs.Put(context.Background(), key, strings.NewReader(string(data))); err != nil {
-			e.t.Fatal(err)
+		if _, err := e.Blobs.Put(context.Background(), key, strings.NewReader(string(data))); err != nil {
+			e.T.Fatal(err)
 		}
 	}
-	signed, err := url.Parse(e.signer.Sign("/v1/files/"+key, e.now.Add(time.Hour)))
+	signed, err := url.Parse(e.Signer.Sign("/v1/files/"+key, e.Now.Add(time.Hour)))
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	return signed.RequestURI()
 }
@@ -47,12 +47,12 @@ type part struct {
 // parts reads a multipart/byteranges reply.
 func parts(t *testing.T, r reply) []part {
 	t.Helper()
-	mt, params, err := mime.ParseMediaType(r.header.Get("Content-Type"))
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "multipart/byteranges" {
-		t.Fatalf("Content-Type %q; want multipart/byteranges", r.header.Get("Content-Type"))
+		t.Fatalf("Content-Type %q; want multipart/byteranges", r.Header.Get("Content-Type"))
 	}
 	var ps []part
-	mr := multipart.NewReader(strings.NewReader(string(r.body)), params["boundary"])
+	mr := multipart.NewReader(strings.NewReader(string(r.Body)), params["boundary"])
 	for {
 		p, err := mr.NextPart()
 		if err == io.EOF {
@@ -125,23 +125,23 @@ func TestDownloadRanges(t *testing.T) {
 			if method == "" {
 				method = "GET"
 			}
-			r := e.do(method, path, tt.hdr, "")
-			if r.status >= 400 {
+			r := e.Do(method, path, tt.hdr, "")
+			if r.Status >= 400 {
 				msg := ""
 				if method == "GET" {
 					msg = "range"
 					assertEnvelope(t, r, tt.status, msg)
-				} else if r.status != tt.status || len(r.body) != 0 {
-					t.Fatalf("%s: %d with %d bytes; want %d and no body", method, r.status, len(r.body), tt.status)
+				} else if r.Status != tt.status || len(r.Body) != 0 {
+					t.Fatalf("%s: %d with %d bytes; want %d and no body", method, r.Status, len(r.Body), tt.status)
 				}
-			} else if r.status != tt.status {
-				t.Fatalf("status %d; want %d (Content-Range %q)", r.status, tt.status, r.header.Get("Content-Range"))
+			} else if r.Status != tt.status {
+				t.Fatalf("status %d; want %d (Content-Range %q)", r.Status, tt.status, r.Header.Get("Content-Range"))
 			}
-			if got := r.header.Get("Content-Range"); got != tt.contentRange {
+			if got := r.Header.Get("Content-Range"); got != tt.contentRange {
 				t.Errorf("Content-Range %q; want %q", got, tt.contentRange)
 			}
-			if r.status < 300 && r.header.Get("ETag") != tag {
-				t.Errorf("ETag %q; want %s", r.header.Get("ETag"), tag)
+			if r.Status < 300 && r.Header.Get("ETag") != tag {
+				t.Errorf("ETag %q; want %s", r.Header.Get("ETag"), tag)
 			}
 			switch {
 			case tt.parts != nil:
@@ -155,18 +155,18 @@ func TestDownloadRanges(t *testing.T) {
 					}
 				}
 			case method == "HEAD":
-				if len(r.body) != 0 {
-					t.Errorf("HEAD body of %d bytes", len(r.body))
+				if len(r.Body) != 0 {
+					t.Errorf("HEAD body of %d bytes", len(r.Body))
 				}
-				if tt.status == 200 && r.header.Get("Content-Length") != size {
-					t.Errorf("HEAD Content-Length %q; want %s", r.header.Get("Content-Length"), size)
+				if tt.status == 200 && r.Header.Get("Content-Length") != size {
+					t.Errorf("HEAD Content-Length %q; want %s", r.Header.Get("Content-Length"), size)
 				}
-			case r.status < 400:
-				if string(r.body) != tt.body {
-					t.Errorf("body of %d bytes %.40q; want %d bytes %.40q", len(r.body), r.body, len(tt.body), tt.body)
+			case r.Status < 400:
+				if string(r.Body) != tt.body {
+					t.Errorf("body of %d bytes %.40q; want %d bytes %.40q", len(r.Body), r.Body, len(tt.body), tt.body)
 				}
-				if r.status != 304 && r.header.Get("Content-Length") != strconv.Itoa(len(tt.body)) {
-					t.Errorf("Content-Length %q; want %d", r.header.Get("Content-Length"), len(tt.body))
+				if r.Status != 304 && r.Header.Get("Content-Length") != strconv.Itoa(len(tt.body)) {
+					t.Errorf("Content-Length %q; want %d", r.Header.Get("Content-Length"), len(tt.body))
 				}
 			}
 		})
@@ -177,14 +177,14 @@ func TestDownloadRanges(t *testing.T) {
 // its key is 404, like a missing blob.
 func TestDownloadSymlink(t *testing.T) {
 	e := newEnv(t, nil)
-	dir := e.blobs.Dir()
+	dir := e.Blobs.Dir()
 	outside := t.TempDir()
 	if err := os.WriteFile(filepath.Join(outside, "secret.png"), []byte("secret"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	real := e.putDownload("2026112214/real.png", []byte("\x89PNG real"))
-	if r := e.do("GET", real, nil, ""); r.status != 200 {
-		t.Fatalf("GET of a regular blob: %d %s", r.status, r.body)
+	if r := e.Do("GET", real, nil, ""); r.Status != 200 {
+		t.Fatalf("GET of a regular blob: %d %s", r.Status, r.Body)
 	}
 	link := func(target, name string) {
 		t.Helper()
@@ -204,7 +204,7 @@ func TestDownloadSymlink(t *testing.T) {
 		"outdir/secret.png",  // through a directory outside it
 	} {
 		t.Run(key, func(t *testing.T) {
-			assertEnvelope(t, e.do("GET", e.putDownload(key, nil), nil, ""), 404, "not found")
+			assertEnvelope(t, e.Do("GET", e.putDownload(key, nil), nil, ""), 404, "not found")
 		})
 	}
 }
@@ -226,8 +226,8 @@ func TestDownloadCanonicalURLOnly(t *testing.T) {
 		t.Fatalf("signed URL %s is not in the form this test varies", signed)
 	}
 	for _, method := range []string{"GET", "HEAD"} {
-		if r := e.do(method, signed, nil, ""); r.status != 200 {
-			t.Fatalf("%s of the signed URL: %d %s", method, r.status, r.body)
+		if r := e.Do(method, signed, nil, ""); r.Status != 200 {
+			t.Fatalf("%s of the signed URL: %d %s", method, r.Status, r.Body)
 		}
 	}
 
@@ -263,7 +263,7 @@ func TestDownloadCanonicalURLOnly(t *testing.T) {
 			if tt.url == signed {
 				t.Fatal("not a variant")
 			}
-			assertEnvelope(t, e.do("GET", tt.url, nil, ""), 403, "signature")
+			assertEnvelope(t, e.Do("GET", tt.url, nil, ""), 403, "signature")
 		})
 	}
 }

@@ -20,7 +20,7 @@ import (
 func TestDownloadFIFOIsNotFound(t *testing.T) {
 	e := newEnv(t, nil)
 	const key = "2026112214/0123456789abcdef0123456789abcdef.png"
-	fifo := filepath.Join(e.blobs.Dir(), filepath.FromSlash(key))
+	fifo := filepath.Join(e.Blobs.Dir(), filepath.FromSlash(key))
 	if err := os.MkdirAll(filepath.Dir(fifo), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestDownloadFIFOIsNotFound(t *testing.T) {
 		t.Run(method, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, method, e.srv.URL+e.putDownload(key, nil), nil)
+			req, err := http.NewRequestWithContext(ctx, method, e.Srv.URL+e.putDownload(key, nil), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -50,7 +50,7 @@ func TestDownloadFIFOIsNotFound(t *testing.T) {
 			body, _ := io.ReadAll(resp.Body)
 			_ = resp.Body.Close()
 			if method == "GET" {
-				assertEnvelope(t, reply{resp.StatusCode, resp.Header, body}, 404, "not found")
+				assertEnvelope(t, reply{Status: resp.StatusCode, Header: resp.Header, Body: body}, 404, "not found")
 			} else if resp.StatusCode != 404 {
 				t.Fatalf("HEAD of a FIFO: %d; want 404", resp.StatusCode)
 			}

@@ -8,13 +8,12 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/easelhq/easel/api-gateway/internal/api"
 	"github.com/easelhq/easel/api-gateway/internal/auth"
 )
 
 // Concurrent requests with bad keys cannot overrun the budgets: each takes
-// its try before its lookup (review item 3: 100 at once from one address
-// reached Redis 112 times with a burst of 20, and 50 addresses got 1,000
+// its try before its lookup (else 100 at once from one address reach Redis
+// more often than the burst of 20 allows, and 50 addresses get 1,000
 // lookups through); a network's addresses share its budget, and everyone
 // shares the gateway's.
 func TestFailedAuthenticationBudgetsHoldUnderConcurrency(t *testing.T) {
@@ -33,7 +32,7 @@ func TestFailedAuthenticationBudgetsHoldUnderConcurrency(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var lookups *countingAuth
-			e := newEnvWith(t, nil, zap.NewNop(), func(d *api.Deps) {
+			e := newEnvWith(t, nil, zap.NewNop(), func(d *deps) {
 				lookups = &countingAuth{next: d.Auth}
 				d.Auth = lookups
 				d.AuthGuard = auth.NewGuard(tt.limits)
@@ -49,10 +48,10 @@ func TestFailedAuthenticationBudgetsHoldUnderConcurrency(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					defer func() { <-sem }()
-					r := e.do("GET", "/v1/task/query?task_id=task_lumen_1", map[string]string{
+					r := e.Do("GET", "/v1/task/query?task_id=task_lumen_1", map[string]string{
 						"Authorization": fmt.Sprintf("Bearer esk_guess%035d", i), "X-Forwarded-For": tt.addrs(i)}, "")
 					mu.Lock()
-					codes[r.status]++
+					codes[r.Status]++
 					mu.Unlock()
 				}()
 			}
@@ -66,36 +65,11 @@ func TestFailedAuthenticationBudgetsHoldUnderConcurrency(t *testing.T) {
 	}
 }
 
-// Wrong admin tokens spend the same budgets as bad API keys (review item
-// 5: 40 in a row were all 401); the right token from another address still
-// works, and never counts.
-func TestWrongAdminTokensThrottled(t *testing.T) {
-	e := newEnvWith(t, nil, zap.NewNop(), func(d *api.Deps) {
-		d.AuthGuard = auth.NewGuard(auth.GuardLimits{PerAddress: 1, PerPrefix: 100})
-		d.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
-	})
-	from := func(addr, token string) int {
-		return e.do("GET", "/admin/v1/accounts", map[string]string{"Authorization": "Bearer " + token, "X-Forwarded-For": addr}, "").status
-	}
-	codes := map[int]int{}
-	for i := range 40 {
-		codes[from("198.51.100.1", fmt.Sprintf("wrong-token-%d", i))]++
-	}
-	if codes[401] > 5 || codes[429] < 35 {
-		t.Errorf("40 wrong admin tokens from one address: %v; want 4 or 5 answered 401, the rest 429", codes)
-	}
-	for i := range 10 {
-		if c := from("198.51.100.2", adminToken); c != 200 {
-			t.Fatalf("the admin token from another address, request %d: %d", i, c)
-		}
-	}
-}
-
 // A good key is never refused for its own concurrency: requests that need
 // a lookup of one key at once share it, and its one try (the waiters
 // benchmark's 250 creates at once with a new key got 429s).
 func TestGoodKeyAtOnceNotRefused(t *testing.T) {
-	e := newEnvWith(t, nil, zap.NewNop(), func(d *api.Deps) {
+	e := newEnvWith(t, nil, zap.NewNop(), func(d *deps) {
 		d.AuthGuard = auth.NewGuard(auth.GuardLimits{PerAddress: 1, PerPrefix: 1, Global: 1})
 	})
 	var mu sync.Mutex
@@ -105,9 +79,9 @@ func TestGoodKeyAtOnceNotRefused(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := e.do("GET", "/v1/task/query?task_id=task_lumen_1", map[string]string{"Authorization": "Bearer " + e.keyB}, "")
+			r := e.Do("GET", "/v1/task/query?task_id=task_lumen_1", map[string]string{"Authorization": "Bearer " + e.KeyB}, "")
 			mu.Lock()
-			codes[r.status]++
+			codes[r.Status]++
 			mu.Unlock()
 		}()
 	}

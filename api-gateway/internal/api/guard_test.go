@@ -10,7 +10,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/easelhq/easel/api-gateway/internal/api"
 	"github.com/easelhq/easel/api-gateway/internal/auth"
 	"github.com/easelhq/easel/pkg/account"
 )
@@ -31,7 +30,7 @@ func (c *countingAuth) Authenticate(ctx context.Context, key string) (*account.A
 // Another client, and valid keys, are not held back.
 func TestFailedAuthenticationsLimitedPerAddress(t *testing.T) {
 	var lookups *countingAuth
-	e := newEnvWith(t, nil, zap.NewNop(), func(d *api.Deps) {
+	e := newEnvWith(t, nil, zap.NewNop(), func(d *deps) {
 		lookups = &countingAuth{next: d.Auth}
 		d.Auth = lookups
 		d.AuthGuard = auth.NewGuard(auth.GuardLimits{PerAddress: 5})
@@ -39,15 +38,15 @@ func TestFailedAuthenticationsLimitedPerAddress(t *testing.T) {
 		d.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	})
 	from := func(addr, key string) reply {
-		return e.do("GET", "/v1/task/query?task_id=task_lumen_1", map[string]string{"Authorization": "Bearer " + key, "X-Forwarded-For": addr}, "")
+		return e.Do("GET", "/v1/task/query?task_id=task_lumen_1", map[string]string{"Authorization": "Bearer " + key, "X-Forwarded-For": addr}, "")
 	}
 	codes := map[int]int{}
 	for i := 0; i < 1000; i++ {
 		r := from("203.0.113.7", fmt.Sprintf("esk_guess%035d", i))
-		codes[r.status]++
-		if r.status == 429 {
-			if ra, _ := strconv.Atoi(r.header.Get("Retry-After")); ra < 1 {
-				t.Fatalf("429 without Retry-After: %v", r.header)
+		codes[r.Status]++
+		if r.Status == 429 {
+			if ra, _ := strconv.Atoi(r.Header.Get("Retry-After")); ra < 1 {
+				t.Fatalf("429 without Retry-After: %v", r.Header)
 			}
 		}
 	}
@@ -58,15 +57,15 @@ func TestFailedAuthenticationsLimitedPerAddress(t *testing.T) {
 	// address too is refused only until the address earns a try back, and
 	// never counts against it.
 	before := lookups.calls.Load()
-	if r := from("198.51.100.9", "esk_someoneelse00000000000000000000000000"); r.status != 401 {
-		t.Errorf("another address: %d; want 401", r.status)
+	if r := from("198.51.100.9", "esk_someoneelse00000000000000000000000000"); r.Status != 401 {
+		t.Errorf("another address: %d; want 401", r.Status)
 	}
 	if lookups.calls.Load() != before+1 {
 		t.Error("another address's key was not looked up")
 	}
 	for i := 0; i < 50; i++ {
-		if r := from("198.51.100.10", e.keyA); r.status != 404 {
-			t.Fatalf("valid key, request %d: %d; want 404 (the task does not exist)", i, r.status)
+		if r := from("198.51.100.10", e.KeyA); r.Status != 404 {
+			t.Fatalf("valid key, request %d: %d; want 404 (the task does not exist)", i, r.Status)
 		}
 	}
 	// Without a trusted proxy, X-Forwarded-For is not believed: here every
@@ -76,11 +75,11 @@ func TestFailedAuthenticationsLimitedPerAddress(t *testing.T) {
 // X-Forwarded-For from a peer that is not a trusted proxy does not choose
 // the client's address: a blocked client cannot escape by naming another.
 func TestForwardedForNeedsATrustedProxy(t *testing.T) {
-	e := newEnvWith(t, nil, zap.NewNop(), func(d *api.Deps) { d.AuthGuard = auth.NewGuard(auth.GuardLimits{PerAddress: 1}) })
+	e := newEnvWith(t, nil, zap.NewNop(), func(d *deps) { d.AuthGuard = auth.NewGuard(auth.GuardLimits{PerAddress: 1}) })
 	blocked := false
 	for i := 0; i < 20; i++ {
-		r := e.do("GET", "/v1/task/query?task_id=task_lumen_1", map[string]string{"Authorization": "Bearer esk_nope0000000000000000000000000000000000", "X-Forwarded-For": fmt.Sprintf("192.0.2.%d", i)}, "")
-		if r.status == 429 {
+		r := e.Do("GET", "/v1/task/query?task_id=task_lumen_1", map[string]string{"Authorization": "Bearer esk_nope0000000000000000000000000000000000", "X-Forwarded-For": fmt.Sprintf("192.0.2.%d", i)}, "")
+		if r.Status == 429 {
 			blocked = true
 		}
 	}

@@ -10,8 +10,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/easelhq/easel/api-gateway/internal/api"
 	"github.com/easelhq/easel/api-gateway/internal/ratelimit"
+	"github.com/easelhq/easel/api-gateway/internal/web"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
@@ -31,34 +31,34 @@ func TestLimiterDown(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			lim := redistest.Start(t) // the limiter's own Redis, to stop
 			core, logs := observer.New(zap.DebugLevel)
-			e := newEnvWith(t, nil, zap.New(core), func(d *api.Deps) {
+			e := newEnvWith(t, nil, zap.New(core), func(d *deps) {
 				rdb := redis.NewClient(&redis.Options{Addr: lim.Addr, MaxRetries: -1})
 				t.Cleanup(func() { _ = rdb.Close() })
 				d.Limiter = ratelimit.New(rdb)
 				// Below ratelimit.LeaseFrom: every request asks Redis.
-				d.Limits = api.Limits{Create: 50, Query: 50}
+				d.Limits = web.Limits{Create: 50, Query: 50}
 				d.RateLimitFailOpen = tc.failOpen
 			})
-			if r := e.create(e.keyA, okBody); r.status != 200 || r.header.Get("X-RateLimit-Limit") == "" {
-				t.Fatalf("with the limiter up: %d %v", r.status, r.header)
+			if r := e.Create(e.KeyA, okBody); r.Status != 200 || r.Header.Get("X-RateLimit-Limit") == "" {
+				t.Fatalf("with the limiter up: %d %v", r.Status, r.Header)
 			}
 			lim.Proc.Stop()
 			for i := 0; i < 5; i++ {
-				r := e.create(e.keyA, okBody)
-				if r.status != tc.want {
-					t.Fatalf("create %d with the limiter down: %d %s", i, r.status, r.body)
+				r := e.Create(e.KeyA, okBody)
+				if r.Status != tc.want {
+					t.Fatalf("create %d with the limiter down: %d %s", i, r.Status, r.Body)
 				}
-				if r.header.Get("X-RateLimit-Limit") != "" {
-					t.Errorf("X-RateLimit-Limit %q from a limiter that did not answer", r.header.Get("X-RateLimit-Limit"))
+				if r.Header.Get("X-RateLimit-Limit") != "" {
+					t.Errorf("X-RateLimit-Limit %q from a limiter that did not answer", r.Header.Get("X-RateLimit-Limit"))
 				}
 				if tc.want == 503 {
 					assertEnvelope(t, r, 503, "the service is unavailable, try again")
-					if r.header.Get("Retry-After") == "" {
+					if r.Header.Get("Retry-After") == "" {
 						t.Error("503 without Retry-After")
 					}
 				}
-				if q := e.query(e.keyA, "task_lumen_1"); q.status != tc.wantQuery {
-					t.Fatalf("query with the limiter down: %d %s", q.status, q.body)
+				if q := e.Query(e.KeyA, "task_lumen_1"); q.Status != tc.wantQuery {
+					t.Fatalf("query with the limiter down: %d %s", q.Status, q.Body)
 				}
 			}
 			if err := lim.Proc.Restart(); err != nil {
@@ -66,12 +66,12 @@ func TestLimiterDown(t *testing.T) {
 			}
 			// The client redials a refused server about once a second.
 			for deadline := time.Now().Add(10 * time.Second); ; {
-				r := e.create(e.keyA, okBody)
-				if r.status == 200 && r.header.Get("X-RateLimit-Limit") != "" {
+				r := e.Create(e.KeyA, okBody)
+				if r.Status == 200 && r.Header.Get("X-RateLimit-Limit") != "" {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("with the limiter back: %d %v", r.status, r.header)
+					t.Fatalf("with the limiter back: %d %v", r.Status, r.Header)
 				}
 				time.Sleep(50 * time.Millisecond)
 			}

@@ -3,10 +3,7 @@ package api_test
 import (
 	"context"
 	"errors"
-	"io"
 	"maps"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -28,8 +25,8 @@ import (
 // meter gives the handler metrics on reg, as the gateway's Run wires
 // them: the handler counts the creates (and the credits they debited)
 // itself.
-func meter(reg *prometheus.Registry, more func(*api.Deps)) func(*api.Deps) {
-	return func(d *api.Deps) {
+func meter(reg *prometheus.Registry, more func(*deps)) func(*deps) {
+	return func(d *deps) {
 		m := metrics.New(reg)
 		m.InitModels([]string{std, pro})
 		d.Metrics = m
@@ -70,11 +67,11 @@ func TestRequestMetrics(t *testing.T) {
 	key := func(t *testing.T, e *env, n account.Spec) string {
 		t.Helper()
 		n.Name = "metrics"
-		a, err := e.accounts.Create(context.Background(), n)
+		a, err := e.Accounts.Create(context.Background(), n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		k, _, err := e.accounts.CreateKey(context.Background(), a.ID)
+		k, _, err := e.Accounts.CreateKey(context.Background(), a.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,89 +79,89 @@ func TestRequestMetrics(t *testing.T) {
 	}
 	expect := func(t *testing.T, r reply, status int) {
 		t.Helper()
-		if r.status != status {
-			t.Fatalf("status %d (%s); want %d", r.status, r.body, status)
+		if r.Status != status {
+			t.Fatalf("status %d (%s); want %d", r.Status, r.Body, status)
 		}
 	}
 	tests := []struct {
 		name  string
 		queue tasks.Queue
-		edit  func(*api.Deps)
+		edit  func(*deps)
 		do    func(t *testing.T, e *env)
 		want  map[string]float64
 	}{
-		{name: "create", do: func(t *testing.T, e *env) { expect(t, e.create(e.keyA, okBody), 200) },
+		{name: "create", do: func(t *testing.T, e *env) { expect(t, e.Create(e.KeyA, okBody), 200) },
 			want: with(requests(create, "POST", "200", 1), map[string]float64{created(std, "created"): 1, debited(std): 4})},
-		{name: "create pro 4K", do: func(t *testing.T, e *env) { expect(t, e.create(e.keyA, proBody), 200) },
+		{name: "create pro 4K", do: func(t *testing.T, e *env) { expect(t, e.Create(e.KeyA, proBody), 200) },
 			want: with(requests(create, "POST", "200", 1), map[string]float64{created(pro, "created"): 1, debited(pro): 24})},
 		{name: "idempotent repeat: replayed, not created or debited again", do: func(t *testing.T, e *env) {
-			hdr := map[string]string{"Authorization": "Bearer " + e.keyA, "Content-Type": "application/json", "Idempotency-Key": "k"}
-			expect(t, e.do("POST", create, hdr, okBody), 200)
-			expect(t, e.do("POST", create, hdr, okBody), 200)
+			hdr := map[string]string{"Authorization": "Bearer " + e.KeyA, "Content-Type": "application/json", "Idempotency-Key": "k"}
+			expect(t, e.Do("POST", create, hdr, okBody), 200)
+			expect(t, e.Do("POST", create, hdr, okBody), 200)
 		}, want: with(requests(create, "POST", "200", 2), map[string]float64{created(std, "created"): 1, created(std, "replayed"): 1, debited(std): 4})},
-		{name: "no key", do: func(t *testing.T, e *env) { expect(t, e.create("", okBody), 401) },
+		{name: "no key", do: func(t *testing.T, e *env) { expect(t, e.Create("", okBody), 401) },
 			want: with(requests(create, "POST", "401", 1), map[string]float64{`easel_auth_refusals_total{reason="missing"}`: 1})},
 		{name: "unknown key", do: func(t *testing.T, e *env) {
-			expect(t, e.create("esk_0000000000000000000000000000000000000000", okBody), 401)
+			expect(t, e.Create("esk_0000000000000000000000000000000000000000", okBody), 401)
 		}, want: with(requests(create, "POST", "401", 1), map[string]float64{`easel_auth_refusals_total{reason="invalid"}`: 1})},
-		{name: "disabled account", do: func(t *testing.T, e *env) { expect(t, e.query(e.keyOff, "task_lumen_1"), 403) },
+		{name: "disabled account", do: func(t *testing.T, e *env) { expect(t, e.Query(e.KeyOff, "task_lumen_1"), 403) },
 			want: with(requests(query, "GET", "403", 1), map[string]float64{`easel_auth_refusals_total{reason="disabled"}`: 1})},
-		{name: "too many failed authentications", edit: func(d *api.Deps) { d.AuthGuard = auth.NewGuard(auth.GuardLimits{PerAddress: 0.001}) },
+		{name: "too many failed authentications", edit: func(d *deps) { d.AuthGuard = auth.NewGuard(auth.GuardLimits{PerAddress: 0.001}) },
 			do: func(t *testing.T, e *env) {
-				expect(t, e.create("esk_0000000000000000000000000000000000000000", okBody), 401)
-				expect(t, e.create("esk_0000000000000000000000000000000000000000", okBody), 429)
+				expect(t, e.Create("esk_0000000000000000000000000000000000000000", okBody), 401)
+				expect(t, e.Create("esk_0000000000000000000000000000000000000000", okBody), 429)
 			},
 			want: with(requests(create, "POST", "401", 1), requests(create, "POST", "429", 1),
 				map[string]float64{`easel_auth_refusals_total{reason="invalid"}`: 1, `easel_auth_refusals_total{reason="limited"}`: 1})},
 		{name: "invalid request", do: func(t *testing.T, e *env) {
-			expect(t, e.create(e.keyA, `{"model":"dall-e-3","task_type":"image","input":{"prompt":"p"}}`), 400)
+			expect(t, e.Create(e.KeyA, `{"model":"dall-e-3","task_type":"image","input":{"prompt":"p"}}`), 400)
 		}, want: with(requests(create, "POST", "400", 1), map[string]float64{created("unknown", "invalid"): 1})},
 		{name: "not JSON", do: func(t *testing.T, e *env) {
-			expect(t, e.do("POST", create, map[string]string{"Authorization": "Bearer " + e.keyA, "Content-Type": "text/plain"}, okBody), 415)
+			expect(t, e.Do("POST", create, map[string]string{"Authorization": "Bearer " + e.KeyA, "Content-Type": "text/plain"}, okBody), 415)
 		}, want: with(requests(create, "POST", "415", 1), map[string]float64{created("unknown", "invalid"): 1})},
 		{name: "insufficient credits", do: func(t *testing.T, e *env) {
-			expect(t, e.create(key(t, e, account.Spec{Credits: 3}), okBody), 402)
+			expect(t, e.Create(key(t, e, account.Spec{Credits: 3}), okBody), 402)
 		}, want: with(requests(create, "POST", "402", 1), map[string]float64{created(std, "insufficient_credits"): 1})},
 		{name: "create rate", do: func(t *testing.T, e *env) {
 			k := key(t, e, account.Spec{Credits: 100, RateLimit: 1})
-			expect(t, e.create(k, okBody), 200)
-			expect(t, e.create(k, okBody), 429)
+			expect(t, e.Create(k, okBody), 200)
+			expect(t, e.Create(k, okBody), 429)
 		}, want: with(requests(create, "POST", "200", 1), requests(create, "POST", "429", 1), map[string]float64{
 			created(std, "created"): 1, debited(std): 4, created("unknown", "rate_limited"): 1, `easel_rate_limit_refusals_total{limit="create"}`: 1})},
 		{name: "query rate", do: func(t *testing.T, e *env) {
 			k := key(t, e, account.Spec{Credits: 100, QueryRateLimit: 1})
-			expect(t, e.query(k, "task_lumen_1"), 404)
-			expect(t, e.query(k, "task_lumen_1"), 429)
+			expect(t, e.Query(k, "task_lumen_1"), 404)
+			expect(t, e.Query(k, "task_lumen_1"), 429)
 		}, want: with(requests(query, "GET", "404", 1), requests(query, "GET", "429", 1),
 			map[string]float64{`easel_rate_limit_refusals_total{limit="query"}`: 1})},
 		{name: "in-flight limit", do: func(t *testing.T, e *env) {
 			k := key(t, e, account.Spec{Credits: 100, MaxInflight: 1})
-			expect(t, e.create(k, okBody), 200)
-			expect(t, e.create(k, okBody), 429)
+			expect(t, e.Create(k, okBody), 200)
+			expect(t, e.Create(k, okBody), 429)
 		}, want: with(requests(create, "POST", "200", 1), requests(create, "POST", "429", 1), map[string]float64{
 			created(std, "created"): 1, debited(std): 4, created(std, "rate_limited"): 1, `easel_rate_limit_refusals_total{limit="inflight"}`: 1})},
 		{name: "model not allowed", do: func(t *testing.T, e *env) {
-			expect(t, e.create(key(t, e, account.Spec{Credits: 100, Models: []catalog.Tier{catalog.Standard}}), proBody), 403)
+			expect(t, e.Create(key(t, e, account.Spec{Credits: 100, Models: []catalog.Tier{catalog.Standard}}), proBody), 403)
 		}, want: with(requests(create, "POST", "403", 1), map[string]float64{created(pro, "forbidden"): 1})},
 		{name: "queue down: not created, not debited",
 			queue: queueFunc(func(context.Context, jobs.Ref, string) error { return errors.New("down") }),
-			do:    func(t *testing.T, e *env) { expect(t, e.create(e.keyA, okBody), 503) },
+			do:    func(t *testing.T, e *env) { expect(t, e.Create(e.KeyA, okBody), 503) },
 			want:  with(requests(create, "POST", "503", 1), map[string]float64{created(std, "unavailable"): 1})},
-		{name: "unmatched path", do: func(t *testing.T, e *env) { expect(t, e.do("GET", "/v1/task/task_lumen_123", nil, ""), 404) },
+		{name: "unmatched path", do: func(t *testing.T, e *env) { expect(t, e.Do("GET", "/v1/task/task_lumen_123", nil, ""), 404) },
 			want: requests("unmatched", "GET", "404", 1)},
-		{name: "wrong method", do: func(t *testing.T, e *env) { expect(t, e.do("GET", create, nil, ""), 405) },
+		{name: "wrong method", do: func(t *testing.T, e *env) { expect(t, e.Do("GET", create, nil, ""), 405) },
 			want: requests(create, "GET", "405", 1)},
-		{name: "a method of no standard", do: func(t *testing.T, e *env) { expect(t, e.do("PROPFIND", query, nil, ""), 405) },
+		{name: "a method of no standard", do: func(t *testing.T, e *env) { expect(t, e.Do("PROPFIND", query, nil, ""), 405) },
 			want: requests(query, "other", "405", 1)},
 		{name: "download, by pattern", do: func(t *testing.T, e *env) {
 			for _, m := range []string{"GET", "HEAD"} {
-				u := e.signer.Sign(api.FilesPrefix+"2026/01/01/nothing-"+m+".png", time.Now().Add(time.Hour))
-				expect(t, e.do(m, strings.TrimPrefix(u, e.srv.URL), nil, ""), 404)
+				u := e.Signer.Sign(api.FilesPrefix+"2026/01/01/nothing-"+m+".png", time.Now().Add(time.Hour))
+				expect(t, e.Do(m, strings.TrimPrefix(u, e.Srv.URL), nil, ""), 404)
 			}
 		}, want: with(requests("/v1/files/*", "GET", "404", 1), requests("/v1/files/*", "HEAD", "404", 1))},
-		{name: "health", do: func(t *testing.T, e *env) { expect(t, e.do("GET", "/healthz", nil, ""), 200) },
+		{name: "health", do: func(t *testing.T, e *env) { expect(t, e.Do("GET", "/healthz", nil, ""), 200) },
 			want: requests("/healthz", "GET", "200", 1)},
-		{name: "no /metrics on the API by default", do: func(t *testing.T, e *env) { expect(t, e.do("GET", "/metrics", nil, ""), 404) },
+		{name: "no /metrics on the API by default", do: func(t *testing.T, e *env) { expect(t, e.Do("GET", "/metrics", nil, ""), 404) },
 			want: requests("unmatched", "GET", "404", 1)},
 	}
 	for _, tt := range tests {
@@ -183,60 +180,15 @@ func TestRequestMetrics(t *testing.T) {
 // EASEL_METRICS_ON_API: /metrics on the API's port, counted as a route.
 func TestMetricsOnAPI(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	e := newEnvWith(t, nil, zap.NewNop(), meter(reg, func(d *api.Deps) { d.MetricsHandler = prom.Handler(reg) }))
-	if r := e.create(e.keyA, okBody); r.status != 200 {
-		t.Fatal(r.status)
+	e := newEnvWith(t, nil, zap.NewNop(), meter(reg, func(d *deps) { d.MetricsHandler = prom.Handler(reg) }))
+	if r := e.Create(e.KeyA, okBody); r.Status != 200 {
+		t.Fatal(r.Status)
 	}
-	r := e.do("GET", "/metrics", nil, "")
-	if r.status != 200 || !strings.Contains(string(r.body), `easel_tasks_created_total{model="`+std+`",outcome="created"} 1`) {
-		t.Fatalf("/metrics: %d %s", r.status, r.body)
+	r := e.Do("GET", "/metrics", nil, "")
+	if r.Status != 200 || !strings.Contains(string(r.Body), `easel_tasks_created_total{model="`+std+`",outcome="created"} 1`) {
+		t.Fatalf("/metrics: %d %s", r.Status, r.Body)
 	}
 	if got := promtest.Counts(t, reg)[`easel_http_requests_total{code="200",method="GET",route="/metrics"}`]; got != 1 {
 		t.Errorf("scrapes counted %v; want 1", got)
-	}
-}
-
-// The operations listener answers /healthz, /readyz and /metrics, counting
-// none of it.
-func TestOps(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-	var notReady error
-	srv := httptest.NewServer(api.NewOps(api.OpsDeps{
-		Ready:   func(context.Context) error { return notReady },
-		Metrics: prom.Handler(reg),
-	}))
-	defer srv.Close()
-	get := func(path string) (int, string) {
-		t.Helper()
-		resp, err := http.Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	m.Debited(std, 4)
-	for _, c := range []struct {
-		path   string
-		status int
-		part   string
-	}{
-		{"/healthz", 200, `"status":"ok"`},
-		{"/readyz", 200, `"status":"ok"`},
-		{"/metrics", 200, `easel_credits_debited_total{model="` + std + `"} 4`},
-		{"/v1/task/create", 404, `"code":404`},
-	} {
-		if st, body := get(c.path); st != c.status || !strings.Contains(body, c.part) {
-			t.Errorf("%s: %d %s; want %d with %s", c.path, st, body, c.status, c.part)
-		}
-	}
-	notReady = errors.New("Redis is down")
-	if st, body := get("/readyz"); st != 503 || !strings.Contains(body, `"code":503`) {
-		t.Errorf("/readyz not ready: %d %s", st, body)
-	}
-	if _, body := get("/metrics"); strings.Contains(body, "easel_http_requests_total{") {
-		t.Errorf("operations requests were counted: %s", body)
 	}
 }

@@ -22,7 +22,7 @@ var openapiJSON []byte
 const openapiCacheControl = "public, max-age=300"
 
 // openapi handles GET /openapi.json: the OpenAPI document of the public API.
-func (h *handlers) openapi(c echo.Context) error {
+func (h *Handlers) openapi(c echo.Context) error {
 	sum := sha256.Sum256(openapiJSON)
 	etag := `"` + hex.EncodeToString(sum[:16]) + `"`
 	hdr := c.Response().Header()

@@ -22,7 +22,10 @@ import (
 	"github.com/pb33f/libopenapi/orderedmap"
 	"go.uber.org/zap"
 
+	"github.com/easelhq/easel/api-gateway/internal/admin"
 	"github.com/easelhq/easel/api-gateway/internal/api"
+	"github.com/easelhq/easel/api-gateway/internal/gatewaytest"
+	"github.com/easelhq/easel/api-gateway/internal/web"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/signedurl"
 	"github.com/easelhq/easel/pkg/task"
@@ -38,11 +41,11 @@ func openapiHandler(t *testing.T) *echo.Echo {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return api.New(api.Deps{
-		Log:            zap.NewNop(),
-		Admin:          &api.AdminDeps{Token: adminToken, Catalog: cat},
-		MetricsHandler: http.NotFoundHandler(),
-	})
+	return gatewaytest.Server(gatewaytest.Deps{
+		Config: web.Config{Log: zap.NewNop()},
+		Deps:   api.Deps{MetricsHandler: http.NotFoundHandler()},
+		Admin:  &admin.Deps{Token: gatewaytest.AdminToken, Catalog: cat},
+	}).Echo
 }
 
 // served fetches /openapi.json from the handler.

@@ -14,7 +14,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/easelhq/easel/api-gateway/internal/api"
 	"github.com/easelhq/easel/api-gateway/internal/createreq"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/signedurl"
@@ -42,7 +41,7 @@ func TestPlaygroundPage(t *testing.T) {
 
 	t.Run("/playground redirects to /playground/", func(t *testing.T) {
 		noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-		resp, err := noFollow.Get(e.srv.URL + "/playground")
+		resp, err := noFollow.Get(e.Srv.URL + "/playground")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,18 +53,18 @@ func TestPlaygroundPage(t *testing.T) {
 
 	for _, path := range []string{"/playground/", "/playground/index.html"} {
 		t.Run(path, func(t *testing.T) {
-			r := e.do("GET", path, nil, "")
-			if r.status != 200 {
-				t.Fatalf("status %d: %s", r.status, r.body)
+			r := e.Do("GET", path, nil, "")
+			if r.Status != 200 {
+				t.Fatalf("status %d: %s", r.Status, r.Body)
 			}
-			h := r.header
+			h := r.Header
 			for k, want := range map[string]string{
 				"Content-Type":            "text/html; charset=utf-8",
 				"Cache-Control":           "no-cache",
 				"X-Content-Type-Options":  "nosniff",
 				"Referrer-Policy":         "no-referrer",
 				"X-Frame-Options":         "DENY",
-				"Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' " + e.srv.URL + wantCSPTail,
+				"Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' " + e.Srv.URL + wantCSPTail,
 			} {
 				if got := h.Get(k); got != want {
 					t.Errorf("%s: %q; want %q", k, got, want)
@@ -74,7 +73,7 @@ func TestPlaygroundPage(t *testing.T) {
 			if !regexp.MustCompile(`^"[0-9a-f]{32}"$`).MatchString(h.Get("ETag")) {
 				t.Errorf("ETag %q", h.Get("ETag"))
 			}
-			page := string(r.body)
+			page := string(r.Body)
 			wants := []string{
 				`<option value="` + std + `" data-tier="standard" selected>` + std + ` (standard)</option>`,
 				`<option value="` + pro + `" data-tier="pro" data-image-size="true">` + pro + ` (pro)</option>`,
@@ -114,29 +113,29 @@ func TestPlaygroundPage(t *testing.T) {
 				{"?v=" + version(want), "public, max-age=31536000, immutable"},
 				{"?v=0123456789abcdef", "no-cache"}, // a page of another version
 			} {
-				r := e.do("GET", "/playground/"+tc.name+v.query, nil, "")
-				if r.status != 200 || string(r.body) != string(want) {
-					t.Errorf("%s%s: status %d, %d bytes; want 200 and the file's %d", tc.name, v.query, r.status, len(r.body), len(want))
+				r := e.Do("GET", "/playground/"+tc.name+v.query, nil, "")
+				if r.Status != 200 || string(r.Body) != string(want) {
+					t.Errorf("%s%s: status %d, %d bytes; want 200 and the file's %d", tc.name, v.query, r.Status, len(r.Body), len(want))
 					continue
 				}
-				if got := r.header.Get("Content-Type"); got != tc.ctype {
+				if got := r.Header.Get("Content-Type"); got != tc.ctype {
 					t.Errorf("%s: Content-Type %q; want %q", tc.name, got, tc.ctype)
 				}
-				if got := r.header.Get("Cache-Control"); got != v.cache {
+				if got := r.Header.Get("Cache-Control"); got != v.cache {
 					t.Errorf("%s%s: Cache-Control %q; want %q", tc.name, v.query, got, v.cache)
 				}
-				if r.header.Get("Content-Security-Policy") == "" || r.header.Get("X-Content-Type-Options") != "nosniff" {
-					t.Errorf("%s: security headers %v", tc.name, r.header)
+				if r.Header.Get("Content-Security-Policy") == "" || r.Header.Get("X-Content-Type-Options") != "nosniff" {
+					t.Errorf("%s: security headers %v", tc.name, r.Header)
 				}
 			}
-			etag := e.do("GET", "/playground/"+tc.name, nil, "").header.Get("ETag")
-			if r := e.do("GET", "/playground/"+tc.name, map[string]string{"If-None-Match": etag}, ""); r.status != 304 || len(r.body) != 0 {
-				t.Errorf("%s with If-None-Match %s: %d, %d bytes; want 304", tc.name, etag, r.status, len(r.body))
+			etag := e.Do("GET", "/playground/"+tc.name, nil, "").Header.Get("ETag")
+			if r := e.Do("GET", "/playground/"+tc.name, map[string]string{"If-None-Match": etag}, ""); r.Status != 304 || len(r.Body) != 0 {
+				t.Errorf("%s with If-None-Match %s: %d, %d bytes; want 304", tc.name, etag, r.Status, len(r.Body))
 			}
 		}
-		etag := e.do("GET", "/playground/", nil, "").header.Get("ETag")
-		if r := e.do("GET", "/playground/", map[string]string{"If-None-Match": etag}, ""); r.status != 304 {
-			t.Errorf("page with If-None-Match: %d; want 304", r.status)
+		etag := e.Do("GET", "/playground/", nil, "").Header.Get("ETag")
+		if r := e.Do("GET", "/playground/", map[string]string{"If-None-Match": etag}, ""); r.Status != 304 {
+			t.Errorf("page with If-None-Match: %d; want 304", r.Status)
 		}
 	})
 
@@ -145,7 +144,7 @@ func TestPlaygroundPage(t *testing.T) {
 			"/playground/nothing.js", "/playground/index.htm", "/playground/playground.go",
 			"/playground/sub/app.js", "/playground/..%2fplayground.go", "/playground/%2e%2e/api.go", "/playground/app.js/",
 		} {
-			assertEnvelope(t, e.do("GET", p, nil, ""), 404, "no such endpoint")
+			assertEnvelope(t, e.Do("GET", p, nil, ""), 404, "no such endpoint")
 		}
 	})
 }
@@ -156,8 +155,8 @@ func TestPlaygroundModelsFromCatalog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnvWith(t, nil, zap.NewNop(), func(d *api.Deps) { d.Decoder = &createreq.Decoder{Catalog: cat} })
-	page := string(e.do("GET", "/playground/", nil, "").body)
+	e := newEnvWith(t, nil, zap.NewNop(), func(d *deps) { d.Decoder = &createreq.Decoder{Catalog: cat} })
+	page := string(e.Do("GET", "/playground/", nil, "").Body)
 	for _, m := range cat.Models() {
 		if !strings.Contains(page, `<option value="`+m.ID+`" data-tier="`+string(m.Tier)+`"`) {
 			t.Errorf("page lacks model %s", m.ID)
@@ -177,18 +176,18 @@ func (presigner) Presign(context.Context, string, time.Duration) (string, error)
 func TestPlaygroundCSP(t *testing.T) {
 	tests := []struct {
 		name string
-		edit func(*api.Deps)
+		edit func(*deps)
 		img  string // want img-src, "" for 'self' and the test server
 	}{
 		{"results on the page's origin", nil, ""},
-		{"results on another public URL", func(d *api.Deps) {
+		{"results on another public URL", func(d *deps) {
 			d.Signer = signedurl.New([]byte("0123456789abcdef0123456789abcdef"), "https://images.example.com:8443")
 		}, "'self' https://images.example.com:8443"},
-		{"downloads redirect to the bucket", func(d *api.Deps) {
+		{"downloads redirect to the bucket", func(d *deps) {
 			d.Signer = signedurl.New([]byte("0123456789abcdef0123456789abcdef"), "https://images.example.com")
 			d.Redirect = presigner{}
 		}, "'self' https://images.example.com https:"},
-		{"a public URL that could break the policy is left out", func(d *api.Deps) {
+		{"a public URL that could break the policy is left out", func(d *deps) {
 			d.Signer = signedurl.New([]byte("0123456789abcdef0123456789abcdef"), "https://x.example.com;script-src")
 		}, "'self'"},
 	}
@@ -197,11 +196,11 @@ func TestPlaygroundCSP(t *testing.T) {
 			e := newEnvWith(t, nil, zap.NewNop(), tt.edit)
 			img := tt.img
 			if img == "" {
-				img = "'self' " + e.srv.URL
+				img = "'self' " + e.Srv.URL
 			}
 			want := "default-src 'none'; script-src 'self'; style-src 'self'; img-src " + img + wantCSPTail
 			for _, p := range []string{"/playground/", "/playground/app.js"} {
-				if got := e.do("GET", p, nil, "").header.Get("Content-Security-Policy"); got != want {
+				if got := e.Do("GET", p, nil, "").Header.Get("Content-Security-Policy"); got != want {
 					t.Errorf("%s: CSP %q; want %q", p, got, want)
 				}
 			}
@@ -229,22 +228,33 @@ func TestPlaygroundSelfContained(t *testing.T) {
 			t.Errorf("style.css uses %s", bad)
 		}
 	}
-	js := string(playgroundFile(t, "app.js"))
-	for _, re := range []string{`(?i)fetch\(\s*['"` + "`" + `]https?:`, `\bimport\s*\(`, `\beval\(`, `new Function`, `innerHTML`, `new EventSource`} {
-		if m := regexp.MustCompile(re).FindString(js); m != "" {
-			t.Errorf("app.js: %q matches %s", m, re)
+	page := string(playgroundFile(t, "app.js"))
+	module := string(playgroundFile(t, "playground.js"))
+	for name, js := range map[string]string{"app.js": page, "playground.js": module} {
+		for _, re := range []string{`(?i)fetch\(\s*['"` + "`" + `]https?:`, `\bimport\s*\(`, `\beval\(`, `new Function`, `innerHTML`, `new EventSource`} {
+			if m := regexp.MustCompile(re).FindString(js); m != "" {
+				t.Errorf("%s: %q matches %s", name, m, re)
+			}
 		}
 	}
-	// It calls the public routes only, on its own origin.
-	calls := regexp.MustCompile(`fetch\(\s*([^,]+?),\s*\{`).FindAllStringSubmatch(js, -1)
-	if len(calls) != 3 {
-		t.Errorf("app.js fetches %d times; want create, stream and query: %q", len(calls), calls)
+	// It calls the public routes only, on its own origin: playground.js
+	// fetches in one place, a path under the base its page gives, and this
+	// page gives the public API's.
+	if fetches := regexp.MustCompile(`fetch\(\s*([^,]+?),`).FindAllStringSubmatch(module, -1); len(fetches) != 1 || fetches[0][1] != "opts.base + path" {
+		t.Errorf("playground.js fetches %q; want one fetch of opts.base + path", fetches)
+	}
+	if strings.Contains(page, "fetch(") || !strings.Contains(page, "base: '/v1/task',") {
+		t.Error("app.js fetches on its own, or does not run the playground on /v1/task")
+	}
+	calls := regexp.MustCompile(`call\('(GET|POST)',\s*([^,]+?),`).FindAllStringSubmatch(module, -1)
+	if len(calls) != 4 {
+		t.Errorf("playground.js calls %d routes; want create, stream, query and cancel: %q", len(calls), calls)
 	}
 	for _, call := range calls {
-		switch arg := call[1]; arg {
-		case `'/v1/task/create'`, "`/v1/task/stream?task_id=${encodeURIComponent(id)}`", "`/v1/task/query?task_id=${encodeURIComponent(id)}&wait=${QUERY_WAIT_S}`":
+		switch route := call[1] + " " + call[2]; route {
+		case "POST '/create'", "GET `/stream?task_id=${encodeURIComponent(id)}`", "GET `/query?task_id=${encodeURIComponent(id)}&wait=${QUERY_WAIT_S}`", "POST '/cancel'":
 		default:
-			t.Errorf("app.js fetches %s", arg)
+			t.Errorf("playground.js calls %s", route)
 		}
 	}
 }

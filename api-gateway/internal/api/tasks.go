@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"github.com/easelhq/easel/pkg/catalog"
 	"io"
 	"net/http"
 	"net/textproto"
@@ -17,9 +16,10 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/easelhq/easel/api-gateway/internal/createreq"
 	"github.com/easelhq/easel/api-gateway/internal/metrics"
 	"github.com/easelhq/easel/api-gateway/internal/taskid"
+	"github.com/easelhq/easel/api-gateway/internal/web"
+	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/task"
@@ -30,35 +30,35 @@ type createData struct {
 	TaskID string `json:"task_id"`
 }
 
-// create handles POST /v1/task/create, and counts it: by model (unknown
+// Create handles POST /v1/task/create, and counts it: by model (unknown
 // until the body is read) and outcome, with the credits it debited.
-func (h *handlers) create(c echo.Context) error {
+func (h *Handlers) Create(c echo.Context) error {
 	model := metrics.UnknownModel
 	created, err := h.createTask(c, &model)
-	outcome := createOutcome(err)
+	outcome := web.CreateOutcome(err)
 	switch {
 	case err == nil && created.Replayed:
 		outcome = metrics.Replayed
 	case err == nil:
-		h.Metrics.Debited(model, created.Price)
+		h.s.Metrics.Debited(model, created.Price)
 	case errors.As(err, new(*apperr.InflightLimitError)):
-		h.Metrics.RateLimited(metrics.LimitInflight)
+		h.s.Metrics.RateLimited(metrics.LimitInflight)
 	}
-	h.Metrics.Create(model, outcome)
+	h.s.Metrics.Create(model, outcome)
 	if err != nil {
 		return err
 	}
 	if created.Replayed {
 		c.Response().Header().Set(HeaderIdempotentReplayed, "true")
 	}
-	return c.JSON(http.StatusOK, envelope{Code: http.StatusOK, Msg: "success", Data: createData{TaskID: created.ID}})
+	return c.JSON(http.StatusOK, web.Envelope{Code: http.StatusOK, Msg: "success", Data: createData{TaskID: created.ID}})
 }
 
 // createTask decodes a create and makes the task; *model is set once the
 // body names one.
-func (h *handlers) createTask(c echo.Context, model *string) (task.Created, error) {
+func (h *Handlers) createTask(c echo.Context, model *string) (task.Created, error) {
 	r := c.Request()
-	body, err := jsonBody(c)
+	body, err := web.JSONBody(c)
 	if err != nil {
 		return task.Created{}, err
 	}
@@ -71,23 +71,15 @@ func (h *handlers) createTask(c echo.Context, model *string) (task.Created, erro
 		return task.Created{}, err
 	}
 	*model = req.Model.ID
-	acct := accountOf(c)
+	acct := web.AccountOf(c)
 	by := task.Caller{AccountID: acct.ID}
 	if k := acct.Via; k != nil {
-		if !k.AllowsModel(req.Model.Tier) {
-			return task.Created{}, apperr.Errorf(apperr.Forbidden, "API key %s may not use model %s: it is limited to %s", k.Prefix, req.Model.ID, joinTiers(k.Models))
+		if err := k.Admit(account.KeyUse{Model: &req.Model}); err != nil {
+			return task.Created{}, err
 		}
-		by.KeyHash, by.SpendLimit = c.Get(ctxKeyHash).(string), k.SpendLimit
+		by.KeyHash, by.SpendLimit = web.BucketOf(c), k.SpendLimit
 	}
 	return h.Tasks.Create(r.Context(), by, req, idem)
-}
-
-func joinTiers(ts []catalog.Tier) string {
-	s := make([]string, len(ts))
-	for i, t := range ts {
-		s[i] = string(t)
-	}
-	return strings.Join(s, ", ")
 }
 
 // Idempotent creates: a client that sends the same Idempotency-Key again
@@ -125,19 +117,9 @@ func idempotency(values []string, body []byte) (task.Idempotency, error) {
 	return task.Idempotency{Key: key, BodyHash: hex.EncodeToString(sum[:])}, nil
 }
 
-// jsonBody checks a request carries JSON and reads its body, within the
-// size limit.
-func jsonBody(c echo.Context) ([]byte, error) {
-	r := c.Request()
-	if err := createreq.CheckContentType(r.Header.Get(echo.HeaderContentType)); err != nil {
-		return nil, err
-	}
-	return createreq.ReadBody(r.Body, r.ContentLength)
-}
-
-// query handles GET /v1/task/query, and with wait=N waits for a change
+// Query handles GET /v1/task/query, and with wait=N waits for a change
 // (waitQuery).
-func (h *handlers) query(c echo.Context) error {
+func (h *Handlers) Query(c echo.Context) error {
 	id, err := taskIDParam(c)
 	if err != nil {
 		return err
@@ -147,9 +129,9 @@ func (h *handlers) query(c echo.Context) error {
 		return err
 	}
 	if wait > 0 && c.Request().Method != http.MethodHead { // HEAD: the task's headers now
-		return h.waitQuery(c, accountOf(c).ID, id, wait)
+		return h.waitQuery(c, web.AccountOf(c).ID, id, wait)
 	}
-	t, pos, err := h.Tasks.GetPositioned(c.Request().Context(), accountOf(c).ID, id)
+	t, pos, err := h.Tasks.GetPositioned(c.Request().Context(), web.AccountOf(c).ID, id)
 	if err != nil {
 		return err
 	}
@@ -164,7 +146,7 @@ func taskIDParam(c echo.Context) (string, error) {
 		return "", apperr.Errorf(apperr.Invalid, "task_id is required: GET %s?task_id=<task id>", c.Path())
 	}
 	if !taskid.Valid(id) {
-		return "", apperr.Errorf(apperr.NotFound, "task %s not found", clipID(id))
+		return "", apperr.Errorf(apperr.NotFound, "task %s not found", web.ClipID(id))
 	}
 	return id, nil
 }
@@ -176,9 +158,9 @@ type cancelData struct {
 	CreditsRefunded int64       `json:"credits_refunded"`
 }
 
-// cancel handles POST /v1/task/cancel {"task_id": ...}.
-func (h *handlers) cancel(c echo.Context) error {
-	body, err := jsonBody(c)
+// Cancel handles POST /v1/task/cancel {"task_id": ...}.
+func (h *Handlers) Cancel(c echo.Context) error {
+	body, err := web.JSONBody(c)
 	if err != nil {
 		return err
 	}
@@ -193,13 +175,13 @@ func (h *handlers) cancel(c echo.Context) error {
 	}
 	id := *req.TaskID
 	if !taskid.Valid(id) {
-		return apperr.Errorf(apperr.NotFound, "task %s not found", clipID(id))
+		return apperr.Errorf(apperr.NotFound, "task %s not found", web.ClipID(id))
 	}
-	res, err := h.Tasks.Cancel(c.Request().Context(), accountOf(c).ID, id)
+	res, err := h.Tasks.Cancel(c.Request().Context(), web.AccountOf(c).ID, id)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, envelope{Code: http.StatusOK, Msg: "success", Data: cancelData{
+	return c.JSON(http.StatusOK, web.Envelope{Code: http.StatusOK, Msg: "success", Data: cancelData{
 		TaskID: id, Status: task.Canceled, Refunded: res.Refunded > 0, CreditsRefunded: res.Refunded,
 	}})
 }
@@ -215,8 +197,8 @@ type listData struct {
 	NextCursor string            `json:"next_cursor,omitempty"`
 }
 
-// list handles GET /v1/task/list?status=&model=&limit=&cursor=.
-func (h *handlers) list(c echo.Context) error {
+// List handles GET /v1/task/list?status=&model=&limit=&cursor=.
+func (h *Handlers) List(c echo.Context) error {
 	f := task.Filter{Limit: listDefault, Cursor: c.QueryParam("cursor")}
 	if s := c.QueryParam("status"); s != "" {
 		if !slices.Contains(task.Statuses, task.Status(s)) {
@@ -226,7 +208,7 @@ func (h *handlers) list(c echo.Context) error {
 	}
 	if m := c.QueryParam("model"); m != "" {
 		if _, ok := h.Decoder.Catalog.Lookup(m); !ok {
-			return apperr.Errorf(apperr.Invalid, "model %s is not a model of this service", clipID(m))
+			return apperr.Errorf(apperr.Invalid, "model %s is not a model of this service", web.ClipID(m))
 		}
 		f.Model = m
 	}
@@ -238,7 +220,7 @@ func (h *handlers) list(c echo.Context) error {
 		f.Limit = n
 	}
 	ctx := c.Request().Context()
-	ts, next, err := h.Tasks.List(ctx, accountOf(c).ID, f)
+	ts, next, err := h.Tasks.List(ctx, web.AccountOf(c).ID, f)
 	if err != nil {
 		return err
 	}
@@ -258,14 +240,7 @@ func joinStatuses() string {
 	return strings.Join(s, ", ")
 }
 
-func (h *handlers) view(t *task.Task) taskview.Record { return taskview.New(t, h.Signer) }
-
-func clipID(s string) string {
-	if len(s) > 80 {
-		return strconv.Quote(s[:80] + "...")
-	}
-	return strconv.Quote(s)
-}
+func (h *Handlers) view(t *task.Task) taskview.Record { return taskview.New(t, h.Signer) }
 
 // download handles GET and HEAD /v1/files/<key>?expires=...&sig=...: no
 // Authorization, the signature is the credential.
@@ -274,9 +249,9 @@ func clipID(s string) string {
 // (escaped: a %2F or any other escape spells another path, though r.URL.Path
 // decodes it to the same one) and the expires and sig parameters as sent,
 // each once and unescaped. Every other spelling of a result's URL is 403.
-func (h *handlers) download(c echo.Context) error {
+func (h *Handlers) download(c echo.Context) error {
 	r := c.Request()
-	now := h.Now()
+	now := h.s.Now()
 	p := r.URL.EscapedPath()
 	expires, sig := signedParams(r.URL.RawQuery)
 	if err := h.Signer.Verify(p, expires, sig, now); err != nil {
@@ -347,7 +322,7 @@ func signedParams(rawQuery string) (expires, sig string) {
 // redirect answers a verified download with a 302 to the store's own URL of
 // the blob, valid until the result URL expires: Range, conditional requests
 // and HEAD are then the store's to answer, and so is a blob gone missing.
-func (h *handlers) redirect(c echo.Context, key, expires string, now time.Time) error {
+func (h *Handlers) redirect(c echo.Context, key, expires string, now time.Time) error {
 	exp, err := strconv.ParseInt(expires, 10, 64)
 	if err != nil { // Verify accepted it, so it is a number
 		return apperr.Wrap(err, apperr.Internal, "internal error")
@@ -470,7 +445,7 @@ func (w *envelopeErrors) WriteHeader(status int) {
 	hdr := w.Header()
 	hdr.Del("Content-Length")
 	hdr.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
-	body, _ := json.Marshal(envelope{Code: status, Msg: strings.ToLower(http.StatusText(status)), Data: nil})
+	body, _ := json.Marshal(web.Envelope{Code: status, Msg: strings.ToLower(http.StatusText(status)), Data: nil})
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))
 	w.ResponseWriter.WriteHeader(status)
 	if !w.head {

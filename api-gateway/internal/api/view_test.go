@@ -13,7 +13,7 @@ import (
 // BenchmarkTaskView is the cost of rendering a completed task as the query
 // answers it: signing its result URL and encoding the JSON.
 func BenchmarkTaskView(b *testing.B) {
-	h := &handlers{Deps: Deps{Signer: signedurl.New([]byte("0123456789abcdef0123456789abcdef"), "https://img.example.com")}}
+	h := &Handlers{Deps: Deps{Signer: signedurl.New([]byte("0123456789abcdef0123456789abcdef"), "https://img.example.com")}}
 	now := time.Now()
 	t := &task.Task{
 		ID: "task_lumen_2170455969821192122696478843056611060", Type: "image", Model: "lumen-2.5-flash-image",

@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
 
+	"github.com/easelhq/easel/api-gateway/internal/web"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/logging"
 	"github.com/easelhq/easel/pkg/task"
@@ -36,25 +37,18 @@ func waitParam(s string) (time.Duration, error) {
 	return time.Duration(n) * time.Second, nil
 }
 
-// baseContext is the request's context before its budget (deadline): what
-// a waiting request waits on (it ends when the client goes away), each of
-// its reads getting a budget of its own (readContext).
-func (h *handlers) baseContext(c echo.Context) context.Context {
-	if ctx, ok := c.Get(ctxBase).(context.Context); ok {
-		return ctx
-	}
-	return c.Request().Context()
-}
-
-func (h *handlers) readContext(base context.Context) (context.Context, context.CancelFunc) {
-	if h.RequestTimeout <= 0 {
+// readContext gives one read of a waiting request (its context base:
+// web.BaseContext, which ends when the client goes away) a budget of its
+// own.
+func (h *Handlers) readContext(base context.Context) (context.Context, context.CancelFunc) {
+	if h.s.RequestTimeout <= 0 {
 		return context.WithCancel(base)
 	}
-	return context.WithTimeout(base, h.RequestTimeout)
+	return context.WithTimeout(base, h.s.RequestTimeout)
 }
 
 // read reads a task and its queue position, with a budget of its own.
-func (h *handlers) read(base context.Context, accountID, id string) (*task.Task, *task.QueuePosition, error) {
+func (h *Handlers) read(base context.Context, accountID, id string) (*task.Task, *task.QueuePosition, error) {
 	ctx, cancel := h.readContext(base)
 	defer cancel()
 	return h.Tasks.GetPositioned(ctx, accountID, id)
@@ -67,8 +61,8 @@ func changed(a, b *task.Task) bool { return a.Status != b.Status || a.Progress !
 // else when its status or progress changes, or after N seconds with the
 // record as it is. The wait is woken by the store's task events (one
 // subscription per gateway), never by polling Redis.
-func (h *handlers) waitQuery(c echo.Context, accountID, id string, wait time.Duration) error {
-	base := h.baseContext(c)
+func (h *Handlers) waitQuery(c echo.Context, accountID, id string, wait time.Duration) error {
+	base := web.BaseContext(c)
 	w := h.Watch.Watch(accountID, id)
 	defer w.Stop()
 	// Read after registering: a change between the two is not missed. The
@@ -102,14 +96,14 @@ func (h *handlers) waitQuery(c echo.Context, accountID, id string, wait time.Dur
 	}
 }
 
-func (h *handlers) readPlain(base context.Context, accountID, id string) (*task.Task, error) {
+func (h *Handlers) readPlain(base context.Context, accountID, id string) (*task.Task, error) {
 	ctx, cancel := h.readContext(base)
 	defer cancel()
 	return h.Tasks.Get(ctx, accountID, id)
 }
 
 // answerNow reads the task with its position and answers with it.
-func (h *handlers) answerNow(c echo.Context, base context.Context, accountID, id string) error {
+func (h *Handlers) answerNow(c echo.Context, base context.Context, accountID, id string) error {
 	t, pos, err := h.read(base, accountID, id)
 	if err != nil {
 		return h.readFailed(base, err)
@@ -120,7 +114,7 @@ func (h *handlers) answerNow(c echo.Context, base context.Context, accountID, id
 // readFailed is a waiting request's read error, unless its client has gone
 // (nothing to answer, nothing to log: a gateway stopping while clients
 // disconnect would log thousands).
-func (h *handlers) readFailed(base context.Context, err error) error {
+func (h *Handlers) readFailed(base context.Context, err error) error {
 	if base.Err() != nil {
 		return nil
 	}
@@ -128,12 +122,12 @@ func (h *handlers) readFailed(base context.Context, err error) error {
 }
 
 // answerTask writes a task record, with its queue position if pending.
-func (h *handlers) answerTask(c echo.Context, t *task.Task, pos *task.QueuePosition) error {
+func (h *Handlers) answerTask(c echo.Context, t *task.Task, pos *task.QueuePosition) error {
 	c.Response().Header().Set("Cache-Control", "no-store")
 	return c.JSON(http.StatusOK, h.record(t, pos))
 }
 
-func (h *handlers) record(t *task.Task, p *task.QueuePosition) taskview.Record {
+func (h *Handlers) record(t *task.Task, p *task.QueuePosition) taskview.Record {
 	v := h.view(t)
 	if p != nil && t.Status == task.Pending {
 		pos := p.Position
@@ -146,16 +140,16 @@ func (h *handlers) record(t *task.Task, p *task.QueuePosition) taskview.Record {
 	return v
 }
 
-// stream handles GET /v1/task/stream?task_id=: Server-Sent Events of the
+// Stream handles GET /v1/task/stream?task_id=: Server-Sent Events of the
 // task's record, the first at once and one at each change of status or
 // progress, until the task ends.
-func (h *handlers) stream(c echo.Context) error {
+func (h *Handlers) Stream(c echo.Context) error {
 	id, err := taskIDParam(c)
 	if err != nil {
 		return err
 	}
-	acct := accountOf(c).ID
-	base := h.baseContext(c)
+	acct := web.AccountOf(c).ID
+	base := web.BaseContext(c)
 	w := h.Watch.Watch(acct, id)
 	defer w.Stop()
 	t, pos, err := h.read(base, acct, id)
@@ -205,9 +199,9 @@ func (h *handlers) stream(c echo.Context) error {
 				if base.Err() != nil {
 					return nil // the client went away
 				}
-				status, msg := classify(err)
+				status, msg := web.Classify(err)
 				log.Warn("stream: could not read the task; the stream ends", zap.Error(err))
-				send("error", envelope{Code: status, Msg: msg})
+				send("error", web.Envelope{Code: status, Msg: msg})
 				return nil
 			}
 			if changed(t, now) {

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/easelhq/easel/api-gateway/internal/taskid"
+	"github.com/easelhq/easel/api-gateway/internal/web"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/webhook"
 )
@@ -47,19 +48,19 @@ type webhookAttempt struct {
 	Error string `json:"error"`
 }
 
-// webhooks handles GET /v1/task/webhooks?task_id=: a task's webhook
+// Webhooks handles GET /v1/task/webhooks?task_id=: a task's webhook
 // deliveries and their attempts. A task of another account is not found,
 // as in the query.
-func (h *handlers) webhooks(c echo.Context) error {
+func (h *Handlers) Webhooks(c echo.Context) error {
 	id := c.QueryParam("task_id")
 	if id == "" {
 		return apperr.New(apperr.Invalid, "task_id is required: GET /v1/task/webhooks?task_id=<task id>")
 	}
 	if !taskid.Valid(id) {
-		return apperr.Errorf(apperr.NotFound, "task %s not found", clipID(id))
+		return apperr.Errorf(apperr.NotFound, "task %s not found", web.ClipID(id))
 	}
 	ctx := c.Request().Context()
-	acct := accountOf(c).ID
+	acct := web.AccountOf(c).ID
 	t, err := h.Tasks.Get(ctx, acct, id)
 	if err != nil {
 		return err
@@ -69,8 +70,8 @@ func (h *handlers) webhooks(c echo.Context) error {
 		reply.CallbackURL = t.Callback.URL
 		reply.Events = append(reply.Events, t.Callback.Events...)
 	}
-	if h.Webhooks != nil {
-		ds, err := h.Webhooks.Deliveries(ctx, acct, id)
+	if h.Deliveries != nil {
+		ds, err := h.Deliveries.Deliveries(ctx, acct, id)
 		if err != nil {
 			var coded apperr.Coded
 			if !errors.As(err, &coded) {

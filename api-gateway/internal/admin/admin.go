@@ -1,21 +1,21 @@
-package api
+// Package admin is the operators' API under /admin/v1: accounts, their
+// limits, credits, keys and webhook secrets, console users and the
+// upstream pool's state, behind the admin token. The console's operator
+// view makes its changes with this package's handlers.
+package admin
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
-	"errors"
-	"io"
-	"net/http"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
 
+	"github.com/easelhq/easel/api-gateway/internal/web"
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
@@ -23,9 +23,9 @@ import (
 	"github.com/easelhq/easel/pkg/upstream"
 )
 
-// AdminAccounts is what the admin API does with accounts, their keys and
+// Accounts is what the admin API does with accounts, their keys and
 // their credits.
-type AdminAccounts interface {
+type Accounts interface {
 	Create(ctx context.Context, spec account.Spec) (*account.Account, error)
 	List(ctx context.Context) ([]*account.Account, error)
 	Get(ctx context.Context, id string) (*account.Account, error)
@@ -39,62 +39,66 @@ type AdminAccounts interface {
 	RevokeKey(ctx context.Context, keyOrPrefix string) (*account.Key, error)
 }
 
-// AdminSecrets shows and rotates accounts' webhook signing secrets.
-type AdminSecrets interface {
+// Secrets shows and rotates accounts' webhook signing secrets.
+type Secrets interface {
 	Secret(ctx context.Context, accountID string) (string, error)
 	RotateSecret(ctx context.Context, accountID string) (string, time.Time, error)
 }
 
-// AdminUsers makes and changes console users (users.Service).
-type AdminUsers interface {
+// Users makes and changes console users (users.Service).
+type Users interface {
 	Create(ctx context.Context, accountID, email, pw string, admin bool) (*account.User, error)
 	ResetPassword(ctx context.Context, email, pw string) (*account.User, error)
 	SetStatus(ctx context.Context, email string, st account.Status) (*account.User, error)
 	SetAdmin(ctx context.Context, email string, admin bool) (*account.User, error)
 }
 
-// AdminUpstreams reads the workers' upstream pool's state
+// Upstreams reads the workers' upstream pool's state
 // (upstream.Statuses).
-type AdminUpstreams func(ctx context.Context) ([]upstream.Status, error)
+type Upstreams func(ctx context.Context) ([]upstream.Status, error)
 
-// AdminDeps enables the admin API.
-type AdminDeps struct {
+// Deps enables the admin API.
+type Deps struct {
 	// Token is the Bearer token every admin request must carry.
 	Token    string
-	Accounts AdminAccounts
-	Secrets  AdminSecrets
+	Accounts Accounts
+	Secrets  Secrets
 	Catalog  *catalog.Catalog
 	// Users, when not nil, adds the console users' routes.
-	Users AdminUsers
+	Users Users
 	// Upstreams, when not nil, adds GET /upstreams.
-	Upstreams AdminUpstreams
+	Upstreams Upstreams
 }
 
+// Path is where the admin API's routes are.
+const Path = "/admin/v1"
+
 type admin struct {
-	AdminDeps
-	h        *handlers // the API's guard of failed credentials, its metrics
+	Deps
+	s        *web.Server // its guard of failed credentials
 	tokenSum [32]byte
 }
 
-func registerAdmin(g *echo.Group, h *handlers, d *AdminDeps) {
-	a := &admin{AdminDeps: *d, h: h, tokenSum: sha256.Sum256([]byte(d.Token))}
-	g.Use(a.guard)
+// Register adds the admin API to s, under Path.
+func Register(s *web.Server, d Deps) {
+	a := &admin{Deps: d, s: s, tokenSum: sha256.Sum256([]byte(d.Token))}
+	g := s.Echo.Group(Path, s.Deadline, a.guard)
 	g.POST("/accounts", a.createAccount)
-	get(g, "/accounts", a.listAccounts)
-	get(g, "/accounts/:id", a.showAccount)
-	g.PATCH("/accounts/:id/limits", setLimits(d.Accounts, d.Catalog))
-	g.POST("/accounts/:id/disable", setStatus(d.Accounts, account.Disabled))
-	g.POST("/accounts/:id/enable", setStatus(d.Accounts, account.Active))
-	g.POST("/accounts/:id/credits", addCredits(d.Accounts))
-	get(g, "/accounts/:id/ledger", a.ledger)
+	web.Get(g, "/accounts", a.listAccounts)
+	web.Get(g, "/accounts/:id", a.showAccount)
+	g.PATCH("/accounts/:id/limits", SetLimits(d.Accounts, d.Catalog))
+	g.POST("/accounts/:id/disable", SetStatus(d.Accounts, account.Disabled))
+	g.POST("/accounts/:id/enable", SetStatus(d.Accounts, account.Active))
+	g.POST("/accounts/:id/credits", AddCredits(d.Accounts))
+	web.Get(g, "/accounts/:id/ledger", a.ledger)
 	g.POST("/accounts/:id/keys", a.createKey)
-	get(g, "/accounts/:id/keys", a.listKeys)
-	get(g, "/accounts/:id/webhook-secret", a.webhookSecret)
+	web.Get(g, "/accounts/:id/keys", a.listKeys)
+	web.Get(g, "/accounts/:id/webhook-secret", a.webhookSecret)
 	g.POST("/accounts/:id/webhook-secret/rotate", a.rotateWebhookSecret)
 	g.POST("/keys/revoke", a.revokeKey)
 	g.PATCH("/keys/:prefix", a.updateKey)
 	if d.Upstreams != nil {
-		get(g, "/upstreams", a.upstreams)
+		web.Get(g, "/upstreams", a.upstreams)
 	}
 	if d.Users != nil {
 		g.POST("/users", a.createUser)
@@ -110,7 +114,7 @@ func registerAdmin(g *echo.Group, h *handlers, d *AdminDeps) {
 // an address, a network or everyone are refused, 429, past them.
 func (a *admin) guard(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		err := a.h.guarded(c, "admin token", func() error {
+		err := a.s.Guarded(c, "admin token", func() error {
 			scheme, token, ok := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
 			sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
 			if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(sum[:], a.tokenSum[:]) != 1 {
@@ -124,34 +128,6 @@ func (a *admin) guard(next echo.HandlerFunc) echo.HandlerFunc {
 		logging.From(c.Request().Context()).Info("admin request", zap.String("method", c.Request().Method), zap.String("route", c.Path()))
 		return next(c)
 	}
-}
-
-func ok(c echo.Context, data any) error {
-	return c.JSON(http.StatusOK, envelope{Code: http.StatusOK, Msg: "success", Data: data})
-}
-
-// bind decodes a JSON body strictly: unknown fields are refused, since an
-// operator's typo should not silently do nothing.
-func bind(c echo.Context, v any) error {
-	body, err := jsonBody(c)
-	if err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var te *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &te):
-			return apperr.Errorf(apperr.Invalid, "%s has the wrong type", te.Field)
-		case errors.Is(err, io.EOF):
-			return apperr.New(apperr.Invalid, "request body is empty: send a JSON object")
-		case strings.HasPrefix(err.Error(), "json: unknown field"):
-			return apperr.Errorf(apperr.Invalid, "%s", strings.TrimPrefix(err.Error(), "json: "))
-		}
-		return apperr.New(apperr.Invalid, "request body is not valid JSON")
-	}
-	return nil
 }
 
 type accountRequest struct {
@@ -173,10 +149,10 @@ func deref(p *int) int {
 
 func (a *admin) createAccount(c echo.Context) error {
 	var req accountRequest
-	if err := bind(c, &req); err != nil {
+	if err := web.Bind(c, &req); err != nil {
 		return err
 	}
-	tiers, err := parseTiers(a.Catalog, req.Models)
+	tiers, err := ParseTiers(a.Catalog, req.Models)
 	if err != nil {
 		return err
 	}
@@ -188,7 +164,7 @@ func (a *admin) createAccount(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, acct)
+	return web.OK(c, acct)
 }
 
 func (a *admin) listAccounts(c echo.Context) error {
@@ -196,7 +172,7 @@ func (a *admin) listAccounts(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, list)
+	return web.OK(c, list)
 }
 
 func (a *admin) showAccount(c echo.Context) error {
@@ -204,7 +180,7 @@ func (a *admin) showAccount(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, acct)
+	return web.OK(c, acct)
 }
 
 // limitsRequest is a change of an account's limits, as the admin API
@@ -220,7 +196,7 @@ type limitsRequest struct {
 func (r limitsRequest) update(cat *catalog.Catalog) (account.LimitsUpdate, error) {
 	l := account.LimitsUpdate{RateLimit: r.RateLimit, QueryRateLimit: r.QueryRateLimit, MaxInflight: r.MaxInflight, Weight: r.Weight}
 	if r.Models != nil {
-		tiers, err := parseTiers(cat, *r.Models)
+		tiers, err := ParseTiers(cat, *r.Models)
 		if err != nil {
 			return l, err
 		}
@@ -230,17 +206,17 @@ func (r limitsRequest) update(cat *catalog.Catalog) (account.LimitsUpdate, error
 }
 
 // The account changes the admin API and the console's operator view
-// share.
+// share: each takes the small interface it uses.
 
 type limitSetter interface {
 	SetLimits(ctx context.Context, id string, l account.LimitsUpdate) (*account.Account, error)
 }
 
-// setLimits handles PATCH .../accounts/:id/limits.
-func setLimits(accts limitSetter, cat *catalog.Catalog) echo.HandlerFunc {
+// SetLimits handles PATCH .../accounts/:id/limits.
+func SetLimits(accts limitSetter, cat *catalog.Catalog) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		var req limitsRequest
-		if err := bind(c, &req); err != nil {
+		if err := web.Bind(c, &req); err != nil {
 			return err
 		}
 		l, err := req.update(cat)
@@ -251,7 +227,7 @@ func setLimits(accts limitSetter, cat *catalog.Catalog) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		return ok(c, acct)
+		return web.OK(c, acct)
 	}
 }
 
@@ -260,8 +236,8 @@ type statusSetter interface {
 	Get(ctx context.Context, id string) (*account.Account, error)
 }
 
-// setStatus handles POST .../accounts/:id/disable and /enable.
-func setStatus(accts statusSetter, st account.Status) echo.HandlerFunc {
+// SetStatus handles POST .../accounts/:id/disable and /enable.
+func SetStatus(accts statusSetter, st account.Status) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ctx := c.Request().Context()
 		if err := accts.SetStatus(ctx, c.Param("id"), st); err != nil {
@@ -271,7 +247,7 @@ func setStatus(accts statusSetter, st account.Status) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		return ok(c, acct)
+		return web.OK(c, acct)
 	}
 }
 
@@ -279,14 +255,14 @@ type crediter interface {
 	AddCredits(ctx context.Context, id string, n int64, note string) (int64, error)
 }
 
-// addCredits handles POST .../accounts/:id/credits.
-func addCredits(accts crediter) echo.HandlerFunc {
+// AddCredits handles POST .../accounts/:id/credits.
+func AddCredits(accts crediter) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		var req struct {
 			Amount *int64 `json:"amount"`
 			Note   string `json:"note"`
 		}
-		if err := bind(c, &req); err != nil {
+		if err := web.Bind(c, &req); err != nil {
 			return err
 		}
 		if req.Amount == nil {
@@ -296,36 +272,32 @@ func addCredits(accts crediter) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		return ok(c, map[string]int64{"balance": bal})
+		return web.OK(c, map[string]int64{"balance": bal})
 	}
 }
 
 func (a *admin) ledger(c echo.Context) error {
-	limit := int64(100)
-	if s := c.QueryParam("limit"); s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < 1 || n > 10000 {
-			return apperr.New(apperr.Invalid, "limit must be 1 to 10000")
-		}
-		limit = n
+	limit, err := web.LimitParam(c, 100, 10000)
+	if err != nil {
+		return err
 	}
 	entries, err := a.Accounts.Ledger(c.Request().Context(), c.Param("id"), limit)
 	if err != nil {
 		return err
 	}
-	return ok(c, entries)
+	return web.OK(c, entries)
 }
 
 // createKey makes a key; the body (optional) gives its name and limits,
 // as the console's.
 func (a *admin) createKey(c echo.Context) error {
-	var req keyRequest
+	var req KeyRequest
 	if c.Request().ContentLength != 0 {
-		if err := bind(c, &req); err != nil {
+		if err := web.Bind(c, &req); err != nil {
 			return err
 		}
 	}
-	spec, err := req.spec(a.Catalog)
+	spec, err := req.Spec(a.Catalog)
 	if err != nil {
 		return err
 	}
@@ -335,7 +307,7 @@ func (a *admin) createKey(c echo.Context) error {
 	}
 	c.Response().Header().Set("Cache-Control", "no-store")
 	// The key, shown this once, beside what is kept of it.
-	return ok(c, newKeyReply{Secret: key, Key: k})
+	return web.OK(c, newKeyReply{Secret: key, Key: k})
 }
 
 type newKeyReply struct {
@@ -345,11 +317,11 @@ type newKeyReply struct {
 
 // updateKey renames a key or changes its limits.
 func (a *admin) updateKey(c echo.Context) error {
-	var req keyRequest
-	if err := bind(c, &req); err != nil {
+	var req KeyRequest
+	if err := web.Bind(c, &req); err != nil {
 		return err
 	}
-	u, err := req.update(a.Catalog)
+	u, err := req.Update(a.Catalog)
 	if err != nil {
 		return err
 	}
@@ -357,7 +329,7 @@ func (a *admin) updateKey(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, k)
+	return web.OK(c, k)
 }
 
 // upstreams lists the workers' upstream pool with each upstream's state.
@@ -366,7 +338,7 @@ func (a *admin) upstreams(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, list)
+	return web.OK(c, list)
 }
 
 type userRequest struct {
@@ -378,7 +350,7 @@ type userRequest struct {
 
 func (a *admin) createUser(c echo.Context) error {
 	var req userRequest
-	if err := bind(c, &req); err != nil {
+	if err := web.Bind(c, &req); err != nil {
 		return err
 	}
 	if req.AccountID == "" || req.Email == "" || req.Password == "" {
@@ -388,18 +360,19 @@ func (a *admin) createUser(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, u)
+	return web.OK(c, u)
 }
 
-// emailPassword is a body of an email and a password: a sign-in, a
-// password reset.
-type emailPassword struct {
+// EmailPassword is a body of an email and a password: a console
+// sign-in, a password reset.
+type EmailPassword struct {
 	Email    string `json:"email"`
 	Password string `json:"password"`
 }
 
-func (r *emailPassword) bind(c echo.Context) error {
-	if err := bind(c, r); err != nil {
+// Bind reads r from the request's body: both are required.
+func (r *EmailPassword) Bind(c echo.Context) error {
+	if err := web.Bind(c, r); err != nil {
 		return err
 	}
 	if r.Email == "" || r.Password == "" {
@@ -409,15 +382,15 @@ func (r *emailPassword) bind(c echo.Context) error {
 }
 
 func (a *admin) resetPassword(c echo.Context) error {
-	var req emailPassword
-	if err := req.bind(c); err != nil {
+	var req EmailPassword
+	if err := req.Bind(c); err != nil {
 		return err
 	}
 	u, err := a.Users.ResetPassword(c.Request().Context(), req.Email, req.Password)
 	if err != nil {
 		return err
 	}
-	return ok(c, u)
+	return web.OK(c, u)
 }
 
 func (a *admin) setUserStatus(st account.Status) echo.HandlerFunc {
@@ -425,14 +398,14 @@ func (a *admin) setUserStatus(st account.Status) echo.HandlerFunc {
 		var req struct {
 			Email string `json:"email"`
 		}
-		if err := bind(c, &req); err != nil {
+		if err := web.Bind(c, &req); err != nil {
 			return err
 		}
 		u, err := a.Users.SetStatus(c.Request().Context(), req.Email, st)
 		if err != nil {
 			return err
 		}
-		return ok(c, u)
+		return web.OK(c, u)
 	}
 }
 
@@ -441,7 +414,7 @@ func (a *admin) setUserAdmin(c echo.Context) error {
 		Email string `json:"email"`
 		Admin *bool  `json:"admin"`
 	}
-	if err := bind(c, &req); err != nil {
+	if err := web.Bind(c, &req); err != nil {
 		return err
 	}
 	if req.Admin == nil {
@@ -451,7 +424,7 @@ func (a *admin) setUserAdmin(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, u)
+	return web.OK(c, u)
 }
 
 func (a *admin) listKeys(c echo.Context) error {
@@ -459,7 +432,7 @@ func (a *admin) listKeys(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, keys)
+	return web.OK(c, keys)
 }
 
 func (a *admin) revokeKey(c echo.Context) error {
@@ -467,7 +440,7 @@ func (a *admin) revokeKey(c echo.Context) error {
 		Key    string `json:"key"`
 		Prefix string `json:"prefix"`
 	}
-	if err := bind(c, &req); err != nil {
+	if err := web.Bind(c, &req); err != nil {
 		return err
 	}
 	target := req.Key
@@ -481,7 +454,7 @@ func (a *admin) revokeKey(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, k)
+	return web.OK(c, k)
 }
 
 type webhookSecretReply struct {
@@ -501,7 +474,7 @@ func (a *admin) webhookSecret(c echo.Context) error {
 		return err
 	}
 	c.Response().Header().Set("Cache-Control", "no-store")
-	return ok(c, webhookSecretReply{AccountID: id, Secret: secret})
+	return web.OK(c, webhookSecretReply{AccountID: id, Secret: secret})
 }
 
 // rotateWebhookSecret gives an account a new webhook signing secret; the
@@ -514,5 +487,67 @@ func (a *admin) rotateWebhookSecret(c echo.Context) error {
 	}
 	ms := until.UnixMilli()
 	c.Response().Header().Set("Cache-Control", "no-store")
-	return ok(c, webhookSecretReply{AccountID: id, Secret: secret, PreviousValidUntil: &ms})
+	return web.OK(c, webhookSecretReply{AccountID: id, Secret: secret, PreviousValidUntil: &ms})
+}
+
+// KeyRequest is a key's name and limits as the admin API and the console
+// take them.
+type KeyRequest struct {
+	Name       *string   `json:"name"`
+	Models     *[]string `json:"models"`
+	AllowedIPs *[]string `json:"allowed_ips"`
+	// ExpiresAt: RFC 3339; "" (an update) removes the expiry.
+	ExpiresAt  *string `json:"expires_at"`
+	SpendLimit *int64  `json:"spend_limit"`
+}
+
+// Update reads r as a change of a key (nil fields: unchanged).
+func (r KeyRequest) Update(cat *catalog.Catalog) (account.KeyUpdate, error) {
+	u := account.KeyUpdate{Name: r.Name, SpendLimit: r.SpendLimit}
+	if r.Models != nil {
+		tiers, err := ParseTiers(cat, *r.Models)
+		if err != nil {
+			return u, err
+		}
+		u.Models = &tiers
+	}
+	if r.AllowedIPs != nil {
+		ips, err := account.ParseAllowedIPs(*r.AllowedIPs)
+		if err != nil {
+			return u, err
+		}
+		u.AllowedIPs = &ips
+	}
+	if r.ExpiresAt != nil {
+		var t time.Time
+		if *r.ExpiresAt != "" {
+			var err error
+			if t, err = time.Parse(time.RFC3339, *r.ExpiresAt); err != nil {
+				return u, apperr.New(apperr.Invalid, "expires_at must be an RFC 3339 time, like 2027-01-31T00:00:00Z")
+			}
+		}
+		u.ExpiresAt = &t
+	}
+	return u, nil
+}
+
+// Spec reads r as a new key.
+func (r KeyRequest) Spec(cat *catalog.Catalog) (account.KeySpec, error) {
+	u, err := r.Update(cat)
+	return u.Spec(), err
+}
+
+// ParseTiers reads models given as tiers or model ids.
+func ParseTiers(cat *catalog.Catalog, models []string) ([]catalog.Tier, error) {
+	out := make([]catalog.Tier, 0, len(models))
+	for _, m := range models {
+		t, ok := cat.ParseTier(m)
+		if !ok {
+			return nil, apperr.Errorf(apperr.Invalid, "unknown model %q: use standard, pro or a model id (%s)", web.ClipID(m), cat.IDs())
+		}
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }

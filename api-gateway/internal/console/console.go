@@ -1,7 +1,14 @@
-package api
+// Package console is the account console: a page at /console and its
+// JSON API under /console/api, for the users of an account
+// (docs/console.md). A user signs in with an email and a password; the
+// session is a cookie scoped to /console, and every write also carries the
+// session's CSRF token in X-CSRF-Token and, from a browser, an Origin of
+// the gateway's own. The console's task routes are the public API's
+// handlers, served for the session's account; its operator view's changes
+// are the admin API's.
+package console
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"embed"
@@ -18,42 +25,38 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
 
+	"github.com/easelhq/easel/api-gateway/internal/admin"
+	"github.com/easelhq/easel/api-gateway/internal/api"
 	"github.com/easelhq/easel/api-gateway/internal/ratelimit"
+	"github.com/easelhq/easel/api-gateway/internal/web"
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/logging"
-	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/upstream"
 	"github.com/easelhq/easel/pkg/users"
 )
 
-// The account console: a page at /console and its JSON API under
-// /console/api, for the users of an account (docs/console.md). A user
-// signs in with an email and a password; the session is a cookie scoped
-// to /console, and every write also carries the session's CSRF token in
-// X-CSRF-Token and, from a browser, an Origin of the gateway's own.
-
 // Console paths and names.
 const (
-	PathConsole   = "/console"
-	consoleAPI    = "/console/api"
+	Path          = "/console"
+	pathAPI       = "/console/api"
 	SessionCookie = "easel_session"
 	HeaderCSRF    = "X-CSRF-Token"
 	ctxUser       = "easel.user"
 	ctxSession    = "easel.session"
 )
 
-// ConsoleUsers signs users in and keeps their sessions (users.Service).
-type ConsoleUsers interface {
+// Users signs users in and keeps their sessions (users.Service).
+type Users interface {
 	SignIn(ctx context.Context, email, pw, addr string) (users.Signed, error)
-	Session(ctx context.Context, token string) (store.Session, *account.User, error)
+	Session(ctx context.Context, token string) (users.Session, *account.User, error)
 	SignOut(ctx context.Context, token string) error
 }
 
-// ConsoleAccounts is what the console does with accounts, their keys,
-// credits and usage (store.Accounts).
-type ConsoleAccounts interface {
+// Accounts is what the console does with accounts, their keys, credits
+// and usage.
+type Accounts interface {
 	Get(ctx context.Context, id string) (*account.Account, error)
 	Keys(ctx context.Context, accountID string) ([]*account.Key, error)
 	NewKey(ctx context.Context, accountID string, spec account.KeySpec) (string, *account.Key, error)
@@ -69,23 +72,52 @@ type ConsoleAccounts interface {
 	AddCredits(ctx context.Context, id string, n int64, note string) (int64, error)
 }
 
-// ConsoleDirectory finds an account's users, and a user by email, for
-// the operator view (store.Users).
-type ConsoleDirectory interface {
+// Directory finds an account's users, and a user by email (a user not
+// found: apperr.NotFound), for the operator view.
+type Directory interface {
 	UsersOf(ctx context.Context, accountID string) ([]*account.User, error)
 	UserByEmail(ctx context.Context, email string) (*account.User, string, error)
 }
 
-// ConsoleDeps enables the console.
-type ConsoleDeps struct {
-	Users     ConsoleUsers
-	Accounts  ConsoleAccounts
-	Directory ConsoleDirectory
-	Secrets   AdminSecrets
+// Secrets shows and rotates an account's webhook signing secret.
+type Secrets interface {
+	Secret(ctx context.Context, accountID string) (string, error)
+	RotateSecret(ctx context.Context, accountID string) (string, time.Time, error)
+}
+
+// Upstreams reads the workers' upstream pool's state
+// (upstream.Statuses).
+type Upstreams func(ctx context.Context) ([]upstream.Status, error)
+
+// Tasks are the public API's task handlers (api.Handlers): the console
+// serves them for the session's account, for its gallery and its
+// playground.
+type Tasks interface {
+	Create(c echo.Context) error
+	Query(c echo.Context) error
+	List(c echo.Context) error
+	Cancel(c echo.Context) error
+	Webhooks(c echo.Context) error
+	Stream(c echo.Context) error
+}
+
+// Deps enables the console.
+type Deps struct {
+	Users     Users
+	Accounts  Accounts
+	Directory Directory
+	Secrets   Secrets
 	Catalog   *catalog.Catalog
+	Tasks     Tasks
 	// Upstreams reads the upstream pool's state, for the operator view
 	// (nil: none).
-	Upstreams AdminUpstreams
+	Upstreams Upstreams
+	// Pages serves the console's page (web.NewPages with the public API's
+	// image sources: the gallery shows results).
+	Pages *web.Pages
+	// UsageDays is how many days of usage the store keeps
+	// (store.UsageDays): the most a usage request may ask for.
+	UsageDays int
 	// SecureCookie marks the session cookie Secure (the gateway is
 	// reached over TLS: EASEL_PUBLIC_URL is https). A request that came
 	// over TLS gets it Secure anyway.
@@ -96,48 +128,56 @@ type ConsoleDeps struct {
 }
 
 type console struct {
-	ConsoleDeps
-	h *handlers
+	Deps
+	now func() time.Time
+	// page is the console's page, with the playground's form in it.
+	page *template.Template
 }
 
-func registerConsole(e *echo.Echo, h *handlers, d *ConsoleDeps) {
-	cs := &console{ConsoleDeps: *d, h: h}
-	get(e, PathConsole, cs.page)
-	get(e, PathConsole+"/*", cs.page)
+// Register adds the console to s: its page under Path, its API under
+// Path/api.
+func Register(s *web.Server, d Deps) {
+	cs := &console{Deps: d, now: s.Now,
+		page: template.Must(api.PlaygroundTemplates().ParseFS(pageFiles, pageDir+"/"+pageIndex))}
+	e := s.Echo
+	web.Get(e, Path, cs.servePage)
+	web.Get(e, Path+"/*", cs.servePage)
 
-	g := e.Group(consoleAPI, h.deadline, cs.noStore, cs.sameOrigin)
+	g := e.Group(pathAPI, s.Deadline, cs.noStore, cs.sameOrigin)
 	g.POST("/session", cs.signIn)
 	in := g.Group("", cs.session, cs.csrf)
-	get(in, "/session", cs.whoami)
+	web.Get(in, "/session", cs.whoami)
 	in.DELETE("/session", cs.signOut)
-	get(in, "/catalog", cs.catalog)
-	get(in, "/account", cs.account)
-	get(in, "/keys", cs.listKeys)
+	web.Get(in, "/catalog", cs.catalog)
+	web.Get(in, "/account", cs.account)
+	web.Get(in, "/keys", cs.listKeys)
 	in.POST("/keys", cs.createKey)
 	in.PATCH("/keys/:prefix", cs.renameKey)
 	in.POST("/keys/:prefix/revoke", cs.revokeKey)
-	get(in, "/ledger", cs.ledger)
-	get(in, "/usage", cs.usage)
-	get(in, "/usage.csv", cs.usageCSV)
-	get(in, "/webhook-secret", cs.webhookSecret)
+	web.Get(in, "/ledger", cs.ledger)
+	web.Get(in, "/usage", cs.usage)
+	web.Get(in, "/usage.csv", cs.usageCSV)
+	web.Get(in, "/webhook-secret", cs.webhookSecret)
 	in.POST("/webhook-secret/rotate", cs.rotateWebhookSecret)
 	// The public API's task routes, for the session's account: the
 	// console's gallery and playground.
-	in.POST("/task/create", h.create, h.limit(ratelimit.Create))
-	get(in, "/task/query", h.query, h.limit(ratelimit.Query))
-	get(in, "/task/list", h.list, h.limit(ratelimit.Query))
-	in.POST("/task/cancel", h.cancel, h.limit(ratelimit.Query))
-	get(in, "/task/webhooks", h.webhooks, h.limit(ratelimit.Query))
+	query := s.Limit(ratelimit.Query)
+	in.POST("/task/create", d.Tasks.Create, s.Limit(ratelimit.Create))
+	web.Get(in, "/task/query", d.Tasks.Query, query)
+	web.Get(in, "/task/stream", d.Tasks.Stream, query)
+	web.Get(in, "/task/list", d.Tasks.List, query)
+	in.POST("/task/cancel", d.Tasks.Cancel, query)
+	web.Get(in, "/task/webhooks", d.Tasks.Webhooks, query)
 	// The operator view: admin users only.
 	// Its changes are the admin API's own handlers.
 	op := in.Group("/admin", cs.adminOnly)
-	get(op, "/accounts", cs.opAccounts)
-	get(op, "/accounts/:id", cs.opAccount)
-	op.POST("/accounts/:id/credits", addCredits(d.Accounts))
-	op.PATCH("/accounts/:id/limits", setLimits(d.Accounts, d.Catalog))
-	op.POST("/accounts/:id/disable", setStatus(d.Accounts, account.Disabled))
-	op.POST("/accounts/:id/enable", setStatus(d.Accounts, account.Active))
-	get(op, "/upstreams", cs.opUpstreams)
+	web.Get(op, "/accounts", cs.opAccounts)
+	web.Get(op, "/accounts/:id", cs.opAccount)
+	op.POST("/accounts/:id/credits", admin.AddCredits(d.Accounts))
+	op.PATCH("/accounts/:id/limits", admin.SetLimits(d.Accounts, d.Catalog))
+	op.POST("/accounts/:id/disable", admin.SetStatus(d.Accounts, account.Disabled))
+	op.POST("/accounts/:id/enable", admin.SetStatus(d.Accounts, account.Active))
+	web.Get(op, "/upstreams", cs.opUpstreams)
 }
 
 // opUpstreams lists the upstream pool's state ([] without a pool).
@@ -149,7 +189,7 @@ func (cs *console) opUpstreams(c echo.Context) error {
 			return err
 		}
 	}
-	return ok(c, map[string]any{"upstreams": list})
+	return web.OK(c, map[string]any{"upstreams": list})
 }
 
 // noStore keeps every console answer out of caches.
@@ -197,13 +237,13 @@ func (cs *console) ownOrigin(origin, host string) bool {
 }
 
 // session finds the request's session (the cookie) and puts its user and
-// account on the request, as authenticate does for a key: the task routes
-// then serve the session's account.
+// account on the request, as web.Server.Authenticate does for a key: the
+// task routes then serve the session's account.
 func (cs *console) session(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ck, err := c.Cookie(SessionCookie)
 		if err != nil {
-			return store.ErrNoSession
+			return users.ErrNoSession
 		}
 		ctx := c.Request().Context()
 		ss, u, err := cs.Users.Session(ctx, ck.Value)
@@ -213,7 +253,7 @@ func (cs *console) session(next echo.HandlerFunc) echo.HandlerFunc {
 		acct, err := cs.Accounts.Get(ctx, ss.AccountID)
 		if err != nil {
 			if apperr.CodeOf(err) == apperr.NotFound {
-				return store.ErrNoSession
+				return users.ErrNoSession
 			}
 			return err
 		}
@@ -226,9 +266,8 @@ func (cs *console) session(next echo.HandlerFunc) echo.HandlerFunc {
 		logging.AddFields(ctx, zap.String("account_id", acct.ID), zap.String("user_id", u.ID))
 		c.Set(ctxSession, ss)
 		c.Set(ctxUser, u)
-		c.Set(ctxAccount, acct)
 		// The session's rate-limit buckets: its user's own.
-		c.Set(ctxKeyHash, "console:"+u.ID)
+		web.SetAccount(c, acct, "console:"+u.ID)
 		return next(c)
 	}
 }
@@ -239,7 +278,7 @@ func (cs *console) csrf(next echo.HandlerFunc) echo.HandlerFunc {
 		if !isWrite(c.Request().Method) {
 			return next(c)
 		}
-		ss := c.Get(ctxSession).(store.Session)
+		ss := c.Get(ctxSession).(users.Session)
 		sent := c.Request().Header.Get(HeaderCSRF)
 		if sent == "" || subtle.ConstantTimeCompare([]byte(sent), []byte(ss.CSRF)) != 1 {
 			return apperr.Errorf(apperr.Forbidden, "missing or wrong %s header: send the csrf_token of the session", HeaderCSRF)
@@ -277,16 +316,16 @@ type sessionData struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
-func (cs *console) sessionReply(c echo.Context, u *account.User, ss store.Session, accountName string) error {
+func (cs *console) sessionReply(c echo.Context, u *account.User, ss users.Session, accountName string) error {
 	var d sessionData
 	d.User.ID, d.User.Email, d.User.AccountID, d.User.AccountName, d.User.Admin = u.ID, u.Email, u.AccountID, accountName, u.Admin
 	d.CSRFToken, d.ExpiresAt = ss.CSRF, ss.Until.UTC()
-	return ok(c, d)
+	return web.OK(c, d)
 }
 
 func (cs *console) signIn(c echo.Context) error {
-	var req emailPassword
-	if err := req.bind(c); err != nil {
+	var req admin.EmailPassword
+	if err := req.Bind(c); err != nil {
 		return err
 	}
 	ctx := c.Request().Context()
@@ -298,7 +337,7 @@ func (cs *console) signIn(c echo.Context) error {
 	signed, err := cs.Users.SignIn(ctx, req.Email, req.Password, c.RealIP())
 	var throttled *users.ThrottledError
 	if errors.As(err, &throttled) {
-		c.Response().Header().Set("Retry-After", strconv.Itoa(max(ceilSeconds(throttled.RetryAfter), 1)))
+		c.Response().Header().Set("Retry-After", strconv.Itoa(max(web.CeilSeconds(throttled.RetryAfter), 1)))
 		return apperr.New(apperr.LimitExceeded, throttled.Error())
 	}
 	if err != nil {
@@ -316,7 +355,7 @@ func (cs *console) signIn(c echo.Context) error {
 // setCookie sets the session cookie: HttpOnly, SameSite=Lax, scoped to
 // the console (a result download never sees it), Secure over TLS.
 func (cs *console) setCookie(c echo.Context, value string, until time.Time) {
-	ck := &http.Cookie{Name: SessionCookie, Value: value, Path: PathConsole, HttpOnly: true, SameSite: http.SameSiteLaxMode,
+	ck := &http.Cookie{Name: SessionCookie, Value: value, Path: Path, HttpOnly: true, SameSite: http.SameSiteLaxMode,
 		Secure: cs.SecureCookie || c.Request().TLS != nil}
 	if until.IsZero() {
 		ck.MaxAge = -1
@@ -327,7 +366,7 @@ func (cs *console) setCookie(c echo.Context, value string, until time.Time) {
 }
 
 func (cs *console) whoami(c echo.Context) error {
-	return cs.sessionReply(c, userOf(c), c.Get(ctxSession).(store.Session), accountOf(c).Name)
+	return cs.sessionReply(c, userOf(c), c.Get(ctxSession).(users.Session), web.AccountOf(c).Name)
 }
 
 func (cs *console) signOut(c echo.Context) error {
@@ -336,7 +375,7 @@ func (cs *console) signOut(c echo.Context) error {
 		return err
 	}
 	cs.setCookie(c, "", time.Time{})
-	return ok(c, nil)
+	return web.OK(c, nil)
 }
 
 type catalogModel struct {
@@ -355,10 +394,10 @@ func (cs *console) catalog(c echo.Context) error {
 	for _, m := range cs.Catalog.Models() {
 		out.Models = append(out.Models, catalogModel{ID: m.ID, Tier: m.Tier, ImageSize: m.SupportsImageSize()})
 	}
-	return ok(c, out)
+	return web.OK(c, out)
 }
 
-func (cs *console) account(c echo.Context) error { return ok(c, accountOf(c)) }
+func (cs *console) account(c echo.Context) error { return web.OK(c, web.AccountOf(c)) }
 
 // keyView is a key as listed: with its state now.
 type keyView struct {
@@ -366,10 +405,10 @@ type keyView struct {
 	Status string `json:"status"`
 }
 
-func (cs *console) view(k *account.Key) keyView { return keyView{Key: k, Status: k.Status(cs.h.Now())} }
+func (cs *console) view(k *account.Key) keyView { return keyView{Key: k, Status: k.Status(cs.now())} }
 
 func (cs *console) listKeys(c echo.Context) error {
-	keys, err := cs.Accounts.Keys(c.Request().Context(), accountOf(c).ID)
+	keys, err := cs.Accounts.Keys(c.Request().Context(), web.AccountOf(c).ID)
 	if err != nil {
 		return err
 	}
@@ -377,141 +416,75 @@ func (cs *console) listKeys(c echo.Context) error {
 	for i, k := range keys {
 		out[i] = cs.view(k)
 	}
-	return ok(c, map[string]any{"keys": out})
-}
-
-// keyRequest is a key's name and limits as the console and the admin API
-// take them.
-type keyRequest struct {
-	Name       *string   `json:"name"`
-	Models     *[]string `json:"models"`
-	AllowedIPs *[]string `json:"allowed_ips"`
-	// ExpiresAt: RFC 3339; "" (an update) removes the expiry.
-	ExpiresAt  *string `json:"expires_at"`
-	SpendLimit *int64  `json:"spend_limit"`
-}
-
-// update reads r as a change of a key (nil fields: unchanged).
-func (r keyRequest) update(cat *catalog.Catalog) (account.KeyUpdate, error) {
-	u := account.KeyUpdate{Name: r.Name, SpendLimit: r.SpendLimit}
-	if r.Models != nil {
-		tiers, err := parseTiers(cat, *r.Models)
-		if err != nil {
-			return u, err
-		}
-		u.Models = &tiers
-	}
-	if r.AllowedIPs != nil {
-		ips, err := account.ParseAllowedIPs(*r.AllowedIPs)
-		if err != nil {
-			return u, err
-		}
-		u.AllowedIPs = &ips
-	}
-	if r.ExpiresAt != nil {
-		var t time.Time
-		if *r.ExpiresAt != "" {
-			var err error
-			if t, err = time.Parse(time.RFC3339, *r.ExpiresAt); err != nil {
-				return u, apperr.New(apperr.Invalid, "expires_at must be an RFC 3339 time, like 2027-01-31T00:00:00Z")
-			}
-		}
-		u.ExpiresAt = &t
-	}
-	return u, nil
-}
-
-// spec reads r as a new key.
-func (r keyRequest) spec(cat *catalog.Catalog) (account.KeySpec, error) {
-	u, err := r.update(cat)
-	return u.Spec(), err
-}
-
-// parseTiers reads models given as tiers or model ids.
-func parseTiers(cat *catalog.Catalog, models []string) ([]catalog.Tier, error) {
-	out := make([]catalog.Tier, 0, len(models))
-	for _, m := range models {
-		t, ok := cat.ParseTier(m)
-		if !ok {
-			return nil, apperr.Errorf(apperr.Invalid, "unknown model %q: use standard, pro or a model id (%s)", clipID(m), cat.IDs())
-		}
-		if !slices.Contains(out, t) {
-			out = append(out, t)
-		}
-	}
-	return out, nil
+	return web.OK(c, map[string]any{"keys": out})
 }
 
 func (cs *console) createKey(c echo.Context) error {
-	var req keyRequest
-	if err := bind(c, &req); err != nil {
+	var req admin.KeyRequest
+	if err := web.Bind(c, &req); err != nil {
 		return err
 	}
 	if req.Name == nil || strings.TrimSpace(*req.Name) == "" {
 		return apperr.New(apperr.Invalid, "name is required: what the key is for")
 	}
-	spec, err := req.spec(cs.Catalog)
+	spec, err := req.Spec(cs.Catalog)
 	if err != nil {
 		return err
 	}
 	ctx := c.Request().Context()
-	key, k, err := cs.Accounts.NewKey(ctx, accountOf(c).ID, spec)
+	key, k, err := cs.Accounts.NewKey(ctx, web.AccountOf(c).ID, spec)
 	if err != nil {
 		return err
 	}
 	logging.From(ctx).Info("console: API key created", zap.String("key_prefix", k.Prefix))
-	return ok(c, map[string]any{"key": key, "info": cs.view(k)})
+	return web.OK(c, map[string]any{"key": key, "info": cs.view(k)})
 }
 
 func (cs *console) renameKey(c echo.Context) error {
 	var req struct {
 		Name *string `json:"name"`
 	}
-	if err := bind(c, &req); err != nil {
+	if err := web.Bind(c, &req); err != nil {
 		return err
 	}
 	if req.Name == nil {
 		return apperr.New(apperr.Invalid, "name is required")
 	}
-	k, err := cs.Accounts.UpdateKey(c.Request().Context(), accountOf(c).ID, c.Param("prefix"), account.KeyUpdate{Name: req.Name})
+	k, err := cs.Accounts.UpdateKey(c.Request().Context(), web.AccountOf(c).ID, c.Param("prefix"), account.KeyUpdate{Name: req.Name})
 	if err != nil {
 		return err
 	}
-	return ok(c, cs.view(k))
+	return web.OK(c, cs.view(k))
 }
 
 func (cs *console) revokeKey(c echo.Context) error {
 	ctx := c.Request().Context()
-	k, err := cs.Accounts.RevokeKeyOf(ctx, accountOf(c).ID, c.Param("prefix"))
+	k, err := cs.Accounts.RevokeKeyOf(ctx, web.AccountOf(c).ID, c.Param("prefix"))
 	if err != nil {
 		return err
 	}
 	logging.From(ctx).Info("console: API key revoked", zap.String("key_prefix", k.Prefix))
-	return ok(c, cs.view(k))
+	return web.OK(c, cs.view(k))
 }
 
 func (cs *console) ledger(c echo.Context) error {
-	limit := int64(50)
-	if s := c.QueryParam("limit"); s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < 1 || n > 500 {
-			return apperr.New(apperr.Invalid, "limit must be 1 to 500")
-		}
-		limit = n
-	}
-	entries, next, err := cs.Accounts.LedgerPage(c.Request().Context(), accountOf(c).ID, c.QueryParam("before"), limit)
+	limit, err := web.LimitParam(c, 50, 500)
 	if err != nil {
 		return err
 	}
-	return ok(c, map[string]any{"entries": entries, "next": next})
+	entries, next, err := cs.Accounts.LedgerPage(c.Request().Context(), web.AccountOf(c).ID, c.QueryParam("before"), limit)
+	if err != nil {
+		return err
+	}
+	return web.OK(c, map[string]any{"entries": entries, "next": next})
 }
 
-func daysParam(c echo.Context) (int, error) {
+func (cs *console) daysParam(c echo.Context) (int, error) {
 	days := 30
 	if s := c.QueryParam("days"); s != "" {
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > store.UsageDays {
-			return 0, apperr.Errorf(apperr.Invalid, "days must be 1 to %d", store.UsageDays)
+		if err != nil || n < 1 || n > cs.UsageDays {
+			return 0, apperr.Errorf(apperr.Invalid, "days must be 1 to %d", cs.UsageDays)
 		}
 		days = n
 	}
@@ -520,11 +493,11 @@ func daysParam(c echo.Context) (int, error) {
 
 // usageOf reads the session's account's usage of the days asked for.
 func (cs *console) usageOf(c echo.Context) ([]account.UsageDay, error) {
-	days, err := daysParam(c)
+	days, err := cs.daysParam(c)
 	if err != nil {
 		return nil, err
 	}
-	return cs.Accounts.Usage(c.Request().Context(), accountOf(c).ID, days)
+	return cs.Accounts.Usage(c.Request().Context(), web.AccountOf(c).ID, days)
 }
 
 // usedModels are the models of days' usage, sorted.
@@ -546,7 +519,7 @@ func (cs *console) usage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, map[string]any{"days": list, "models": usedModels(list...)})
+	return web.OK(c, map[string]any{"days": list, "models": usedModels(list...)})
 }
 
 // usageCSV answers the usage as CSV: date, model, tasks, credits, a row
@@ -573,20 +546,20 @@ func (cs *console) usageCSV(c echo.Context) error {
 }
 
 func (cs *console) webhookSecret(c echo.Context) error {
-	id := accountOf(c).ID
+	id := web.AccountOf(c).ID
 	secret, err := cs.Secrets.Secret(c.Request().Context(), id)
 	if err != nil {
 		return err
 	}
-	return ok(c, map[string]string{"secret": secret})
+	return web.OK(c, map[string]string{"secret": secret})
 }
 
 func (cs *console) rotateWebhookSecret(c echo.Context) error {
-	secret, until, err := cs.Secrets.RotateSecret(c.Request().Context(), accountOf(c).ID)
+	secret, until, err := cs.Secrets.RotateSecret(c.Request().Context(), web.AccountOf(c).ID)
 	if err != nil {
 		return err
 	}
-	return ok(c, map[string]any{"secret": secret, "previous_valid_until": until.UTC()})
+	return web.OK(c, map[string]any{"secret": secret, "previous_valid_until": until.UTC()})
 }
 
 // opAccounts lists accounts, newest first and paged, or finds them: q is
@@ -616,7 +589,7 @@ func (cs *console) opAccounts(c echo.Context) error {
 			if a, err = cs.Accounts.Get(ctx, u.AccountID); err == nil {
 				list = []*account.Account{a}
 			}
-		} else if !errors.Is(uerr, store.ErrNoUser) {
+		} else if apperr.CodeOf(uerr) != apperr.NotFound {
 			err = uerr
 		}
 	default:
@@ -628,7 +601,7 @@ func (cs *console) opAccounts(c echo.Context) error {
 	if list == nil {
 		list = []*account.Account{}
 	}
-	return ok(c, map[string]any{"accounts": list, "next": next})
+	return web.OK(c, map[string]any{"accounts": list, "next": next})
 }
 
 func (cs *console) opAccount(c echo.Context) error {
@@ -649,37 +622,44 @@ func (cs *console) opAccount(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, map[string]any{"account": a, "keys": views, "users": us})
+	return web.OK(c, map[string]any{"account": a, "keys": views, "users": us})
 }
 
-// consoleFiles are the console page's files: plain HTML, CSS and
-// JavaScript, with no build step and nothing loaded from elsewhere.
+// pageFiles are the console page's files: plain HTML, CSS and
+// JavaScript, with no build step and nothing loaded from elsewhere. The
+// page's theme and its playground section are the /playground page's
+// (api.PlaygroundTemplates, api.PlaygroundAsset).
 //
-//go:embed console
-var consoleFiles embed.FS
+//go:embed page
+var pageFiles embed.FS
 
-// page serves GET /console (a redirect to /console/), the page at
+// pageDir is the directory of pageFiles holding the page, pageIndex the
+// page itself, an html/template.
+const (
+	pageDir   = "page"
+	pageIndex = "index.html"
+)
+
+// servePage serves GET /console (a redirect to /console/), the page at
 // /console/ and its assets beside it. The page asks the API whether a
 // session exists and shows the sign-in form if not.
-func (cs *console) page(c echo.Context) error {
-	if c.Path() == PathConsole {
-		return c.Redirect(http.StatusMovedPermanently, PathConsole+"/")
+func (cs *console) servePage(c echo.Context) error {
+	if c.Path() == Path {
+		return c.Redirect(http.StatusMovedPermanently, Path+"/")
 	}
 	name := c.Param("*")
-	if name != "" && name != "index.html" {
-		return cs.h.pageAsset(c, consoleFiles, "console", name)
+	if name != "" && name != pageIndex {
+		return cs.Pages.Asset(c, pageFiles, pageDir, name)
 	}
-	tmpl, err := template.ParseFS(consoleFiles, "console/index.html")
+	versions, err := web.AssetVersions(pageFiles, pageDir)
 	if err != nil {
 		return err
 	}
-	versions, err := assetVersions(consoleFiles, "console")
-	if err != nil {
-		return err
-	}
-	var buf bytes.Buffer
-	if err := tmpl.Execute(&buf, struct{ Versions map[string]string }{versions}); err != nil {
-		return err
-	}
-	return cs.h.servePage(c, "index.html", "text/html; charset=utf-8", cacheRevalidate, buf.Bytes())
+	return cs.Pages.Page(c, cs.page, pageIndex, struct {
+		Versions map[string]string
+		// The playground's: the page's theme, and the playground
+		// section's script and form.
+		Theme, Script string
+		Form          api.PlaygroundForm
+	}{versions, api.PlaygroundAsset(api.PlaygroundTheme), api.PlaygroundAsset(api.PlaygroundScript), api.NewPlaygroundForm(cs.Catalog, "pg-")})
 }

@@ -1,4 +1,4 @@
-package api
+package web
 
 import (
 	"errors"
@@ -15,8 +15,9 @@ import (
 	"github.com/easelhq/easel/pkg/logging"
 )
 
-// envelope is the body of every error response, and of create's success.
-type envelope struct {
+// Envelope is the body of every error response, and of the successes of
+// create, cancel and the admin and console APIs.
+type Envelope struct {
 	Code int    `json:"code"`
 	Msg  string `json:"msg"`
 	Data any    `json:"data"`
@@ -116,8 +117,8 @@ func message(err error) string {
 	return strings.ToLower(http.StatusText(statusOf(apperr.CodeOf(err))))
 }
 
-// classify returns the status and client-safe message for err.
-func classify(err error) (int, string) {
+// Classify returns the status and client-safe message for err.
+func Classify(err error) (int, string) {
 	var c apperr.Coded
 	if errors.As(err, &c) {
 		return statusOf(c.ErrorCode()), message(err)
@@ -141,13 +142,23 @@ type logged struct{ error }
 
 func (l logged) Unwrap() error { return l.error }
 
+// Logged marks err as logged where it happened: the error handler logs it
+// at debug only.
+func Logged(err error) error { return logged{err} }
+
+// OK answers a success in the envelope: {"code": 200, "msg": "success",
+// "data": data}.
+func OK(c echo.Context, data any) error {
+	return c.JSON(http.StatusOK, Envelope{Code: http.StatusOK, Msg: "success", Data: data})
+}
+
 // handleError is Echo's HTTPErrorHandler: every error becomes the JSON
 // envelope; details go to the log only.
 func handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
-	status, msg := classify(err)
+	status, msg := Classify(err)
 	log := logging.From(c.Request().Context())
 	switch {
 	case errors.As(err, new(logged)):
@@ -171,7 +182,7 @@ func handleError(err error, c echo.Context) {
 	var unknown *apperr.OutcomeUnknownError
 	if errors.As(err, &unknown) {
 		// The task that may exist, and when a query of it tells.
-		wait := max(ceilSeconds(time.Until(unknown.SettledBy)), 1)
+		wait := max(CeilSeconds(time.Until(unknown.SettledBy)), 1)
 		h.Set("Retry-After", strconv.Itoa(wait))
 		data = outcomeUnknown{TaskID: unknown.TaskID, Outcome: "unknown", SettledAt: unknown.SettledBy.UnixMilli()}
 	}
@@ -182,7 +193,7 @@ func handleError(err error, c echo.Context) {
 		h.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
 		werr = c.NoContent(status)
 	} else {
-		werr = c.JSON(status, envelope{Code: status, Msg: msg, Data: data})
+		werr = c.JSON(status, Envelope{Code: status, Msg: msg, Data: data})
 	}
 	if werr != nil {
 		log.Debug("could not write error response", zap.Error(werr))

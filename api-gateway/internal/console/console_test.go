@@ -1,4 +1,4 @@
-package api_test
+package console_test
 
 import (
 	"context"
@@ -17,13 +17,22 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/easelhq/easel/api-gateway/internal/api"
+	"github.com/easelhq/easel/api-gateway/internal/console"
+	"github.com/easelhq/easel/api-gateway/internal/gatewaytest"
+	"github.com/easelhq/easel/api-gateway/internal/web"
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/password"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/upstream"
 	"github.com/easelhq/easel/pkg/users"
+	"github.com/easelhq/easel/tools/testkit/redistest"
+)
+
+const (
+	std    = gatewaytest.Standard
+	pro    = gatewaytest.Pro
+	okBody = gatewaytest.CreateBody
 )
 
 const (
@@ -36,7 +45,7 @@ const (
 // consoleEnv is env with the console on, and users: one of account A,
 // one of account B, an admin of account A.
 type consoleEnv struct {
-	*env
+	*gatewaytest.Env
 	people *users.Service
 }
 
@@ -47,19 +56,19 @@ func newConsoleEnv(t *testing.T, cfg users.Config) *consoleEnv {
 
 // newConsoleEnvWith is newConsoleEnv with the handler's dependencies
 // changed by edit before it is built.
-func newConsoleEnvWith(t *testing.T, cfg users.Config, edit func(*api.Deps)) *consoleEnv {
+func newConsoleEnvWith(t *testing.T, cfg users.Config, edit func(*gatewaytest.Deps)) *consoleEnv {
 	t.Helper()
 	ce := &consoleEnv{}
 	// Cheap hashes: the tests sign in often.
 	cfg.Params = password.Params{Memory: 64, Time: 1, Threads: 1, SaltLen: 16, KeyLen: 32}
-	ce.env = newEnvFull(t, nil, zap.NewNop(), store.Options{}, func(e *env, d *api.Deps) {
+	ce.Env = gatewaytest.New(t, redistest.Start(t).Client(t), nil, zap.NewNop(), store.Options{}, func(e *gatewaytest.Env, d *gatewaytest.Deps) {
 		var err error
-		if ce.people, err = users.New(store.NewUsers(e.db), cfg); err != nil {
+		if ce.people, err = users.New(store.NewUsers(e.DB), cfg); err != nil {
 			t.Fatal(err)
 		}
 		cat, _ := catalog.New("lumen")
-		d.Console = &api.ConsoleDeps{Users: ce.people, Accounts: e.accounts, Directory: store.NewUsers(e.db), Secrets: e.hooks, Catalog: cat,
-			Upstreams: func(ctx context.Context) ([]upstream.Status, error) { return upstream.Statuses(ctx, e.rdb) }}
+		d.Console = &console.Deps{Users: ce.people, Accounts: e.Accounts, Directory: store.NewUsers(e.DB), Secrets: e.Hooks, Catalog: cat,
+			Upstreams: func(ctx context.Context) ([]upstream.Status, error) { return upstream.Statuses(ctx, e.RDB) }}
 		if edit != nil {
 			edit(d)
 		}
@@ -68,7 +77,7 @@ func newConsoleEnvWith(t *testing.T, cfg users.Config, edit func(*api.Deps)) *co
 	for _, u := range []struct {
 		acct, email string
 		admin       bool
-	}{{ce.acctA, emailA, false}, {ce.acctB, emailB, false}, {ce.acctA, emailAdmin, true}} {
+	}{{ce.AcctA, emailA, false}, {ce.AcctB, emailB, false}, {ce.AcctA, emailAdmin, true}} {
 		if _, err := ce.people.Create(ctx, u.acct, u.email, consolePW, u.admin); err != nil {
 			t.Fatal(err)
 		}
@@ -87,19 +96,19 @@ type browserish struct {
 
 func (ce *consoleEnv) client() *browserish {
 	jar, _ := cookiejar.New(nil)
-	return &browserish{t: ce.t, e: ce, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	return &browserish{t: ce.T, e: ce, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 
-func (b *browserish) send(method, path string, hdr map[string]string, body string) reply {
+func (b *browserish) send(method, path string, hdr map[string]string, body string) gatewaytest.Reply {
 	b.t.Helper()
-	req, _ := http.NewRequest(method, b.e.srv.URL+path, strings.NewReader(body))
+	req, _ := http.NewRequest(method, b.e.Srv.URL+path, strings.NewReader(body))
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if method != http.MethodGet {
-		req.Header.Set("Origin", b.e.srv.URL)
+		req.Header.Set("Origin", b.e.Srv.URL)
 		if b.csrf != "" {
-			req.Header.Set(api.HeaderCSRF, b.csrf)
+			req.Header.Set(console.HeaderCSRF, b.csrf)
 		}
 	}
 	for k, v := range hdr {
@@ -115,20 +124,20 @@ func (b *browserish) send(method, path string, hdr map[string]string, body strin
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	return reply{resp.StatusCode, resp.Header, raw}
+	return gatewaytest.Reply{Status: resp.StatusCode, Header: resp.Header, Body: raw}
 }
 
 // signIn signs in and keeps the CSRF token.
-func (b *browserish) signIn(email, pw string) reply {
+func (b *browserish) signIn(email, pw string) gatewaytest.Reply {
 	b.t.Helper()
 	r := b.send("POST", "/console/api/session", nil, `{"email":"`+email+`","password":"`+pw+`"}`)
-	if r.status == 200 {
+	if r.Status == 200 {
 		var env struct {
 			Data struct {
 				CSRFToken string `json:"csrf_token"`
 			} `json:"data"`
 		}
-		_ = json.Unmarshal(r.body, &env)
+		_ = json.Unmarshal(r.Body, &env)
 		b.csrf = env.Data.CSRFToken
 	}
 	return r
@@ -136,33 +145,33 @@ func (b *browserish) signIn(email, pw string) reply {
 
 func (b *browserish) mustSignIn(email string) {
 	b.t.Helper()
-	if r := b.signIn(email, consolePW); r.status != 200 {
-		b.t.Fatalf("sign-in as %s: %d %s", email, r.status, r.body)
+	if r := b.signIn(email, consolePW); r.Status != 200 {
+		b.t.Fatalf("sign-in as %s: %d %s", email, r.Status, r.Body)
 	}
 }
 
-// data decodes a console reply's data into v.
-func consoleData(t *testing.T, r reply, v any) {
+// data decodes a console gatewaytest.Reply's data into v.
+func consoleData(t *testing.T, r gatewaytest.Reply, v any) {
 	t.Helper()
 	var env struct {
 		Data json.RawMessage `json:"data"`
 	}
-	if err := json.Unmarshal(r.body, &env); err != nil {
-		t.Fatalf("body %s: %v", r.body, err)
+	if err := json.Unmarshal(r.Body, &env); err != nil {
+		t.Fatalf("body %s: %v", r.Body, err)
 	}
 	if err := json.Unmarshal(env.Data, v); err != nil {
 		t.Fatalf("data %s: %v", env.Data, err)
 	}
 }
 
-func sessionCookie(t *testing.T, r reply) *http.Cookie {
+func sessionCookie(t *testing.T, r gatewaytest.Reply) *http.Cookie {
 	t.Helper()
-	for _, c := range (&http.Response{Header: r.header}).Cookies() {
-		if c.Name == api.SessionCookie {
+	for _, c := range (&http.Response{Header: r.Header}).Cookies() {
+		if c.Name == console.SessionCookie {
 			return c
 		}
 	}
-	t.Fatalf("no %s cookie in %v", api.SessionCookie, r.header.Values("Set-Cookie"))
+	t.Fatalf("no %s cookie in %v", console.SessionCookie, r.Header.Values("Set-Cookie"))
 	return nil
 }
 
@@ -171,31 +180,31 @@ func TestConsoleSignIn(t *testing.T) {
 	b := ce.client()
 	wrong := b.signIn(emailA, "not the password")
 	unknown := b.signIn("nobody@a.example", consolePW)
-	for _, r := range []reply{wrong, unknown} {
-		assertEnvelope(t, r, 401, "wrong email or password")
-		if len(r.header.Values("Set-Cookie")) != 0 {
-			t.Errorf("a failed sign-in set a cookie: %v", r.header.Values("Set-Cookie"))
+	for _, r := range []gatewaytest.Reply{wrong, unknown} {
+		gatewaytest.AssertEnvelope(t, r, 401, "wrong email or password")
+		if len(r.Header.Values("Set-Cookie")) != 0 {
+			t.Errorf("a failed sign-in set a cookie: %v", r.Header.Values("Set-Cookie"))
 		}
 	}
-	if string(wrong.body) != string(unknown.body) {
-		t.Errorf("a wrong password (%s) and an unknown email (%s) answer differently", wrong.body, unknown.body)
+	if string(wrong.Body) != string(unknown.Body) {
+		t.Errorf("a wrong password (%s) and an unknown email (%s) answer differently", wrong.Body, unknown.Body)
 	}
-	if r := b.send("GET", "/console/api/session", nil, ""); r.status != 401 {
-		t.Fatalf("session before sign-in: %d", r.status)
+	if r := b.send("GET", "/console/api/session", nil, ""); r.Status != 401 {
+		t.Fatalf("session before sign-in: %d", r.Status)
 	}
 
 	r := b.signIn("  OWNER@A.example ", consolePW) // emails match whatever their case
-	if r.status != 200 {
-		t.Fatalf("sign-in: %d %s", r.status, r.body)
+	if r.Status != 200 {
+		t.Fatalf("sign-in: %d %s", r.Status, r.Body)
 	}
 	ck := sessionCookie(t, r)
 	if !ck.HttpOnly || ck.SameSite != http.SameSiteLaxMode || ck.Path != "/console" || ck.Secure || len(ck.Value) < 40 {
 		t.Errorf("cookie %+v: want HttpOnly, SameSite=Lax, Path=/console, not Secure over plain HTTP, a long opaque value", ck)
 	}
 	if b.csrf == "" {
-		t.Fatal("no csrf_token in the sign-in's reply")
+		t.Fatal("no csrf_token in the sign-in's gatewaytest.Reply")
 	}
-	if strings.Contains(string(r.body), ck.Value) {
+	if strings.Contains(string(r.Body), ck.Value) {
 		t.Error("the session id is in the body")
 	}
 	var who struct {
@@ -216,30 +225,30 @@ func TestConsoleSignIn(t *testing.T) {
 	if second.Value == old {
 		t.Fatal("a second sign-in kept the session id")
 	}
-	req, _ := http.NewRequest("GET", ce.srv.URL+"/console/api/session", nil)
-	req.AddCookie(&http.Cookie{Name: api.SessionCookie, Value: old})
+	req, _ := http.NewRequest("GET", ce.Srv.URL+"/console/api/session", nil)
+	req.AddCookie(&http.Cookie{Name: console.SessionCookie, Value: old})
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 401 {
 		t.Errorf("the session before the second sign-in still works: %v %v", resp.StatusCode, err)
 	}
 
 	// Signing out ends it.
-	if r := b.send("DELETE", "/console/api/session", nil, ""); r.status != 200 {
-		t.Fatalf("sign out: %d %s", r.status, r.body)
+	if r := b.send("DELETE", "/console/api/session", nil, ""); r.Status != 200 {
+		t.Fatalf("sign out: %d %s", r.Status, r.Body)
 	}
-	if r := b.send("GET", "/console/api/session", nil, ""); r.status != 401 {
-		t.Errorf("session after sign-out: %d", r.status)
+	if r := b.send("GET", "/console/api/session", nil, ""); r.Status != 401 {
+		t.Errorf("session after sign-out: %d", r.Status)
 	}
 }
 
 func TestConsoleCookieSecureBehindTLS(t *testing.T) {
 	ce := newConsoleEnv(t, users.Defaults)
 	// A gateway whose public URL is https marks it Secure.
-	h := api.New(api.Deps{Log: zap.NewNop(), Console: &api.ConsoleDeps{Users: ce.people, Accounts: ce.accounts, SecureCookie: true}})
+	h := gatewaytest.Handler(gatewaytest.Deps{Config: web.Config{Log: zap.NewNop()}, Console: &console.Deps{Users: ce.people, Accounts: ce.Accounts, SecureCookie: true}})
 	rec := httptest.NewRecorder()
 	req, _ := http.NewRequest("POST", "/console/api/session", strings.NewReader(`{"email":"`+emailA+`","password":"`+consolePW+`"}`))
 	req.Header.Set("Content-Type", "application/json")
 	h.ServeHTTP(rec, req)
-	ck := sessionCookie(t, reply{rec.Code, rec.Header(), nil})
+	ck := sessionCookie(t, gatewaytest.Reply{Status: rec.Code, Header: rec.Header()})
 	if !ck.Secure {
 		t.Errorf("cookie %+v is not Secure", ck)
 	}
@@ -256,15 +265,15 @@ func TestConsoleWritesNeedCSRFAndOrigin(t *testing.T) {
 		status int
 		msg    string
 	}{
-		{"no token", map[string]string{api.HeaderCSRF: ""}, 403, "X-CSRF-Token"},
-		{"wrong token", map[string]string{api.HeaderCSRF: "not-the-token"}, 403, "X-CSRF-Token"},
+		{"no token", map[string]string{console.HeaderCSRF: ""}, 403, "X-CSRF-Token"},
+		{"wrong token", map[string]string{console.HeaderCSRF: "not-the-token"}, 403, "X-CSRF-Token"},
 		{"another origin", map[string]string{"Origin": "https://evil.example"}, 403, "own origin"},
 		{"cross-site fetch", map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": ""}, 403, "own origin"},
 		{"a null origin", map[string]string{"Origin": "null"}, 403, "own origin"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			assertEnvelope(t, b.send("POST", "/console/api/keys", c.hdr, body), c.status, c.msg)
+			gatewaytest.AssertEnvelope(t, b.send("POST", "/console/api/keys", c.hdr, body), c.status, c.msg)
 		})
 	}
 	var keys struct {
@@ -274,12 +283,12 @@ func TestConsoleWritesNeedCSRFAndOrigin(t *testing.T) {
 	if len(keys.Keys) != 1 { // account A's first key, from env
 		t.Fatalf("refused writes made keys: %d listed", len(keys.Keys))
 	}
-	if r := b.send("POST", "/console/api/keys", nil, body); r.status != 200 {
-		t.Fatalf("a write with the token from the console's origin: %d %s", r.status, r.body)
+	if r := b.send("POST", "/console/api/keys", nil, body); r.Status != 200 {
+		t.Fatalf("a write with the token from the console's origin: %d %s", r.Status, r.Body)
 	}
 	// Sign-in from another origin is refused too (login CSRF).
 	other := ce.client()
-	assertEnvelope(t, other.send("POST", "/console/api/session", map[string]string{"Origin": "https://evil.example"},
+	gatewaytest.AssertEnvelope(t, other.send("POST", "/console/api/session", map[string]string{"Origin": "https://evil.example"},
 		`{"email":"`+emailA+`","password":"`+consolePW+`"}`), 403, "own origin")
 }
 
@@ -289,13 +298,13 @@ func TestConsoleSignInThrottled(t *testing.T) {
 	ce := newConsoleEnv(t, cfg)
 	b := ce.client()
 	for i := range 3 {
-		assertEnvelope(t, b.signIn(emailA, "wrong"+string(rune('a'+i))), 401, "wrong email or password")
+		gatewaytest.AssertEnvelope(t, b.signIn(emailA, "wrong"+string(rune('a'+i))), 401, "wrong email or password")
 	}
 	// This email's budget from this address is spent: even the right
 	// password waits.
 	r := b.signIn(emailA, consolePW)
-	assertEnvelope(t, r, 429, "too many failed sign-ins")
-	if ra := r.header.Get("Retry-After"); ra == "" || ra == "0" {
+	gatewaytest.AssertEnvelope(t, r, 429, "too many failed sign-ins")
+	if ra := r.Header.Get("Retry-After"); ra == "" || ra == "0" {
 		t.Errorf("Retry-After %q", ra)
 	}
 	// Another email from the same address still signs in, until the
@@ -304,7 +313,7 @@ func TestConsoleSignInThrottled(t *testing.T) {
 	for range 2 {
 		b.signIn(emailB, "wrong")
 	}
-	assertEnvelope(t, b.signIn(emailAdmin, consolePW), 429, "too many failed sign-ins")
+	gatewaytest.AssertEnvelope(t, b.signIn(emailAdmin, consolePW), 429, "too many failed sign-ins")
 }
 
 // Guesses made at once are each counted before they are checked: a burst
@@ -322,7 +331,7 @@ func TestConsoleSignInThrottledUnderConcurrency(t *testing.T) {
 			defer wg.Done()
 			r := ce.client().signIn(emailA, "guess"+strconv.Itoa(i))
 			mu.Lock()
-			statuses[r.status]++
+			statuses[r.Status]++
 			mu.Unlock()
 		}()
 	}
@@ -338,7 +347,7 @@ func TestConsoleSignInNoLockout(t *testing.T) {
 	cfg := users.Defaults
 	cfg.MaxPerPair = 3
 	// The test is the trusted proxy: X-Forwarded-For names the client.
-	ce := newConsoleEnvWith(t, cfg, func(d *api.Deps) {
+	ce := newConsoleEnvWith(t, cfg, func(d *gatewaytest.Deps) {
 		d.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	})
 	attacker, owner := ce.client(), ce.client()
@@ -347,16 +356,16 @@ func TestConsoleSignInNoLockout(t *testing.T) {
 	for range 5 {
 		attacker.send("POST", "/console/api/session", from("198.51.100.7"), body("guess"))
 	}
-	assertEnvelope(t, attacker.send("POST", "/console/api/session", from("198.51.100.7"), body(consolePW)), 429, "too many failed sign-ins")
-	if r := owner.send("POST", "/console/api/session", from("203.0.113.9"), body(consolePW)); r.status != 200 {
-		t.Fatalf("the owner from their own address: %d %s", r.status, r.body)
+	gatewaytest.AssertEnvelope(t, attacker.send("POST", "/console/api/session", from("198.51.100.7"), body(consolePW)), 429, "too many failed sign-ins")
+	if r := owner.send("POST", "/console/api/session", from("203.0.113.9"), body(consolePW)); r.Status != 200 {
+		t.Fatalf("the owner from their own address: %d %s", r.Status, r.Body)
 	}
 	// An IPv6 client's /64 is one network: other addresses of it share the
 	// budget.
 	for i := range 3 {
 		attacker.send("POST", "/console/api/session", from("2001:db8:1:2::"+strconv.Itoa(i+1)), body("guess"))
 	}
-	assertEnvelope(t, attacker.send("POST", "/console/api/session", from("2001:db8:1:2::99"), body(consolePW)), 429, "too many failed sign-ins")
+	gatewaytest.AssertEnvelope(t, attacker.send("POST", "/console/api/session", from("2001:db8:1:2::99"), body(consolePW)), 429, "too many failed sign-ins")
 }
 
 func TestConsoleSessionLifetimes(t *testing.T) {
@@ -367,7 +376,7 @@ func TestConsoleSessionLifetimes(t *testing.T) {
 		b := ce.client()
 		b.mustSignIn(emailA)
 		time.Sleep(1500 * time.Millisecond)
-		assertEnvelope(t, b.send("GET", "/console/api/account", nil, ""), 401, "sign in again")
+		gatewaytest.AssertEnvelope(t, b.send("GET", "/console/api/account", nil, ""), 401, "sign in again")
 	})
 	t.Run("absolute", func(t *testing.T) {
 		cfg := users.Defaults
@@ -376,11 +385,11 @@ func TestConsoleSessionLifetimes(t *testing.T) {
 		ce.people.Now = func() time.Time { return time.Now().Add(-cfg.Max + time.Second) }
 		b := ce.client()
 		b.mustSignIn(emailA)
-		if r := b.send("GET", "/console/api/account", nil, ""); r.status != 200 {
-			t.Fatalf("fresh session: %d", r.status)
+		if r := b.send("GET", "/console/api/account", nil, ""); r.Status != 200 {
+			t.Fatalf("fresh session: %d", r.Status)
 		}
 		time.Sleep(1500 * time.Millisecond)
-		assertEnvelope(t, b.send("GET", "/console/api/account", nil, ""), 401, "sign in again")
+		gatewaytest.AssertEnvelope(t, b.send("GET", "/console/api/account", nil, ""), 401, "sign in again")
 	})
 	t.Run("password reset signs out", func(t *testing.T) {
 		ce := newConsoleEnv(t, users.Defaults)
@@ -389,10 +398,10 @@ func TestConsoleSessionLifetimes(t *testing.T) {
 		if _, err := ce.people.ResetPassword(context.Background(), emailA, "a whole new password"); err != nil {
 			t.Fatal(err)
 		}
-		assertEnvelope(t, b.send("GET", "/console/api/account", nil, ""), 401, "sign in again")
-		assertEnvelope(t, b.signIn(emailA, consolePW), 401, "wrong email or password")
-		if r := b.signIn(emailA, "a whole new password"); r.status != 200 {
-			t.Errorf("the new password: %d", r.status)
+		gatewaytest.AssertEnvelope(t, b.send("GET", "/console/api/account", nil, ""), 401, "sign in again")
+		gatewaytest.AssertEnvelope(t, b.signIn(emailA, consolePW), 401, "wrong email or password")
+		if r := b.signIn(emailA, "a whole new password"); r.Status != 200 {
+			t.Errorf("the new password: %d", r.Status)
 		}
 	})
 	t.Run("disabled user", func(t *testing.T) {
@@ -402,8 +411,8 @@ func TestConsoleSessionLifetimes(t *testing.T) {
 		if _, err := ce.people.SetStatus(context.Background(), emailA, account.Disabled); err != nil {
 			t.Fatal(err)
 		}
-		assertEnvelope(t, b.send("GET", "/console/api/account", nil, ""), 401, "sign in again")
-		assertEnvelope(t, b.signIn(emailA, consolePW), 401, "wrong email or password")
+		gatewaytest.AssertEnvelope(t, b.send("GET", "/console/api/account", nil, ""), 401, "sign in again")
+		gatewaytest.AssertEnvelope(t, b.signIn(emailA, consolePW), 401, "wrong email or password")
 	})
 }
 
@@ -421,8 +430,8 @@ type keyInfo struct {
 func (b *browserish) newKey(body string) (string, keyInfo) {
 	b.t.Helper()
 	r := b.send("POST", "/console/api/keys", nil, body)
-	if r.status != 200 {
-		b.t.Fatalf("create key %s: %d %s", body, r.status, r.body)
+	if r.Status != 200 {
+		b.t.Fatalf("create key %s: %d %s", body, r.Status, r.Body)
 	}
 	var out struct {
 		Key  string  `json:"key"`
@@ -442,7 +451,7 @@ func TestConsoleKeyLimitsAtAuthentication(t *testing.T) {
 	}
 	elsewhere, _ := b.newKey(`{"name":"office","allowed_ips":["10.0.0.0/8","2001:db8::1"]}`)
 	here, _ := b.newKey(`{"name":"loopback","allowed_ips":["127.0.0.0/8"]}`)
-	expiring, _ := b.newKey(`{"name":"soon","expires_at":"` + ce.now.Add(time.Hour).UTC().Format(time.RFC3339) + `"}`)
+	expiring, _ := b.newKey(`{"name":"soon","expires_at":"` + ce.Now.Add(time.Hour).UTC().Format(time.RFC3339) + `"}`)
 	proBody := `{"model":"` + pro + `","task_type":"image","input":{"prompt":"a cat","image_size":"1K"}}`
 
 	cases := []struct {
@@ -458,21 +467,21 @@ func TestConsoleKeyLimitsAtAuthentication(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := ce.create(c.key, c.body)
+			r := ce.Create(c.key, c.body)
 			if c.status == 200 {
-				if r.status != 200 {
-					t.Fatalf("%d %s", r.status, r.body)
+				if r.Status != 200 {
+					t.Fatalf("%d %s", r.Status, r.Body)
 				}
 				return
 			}
-			assertEnvelope(t, r, c.status, c.msg)
+			gatewaytest.AssertEnvelope(t, r, c.status, c.msg)
 		})
 	}
 	// Queries are refused from outside the key's addresses too.
-	assertEnvelope(t, ce.query(elsewhere, "lumen-0"), 403, "may not be used from this address")
+	gatewaytest.AssertEnvelope(t, ce.Query(elsewhere, "lumen-0"), 403, "may not be used from this address")
 	// Past its expiry (the gateway's clock), 401.
-	ce.now = ce.now.Add(2 * time.Hour)
-	assertEnvelope(t, ce.create(expiring, okBody), 401, "expired at")
+	ce.Now = ce.Now.Add(2 * time.Hour)
+	gatewaytest.AssertEnvelope(t, ce.Create(expiring, okBody), 401, "expired at")
 	var keys struct {
 		Keys []keyInfo `json:"keys"`
 	}
@@ -485,10 +494,10 @@ func TestConsoleKeyLimitsAtAuthentication(t *testing.T) {
 
 	// Revoked from the console: refused at once (this env caches nothing).
 	prefix := account.VisibleOf(stdOnly)
-	if r := b.send("POST", "/console/api/keys/"+prefix+"/revoke", nil, ""); r.status != 200 {
-		t.Fatalf("revoke: %d %s", r.status, r.body)
+	if r := b.send("POST", "/console/api/keys/"+prefix+"/revoke", nil, ""); r.Status != 200 {
+		t.Fatalf("revoke: %d %s", r.Status, r.Body)
 	}
-	assertEnvelope(t, ce.create(stdOnly, okBody), 401, "revoked")
+	gatewaytest.AssertEnvelope(t, ce.Create(stdOnly, okBody), 401, "revoked")
 }
 
 func TestConsoleKeySpendLimit(t *testing.T) {
@@ -504,9 +513,9 @@ func TestConsoleKeySpendLimit(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := ce.create(key, okBody)
+			r := ce.Create(key, okBody)
 			mu.Lock()
-			statuses[r.status]++
+			statuses[r.Status]++
 			mu.Unlock()
 		}()
 	}
@@ -514,8 +523,8 @@ func TestConsoleKeySpendLimit(t *testing.T) {
 	if statuses[200] != 10 || statuses[402] != 15 {
 		t.Fatalf("25 racing creates under a limit of 10 tasks: %v; want 10 made, 15 refused 402", statuses)
 	}
-	r := ce.create(key, okBody)
-	assertEnvelope(t, r, 402, "API key spend limit reached: the key may spend 40 credits, it has spent 40 and this task costs 4")
+	r := ce.Create(key, okBody)
+	gatewaytest.AssertEnvelope(t, r, 402, "API key spend limit reached: the key may spend 40 credits, it has spent 40 and this task costs 4")
 
 	// A canceled (refunded) task gives its spend back.
 	var list struct {
@@ -523,11 +532,11 @@ func TestConsoleKeySpendLimit(t *testing.T) {
 			TaskID string `json:"task_id"`
 		} `json:"tasks"`
 	}
-	if err := json.Unmarshal(ce.do("GET", "/v1/task/list?limit=1&status=pending", map[string]string{"Authorization": "Bearer " + key}, "").body, &list); err != nil || len(list.Tasks) == 0 {
+	if err := json.Unmarshal(ce.Do("GET", "/v1/task/list?limit=1&status=pending", map[string]string{"Authorization": "Bearer " + key}, "").Body, &list); err != nil || len(list.Tasks) == 0 {
 		t.Fatalf("list: %v %+v", err, list)
 	}
-	if r := ce.do("POST", "/v1/task/cancel", map[string]string{"Authorization": "Bearer " + key, "Content-Type": "application/json"}, `{"task_id":"`+list.Tasks[0].TaskID+`"}`); r.status != 200 {
-		t.Fatalf("cancel: %d %s", r.status, r.body)
+	if r := ce.Do("POST", "/v1/task/cancel", map[string]string{"Authorization": "Bearer " + key, "Content-Type": "application/json"}, `{"task_id":"`+list.Tasks[0].TaskID+`"}`); r.Status != 200 {
+		t.Fatalf("cancel: %d %s", r.Status, r.Body)
 	}
 	var keys struct {
 		Keys []keyInfo `json:"keys"`
@@ -538,12 +547,12 @@ func TestConsoleKeySpendLimit(t *testing.T) {
 			t.Errorf("after a refund the key lists spent %d of %d; want 36 of 40", k.Spent, k.SpendLimit)
 		}
 	}
-	if r := ce.create(key, okBody); r.status != 200 {
-		t.Errorf("a create within the refunded room: %d %s", r.status, r.body)
+	if r := ce.Create(key, okBody); r.Status != 200 {
+		t.Errorf("a create within the refunded room: %d %s", r.Status, r.Body)
 	}
 	// The console's own creates (no key) are not the key's spend.
-	if r := b.send("POST", "/console/api/task/create", nil, okBody); r.status != 200 {
-		t.Errorf("console create: %d %s", r.status, r.body)
+	if r := b.send("POST", "/console/api/task/create", nil, okBody); r.Status != 200 {
+		t.Errorf("console create: %d %s", r.Status, r.Body)
 	}
 }
 
@@ -563,7 +572,7 @@ func TestConsoleKeyRequestsValidated(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			assertEnvelope(t, b.send("POST", "/console/api/keys", nil, c.body), 400, c.msg)
+			gatewaytest.AssertEnvelope(t, b.send("POST", "/console/api/keys", nil, c.body), 400, c.msg)
 		})
 	}
 }
@@ -571,9 +580,9 @@ func TestConsoleKeyRequestsValidated(t *testing.T) {
 func TestConsoleAccountsAreIsolated(t *testing.T) {
 	ce := newConsoleEnv(t, users.Defaults)
 	// A task of account B, made with B's key.
-	r := ce.create(ce.keyB, okBody)
-	if r.status != 200 {
-		t.Fatalf("create: %d %s", r.status, r.body)
+	r := ce.Create(ce.KeyB, okBody)
+	if r.Status != 200 {
+		t.Fatalf("create: %d %s", r.Status, r.Body)
 	}
 	var made struct {
 		TaskID string `json:"task_id"`
@@ -581,7 +590,7 @@ func TestConsoleAccountsAreIsolated(t *testing.T) {
 	consoleData(t, r, &made)
 	b := ce.client()
 	b.mustSignIn(emailA)
-	bPrefix := account.VisibleOf(ce.keyB)
+	bPrefix := account.VisibleOf(ce.KeyB)
 
 	cases := []struct {
 		name, method, path, body string
@@ -592,30 +601,30 @@ func TestConsoleAccountsAreIsolated(t *testing.T) {
 		{"cancel B's task", "POST", "/console/api/task/cancel", `{"task_id":"` + made.TaskID + `"}`, 404},
 		{"revoke B's key", "POST", "/console/api/keys/" + bPrefix + "/revoke", "", 404},
 		{"rename B's key", "PATCH", "/console/api/keys/" + bPrefix, `{"name":"mine now"}`, 404},
-		{"revoke B's key by the whole key", "POST", "/console/api/keys/" + ce.keyB + "/revoke", "", 404},
+		{"revoke B's key by the whole key", "POST", "/console/api/keys/" + ce.KeyB + "/revoke", "", 404},
 		{"the operator view", "GET", "/console/api/admin/accounts", "", 403},
-		{"B's account in the operator view", "GET", "/console/api/admin/accounts/" + ce.acctB, "", 403},
-		{"credit B", "POST", "/console/api/admin/accounts/" + ce.acctB + "/credits", `{"amount":5}`, 403},
+		{"B's account in the operator view", "GET", "/console/api/admin/accounts/" + ce.AcctB, "", 403},
+		{"credit B", "POST", "/console/api/admin/accounts/" + ce.AcctB + "/credits", `{"amount":5}`, 403},
 		{"the upstreams", "GET", "/console/api/admin/upstreams", "", 403},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := b.send(c.method, c.path, nil, c.body)
-			if r.status != c.status {
-				t.Fatalf("%d %s; want %d", r.status, r.body, c.status)
+			if r.Status != c.status {
+				t.Fatalf("%d %s; want %d", r.Status, r.Body, c.status)
 			}
 		})
 	}
 	// A's lists hold nothing of B's.
 	for _, path := range []string{"/console/api/task/list", "/console/api/ledger", "/console/api/keys", "/console/api/usage"} {
-		body := string(b.send("GET", path, nil, "").body)
-		if strings.Contains(body, made.TaskID) || strings.Contains(body, bPrefix) || strings.Contains(body, ce.acctB) {
+		body := string(b.send("GET", path, nil, "").Body)
+		if strings.Contains(body, made.TaskID) || strings.Contains(body, bPrefix) || strings.Contains(body, ce.AcctB) {
 			t.Errorf("%s shows account B's data: %s", path, body)
 		}
 	}
 	// B's key still works: nothing above changed it.
-	if r := ce.query(ce.keyB, made.TaskID); r.status != 200 {
-		t.Errorf("B's key after A's attempts: %d", r.status)
+	if r := ce.Query(ce.KeyB, made.TaskID); r.Status != 200 {
+		t.Errorf("B's key after A's attempts: %d", r.Status)
 	}
 }
 
@@ -628,7 +637,7 @@ func TestConsoleCookieIsNoAPICredential(t *testing.T) {
 		TaskID string `json:"task_id"`
 	}
 	consoleData(t, r, &made)
-	u, _ := url.Parse(ce.srv.URL)
+	u, _ := url.Parse(ce.Srv.URL)
 	cookies := b.c.Jar.Cookies(&url.URL{Scheme: "http", Host: u.Host, Path: "/console/api/session"})
 	if len(cookies) != 1 {
 		t.Fatalf("cookies %v", cookies)
@@ -637,8 +646,8 @@ func TestConsoleCookieIsNoAPICredential(t *testing.T) {
 		t.Errorf("the session cookie would be sent to result downloads: %v", got)
 	}
 	// Even sent there by hand, it is no credential.
-	for _, path := range []string{"/v1/task/query?task_id=" + made.TaskID, "/v1/files/" + ce.acctA + "/" + made.TaskID + "/0.png"} {
-		req, _ := http.NewRequest("GET", ce.srv.URL+path, nil)
+	for _, path := range []string{"/v1/task/query?task_id=" + made.TaskID, "/v1/files/" + ce.AcctA + "/" + made.TaskID + "/0.png"} {
+		req, _ := http.NewRequest("GET", ce.Srv.URL+path, nil)
 		req.AddCookie(cookies[0])
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -654,8 +663,8 @@ func TestConsoleCookieIsNoAPICredential(t *testing.T) {
 func TestConsoleUsageAndLedger(t *testing.T) {
 	ce := newConsoleEnv(t, users.Defaults)
 	for range 3 {
-		if r := ce.create(ce.keyA, okBody); r.status != 200 {
-			t.Fatal(r.status)
+		if r := ce.Create(ce.KeyA, okBody); r.Status != 200 {
+			t.Fatal(r.Status)
 		}
 	}
 	b := ce.client()
@@ -673,10 +682,10 @@ func TestConsoleUsageAndLedger(t *testing.T) {
 		t.Errorf("today %+v; want 3 tasks, 12 credits of %s", today, std)
 	}
 	csv := b.send("GET", "/console/api/usage.csv?days=7", nil, "")
-	if !strings.HasPrefix(csv.header.Get("Content-Type"), "text/csv") || string(csv.body) != "date,model,tasks,credits\n"+today.Date+","+std+",3,12\n" {
-		t.Errorf("CSV %s %q", csv.header.Get("Content-Type"), csv.body)
+	if !strings.HasPrefix(csv.Header.Get("Content-Type"), "text/csv") || string(csv.Body) != "date,model,tasks,credits\n"+today.Date+","+std+",3,12\n" {
+		t.Errorf("CSV %s %q", csv.Header.Get("Content-Type"), csv.Body)
 	}
-	assertEnvelope(t, b.send("GET", "/console/api/usage?days=99", nil, ""), 400, "days must be")
+	gatewaytest.AssertEnvelope(t, b.send("GET", "/console/api/usage?days=99", nil, ""), 400, "days must be")
 
 	// The ledger, two at a time: the three debits and the initial credit.
 	var seen []account.LedgerEntry
@@ -695,7 +704,7 @@ func TestConsoleUsageAndLedger(t *testing.T) {
 	if len(seen) != 4 || seen[0].Kind != account.Debit || seen[3].Kind != account.Credit || seen[0].Balance != 10_000-12 {
 		t.Errorf("ledger pages %+v", seen)
 	}
-	assertEnvelope(t, b.send("GET", "/console/api/ledger?before=x", nil, ""), 400, "before must be")
+	gatewaytest.AssertEnvelope(t, b.send("GET", "/console/api/ledger?before=x", nil, ""), 400, "before must be")
 }
 
 func TestConsoleOperatorView(t *testing.T) {
@@ -705,37 +714,37 @@ func TestConsoleOperatorView(t *testing.T) {
 	var found struct {
 		Accounts []account.Account `json:"accounts"`
 	}
-	for _, q := range []string{"", "B", ce.acctB, emailB} {
+	for _, q := range []string{"", "B", ce.AcctB, emailB} {
 		consoleData(t, b.send("GET", "/console/api/admin/accounts?q="+url.QueryEscape(q), nil, ""), &found)
 		ids := []string{}
 		for _, a := range found.Accounts {
 			ids = append(ids, a.ID)
 		}
-		if !strings.Contains(strings.Join(ids, ","), ce.acctB) {
-			t.Errorf("q=%q found %v; want account b (%s)", q, ids, ce.acctB)
+		if !strings.Contains(strings.Join(ids, ","), ce.AcctB) {
+			t.Errorf("q=%q found %v; want account b (%s)", q, ids, ce.AcctB)
 		}
 	}
-	if r := b.send("POST", "/console/api/admin/accounts/"+ce.acctB+"/credits", nil, `{"amount":25}`); r.status != 200 {
-		t.Fatalf("credits: %d %s", r.status, r.body)
+	if r := b.send("POST", "/console/api/admin/accounts/"+ce.AcctB+"/credits", nil, `{"amount":25}`); r.Status != 200 {
+		t.Fatalf("credits: %d %s", r.Status, r.Body)
 	}
-	if r := b.send("POST", "/console/api/admin/accounts/"+ce.acctB+"/disable", nil, ""); r.status != 200 {
-		t.Fatalf("disable: %d %s", r.status, r.body)
+	if r := b.send("POST", "/console/api/admin/accounts/"+ce.AcctB+"/disable", nil, ""); r.Status != 200 {
+		t.Fatalf("disable: %d %s", r.Status, r.Body)
 	}
-	assertEnvelope(t, ce.create(ce.keyB, okBody), 403, "disabled")
+	gatewaytest.AssertEnvelope(t, ce.Create(ce.KeyB, okBody), 403, "disabled")
 	// The disabled account's own users may look, not change anything.
 	owner := ce.client()
 	owner.mustSignIn(emailB)
-	if r := owner.send("GET", "/console/api/keys", nil, ""); r.status != 200 {
-		t.Errorf("a disabled account's keys: %d", r.status)
+	if r := owner.send("GET", "/console/api/keys", nil, ""); r.Status != 200 {
+		t.Errorf("a disabled account's keys: %d", r.Status)
 	}
-	assertEnvelope(t, owner.send("POST", "/console/api/keys", nil, `{"name":"for later"}`), 403, "disabled")
-	assertEnvelope(t, owner.send("POST", "/console/api/webhook-secret/rotate", nil, ""), 403, "disabled")
+	gatewaytest.AssertEnvelope(t, owner.send("POST", "/console/api/keys", nil, `{"name":"for later"}`), 403, "disabled")
+	gatewaytest.AssertEnvelope(t, owner.send("POST", "/console/api/webhook-secret/rotate", nil, ""), 403, "disabled")
 	// The workers' upstream pool, as they recorded it.
 	pl, err := upstream.Parse([]byte(`{"upstreams":[{"name":"main","provider":"gemini","api_key":"secret-key-1"}]}`), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := upstream.Publish(context.Background(), ce.rdb, pl); err != nil {
+	if err := upstream.Publish(context.Background(), ce.RDB, pl); err != nil {
 		t.Fatal(err)
 	}
 	r := b.send("GET", "/console/api/admin/upstreams", nil, "")
@@ -743,14 +752,14 @@ func TestConsoleOperatorView(t *testing.T) {
 		Upstreams []upstream.Status `json:"upstreams"`
 	}
 	consoleData(t, r, &ups)
-	if len(ups.Upstreams) != 1 || ups.Upstreams[0].Name != "main" || ups.Upstreams[0].Breaker != upstream.Closed || strings.Contains(string(r.body), "secret-key-1") {
-		t.Errorf("upstreams %s", r.body)
+	if len(ups.Upstreams) != 1 || ups.Upstreams[0].Name != "main" || ups.Upstreams[0].Breaker != upstream.Closed || strings.Contains(string(r.Body), "secret-key-1") {
+		t.Errorf("upstreams %s", r.Body)
 	}
 	var detail struct {
 		Account account.Account `json:"account"`
 		Users   []account.User  `json:"users"`
 	}
-	consoleData(t, b.send("GET", "/console/api/admin/accounts/"+ce.acctB, nil, ""), &detail)
+	consoleData(t, b.send("GET", "/console/api/admin/accounts/"+ce.AcctB, nil, ""), &detail)
 	if detail.Account.Credits != 10_025 || detail.Account.Status != account.Disabled || len(detail.Users) != 1 || detail.Users[0].Email != emailB {
 		t.Errorf("account b %+v, users %+v", detail.Account, detail.Users)
 	}
@@ -759,14 +768,14 @@ func TestConsoleOperatorView(t *testing.T) {
 func TestConsolePage(t *testing.T) {
 	ce := newConsoleEnv(t, users.Defaults)
 	b := ce.client()
-	if r := b.send("GET", "/console", nil, ""); r.status != 301 || r.header.Get("Location") != "/console/" {
-		t.Errorf("/console: %d %s", r.status, r.header.Get("Location"))
+	if r := b.send("GET", "/console", nil, ""); r.Status != 301 || r.Header.Get("Location") != "/console/" {
+		t.Errorf("/console: %d %s", r.Status, r.Header.Get("Location"))
 	}
 	r := b.send("GET", "/console/", nil, "")
-	if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/html") {
-		t.Fatalf("/console/: %d %s", r.status, r.header.Get("Content-Type"))
+	if r.Status != 200 || !strings.HasPrefix(r.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("/console/: %d %s", r.Status, r.Header.Get("Content-Type"))
 	}
-	csp := r.header.Get("Content-Security-Policy")
+	csp := r.Header.Get("Content-Security-Policy")
 	for _, want := range []string{"default-src 'none'", "script-src 'self'", "frame-ancestors 'none'", "connect-src 'self'"} {
 		if !strings.Contains(csp, want) {
 			t.Errorf("CSP %q lacks %s", csp, want)
@@ -778,13 +787,13 @@ func TestConsolePage(t *testing.T) {
 			t.Errorf("CSP %q allows %s", csp, tok)
 		}
 	}
-	page := string(r.body)
+	page := string(r.Body)
 	for _, asset := range []string{"app.js", "style.css"} {
 		if !strings.Contains(page, asset+"?v=") {
 			t.Errorf("the page does not name %s by version", asset)
 		}
-		if a := b.send("GET", "/console/"+asset, nil, ""); a.status != 200 {
-			t.Errorf("%s: %d", asset, a.status)
+		if a := b.send("GET", "/console/"+asset, nil, ""); a.Status != 200 {
+			t.Errorf("%s: %d", asset, a.Status)
 		}
 	}
 	for _, bad := range []string{"<script>", "style=", `src="http`, `href="http://`, "<link rel=\"stylesheet\" href=\"http"} {
@@ -793,8 +802,8 @@ func TestConsolePage(t *testing.T) {
 		}
 	}
 	for _, p := range []string{"/console/../go.mod", "/console/nope.js", "/console/sub/app.js"} {
-		if r := b.send("GET", p, nil, ""); r.status != 404 {
-			t.Errorf("%s: %d; want 404", p, r.status)
+		if r := b.send("GET", p, nil, ""); r.Status != 404 {
+			t.Errorf("%s: %d; want 404", p, r.Status)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package api
+package web
 
 import (
 	"context"
@@ -16,19 +16,19 @@ import (
 // raw path, whose task ids and blob keys would make a series each), method
 // and the status the client received. It runs outside the access logger,
 // which writes error responses, so the status is final when it looks.
-func (h *handlers) observe(next echo.HandlerFunc) echo.HandlerFunc {
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
 		err := next(c)
 		status := c.Response().Status
 		if err != nil && !c.Response().Committed {
-			status, _ = classify(err)
+			status, _ = Classify(err)
 		}
 		route := c.Path()
-		if !h.routes[route] {
+		if !s.routes[route] {
 			route = metrics.Unmatched
 		}
-		h.Metrics.Request(route, methodLabel(c.Request().Method), status, time.Since(start))
+		s.Metrics.Request(route, methodLabel(c.Request().Method), status, time.Since(start))
 		return err
 	}
 }
@@ -43,8 +43,8 @@ func methodLabel(m string) string {
 	return "other"
 }
 
-// createOutcome names what became of a create that returned err.
-func createOutcome(err error) string {
+// CreateOutcome names what became of a create that returned err.
+func CreateOutcome(err error) string {
 	if err == nil {
 		return metrics.Created
 	}
@@ -83,7 +83,7 @@ func authRefusal(err error) string {
 
 // OpsDeps is what the operations listener needs.
 type OpsDeps struct {
-	// Ready reports whether the gateway can serve (as Deps.Ready).
+	// Ready reports whether the gateway can serve (Redis takes writes).
 	Ready func(ctx context.Context) error
 	// Metrics serves /metrics.
 	Metrics http.Handler
@@ -94,15 +94,10 @@ type OpsDeps struct {
 // port answers them, so probes may use either port. Its requests are not
 // counted in the request metrics: scrapes and probes would drown the
 // API's.
-func NewOps(d OpsDeps) *echo.Echo {
-	h := &handlers{Deps: Deps{Ready: d.Ready}}
-	e := echo.New()
-	e.HideBanner = true
-	e.HidePort = true
-	e.HTTPErrorHandler = handleError
-	e.JSONSerializer = jsonSerializer{}
-	get(e, "/healthz", h.healthz)
-	get(e, "/readyz", h.readyz)
-	get(e, "/metrics", echo.WrapHandler(d.Metrics))
+func NewOps(d OpsDeps) http.Handler {
+	e := newEcho()
+	Get(e, "/healthz", Healthz)
+	Get(e, "/readyz", Readyz(d.Ready))
+	Get(e, "/metrics", echo.WrapHandler(d.Metrics))
 	return e
 }

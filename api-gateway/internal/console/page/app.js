@@ -17,19 +17,21 @@
   const TOAST_MS = 6000;
 
   const $ = (id) => document.getElementById(id);
+  // What the playground's script (loaded first) shares: a body read as
+  // JSON (or its text as msg), and a URL checked to be http(s).
+  const { readJSON, safeURL } = window.EaselPlayground;
 
   // state is everything the page knows about the signed-in user.
   const state = {
     user: null, // {id, email, account_id, account_name, admin}
     csrf: '',
-    catalog: { models: [], aspect_ratios: [], image_sizes: [], default_ratio: '' },
+    catalog: { models: [] },
     account: null,
     section: '',
     ledgerNext: '',
     galleryNext: '',
     usage: null,
     detail: null, // {id, ctl}: the task shown in the details panel
-    playground: null, // AbortController of the playground's task
     opNext: '',
     opQuery: '',
     opAccount: null,
@@ -88,15 +90,6 @@
   // rfc3339 renders a Date in UTC without milliseconds.
   function rfc3339(d) {
     return d.toISOString().replace(/\.\d{3}Z$/, 'Z');
-  }
-
-  function safeURL(u) {
-    try {
-      const url = new URL(u, location.href);
-      return url.protocol === 'https:' || url.protocol === 'http:' ? url.href : null;
-    } catch {
-      return null;
-    }
   }
 
   // ---- DOM helpers ----------------------------------------------------------
@@ -173,15 +166,6 @@
       super(retryAfter ? `${msg} (retry in ${retryAfter} s)` : msg);
       this.status = status;
       this.retryAfter = retryAfter;
-    }
-  }
-
-  async function readJSON(resp) {
-    const text = await resp.text();
-    try {
-      return JSON.parse(text);
-    } catch {
-      return { msg: text.trim().slice(0, 300) };
     }
   }
 
@@ -297,9 +281,6 @@
       const c = await api.get('/catalog');
       state.catalog = {
         models: Array.isArray(c.models) ? c.models : [],
-        aspect_ratios: Array.isArray(c.aspect_ratios) ? c.aspect_ratios : [],
-        image_sizes: Array.isArray(c.image_sizes) ? c.image_sizes : [],
-        default_ratio: c.default_ratio || '',
       };
     } catch (e) {
       report(e);
@@ -314,18 +295,12 @@
   }
 
   function fillCatalogControls() {
-    const { models, aspect_ratios: ratios, image_sizes: sizes, default_ratio: def } = state.catalog;
+    const { models } = state.catalog;
     for (const span of document.querySelectorAll('[data-model-of]')) {
       const m = models.find((x) => x.tier === span.dataset.modelOf);
       span.textContent = m ? `(${m.id})` : '';
     }
     $('filter-model').replaceChildren(el('option', { value: '' }, 'Any'), ...models.map((m) => el('option', { value: m.id }, m.id)));
-    $('pg-model').replaceChildren(...models.map((m) =>
-      el('option', { value: m.id, dataset: { imageSize: String(!!m.image_size) } }, `${m.id} (${m.tier})`)));
-    $('pg-ratio').replaceChildren(el('option', { value: '' }, def ? `Default (${def})` : 'Default'),
-      ...ratios.map((r) => el('option', { value: r }, r)));
-    $('pg-size').replaceChildren(...sizes.map((s) => el('option', { value: s }, s)));
-    refreshPlaygroundForm();
   }
 
   async function refreshAccount() {
@@ -992,93 +967,21 @@
 
   // ---- playground -------------------------------------------------------------------------------
 
-  function pgModel() {
-    const sel = $('pg-model');
-    return sel.options[sel.selectedIndex] || null;
-  }
-
-  function refreshPlaygroundForm() {
-    const opt = pgModel();
-    const sized = !!opt && opt.dataset.imageSize === 'true';
-    $('pg-size-field').hidden = !sized;
-    $('pg-size').disabled = !sized;
-  }
-
-  function pgRender(t) {
-    const pct = Math.max(0, Math.min(100, Number(t.progress) || 0));
-    $('pg-progress').value = pct;
-    $('pg-progress').textContent = `${pct} %`;
-    let text = `${t.status} — ${pct} %`;
-    if (t.status === 'pending' && Number.isInteger(t.queue_position)) text += ` — position ${t.queue_position} in the queue`;
-    $('pg-status').textContent = text;
-    if (t.status === 'completed') {
-      const urls = Array.isArray(t.results) ? t.results : [];
-      const prompt = $('pg-prompt').value.trim().slice(0, 100);
-      $('pg-results').replaceChildren(...urls.map((u, i) => resultFigure(u, i, urls.length, prompt)));
-    } else if (t.status === 'failed') {
-      const e = t.error || {};
-      showError($('pg-error'), `The task failed: ${e.code || 'unknown'}${e.message ? ' — ' + e.message : ''}`);
-    } else if (t.status === 'canceled') {
-      showError($('pg-error'), 'The task was canceled.');
-    }
-  }
-
-  async function onGenerate(ev) {
-    ev.preventDefault();
-    if (!$('pg-form').reportValidity()) return;
-    if (state.playground) state.playground.abort();
-    const ctl = new AbortController();
-    state.playground = ctl;
-    const input = { prompt: $('pg-prompt').value };
-    if ($('pg-ratio').value) input.aspect_ratio = $('pg-ratio').value;
-    if (!$('pg-size').disabled && $('pg-size').value) input.image_size = $('pg-size').value;
-    showError($('pg-error'), '');
-    $('pg-results').replaceChildren();
-    $('pg-progress').value = 0;
-    $('pg-task-id').textContent = 'Creating…';
-    $('pg-status').textContent = 'Creating the task…';
-    $('pg-submit').disabled = true;
-    try {
-      const data = await api.post('/task/create', { model: $('pg-model').value, task_type: 'image', input }, { signal: ctl.signal });
-      const id = data.task_id;
-      $('pg-task-id').textContent = id;
-      $('pg-cancel').hidden = false;
-      $('pg-cancel').dataset.taskId = id;
-      refreshAccount();
-      let wait = 0;
-      for (;;) {
-        const t = await api.get(`/task/query?task_id=${enc(id)}${wait ? `&wait=${wait}` : ''}`, { envelope: false, signal: ctl.signal });
-        pgRender(t);
-        if (FINAL.has(t.status)) break;
-        wait = QUERY_WAIT_S;
-      }
-      refreshAccount();
-    } catch (e) {
-      if (ctl.signal.aborted) return;
-      $('pg-status').textContent = 'The request failed.';
-      if (!e.sessionEnded) showError($('pg-error'), e.message);
-      if ($('pg-task-id').textContent === 'Creating…') $('pg-task-id').textContent = 'No task.';
-    } finally {
-      if (state.playground === ctl) {
-        state.playground = null;
-        $('pg-submit').disabled = false;
-        $('pg-cancel').hidden = true;
-      }
-    }
-  }
-
-  async function onPlaygroundCancel() {
-    const id = $('pg-cancel').dataset.taskId;
-    if (!id) return;
-    $('pg-cancel').disabled = true;
-    try {
-      await api.post('/task/cancel', { task_id: id });
-      // the long poll sees the change and ends the loop
-    } catch (e) {
-      report(e);
-    } finally {
-      $('pg-cancel').disabled = false;
-    }
+  // The playground is the /playground page's own (its form, rendered in
+  // the page, and playground.js), on the console's task routes with the
+  // session instead of an API key.
+  function mountPlayground() {
+    window.EaselPlayground.mount({
+      id: (part) => (part === 'form' ? 'pg-form' : `pg-${part}`),
+      base: `${API}/task`,
+      headers: (write) => (write && state.csrf ? { 'X-CSRF-Token': state.csrf } : {}),
+      credentials: 'same-origin',
+      onResponse: (resp) => {
+        if (resp.status === 401 && state.user) sessionEnded(new APIError(401, 'Your session has ended.'));
+      },
+      onCreated: refreshAccount,
+      onDone: refreshAccount,
+    });
   }
 
   // ---- operator ------------------------------------------------------------------------------------
@@ -1351,15 +1254,7 @@
     $('copy-secret').addEventListener('click', async () => toast(await copyText($('webhook-secret').textContent, $('webhook-secret'))));
     $('rotate-secret').addEventListener('click', askRotate);
 
-    $('pg-form').addEventListener('submit', onGenerate);
-    $('pg-model').addEventListener('change', refreshPlaygroundForm);
-    $('pg-cancel').addEventListener('click', onPlaygroundCancel);
-    $('pg-prompt').addEventListener('keydown', (ev) => {
-      if (ev.key === 'Enter' && (ev.ctrlKey || ev.metaKey)) {
-        ev.preventDefault();
-        $('pg-form').requestSubmit();
-      }
-    });
+    mountPlayground();
 
     $('operator-form').addEventListener('submit', (ev) => {
       ev.preventDefault();
