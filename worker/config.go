@@ -74,7 +74,8 @@ type Config struct {
 	// to its tasks (processor.Pacing), whatever the generator reports: a
 	// rise of ProgressStep points is written once half of ProgressInterval
 	// has passed since the last write, any rise once ProgressInterval has,
-	// the first report and the end of a generation at once.
+	// the first report and the end of a generation as soon as they can be
+	// (none within 200 ms of the last write or the start).
 	ProgressStep     int           `env:"EASEL_PROGRESS_STEP" envDefault:"20"`
 	ProgressInterval time.Duration `env:"EASEL_PROGRESS_INTERVAL" envDefault:"10s"`
 	// TaskCheckInterval is how often an idle worker polls its queues.

@@ -277,6 +277,7 @@ func (p *Processor) start(ctx context.Context, ref jobs.Ref, at Attempt) (*runni
 	job = jobs.GenerateImage{TaskID: id, AccountID: acct, Input: in, CreateTime: st.Created, Deadline: jobs.RunDeadline(st.Deadline)}
 	r.log.Debug("task processing", zap.String("model", r.model))
 	r.started = p.Now()
+	r.pace.at = r.started // the start wrote progress 0
 	// The first start of the first run: what came before was the queue. A
 	// retry's or a later run's wait would count earlier runs too.
 	if at.Retry == 0 && run == jobs.RunID(id, 0) && !job.CreateTime.IsZero() {

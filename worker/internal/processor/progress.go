@@ -10,8 +10,10 @@ import (
 // while a generator reports whenever its curve moves (the Gemini
 // generator checks every 500 ms): every generator's reports go through
 // one pacer, which writes them on a coarser grid. The first report and
-// the end of the generation are milestones, written whenever they raise
-// the progress; completion sets 100 with the task's end.
+// the end of the generation are milestones, written as soon as the quiet
+// period allows; completion sets 100 with the task's end. Nothing is
+// written within progressQuiet of the last write or of the start, so a
+// generation shorter than that writes none.
 type Pacing struct {
 	// Step: a rise of at least Step points since the last write is
 	// written once half of Interval has passed since it (0:
@@ -23,12 +25,16 @@ type Pacing struct {
 }
 
 // The default pacing: a 20-second generation paced like Gemini's is
-// written four times (the first report, two points of its curve, its
-// end), where a write of every rise costs 30 to 40.
+// written four times (its first report, two points of its curve, its
+// end), where a write of every rise cost 30 to 40.
 const (
 	DefaultProgressStep     = 20
 	DefaultProgressInterval = 10 * time.Second
 )
+
+// progressQuiet is the least time between two writes of a run's progress,
+// its start counted as one.
+const progressQuiet = 200 * time.Millisecond
 
 func (p Pacing) withDefaults() Pacing {
 	if p.Step <= 0 {
@@ -46,13 +52,14 @@ type pacer struct {
 	Pacing
 	mu      sync.Mutex
 	written int       // the last progress written; 0: none yet
-	at      time.Time // when it was written
+	at      time.Time // when it was written, or the run started
 }
 
 // due reports whether pct, reported at now, is to be written, and if so
-// takes it as written. Only a rise is written: the first report, a
-// milestone, a rise of Step points once Interval/2 has passed since the
-// last write, any rise once Interval has.
+// takes it as written. Only a rise is written, and none within
+// progressQuiet of the last write: the first, a milestone, a rise of
+// Step points once Interval/2 has passed since the last write, any rise
+// once Interval has.
 func (p *pacer) due(pct int, now time.Time, milestone bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -61,6 +68,8 @@ func (p *pacer) due(pct int, now time.Time, milestone bool) bool {
 	}
 	since := now.Sub(p.at)
 	switch {
+	case since < progressQuiet:
+		return false
 	case p.written == 0, milestone, since >= p.Interval:
 	case pct-p.written >= p.Step && since >= p.Interval/2:
 	default:

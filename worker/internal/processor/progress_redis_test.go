@@ -239,3 +239,26 @@ func TestWatchersSeeEveryProgressWrite(t *testing.T) {
 		}
 	}
 }
+
+// A generation done within the quiet period (a drain's, EASEL_SIM_DELAY=0)
+// writes no progress at all: its start and its completion are all its
+// watchers see.
+func TestFastGenerationWritesNoProgress(t *testing.T) {
+	clk := newFakeClock()
+	f := newFixture(t, paced(t, clk, 10*time.Second, 0))
+	f.proc.Now = func() time.Time { clk.advance(time.Millisecond); return clk.Now() }
+	for _, id := range []string{"task_lumen_1", "task_lumen_2"} {
+		j := f.job(t, id, std, func(in *task.Input) { in.Prompt = "a fast one" })
+		if err := f.proc.Process(context.Background(), jobs.RefOf(j), Attempt{MaxRetry: 3}); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.get(t, id); got.Status != task.Completed {
+			t.Fatalf("task %+v", got)
+		}
+	}
+	f.store.mu.Lock()
+	defer f.store.mu.Unlock()
+	if len(f.store.progress) != 0 {
+		t.Errorf("progress written %v; want none", f.store.progress)
+	}
+}

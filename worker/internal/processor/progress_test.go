@@ -41,43 +41,52 @@ func steps(n int, took time.Duration) []report {
 }
 
 func TestPacing(t *testing.T) {
-	s := time.Second
+	s, ms := time.Second, time.Millisecond
 	for _, tc := range []struct {
 		name    string
 		pacing  Pacing
-		reports []report
-		want    []int // the progress written
+		reports []report // at: since the run's start
+		want    []int    // the progress written
 	}{
-		{"the first report, whatever it is", Pacing{}, []report{{0, 3, false}, {s, 4, false}}, []int{3}},
+		{"the first report past the quiet period, whatever it is", Pacing{}, []report{
+			{0, 10, true}, {100 * ms, 11, false}, {250 * ms, 12, false}, {s, 13, false},
+		}, []int{12}},
+		{"a slow fetch's milestone", Pacing{}, []report{{3 * s, 10, true}, {3*s + 500*ms, 17, false}}, []int{10}},
 		{"a rise of a step waits for half the interval", Pacing{}, []report{
-			{0, 10, true}, {s, 40, false}, {4 * s, 45, false}, {5 * s, 46, false}, {6 * s, 60, false},
+			{s, 10, true}, {2 * s, 40, false}, {5 * s, 45, false}, {6 * s, 46, false}, {7 * s, 60, false},
 		}, []int{10, 46}},
 		{"a small rise waits for the interval", Pacing{}, []report{
-			{0, 10, true}, {5 * s, 15, false}, {9 * s, 16, false}, {10 * s, 17, false}, {11 * s, 18, false},
+			{s, 10, true}, {6 * s, 15, false}, {10 * s, 16, false}, {11 * s, 17, false}, {12 * s, 18, false},
 		}, []int{10, 17}},
 		{"the interval counts from the last write", Pacing{}, []report{
-			{0, 10, true}, {10 * s, 11, false}, {19 * s, 12, false}, {20 * s, 13, false},
+			{s, 10, true}, {11 * s, 11, false}, {20 * s, 12, false}, {21 * s, 13, false},
 		}, []int{10, 11, 13}},
-		{"milestones are written at once", Pacing{}, []report{
-			{0, 10, true}, {100 * time.Millisecond, 90, true}, {200 * time.Millisecond, 95, false},
-		}, []int{10, 90}},
+		{"milestones once the quiet period is over", Pacing{}, []report{
+			{s, 10, true}, {s + 100*ms, 90, true}, {s + 300*ms, 91, false}, {s + 400*ms, 92, true},
+		}, []int{10, 92}},
 		{"nothing that does not rise", Pacing{}, []report{
-			{0, 10, true}, {20 * s, 10, false}, {21 * s, 5, true}, {40 * s, 9, false},
+			{s, 10, true}, {20 * s, 10, false}, {21 * s, 5, true}, {40 * s, 9, false},
 		}, []int{10}},
-		{"no report below one", Pacing{}, []report{{0, 0, false}, {s, -1, true}}, nil},
+		{"no report below one", Pacing{}, []report{{s, 0, false}, {2 * s, -1, true}}, nil},
+		{"a fast generation writes none", Pacing{}, []report{
+			{0, progressFetched, true}, {50 * ms, progressGenerated, true}, {60 * ms, progressStored, false},
+		}, nil},
 		{"a finer pacing", Pacing{Step: 5, Interval: 2 * s}, []report{
-			{0, 10, true}, {500 * time.Millisecond, 20, false}, {s, 21, false}, {1500 * time.Millisecond, 22, false},
-			{2 * s, 23, false}, {3 * s, 24, false}, {4 * s, 25, false},
+			{s, 10, true}, {1500 * ms, 20, false}, {2 * s, 21, false}, {2500 * ms, 22, false},
+			{3 * s, 23, false}, {4 * s, 24, false}, {5 * s, 25, false},
 		}, []int{10, 21, 24}},
-		{"a 20 s generation paced like Gemini's standard tier", Pacing{}, curve(10*s, 20*s), []int{10, 58, 78, 90}},
-		{"a 20 s generation paced like Gemini's pro tier", Pacing{}, curve(25*s, 20*s), []int{10, 34, 54, 90}},
-		{"a 60 s generation paced like Gemini's pro tier", Pacing{}, curve(25*s, 60*s), []int{10, 34, 54, 71, 79, 83, 85, 90}},
-		{"a 3 s procedural generation", Pacing{}, steps(8, 3*s), []int{10, 90}},
-		{"a 20 s procedural generation", Pacing{}, steps(8, 20*s), []int{10, 36, 62, 90}},
+		{"no finer than the quiet period", Pacing{Step: 1, Interval: 100 * ms}, []report{
+			{250 * ms, 10, true}, {400 * ms, 20, false}, {500 * ms, 30, false}, {600 * ms, 40, false},
+		}, []int{10, 30}},
+		{"a 20 s generation paced like Gemini's standard tier", Pacing{}, curve(10*s, 20*s), []int{17, 60, 80, 90}},
+		{"a 20 s generation paced like Gemini's pro tier", Pacing{}, curve(25*s, 20*s), []int{12, 36, 56, 90}},
+		{"a 60 s generation paced like Gemini's pro tier", Pacing{}, curve(25*s, 60*s), []int{12, 36, 56, 72, 80, 83, 85, 90}},
+		{"a 3 s procedural generation", Pacing{}, steps(8, 3*s), []int{18, 90}},
+		{"a 20 s procedural generation", Pacing{}, steps(8, 20*s), []int{18, 45, 71, 90}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Unix(1_800_000_000, 0)
-			p := pacer{Pacing: tc.pacing.withDefaults()}
+			p := pacer{Pacing: tc.pacing.withDefaults(), at: start}
 			var got []int
 			for _, r := range tc.reports {
 				if p.due(r.pct, start.Add(r.at), r.milestone) {
@@ -97,9 +106,9 @@ func TestPacing(t *testing.T) {
 // interval).
 func TestPacingBoundsAGeneration(t *testing.T) {
 	start := time.Unix(1_800_000_000, 0)
-	p := pacer{Pacing: Pacing{}.withDefaults()}
+	p := pacer{Pacing: Pacing{}.withDefaults(), at: start}
 	writes := 0
-	if p.due(progressFetched, start, true) {
+	if p.due(progressFetched, start.Add(progressQuiet), true) {
 		writes++
 	}
 	// A report every 10 ms, rising a point whenever it can.
