@@ -93,12 +93,17 @@ local function hget_long(key, field)
   return v
 end
 
--- wants reports whether the task's callback wants events of type ev: the
--- one place that decides it.
+-- wanted reports whether a callback (cb, its cbev: the task's fields of
+-- those names, read by the caller) wants events of type ev: the one place
+-- that decides it.
+local function wanted(cb, cbev, ev)
+  if not cb or cb == '' then return false end
+  return string.find(',' .. (cbev or '') .. ',', ',' .. ev .. ',', 1, true) ~= nil
+end
+-- wants reports whether the task's callback wants events of type ev.
 local function wants(task_key, ev)
   local v = redis.call('HMGET', task_key, 'cb', 'cbev')
-  if not v[1] or v[1] == '' then return false end
-  return string.find(',' .. (v[2] or '') .. ',', ',' .. ev .. ',', 1, true) ~= nil
+  return wanted(v[1], v[2], ev)
 end
 
 -- due members: a task's next check ('t|<account>|<task>') and a webhook

@@ -106,6 +106,7 @@ type fixture struct {
 	db       *store.DB
 	accounts *store.Accounts
 	acct     string
+	srv      *redistest.Server
 	// created is what the create of each task (job, jobWith) did.
 	created map[string]store.Creation
 }
@@ -141,7 +142,7 @@ func newFixtureWith(t *testing.T, gen imagegen.Generator, o store.Options) *fixt
 		t.Fatal(err)
 	}
 	retry := Retry{MaxAttempts: 3, MaxElapsed: 5 * time.Second, Initial: time.Millisecond, MaxInterval: 5 * time.Millisecond}
-	return &fixture{proc: New(rec, blobs, gen, f, cat, zap.NewNop(), Options{Retry: retry}), store: rec, blobs: blobs, db: db, accounts: accounts, acct: a.ID,
+	return &fixture{proc: New(rec, blobs, gen, f, cat, zap.NewNop(), Options{Retry: retry}), store: rec, blobs: blobs, db: db, accounts: accounts, acct: a.ID, srv: srv,
 		created: map[string]store.Creation{}}
 }
 
@@ -253,6 +254,8 @@ func TestTextToImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := newFixture(t, g)
+	// Paced finely: each of the generator's steps (150 ms) is written.
+	f.proc.Pacing = Pacing{Step: 1, Interval: 100 * time.Millisecond}
 	j := f.job(t, "task_lumen_1", pro, func(in *task.Input) { in.AspectRatio = "9:16"; in.ImageSize = "2K" })
 	if err := f.proc.Process(context.Background(), jobs.RefOf(j), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
