@@ -116,8 +116,9 @@ else
   redis.call('HSET', K.account, 'infl', int(infl + 1))
 end
 
--- The record, with the task's input (and over how many fields: get_input). Admitted at once, it takes its
--- number in its queue now (unless the caller took it).
+-- The record, with the task's input and over how many fields it is kept
+-- (get_input). Admitted at once, it takes its number in its queue now
+-- (unless the caller took it).
 local rec = {'type', task_type, 'model', model, 'status', 'pending', 'progress', '0',
   'ctime', int(created), 'price', int(price), 'dl', int(deadline)}
 if callback_url ~= '' then
