@@ -57,7 +57,7 @@ type GenerateImage struct {
 	AccountID string
 	// Input is the client's request with its defaults applied
 	// (task.Input.WithDefaults); its Callback stays with the task record,
-	// never in the job.
+	// never in the job, and its Model is the record's (EncodeInput).
 	Input      task.Input
 	CreateTime time.Time
 	// Deadline is when the task must end (the Asynq job's deadline).
