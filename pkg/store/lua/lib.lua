@@ -64,7 +64,8 @@ end
 -- a longer value is split over field, field+1, field+2...
 local PIECE = 64
 -- put_long appends field and value to fields, a list of field-value
--- pairs for one HSET, the value split so.
+-- pairs for one HSET, the value split so, and returns how many fields
+-- hold it.
 local function put_long(fields, field, value)
   local n = #fields
   fields[n + 1], fields[n + 2] = field, string.sub(value, 1, PIECE)
@@ -74,23 +75,57 @@ local function put_long(fields, field, value)
     fields[n + 1], fields[n + 2] = field .. '+' .. i, string.sub(value, i * PIECE + 1, (i + 1) * PIECE)
     i = i + 1
   end
+  return i
 end
-local function hdel_long(key, field)
-  redis.call('HDEL', key, field)
-  local i = 1
-  while redis.call('HDEL', key, field .. '+' .. i) == 1 do i = i + 1 end
+
+-- A task's input is kept so (put_long, create.lua), and 'inn' says over
+-- how many fields: it is read with one HMGET and removed with one HDEL.
+-- A record an older create wrote has no 'inn': its pieces are found one
+-- a command, until one is short or missing, as they were written.
+
+-- input_pieces appends to fields the names of the input's pieces after
+-- the first, n in all.
+local function input_pieces(fields, n)
+  for i = 1, n - 1 do fields[#fields + 1] = 'in' .. '+' .. i end
+  return fields
 end
-local function hget_long(key, field)
-  local v = redis.call('HGET', key, field)
-  if not v then return nil end
-  local i = 1
-  while #v == i * PIECE do
-    local more = redis.call('HGET', key, field .. '+' .. i)
-    if not more then break end
-    v = v .. more
-    i = i + 1
+
+-- get_input returns the task's input, given the first piece and 'inn' as
+-- read with the record's other fields; nil if it keeps none.
+local function get_input(key, first, n)
+  if not first then return nil end
+  n = tonumber(n)
+  local v, i = {first}, 1
+  if n then
+    if n > 1 then
+      for _, more in ipairs(redis.call('HMGET', key, unpack(input_pieces({}, n)))) do
+        if not more then break end
+        v[#v + 1] = more
+      end
+    end
+    return table.concat(v)
   end
-  return v
+  while #v[i] == PIECE do
+    local more = redis.call('HGET', key, 'in' .. '+' .. i)
+    if not more then break end
+    i = i + 1
+    v[i] = more
+  end
+  return table.concat(v)
+end
+
+-- del_unfinished removes from a task's record what only an unfinished
+-- task needs: its input, its deadline, the run that owns it, its crashes.
+local function del_unfinished(key)
+  local f = {'run', 'live', 'crashes', 'dl', 'in', 'inn'}
+  local n = tonumber(redis.call('HGET', key, 'inn'))
+  if n then
+    redis.call('HDEL', key, unpack(input_pieces(f, n)))
+    return
+  end
+  redis.call('HDEL', key, unpack(f))
+  local i = 1
+  while redis.call('HDEL', key, 'in' .. '+' .. i) == 1 do i = i + 1 end
 end
 
 -- wanted reports whether a callback (cb, its cbev: the task's fields of
@@ -239,11 +274,9 @@ end
 -- it left ('' for none).
 local function ended(K, status, ev, now, ttl, hook_at, account_id, task_id)
   redis.call('HSET', K.task, 'status', status, 'etime', now)
-  redis.call('HDEL', K.task, 'run', 'live', 'crashes')
-  hdel_long(K.task, 'in')
+  del_unfinished(K.task)
   local q = left(K)
   release_place(K, task_id)
-  redis.call('HDEL', K.task, 'dl')
   redis.call('PEXPIRE', K.task, ttl)
   redis.call('ZREM', K.due, task_due(account_id, task_id))
   local hooked = hook(K, ev, hook_at, account_id, task_id)

@@ -266,7 +266,8 @@ func (p *Processor) start(ctx context.Context, ref jobs.Ref, at Attempt) (*runni
 		r.admit(c)
 		return nil, job, nil
 	}
-	in, err := jobs.DecodeInput(st.Input)
+	// The model is the record's; its tier, the queue's the run came on.
+	in, err := jobs.DecodeInput(st.Input, catalog.Model{ID: r.model, Tier: jobs.QueueTier(ref.Queue)})
 	if err != nil {
 		// Nothing to run, and no retry will have more: the task fails
 		// (refunded) at once rather than at its deadline.
