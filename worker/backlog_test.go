@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -175,4 +176,51 @@ func TestRecoveryLoopReadsOnAtOnce(t *testing.T) {
 	waitFor(t, 10*time.Second, "every lost job queued again, without waiting for the poll interval", func() bool {
 		return e.queuedJobs(t) == 35
 	})
+}
+
+// flakyQueue is the queues, whose queue checks fail while down.
+type flakyQueue struct {
+	*jobs.Enqueuer
+	down bool
+}
+
+func (q *flakyQueue) Missing(ctx context.Context, runs []jobs.Run) ([]bool, error) {
+	if q.down {
+		return nil, errors.New("the queues' Redis is away")
+	}
+	return q.Enqueuer.Missing(ctx, runs)
+}
+
+// A batch whose queue checks fail ends the shard's read until the next
+// poll, rather than moving the whole backlog on unchecked; its tasks are
+// checked again a recheck later.
+func TestRecoveryStopsReadingWhenChecksFail(t *testing.T) {
+	e := newSweepEnv(t)
+	ctx := context.Background()
+	e.backlog(t, 35)
+	q := &flakyQueue{Enqueuer: e.q, down: true}
+	spy := &dueSpy{Tasks: e.tasks}
+	r := e.recovery("w1", spy, q)
+	r.batch = 10
+	clock := time.Now().Add(store.FirstQueueCheck + time.Second)
+	r.now = func() time.Time { return clock }
+	r.lease(ctx)
+	if rep := r.poll(ctx); rep.queued != 0 || rep.more {
+		t.Errorf("poll %+v; want nothing queued, nothing more read at once", rep)
+	}
+	if got := spy.taken(store.DueCheck); len(got) != 10 {
+		t.Errorf("read %d checks; want a batch (10)", len(got))
+	}
+	q.down = false
+	if rep := r.poll(ctx); rep.queued != 25 || rep.more {
+		t.Errorf("poll %+v; want the other 25 queued", rep)
+	}
+	clock = clock.Add(store.QueueRecheck)
+	readAll(r)
+	if rep := r.poll(ctx); rep.queued != 10 {
+		t.Errorf("poll a recheck later %+v; want the 10 whose checks failed queued", rep)
+	}
+	if n := e.queuedJobs(t); n != 35 {
+		t.Errorf("%d jobs queued; want 35", n)
+	}
 }

@@ -424,7 +424,9 @@ func (r *recovery) poll(ctx context.Context) recoveryReport {
 
 // read reads a shard's due work, batch after batch, and does it, until
 // the shard has nothing due or the poll begun at start has read for
-// r.round; then notes when the shard is next due for a read.
+// r.round; then notes when the shard is next due for a read. A batch
+// whose queue checks failed (the queues' Redis is away) ends the read:
+// the rest is read at the next poll interval, not at once.
 func (r *recovery) read(ctx context.Context, n int, start time.Time, rep *recoveryReport) {
 	for {
 		now := r.now()
@@ -434,8 +436,8 @@ func (r *recovery) read(ctx context.Context, n int, start time.Time, rep *recove
 			r.held[n] = now.Add(r.idle)
 			return
 		}
-		r.do(ctx, w.Entries, rep)
-		if len(w.Entries) < r.batch {
+		ok := r.do(ctx, w.Entries, rep)
+		if len(w.Entries) < r.batch || !ok || ctx.Err() != nil {
 			next := now.Add(r.idle)
 			if !w.Next.IsZero() && w.Next.Before(next) {
 				next = w.Next
@@ -453,8 +455,9 @@ func (r *recovery) read(ctx context.Context, n int, start time.Time, rep *recove
 	}
 }
 
-// do does a batch of due work.
-func (r *recovery) do(ctx context.Context, entries []store.DueEntry, rep *recoveryReport) {
+// do does a batch of due work; not ok: some of its queue checks or
+// queueings failed.
+func (r *recovery) do(ctx context.Context, entries []store.DueEntry, rep *recoveryReport) (ok bool) {
 	var checks, expires []store.DueEntry
 	for _, e := range entries {
 		switch e.Kind {
@@ -467,17 +470,19 @@ func (r *recovery) do(ctx context.Context, entries []store.DueEntry, rep *recove
 			rep.hooked++
 		}
 	}
-	rep.queued += r.check(ctx, checks)
+	queued, ok := r.check(ctx, checks)
+	rep.queued += queued
 	rep.expired += r.expire(ctx, expires)
+	return ok
 }
 
 // check makes sure the job of every admitted task still pending is on its
 // queue, and queues the missing ones from the job payload the task keeps.
 // Queueing a job that is queued already is a no-op, so a task is never
-// queued twice.
-func (r *recovery) check(ctx context.Context, checks []store.DueEntry) int {
+// queued twice. Not ok: the checks, or some queueings, failed.
+func (r *recovery) check(ctx context.Context, checks []store.DueEntry) (queued int, ok bool) {
 	if len(checks) == 0 {
-		return 0
+		return 0, true
 	}
 	runs := make([]jobs.Run, len(checks))
 	for i, c := range checks {
@@ -490,10 +495,10 @@ func (r *recovery) check(ctx context.Context, checks []store.DueEntry) int {
 	missing, err := r.q.Missing(ctx, runs)
 	if err != nil {
 		r.log.Warn("recovery: queue checks", zap.Error(err))
-		return 0
+		return 0, false
 	}
 	// The missing ones are queued dueQueueing at a time.
-	var n atomic.Int64
+	var n, failed atomic.Int64
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, dueQueueing)
 	for i, c := range checks {
@@ -512,6 +517,7 @@ func (r *recovery) check(ctx context.Context, checks []store.DueEntry) int {
 			added, err := r.q.EnsureGenerateImage(ctx, ref, runs[i].ID)
 			if err != nil {
 				log.Warn("recovery: could not queue a task's job; will try again", zap.Error(err))
+				failed.Add(1)
 				return
 			}
 			if added {
@@ -521,7 +527,7 @@ func (r *recovery) check(ctx context.Context, checks []store.DueEntry) int {
 		}()
 	}
 	wg.Wait()
-	return int(n.Load())
+	return int(n.Load()), failed.Load() == 0
 }
 
 // expire fails and refunds, in one batch, tasks past their deadline that
