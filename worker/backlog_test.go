@@ -191,8 +191,8 @@ func (q *flakyQueue) Missing(ctx context.Context, runs []jobs.Run) ([]bool, erro
 	return q.Enqueuer.Missing(ctx, runs)
 }
 
-// A batch whose queue checks fail ends the shard's read until the next
-// poll, rather than moving the whole backlog on unchecked; its tasks are
+// A batch whose queue checks fail ends the shard's read for a poll
+// interval, rather than moving the whole backlog on unchecked; its tasks are
 // checked again a recheck later.
 func TestRecoveryStopsReadingWhenChecksFail(t *testing.T) {
 	e := newSweepEnv(t)
@@ -212,6 +212,10 @@ func TestRecoveryStopsReadingWhenChecksFail(t *testing.T) {
 		t.Errorf("read %d checks; want a batch (10)", len(got))
 	}
 	q.down = false
+	if rep := r.poll(ctx); rep.queued != 0 || rep.more {
+		t.Errorf("poll at once %+v; want the shard left for a poll interval", rep)
+	}
+	clock = clock.Add(r.pollEvery)
 	if rep := r.poll(ctx); rep.queued != 25 || rep.more {
 		t.Errorf("poll %+v; want the other 25 queued", rep)
 	}

@@ -413,6 +413,9 @@ func (r *recovery) poll(ctx context.Context) recoveryReport {
 		return cmp.Compare(a, b)
 	})
 	for i, n := range due {
+		if ctx.Err() != nil {
+			break
+		}
 		if i > 0 && r.now().Sub(start) >= r.round {
 			rep.more = true // the others are read first at the next poll
 			break
@@ -426,7 +429,7 @@ func (r *recovery) poll(ctx context.Context) recoveryReport {
 // the shard has nothing due or the poll begun at start has read for
 // r.round; then notes when the shard is next due for a read. A batch
 // whose queue checks failed (the queues' Redis is away) ends the read:
-// the rest is read at the next poll interval, not at once.
+// the rest is read a poll interval later, not at once.
 func (r *recovery) read(ctx context.Context, n int, start time.Time, rep *recoveryReport) {
 	for {
 		now := r.now()
@@ -437,7 +440,11 @@ func (r *recovery) read(ctx context.Context, n int, start time.Time, rep *recove
 			return
 		}
 		ok := r.do(ctx, w.Entries, rep)
-		if len(w.Entries) < r.batch || !ok || ctx.Err() != nil {
+		if !ok {
+			r.held[n] = now.Add(r.pollEvery)
+			return
+		}
+		if len(w.Entries) < r.batch || ctx.Err() != nil {
 			next := now.Add(r.idle)
 			if !w.Next.IsZero() && w.Next.Before(next) {
 				next = w.Next
