@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/easelhq/easel/pkg/luascript"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
@@ -32,18 +34,33 @@ func batchedOn(t *testing.T, bound int) (*redistest.Server, redis.UniversalClien
 	return srv, rdb, Batched(rdb, b)
 }
 
+// count.lua's keys, arguments and reply.
+type (
+	countKeys struct {
+		Counter string `lua:"counter"`
+	}
+	countArgs struct {
+		Field string `lua:"field"`
+	}
+	countReply struct {
+		Code  int64 `lua:"code"`
+		Count int64 `lua:"count"`
+	}
+)
+
 // Commands sent through the batcher by many callers at once each get
 // their own reply, scripts included (loaded on NOSCRIPT by Script.Run).
 func TestBatchedReplies(t *testing.T) {
 	_, rdb, c := batchedOn(t, 0)
 	ctx := context.Background()
-	incr := redis.NewScript(`return redis.call('HINCRBY', KEYS[1], ARGV[1], 1)`)
+	incr := luascript.Load[countKeys, countArgs, countReply](
+		luascript.NewLibrary("redisconn", os.DirFS("testdata"), ".", ""), "count", map[string]int64{"COUNTED": 1})
 	var wg sync.WaitGroup
 	errs := make(chan error, 200)
 	for i := range 200 {
 		wg.Go(func() {
 			key := fmt.Sprintf("h%d", i%10)
-			if _, err := incr.Run(ctx, c, []string{key}, "n").Int(); err != nil {
+			if _, err := incr.Call(ctx, c, countKeys{key}, countArgs{"n"}); err != nil {
 				errs <- err
 				return
 			}
