@@ -148,26 +148,30 @@ func Register(s *web.Server, d Deps) {
 	in := g.Group("", cs.session, cs.csrf)
 	web.Get(in, "/session", cs.whoami)
 	in.DELETE("/session", cs.signOut)
-	web.Get(in, "/catalog", cs.catalog)
-	web.Get(in, "/account", cs.account)
-	web.Get(in, "/keys", cs.listKeys)
-	in.POST("/keys", cs.createKey)
-	in.PATCH("/keys/:prefix", cs.renameKey)
-	in.POST("/keys/:prefix/revoke", cs.revokeKey)
-	web.Get(in, "/ledger", cs.ledger)
-	web.Get(in, "/usage", cs.usage)
-	web.Get(in, "/usage.csv", cs.usageCSV)
-	web.Get(in, "/webhook-secret", cs.webhookSecret)
-	in.POST("/webhook-secret/rotate", cs.rotateWebhookSecret)
+	// The account's own routes: a disabled account's users may look, not
+	// change anything (no keys minted for the day it is enabled again, no
+	// secret rotated), its admin users included.
+	own := in.Group("", cs.activeForChanges)
+	web.Get(own, "/catalog", cs.catalog)
+	web.Get(own, "/account", cs.account)
+	web.Get(own, "/keys", cs.listKeys)
+	own.POST("/keys", cs.createKey)
+	own.PATCH("/keys/:prefix", cs.renameKey)
+	own.POST("/keys/:prefix/revoke", cs.revokeKey)
+	web.Get(own, "/ledger", cs.ledger)
+	web.Get(own, "/usage", cs.usage)
+	web.Get(own, "/usage.csv", cs.usageCSV)
+	web.Get(own, "/webhook-secret", cs.webhookSecret)
+	own.POST("/webhook-secret/rotate", cs.rotateWebhookSecret)
 	// The public API's task routes, for the session's account: the
 	// console's gallery and playground.
 	query := s.Limit(ratelimit.Query)
-	in.POST("/task/create", d.Tasks.Create, s.Limit(ratelimit.Create))
-	web.Get(in, "/task/query", d.Tasks.Query, query)
-	web.Get(in, "/task/stream", d.Tasks.Stream, query)
-	web.Get(in, "/task/list", d.Tasks.List, query)
-	in.POST("/task/cancel", d.Tasks.Cancel, query)
-	web.Get(in, "/task/webhooks", d.Tasks.Webhooks, query)
+	own.POST("/task/create", d.Tasks.Create, s.Limit(ratelimit.Create))
+	web.Get(own, "/task/query", d.Tasks.Query, query)
+	web.Get(own, "/task/stream", d.Tasks.Stream, query)
+	web.Get(own, "/task/list", d.Tasks.List, query)
+	own.POST("/task/cancel", d.Tasks.Cancel, query)
+	web.Get(own, "/task/webhooks", d.Tasks.Webhooks, query)
 	// The operator view: admin users only.
 	// Its changes are the admin API's own handlers.
 	op := in.Group("/admin", cs.adminOnly)
@@ -257,17 +261,21 @@ func (cs *console) session(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			return err
 		}
-		// A disabled account's users may look, not change anything (no
-		// keys minted for the day it is enabled again, no secret rotated);
-		// the operator view stays an operator's.
-		if acct.Status != account.Active && isWrite(c.Request().Method) && !u.Admin {
-			return apperr.ErrAccountDisabled
-		}
 		logging.AddFields(ctx, zap.String("account_id", acct.ID), zap.String("user_id", u.ID))
 		c.Set(ctxSession, ss)
 		c.Set(ctxUser, u)
 		// The session's rate-limit buckets: its user's own.
 		web.SetAccount(c, acct, "console:"+u.ID)
+		return next(c)
+	}
+}
+
+// activeForChanges refuses a change to a disabled account.
+func (cs *console) activeForChanges(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if isWrite(c.Request().Method) && web.AccountOf(c).Status != account.Active {
+			return apperr.ErrAccountDisabled
+		}
 		return next(c)
 	}
 }

@@ -807,3 +807,61 @@ func TestConsolePage(t *testing.T) {
 		}
 	}
 }
+
+// A disabled account's users change nothing of it, its admin users
+// included: an admin's exemption covers the operator routes only (to
+// enable the account again). Signing out is no change of the account.
+func TestConsoleDisabledAccountChangesNothing(t *testing.T) {
+	ce := newConsoleEnv(t, users.Defaults)
+	ctx := context.Background()
+	op := ce.client()
+	op.mustSignIn(emailAdmin) // an admin user of account A
+	owner := ce.client()
+	owner.mustSignIn(emailA)
+	if err := ce.Accounts.SetStatus(ctx, ce.AcctA, account.Disabled); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name         string
+		b            *browserish
+		method, path string
+		body         string
+		want         int
+	}{
+		{"the owner mints a key", owner, "POST", "/console/api/keys", `{"name":"for later"}`, 403},
+		{"an admin mints a key of its own disabled account", op, "POST", "/console/api/keys", `{"name":"for later"}`, 403},
+		{"an admin rotates its disabled account's secret", op, "POST", "/console/api/webhook-secret/rotate", "", 403},
+		{"an admin creates a task for its disabled account", op, "POST", "/console/api/task/create", okBody, 403},
+		{"an admin looks at the keys", op, "GET", "/console/api/keys", "", 200},
+		{"an admin credits the account in the operator view", op, "POST", "/console/api/admin/accounts/" + ce.AcctA + "/credits", `{"amount":1}`, 200},
+		{"an admin enables the account in the operator view", op, "POST", "/console/api/admin/accounts/" + ce.AcctA + "/enable", "", 200},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.want == 200 {
+				if r := tt.b.send(tt.method, tt.path, nil, tt.body); r.Status != 200 {
+					t.Fatalf("%s %s: %d %s", tt.method, tt.path, r.Status, r.Body)
+				}
+				return
+			}
+			gatewaytest.AssertEnvelope(t, tt.b.send(tt.method, tt.path, nil, tt.body), tt.want, "disabled")
+		})
+	}
+	// Enabled again by its admin: the owner changes things again.
+	if r := owner.send("POST", "/console/api/keys", nil, `{"name":"now"}`); r.Status != 200 {
+		t.Errorf("after enable: %d %s", r.Status, r.Body)
+	}
+}
+
+// A user of a disabled account can still sign out.
+func TestConsoleDisabledAccountSignsOut(t *testing.T) {
+	ce := newConsoleEnv(t, users.Defaults)
+	owner := ce.client()
+	owner.mustSignIn(emailA)
+	if err := ce.Accounts.SetStatus(context.Background(), ce.AcctA, account.Disabled); err != nil {
+		t.Fatal(err)
+	}
+	if r := owner.send("DELETE", "/console/api/session", nil, ""); r.Status != 200 {
+		t.Fatalf("sign out: %d %s", r.Status, r.Body)
+	}
+	gatewaytest.AssertEnvelope(t, owner.send("GET", "/console/api/account", nil, ""), 401, "sign in")
+}
