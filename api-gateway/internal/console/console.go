@@ -222,22 +222,26 @@ func (cs *console) sameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
 		if site := r.Header.Get("Sec-Fetch-Site"); site == "cross-site" || site == "same-site" {
 			return apperr.New(apperr.Forbidden, "console writes are accepted from the console's own origin only")
 		}
-		if o := r.Header.Get(echo.HeaderOrigin); o != "" && !cs.ownOrigin(o, r.Host) {
+		if o := r.Header.Get(echo.HeaderOrigin); o != "" && !cs.ownOrigin(o, c.Scheme(), r.Host) {
 			return apperr.New(apperr.Forbidden, "console writes are accepted from the console's own origin only")
 		}
 		return next(c)
 	}
 }
 
-func (cs *console) ownOrigin(origin, host string) bool {
-	u, err := url.Parse(origin)
-	if err != nil || u.Host == "" {
-		return false
-	}
-	if strings.EqualFold(u.Host, host) {
+// ownOrigin: origin is exactly the scheme and host the request came to
+// (behind a proxy, the scheme it forwarded), or a configured origin. A
+// browser's Origin is scheme://host[:port] and nothing else, so anything
+// more (a path, a user) is no origin of ours.
+func (cs *console) ownOrigin(origin, scheme, host string) bool {
+	if slices.ContainsFunc(cs.Origins, func(o string) bool { return o != "" && strings.EqualFold(o, origin) }) {
 		return true
 	}
-	return slices.ContainsFunc(cs.Origins, func(o string) bool { return strings.EqualFold(o, origin) })
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || u.User != nil || u.Path != "" || u.RawQuery != "" || u.Fragment != "" {
+		return false
+	}
+	return strings.EqualFold(u.Scheme, scheme) && strings.EqualFold(u.Host, host)
 }
 
 // session finds the request's session (the cookie) and puts its user and

@@ -270,6 +270,9 @@ func TestConsoleWritesNeedCSRFAndOrigin(t *testing.T) {
 		{"another origin", map[string]string{"Origin": "https://evil.example"}, 403, "own origin"},
 		{"cross-site fetch", map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": ""}, 403, "own origin"},
 		{"a null origin", map[string]string{"Origin": "null"}, 403, "own origin"},
+		{"the gateway's host over another scheme", map[string]string{"Origin": strings.Replace(ce.Srv.URL, "http://", "https://", 1)}, 403, "own origin"},
+		{"the gateway's origin with a path", map[string]string{"Origin": ce.Srv.URL + "/"}, 403, "own origin"},
+		{"the gateway's origin with a user", map[string]string{"Origin": strings.Replace(ce.Srv.URL, "http://", "http://u@", 1)}, 403, "own origin"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
