@@ -41,21 +41,15 @@ func (k *Key) Admit(u KeyUse) error {
 			if _, err := netip.ParseAddr(addr); err != nil {
 				addr = "unknown"
 			}
-			return apperr.Errorf(apperr.Forbidden, "API key %s may not be used from this address (%s): it is limited to %s", k.Prefix, addr, joinPrefixes(k.AllowedIPs))
+			// The networks it is accepted from are not said: a leaked key's
+			// holder learns nothing of where to use it from.
+			return apperr.Errorf(apperr.Forbidden, "API key %s may not be used from this address (%s): its owner limited the addresses it is accepted from", k.Prefix, addr)
 		}
 	}
 	if u.Model != nil && !k.AllowsModel(u.Model.Tier) {
 		return apperr.Errorf(apperr.Forbidden, "API key %s may not use model %s: it is limited to %s", k.Prefix, u.Model.ID, joinTiers(k.Models))
 	}
 	return nil
-}
-
-func joinPrefixes(ps []netip.Prefix) string {
-	s := make([]string, len(ps))
-	for i, p := range ps {
-		s[i] = p.String()
-	}
-	return strings.Join(s, ", ")
 }
 
 func joinTiers(ts []catalog.Tier) string {

@@ -30,7 +30,7 @@ func TestKeyAdmit(t *testing.T) {
 		{"a key without limits, anything", &Key{}, KeyUse{Now: now, Addr: from("192.0.2.1"), Model: pro}, "", ""},
 		{"before its expiry, from its network, its model", limited, KeyUse{Now: now, Addr: from("10.1.2.3"), Model: std}, "", ""},
 		{"at its expiry", limited, KeyUse{Now: now.Add(time.Hour)}, apperr.Unauthenticated, "API key esk_AbCd1234 expired at 2026-11-27T13:00:00Z"},
-		{"from another address", limited, KeyUse{Now: now, Addr: from("192.0.2.1")}, apperr.Forbidden, "may not be used from this address (192.0.2.1): it is limited to 10.0.0.0/8"},
+		{"from another address", limited, KeyUse{Now: now, Addr: from("192.0.2.1")}, apperr.Forbidden, "may not be used from this address (192.0.2.1): its owner limited the addresses it is accepted from"},
 		{"from no address the rules could find", limited, KeyUse{Addr: from("")}, apperr.Forbidden, "this address (unknown)"},
 		{"another model", limited, KeyUse{Model: pro}, apperr.Forbidden, "may not use model lumen-3-pro-image-preview: it is limited to standard"},
 		{"nothing in question", limited, KeyUse{}, "", ""},
@@ -45,6 +45,9 @@ func TestKeyAdmit(t *testing.T) {
 			}
 			if apperr.CodeOf(err) != tt.code || !strings.Contains(err.Error(), tt.msg) {
 				t.Errorf("got %v (%s); want %s with %q", err, apperr.CodeOf(err), tt.code, tt.msg)
+			}
+			if strings.Contains(err.Error(), "10.0.0.0") {
+				t.Errorf("%v names the networks the key is accepted from", err)
 			}
 		})
 	}
