@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -222,4 +223,37 @@ func TestAdminWebhookSecret(t *testing.T) {
 
 	gatewaytest.AssertEnvelope(t, admin(e, "GET", "/accounts/acct_nope/webhook-secret", gatewaytest.AdminToken, ""), 404, "not found")
 	gatewaytest.AssertEnvelope(t, admin(e, "POST", "/accounts/acct_nope/webhook-secret/rotate", gatewaytest.AdminToken, ""), 404, "not found")
+}
+
+// Wrong admin tokens sent at once, 50 at a time from one address, are
+// checked at most the address's burst (4 s of its rate) and a little
+// refill; the rest are answered 429 unchecked.
+func TestWrongAdminTokensThrottledAtOnce(t *testing.T) {
+	e := newEnv(t, func(_ *gatewaytest.Env, d *gatewaytest.Deps) {
+		d.AuthGuard = auth.NewGuard(auth.GuardLimits{PerAddress: 5, PerPrefix: 20, Global: 500})
+	})
+	const total, atOnce = 100, 50
+	codes := make(chan int, total)
+	sem := make(chan struct{}, atOnce)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range total {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			codes <- admin(e, "GET", "/accounts", fmt.Sprintf("wrong-token-%d", i), "").Status
+		})
+	}
+	wg.Wait()
+	close(codes)
+	took := time.Since(start)
+	got := map[int]int{}
+	for c := range codes {
+		got[c]++
+	}
+	// The burst, and what 5 a second refill over the run.
+	most := 20 + int(took.Seconds()*5) + 1
+	if got[401] > most || got[401]+got[429] != total {
+		t.Errorf("%d wrong admin tokens, %d at once, in %s: %v; want at most %d answered 401, the rest 429", total, atOnce, took, got, most)
+	}
 }
