@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/api-gateway/internal/auth"
+	"github.com/easelhq/easel/pkg/account"
 )
 
 // Concurrent requests with bad keys cannot overrun the budgets: each takes
@@ -88,5 +90,44 @@ func TestGoodKeyAtOnceNotRefused(t *testing.T) {
 	wg.Wait()
 	if codes[404] != 200 {
 		t.Errorf("200 requests at once with a good key: %v; want every one 404 (no such task), none refused", codes)
+	}
+}
+
+// Many good keys new to the gateway, used at once from one address, are
+// all answered: the failed-credential budget (a burst of 20 here) waits
+// for the lookups under way instead of refusing the keys past it.
+func TestManyNewGoodKeysAtOnceNotRefused(t *testing.T) {
+	e := newEnvWith(t, nil, zap.NewNop(), func(d *deps) {
+		d.AuthGuard = auth.NewGuard(auth.GuardLimits{PerAddress: 5, PerPrefix: 20, Global: 500})
+	})
+	ctx := context.Background()
+	var keys []string
+	for a := range 2 {
+		acct, err := e.Accounts.Create(ctx, account.Spec{Name: fmt.Sprintf("many keys %d", a), Credits: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 50 {
+			k, _, err := e.Accounts.CreateKey(ctx, acct.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, k)
+		}
+	}
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		wg.Go(func() {
+			r := e.Do("GET", "/v1/task/query?task_id=task_lumen_1", map[string]string{"Authorization": "Bearer " + k}, "")
+			mu.Lock()
+			codes[r.Status]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if codes[404] != len(keys) {
+		t.Errorf("%d new good keys at once from one address: %v; want every one 404 (no such task), none refused", len(keys), codes)
 	}
 }

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"net/netip"
 	"sync"
 	"time"
@@ -32,6 +33,13 @@ const tracked = 100_000
 // a credential that proves good gives its tries back. Guessing keys or
 // tokens, or hammering with a revoked key, then costs Redis nothing, from
 // one address, from one network, and from all of them together.
+//
+// A budget whose tries are all taken by checks still under way is not
+// spent: a check that finds it so waits for one of them to end (at most
+// MaxWait) and then takes the try a good credential gave back, or is
+// refused if the others failed. So many good keys checked at once from one
+// address are never refused for their number, and bad ones still get at
+// most the budget checked.
 type Guard struct {
 	limits   GuardLimits
 	global   *bucket
@@ -51,6 +59,10 @@ type bucket struct {
 	tokens  float64
 	last    time.Time
 	initted bool
+	// pending are the tries taken by checks under way; ended is closed
+	// (and forgotten) when one of them ends.
+	pending int
+	ended   chan struct{}
 }
 
 func newBucket(perSecond float64, burst int) *bucket {
@@ -67,24 +79,50 @@ func (b *bucket) refillLocked(now time.Time) {
 	}
 }
 
-// take takes a try, or says how long until there is one.
-func (b *bucket) take(now time.Time) (time.Duration, bool) {
+// take takes a try, or says how long until there is one and, when
+// checks under way hold tries, a channel closed when one of them ends.
+func (b *bucket) take(now time.Time) (time.Duration, bool, <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refillLocked(now)
 	if b.tokens >= 1 {
 		b.tokens--
-		return 0, true
+		b.pending++
+		return 0, true, nil
 	}
-	return time.Duration((1 - b.tokens) / b.perSec * float64(time.Second)), false
+	wait := time.Duration((1 - b.tokens) / b.perSec * float64(time.Second))
+	if b.pending == 0 {
+		return wait, false, nil
+	}
+	if b.ended == nil {
+		b.ended = make(chan struct{})
+	}
+	return wait, false, b.ended
 }
 
-// give gives a try back.
+// give gives a try back: its check proved the credential good, or was
+// not run.
 func (b *bucket) give(now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refillLocked(now)
 	b.tokens = min(b.burst, b.tokens+1)
+	b.endLocked()
+}
+
+// spend keeps a try: its check failed.
+func (b *bucket) spend() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.endLocked()
+}
+
+func (b *bucket) endLocked() {
+	b.pending = max(b.pending-1, 0)
+	if b.ended != nil {
+		close(b.ended)
+		b.ended = nil
+	}
 }
 
 // NewGuard returns a Guard with the given budgets; none (every rate 0)
@@ -146,10 +184,18 @@ func (g *Guard) limiters(addr string) []*bucket {
 	return ls
 }
 
-// An Attempt is the tries one credential check took; Good gives them back.
+// An Attempt is the tries one credential check took. Every Attempt Try
+// gives ends in Good (they come back) or Failed (they are spent).
 type Attempt struct {
 	taken []*bucket
 	now   func() time.Time
+}
+
+// Failed spends the tries of a check whose credential was refused.
+func (a Attempt) Failed() {
+	for _, b := range a.taken {
+		b.spend()
+	}
 }
 
 // Good gives back the tries of a check whose credential was good: good
@@ -164,24 +210,57 @@ func (a Attempt) Good() {
 	}
 }
 
+// MaxWait is the longest a check waits for the checks under way that
+// hold its budget's tries.
+const MaxWait = 2 * time.Second
+
 // Try takes a try from each of addr's budgets, before its credential is
-// checked. If one is spent it takes none, and says how long until it has a
-// try again.
-func (g *Guard) Try(addr string) (Attempt, time.Duration, bool) {
+// checked. If one has none left it takes none: while checks under way hold
+// that budget's tries it waits for one to end (at most MaxWait, or until
+// ctx ends) and tries again; else it says how long until there is a try.
+func (g *Guard) Try(ctx context.Context, addr string) (Attempt, time.Duration, bool) {
 	if g == nil {
 		return Attempt{}, 0, true
 	}
-	now := g.now()
-	bs := g.limiters(addr)
-	a := Attempt{taken: make([]*bucket, 0, len(bs)), now: g.now}
-	for _, b := range bs {
-		if wait, ok := b.take(now); !ok {
-			for _, t := range a.taken {
-				t.give(now)
+	var timeout <-chan time.Time
+	for {
+		now := g.now()
+		bs := g.limiters(addr)
+		a := Attempt{taken: make([]*bucket, 0, len(bs)), now: g.now}
+		var (
+			wait  time.Duration
+			ended <-chan struct{}
+			short bool
+		)
+		for _, b := range bs {
+			w, ok, ch := b.take(now)
+			if !ok {
+				for _, t := range a.taken {
+					t.give(now)
+				}
+				wait, ended, short = w, ch, true
+				break
 			}
-			return Attempt{}, max(wait, time.Millisecond), false
+			a.taken = append(a.taken, b)
 		}
-		a.taken = append(a.taken, b)
+		if !short {
+			return a, 0, true
+		}
+		wait = max(wait, time.Millisecond)
+		if ended == nil {
+			return Attempt{}, wait, false
+		}
+		if timeout == nil {
+			t := time.NewTimer(MaxWait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-ended:
+		case <-timeout:
+			return Attempt{}, wait, false
+		case <-ctx.Done():
+			return Attempt{}, wait, false
+		}
 	}
-	return a, 0, true
 }

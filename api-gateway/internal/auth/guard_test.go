@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -42,8 +43,9 @@ func TestGuardBudgets(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					if _, wait, ok := g.Try(tt.addrs(i)); ok {
+					if a, wait, ok := g.Try(context.Background(), tt.addrs(i)); ok {
 						through.Add(1)
+						a.Failed()
 					} else if wait <= 0 {
 						t.Error("refused with no wait")
 					}
@@ -65,7 +67,7 @@ func TestGuardGoodCredentialsGiveBack(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	g.now = func() time.Time { return now }
 	for i := range 1000 {
-		a, _, ok := g.Try("192.0.2.1")
+		a, _, ok := g.Try(context.Background(), "192.0.2.1")
 		if !ok {
 			t.Fatalf("good check %d refused", i)
 		}
@@ -75,24 +77,28 @@ func TestGuardGoodCredentialsGiveBack(t *testing.T) {
 	// 192.0.2.1 spends its 4; its network (burst 8) then has 4 left, and
 	// a refusal of .1 takes none of them.
 	for range 4 {
-		if _, _, ok := g.Try("192.0.2.1"); !ok {
+		a, _, ok := g.Try(context.Background(), "192.0.2.1")
+		if !ok {
 			t.Fatal("a failing check refused within the address's burst")
 		}
+		a.Failed()
 	}
 	for range 10 {
-		if _, _, ok := g.Try("192.0.2.1"); ok {
+		if _, _, ok := g.Try(context.Background(), "192.0.2.1"); ok {
 			t.Fatal("a failing check let through past the address's burst")
 		}
 	}
 	for i := range 2 {
-		if _, _, ok := g.Try(fmt.Sprintf("192.0.2.%d", 2+i)); !ok {
+		a, _, ok := g.Try(context.Background(), fmt.Sprintf("192.0.2.%d", 2+i))
+		if !ok {
 			t.Fatal("the network's budget was taken by refused checks")
 		}
+		a.Failed()
 	}
 	// Time refills the budgets.
 	now = now.Add(10 * time.Second)
 	_ = now
-	if _, _, ok := g.Try("192.0.2.1"); !ok {
+	if _, _, ok := g.Try(context.Background(), "192.0.2.1"); !ok {
 		t.Error("no try back after 10 s")
 	}
 }
@@ -104,8 +110,72 @@ func TestGuardOff(t *testing.T) {
 		t.Fatal("a guard with no budgets")
 	}
 	for range 100 {
-		if _, _, ok := g.Try("203.0.113.7"); !ok {
+		if _, _, ok := g.Try(context.Background(), "203.0.113.7"); !ok {
 			t.Fatal("the nil guard refused")
 		}
+	}
+}
+
+// Checks at once past a budget's burst wait for the checks under way: good
+// credentials give their tries back and every one is let through; failing
+// ones spend them, and the rest are refused without being run.
+func TestGuardChecksUnderWay(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		good    bool
+		checks  int
+		through int
+	}{
+		{"good credentials, many at once", true, 100, 100},
+		{"failing credentials, many at once", false, 100, 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewGuard(GuardLimits{PerAddress: 1}) // a burst of 4
+			now := time.Unix(1_800_000_000, 0)
+			g.now = func() time.Time { return now } // no refill during the test
+			var through atomic.Int64
+			var wg sync.WaitGroup
+			for range tt.checks {
+				wg.Go(func() {
+					a, _, ok := g.Try(context.Background(), "203.0.113.9")
+					if !ok {
+						return
+					}
+					through.Add(1)
+					time.Sleep(time.Millisecond) // the check
+					if tt.good {
+						a.Good()
+					} else {
+						a.Failed()
+					}
+				})
+			}
+			wg.Wait()
+			if got := through.Load(); got != int64(tt.through) {
+				t.Errorf("%d of %d checks let through; want %d", got, tt.checks, tt.through)
+			}
+		})
+	}
+}
+
+// A check that waits for checks under way waits no longer than its
+// context.
+func TestGuardWaitEndsWithContext(t *testing.T) {
+	g := NewGuard(GuardLimits{PerAddress: 0.25}) // a burst of 1
+	now := time.Unix(1_800_000_000, 0)
+	g.now = func() time.Time { return now }
+	held, _, ok := g.Try(context.Background(), "203.0.113.9")
+	if !ok {
+		t.Fatal("the first check refused")
+	}
+	defer held.Good()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, wait, ok := g.Try(ctx, "203.0.113.9"); ok || wait <= 0 {
+		t.Errorf("a check past the burst with one under way: ok %t, wait %s", ok, wait)
+	}
+	if took := time.Since(start); took > MaxWait/2 {
+		t.Errorf("waited %s past its context's 50 ms", took)
 	}
 }

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"time"
@@ -49,7 +50,7 @@ func (s *Server) Authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			ctx, addr := c.Request().Context(), c.RealIP()
 			v, lerr, _ := s.lookups.Do(key, func() (any, error) {
 				var l lookup
-				l.wait, l.err = s.guard(addr, "API key", func() (err error) {
+				l.wait, l.err = s.guard(ctx, addr, "API key", func() (err error) {
 					l.acct, err = s.Auth.Authenticate(ctx, key)
 					return err
 				})
@@ -87,7 +88,7 @@ func (s *Server) Authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 // (auth.Guard): a spent budget refuses it before it runs, and a check that
 // did not refuse the credential gives its try back.
 func (s *Server) Guarded(c echo.Context, what string, check func() error) error {
-	wait, err := s.guard(c.RealIP(), what, check)
+	wait, err := s.guard(c.Request().Context(), c.RealIP(), what, check)
 	if wait > 0 {
 		s.refused(c, wait)
 	}
@@ -110,14 +111,23 @@ func (s *Server) refused(c echo.Context, wait time.Duration) {
 
 // guard is Guarded without the request: a refusal is the wait and its
 // 429.
-func (s *Server) guard(addr, what string, check func() error) (time.Duration, error) {
-	try, wait, ok := s.AuthGuard.Try(addr)
+func (s *Server) guard(ctx context.Context, addr, what string, check func() error) (time.Duration, error) {
+	try, wait, ok := s.AuthGuard.Try(ctx, addr)
 	if !ok {
 		return wait, apperr.Errorf(apperr.LimitExceeded, "too many requests with a missing or invalid %s from this address or network; retry after %s", what, wait.Round(time.Millisecond))
 	}
+	ended := false
+	defer func() {
+		if !ended { // check panicked
+			try.Failed()
+		}
+	}()
 	err := check()
+	ended = true
 	if err == nil || apperr.CodeOf(err) != apperr.Unauthenticated {
 		try.Good()
+	} else {
+		try.Failed()
 	}
 	return 0, err
 }
