@@ -64,11 +64,13 @@ func allowedLiterals() map[string]string {
 	add("the due work's member pattern", "^(%a)|([^|]+)|([^|]+)|?(.*)$", "t", "h")
 	add("a chunked field's suffix", "+")
 	add("an Idempotency-Key's state", "creating", "done")
+	add("a ledger's form, its ids' and entries' patterns, XRANGE's bounds", "stream", "^(%d+)-(%d+)$", "^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$",
+		"^(%d+)-?(%d*)$", "-", "(", "COUNT")
 	// Redis tokens, flags and the scripts' own patterns and separators.
 	add("a token", "NX", "XX", "PX", "MINID", "LIMIT", "WITHSCORES", "+inf", "-inf", "*", "", "0", "1", "00", ",", "|", " ",
 		"pending ", "[^,]+", `[^\n]+`, "^(%a+) (%d+)$", "%d")
 	return allowed
 }
 
-var redisCommands = []string{"DEL", "EXISTS", "GET", "HDEL", "HEXISTS", "HGET", "HINCRBY", "HMGET", "HSET", "HSETNX", "INCR", "PEXPIRE", "PEXPIREAT", "PTTL",
-	"PUBLISH", "SET", "TIME", "XADD", "ZADD", "ZCARD", "ZPOPMIN", "ZRANGE", "ZRANGEBYSCORE", "ZREM", "ZREMRANGEBYSCORE"}
+var redisCommands = []string{"DEL", "EXISTS", "GET", "HDEL", "HEXISTS", "HGET", "HGETALL", "HINCRBY", "HMGET", "HSET", "HSETNX", "INCR", "PEXPIRE", "PEXPIREAT", "PTTL",
+	"PUBLISH", "SET", "TIME", "TYPE", "XADD", "XRANGE", "XREVRANGE", "ZADD", "ZCARD", "ZPOPMIN", "ZRANGE", "ZRANGEBYSCORE", "ZREM", "ZREMRANGEBYSCORE"}

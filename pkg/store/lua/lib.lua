@@ -31,19 +31,87 @@ end
 -- whole (milliseconds, credits, counts).
 local function int(n) return string.format('%d', n) end
 
+-- An account's ledger is a hash while it is short: entry id ('<ms>-<seq>',
+-- as a stream's) → 'kind|amount|balance|task|note' (task and note may be
+-- ''; the note, last, may hold '|'). A stream's first node costs about
+-- 4.7 KB however few its entries; the hash, about 100 bytes an entry.
+-- Past LEDGER_SHORT entries the ledger becomes a stream, with the same
+-- ids, and stays one; a ledger written as a stream before it (Easel before
+-- the hash) stays one too. The key is the same: its type says which.
+local LEDGER_SHORT = 16
+
+-- ledger_id reads a ledger entry's id: its ms and seq.
+local function ledger_id(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+
+-- ledger_fields are a short ledger's entry value as a stream entry's
+-- fields.
+local function ledger_fields(v)
+  local kind, amount, balance, task_id, note = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  local e = {'kind', kind, 'amount', amount, 'balance', balance}
+  if task_id ~= '' then e[#e + 1] = 'task'; e[#e + 1] = task_id end
+  if note ~= '' then e[#e + 1] = 'note'; e[#e + 1] = note end
+  return e
+end
+
+-- ledger_entries are a short ledger's entries, oldest first: {ms, seq,
+-- id, value}.
+local function ledger_entries(ledger_key)
+  local h = redis.call('HGETALL', ledger_key)
+  local out = {}
+  for i = 1, #h, 2 do
+    local ms, seq = ledger_id(h[i])
+    out[#out + 1] = {ms, seq, h[i], h[i + 1]}
+  end
+  table.sort(out, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
+  return out
+end
+
+-- ledger_short adds an entry to a short ledger (none yet, or a hash), as
+-- XADD MINID would to a stream: the entries older than keep ms go, and
+-- the new one's id is Redis's clock's ms, or the last id's ms with the
+-- next seq when the clock is not past it. Past LEDGER_SHORT entries it
+-- writes the ones kept into a stream instead, and returns false: the
+-- caller adds the new one there.
+local function ledger_short(ledger_key, now, keep, kind, amount, balance, task_id, note)
+  local kept, gone = {}, {}
+  for _, e in ipairs(ledger_entries(ledger_key)) do
+    if keep > 0 and e[1] < now - keep then gone[#gone + 1] = e[3] else kept[#kept + 1] = e end
+  end
+  if #kept >= LEDGER_SHORT then
+    redis.call('DEL', ledger_key)
+    for _, e in ipairs(kept) do
+      redis.call('XADD', ledger_key, e[3], unpack(ledger_fields(e[4])))
+    end
+    return false
+  end
+  if #gone > 0 then redis.call('HDEL', ledger_key, unpack(gone)) end
+  local clock = redis.call('TIME')
+  local ms, seq = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000), 0
+  local last = kept[#kept]
+  if last and last[1] >= ms then ms, seq = last[1], last[2] + 1 end
+  redis.call('HSET', ledger_key, int(ms) .. '-' .. int(seq),
+    kind .. '|' .. int(amount) .. '|' .. int(balance) .. '|' .. task_id .. '|' .. note)
+  return true
+end
+
 -- ledger appends a credit movement (task_id and note may be ''), drops
 -- the entries older than keep ms (0: keep all), and lets the ledger of an
 -- account that moves no credits for keep ms expire whole.
 local function ledger(ledger_key, now, keep, kind, amount, balance, task_id, note)
-  local e = {'kind', kind, 'amount', int(amount), 'balance', int(balance)}
-  if task_id ~= '' then e[#e + 1] = 'task'; e[#e + 1] = task_id end
-  if note ~= '' then e[#e + 1] = 'note'; e[#e + 1] = note end
-  if keep > 0 then
-    redis.call('XADD', ledger_key, 'MINID', int(now - keep), '*', unpack(e))
-    redis.call('PEXPIRE', ledger_key, int(keep))
-  else
-    redis.call('XADD', ledger_key, '*', unpack(e))
+  if redis.call('TYPE', ledger_key).ok == 'stream' or not ledger_short(ledger_key, now, keep, kind, amount, balance, task_id, note) then
+    local e = {'kind', kind, 'amount', int(amount), 'balance', int(balance)}
+    if task_id ~= '' then e[#e + 1] = 'task'; e[#e + 1] = task_id end
+    if note ~= '' then e[#e + 1] = 'note'; e[#e + 1] = note end
+    if keep > 0 then
+      redis.call('XADD', ledger_key, 'MINID', int(now - keep), '*', unpack(e))
+    else
+      redis.call('XADD', ledger_key, '*', unpack(e))
+    end
   end
+  if keep > 0 then redis.call('PEXPIRE', ledger_key, int(keep)) end
 end
 
 -- join_queue takes the next number of a queue (queue_key: its numbers)
