@@ -2,9 +2,18 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"reflect"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/easelhq/easel/pkg/account"
+	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
 // ledgerOf is an account's whole ledger, oldest first, whichever its form
@@ -28,4 +37,282 @@ func ledgerOf(t testing.TB, rdb redis.Scripter, acct string) []redis.XMessage {
 		out = append(out, redis.XMessage{ID: e.ID, Values: v})
 	}
 	return out
+}
+
+// The two forms of a ledger (lib.lua's ledger): a hash while it is short,
+// a stream past ledgerShort entries or when written as one before the
+// hash existed. Reads agree on both; a write keeps a ledger's form until
+// a hash grows past ledgerShort, when it becomes a stream of the same
+// entries, with the same ids. On one server and on a cluster.
+func TestLedgerForms(t *testing.T) {
+	t.Run("one server", func(t *testing.T) {
+		testLedgerForms(t, redistest.Start(t).Client(t))
+	})
+	t.Run("a cluster", func(t *testing.T) {
+		c := redistest.StartCluster(t)
+		opt, err := redis.ParseClusterURL(c.URL)
+		must(t, err)
+		cc := redis.NewClusterClient(opt)
+		t.Cleanup(func() { _ = cc.Close() })
+		testLedgerForms(t, cc)
+	})
+}
+
+// ledgerShort is lib.lua's LEDGER_SHORT: the most entries a hash holds.
+const ledgerShort = 16
+
+func testLedgerForms(t *testing.T, rdb redis.UniversalClient) {
+	const keep = time.Hour
+	typeOf := func(acct string) string { return rdb.Type(ctx, ledgerKey(acct)).Val() }
+	ttlOK := func(t *testing.T, acct string) {
+		t.Helper()
+		if ttl := rdb.PTTL(ctx, ledgerKey(acct)).Val(); ttl <= keep-time.Minute || ttl > keep {
+			t.Errorf("the ledger's TTL %v; want the retention %v", ttl, keep)
+		}
+	}
+
+	t.Run("a hash until it grows past the short ledger, then a stream of the same entries", func(t *testing.T) {
+		s := storesOn(rdb, Options{LedgerRetention: keep})
+		a, err := s.accounts.Create(ctx, account.Spec{Name: "forms", Credits: 70})
+		must(t, err)
+		if typeOf(a.ID) != "hash" {
+			t.Fatalf("a new account's ledger is a %s; want a hash", typeOf(a.ID))
+		}
+		ttlOK(t, a.ID)
+		for i := 1; i < ledgerShort; i++ {
+			_, err := s.accounts.AddCredits(ctx, a.ID, int64(i), fmt.Sprintf("top-up|%d", i))
+			must(t, err)
+		}
+		if typeOf(a.ID) != "hash" {
+			t.Fatalf("a ledger of %d entries is a %s; want a hash", ledgerShort, typeOf(a.ID))
+		}
+		short := ledgerOf(t, rdb, a.ID)
+		if len(short) != ledgerShort || short[0].Values[fLedgerNote] != "initial credits" || short[0].Values[fLedgerBalance] != "70" {
+			t.Fatalf("the short ledger: %v", short)
+		}
+		for i := 1; i < len(short); i++ {
+			prev, e := short[i-1], short[i]
+			if !idLess(prev.ID, e.ID) || e.Values[fLedgerNote] != fmt.Sprintf("top-up|%d", i) || e.Values[fLedgerAmount] != strconv.Itoa(i) {
+				t.Fatalf("entry %d %v after %v: not in order, or not what was written", i, e, prev)
+			}
+		}
+		ttlOK(t, a.ID)
+
+		_, err = s.accounts.AddCredits(ctx, a.ID, 100, "")
+		must(t, err)
+		if typeOf(a.ID) != "stream" {
+			t.Fatalf("a ledger of %d entries is a %s; want a stream", ledgerShort+1, typeOf(a.ID))
+		}
+		ttlOK(t, a.ID)
+		got := rdb.XRange(ctx, ledgerKey(a.ID), "-", "+").Val()
+		if len(got) != ledgerShort+1 {
+			t.Fatalf("the stream holds %d entries; want %d", len(got), ledgerShort+1)
+		}
+		for i, e := range short {
+			if got[i].ID != e.ID || !maps.Equal(got[i].Values, e.Values) {
+				t.Errorf("stream entry %d %v; the hash held %v", i, got[i], e)
+			}
+		}
+		last := got[ledgerShort]
+		if !idLess(short[ledgerShort-1].ID, last.ID) || last.Values[fLedgerAmount] != "100" || last.Values[fLedgerBalance] != strconv.Itoa(70+ledgerShort*(ledgerShort-1)/2+100) {
+			t.Errorf("the new entry %v", last)
+		}
+		if l, err := s.accounts.Ledger(ctx, a.ID, 2); err != nil || len(l) != 2 || l[0].ID != last.ID || l[1].ID != short[ledgerShort-1].ID {
+			t.Errorf("Ledger(2) = %+v, %v", l, err)
+		}
+	})
+
+	t.Run("entries of one millisecond", func(t *testing.T) {
+		s := storesOn(rdb, Options{})
+		seedAccount(t, rdb, "burst", 0, "")
+		// The clock has not moved past the last entry (it went back, or
+		// the entries come faster): the next seq of its millisecond.
+		future := time.Now().Add(time.Hour).UnixMilli()
+		must(t, rdb.HSet(ctx, ledgerKey("burst"), fmt.Sprintf("%d-7", future), "credit|1|1||").Err())
+		_, err := s.accounts.AddCredits(ctx, "burst", 2, "")
+		must(t, err)
+		l := ledgerOf(t, rdb, "burst")
+		if len(l) != 2 || l[1].ID != fmt.Sprintf("%d-8", future) || l[1].Values[fLedgerAmount] != "2" {
+			t.Errorf("the ledger %v; want the new entry at %d-8", l, future)
+		}
+	})
+
+	t.Run("a stream stays a stream", func(t *testing.T) {
+		// An account of Easel before the hash: a stream of one entry.
+		s := storesOn(rdb, Options{LedgerRetention: keep})
+		seedAccount(t, rdb, "old", 100, "")
+		old := idAt(time.Now().Add(-time.Minute))
+		must(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: ledgerKey("old"), ID: old, Values: []any{fLedgerKind, "credit", fLedgerAmount, 100, fLedgerBalance, 100, fLedgerNote, "initial credits"}}).Err())
+		_, err := s.accounts.AddCredits(ctx, "old", 5, "")
+		must(t, err)
+		if typeOf("old") != "stream" || rdb.XLen(ctx, ledgerKey("old")).Val() != 2 {
+			t.Fatalf("after a write the old ledger is a %s of %d entries; want a stream of 2", typeOf("old"), rdb.XLen(ctx, ledgerKey("old")).Val())
+		}
+		ttlOK(t, "old")
+		l, err := s.accounts.Ledger(ctx, "old", 10)
+		if err != nil || len(l) != 2 || l[1].ID != old || l[1].Note != "initial credits" || l[0].Amount != 5 || l[0].Balance != 105 {
+			t.Errorf("Ledger = %+v, %v", l, err)
+		}
+		// Once it expired (no credits moved for the retention), the next
+		// entry starts a hash.
+		must(t, rdb.Del(ctx, ledgerKey("old")).Err())
+		_, err = s.accounts.AddCredits(ctx, "old", 1, "")
+		must(t, err)
+		if typeOf("old") != "hash" {
+			t.Errorf("a ledger started again is a %s; want a hash", typeOf("old"))
+		}
+	})
+
+	// The retention on a hash, as TestLedgerRetention's on a stream: every
+	// write drops the entries older than it and sets the TTL; none without
+	// one.
+	for _, w := range []struct {
+		name  string
+		write func(t *testing.T, s *stores) int64
+	}{
+		{"AddCredits", func(t *testing.T, s *stores) int64 {
+			_, err := s.accounts.AddCredits(ctx, "kept", 50, "top-up")
+			must(t, err)
+			return 50
+		}},
+		{"a create's debit", func(t *testing.T, s *stores) int64 {
+			_, err := s.tasks.Create(ctx, pending("kept", "t-"+strconv.FormatInt(time.Now().UnixNano(), 36)), std, nil)
+			must(t, err)
+			return -std.Price
+		}},
+	} {
+		for _, retention := range []time.Duration{keep, 0} {
+			t.Run(fmt.Sprintf("%s, retention %v", w.name, retention), func(t *testing.T) {
+				must(t, rdb.Del(ctx, ledgerKey("kept")).Err())
+				seedAccount(t, rdb, "kept", 100, "")
+				now := time.Now()
+				old := []string{idAt(now.Add(-3 * keep)), idAt(now.Add(-keep - time.Minute)), idAt(now.Add(-keep + time.Minute))}
+				for _, id := range old {
+					must(t, rdb.HSet(ctx, ledgerKey("kept"), id, "credit|0|100||").Err())
+				}
+				moved := w.write(t, storesOn(rdb, Options{LedgerRetention: retention}))
+				got := ledgerOf(t, rdb, "kept")
+				want := old[2:]
+				if retention == 0 {
+					want = old
+				}
+				if len(got) != len(want)+1 || got[0].ID != want[0] || typeOf("kept") != "hash" {
+					t.Fatalf("the ledger (a %s) holds %v; want %v and the new entry", typeOf("kept"), got, want)
+				}
+				if last := got[len(got)-1]; last.Values[fLedgerAmount] != strconv.FormatInt(moved, 10) || last.Values[fLedgerBalance] != strconv.FormatInt(100+moved, 10) {
+					t.Errorf("the new entry %v; want %d, balance %d", last, moved, 100+moved)
+				}
+				if retention == 0 {
+					if ttl := rdb.PTTL(ctx, ledgerKey("kept")).Val(); ttl != -1 {
+						t.Errorf("TTL %v; want none", ttl)
+					}
+				} else {
+					ttlOK(t, "kept")
+				}
+			})
+		}
+	}
+
+	t.Run("reads agree on both forms", func(t *testing.T) {
+		s := storesOn(rdb, Options{})
+		// The same entries, several in one millisecond, in a hash (h) and
+		// a stream (s).
+		base := time.Now().Add(-time.Minute).UnixMilli()
+		type entry struct {
+			ms, seq               int64
+			kind, amount, balance string
+			task, note            string
+		}
+		entries := []entry{
+			{base, 0, "credit", "10", "10", "", "initial credits"},
+			{base, 1, "debit", "-4", "6", "t1", ""},
+			{base, 2, "debit", "-4", "2", "t2", ""},
+			{base + 5, 0, "refund", "4", "6", "t2", "x|y"},
+			{base + 7, 0, "credit", "5", "11", "", "a | note"},
+			{base + 7, 1, "debit", "-4", "7", "t3", ""},
+			{base + 10, 3, "credit", "-1", "6", "", ""},
+			{base + 12, 0, "debit", "-4", "2", "t4", ""},
+		}
+		for _, acct := range []string{"h", "s"} {
+			seedAccount(t, rdb, acct, 2, "")
+		}
+		for _, e := range entries {
+			id := fmt.Sprintf("%d-%d", e.ms, e.seq)
+			must(t, rdb.HSet(ctx, ledgerKey("h"), id, strings.Join([]string{e.kind, e.amount, e.balance, e.task, e.note}, "|")).Err())
+			v := []any{fLedgerKind, e.kind, fLedgerAmount, e.amount, fLedgerBalance, e.balance}
+			if e.task != "" {
+				v = append(v, fLedgerTask, e.task)
+			}
+			if e.note != "" {
+				v = append(v, fLedgerNote, e.note)
+			}
+			must(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: ledgerKey("s"), ID: id, Values: v}).Err())
+		}
+		if typeOf("h") != "hash" || typeOf("s") != "stream" {
+			t.Fatalf("the ledgers are a %s and a %s", typeOf("h"), typeOf("s"))
+		}
+		agree := func(what string, read func(acct string) (any, error)) {
+			t.Helper()
+			h, errH := read("h")
+			st, errS := read("s")
+			if errH != nil || errS != nil || !reflect.DeepEqual(h, st) {
+				t.Errorf("%s: the hash gives %+v, %v; the stream %+v, %v", what, h, errH, st, errS)
+			}
+		}
+		for _, n := range []int64{1, 3, 8, 100} {
+			agree(fmt.Sprint("Ledger ", n), func(acct string) (any, error) { return s.accounts.Ledger(ctx, acct, n) })
+		}
+		for _, limit := range []int64{1, 2, 3, 10} {
+			agree(fmt.Sprint("LedgerPage's pages of ", limit), func(acct string) (any, error) {
+				var pages [][]account.LedgerEntry
+				before := ""
+				for {
+					p, next, err := s.accounts.LedgerPage(ctx, acct, before, limit)
+					if err != nil {
+						return nil, err
+					}
+					pages = append(pages, p)
+					if next == "" {
+						return pages, nil
+					}
+					if len(pages) > len(entries) {
+						return pages, fmt.Errorf("no last page after %d", len(pages))
+					}
+					before = next
+				}
+			})
+		}
+		for _, before := range []string{fmt.Sprintf("%d-1", base+7), fmt.Sprintf("%d-0", base+7), fmt.Sprintf("%d-2", base), "1-0", "99999999999999-0"} {
+			agree("LedgerPage before "+before, func(acct string) (any, error) {
+				p, next, err := s.accounts.LedgerPage(ctx, acct, before, 2)
+				return []any{p, next}, err
+			})
+		}
+		at := func(ms int64) time.Time { return time.UnixMilli(ms) }
+		for _, r := range []struct{ from, to time.Time }{
+			{time.Time{}, time.Time{}}, {at(base), at(base + 7)}, {at(base + 1), time.Time{}}, {time.Time{}, at(base + 10)},
+			{at(base + 7), at(base + 8)}, {at(base + 5), at(base + 5)}, {at(base + 11), at(base + 13)}, {at(base + 13), time.Time{}},
+		} {
+			agree(fmt.Sprintf("LedgerRange %d..%d", r.from.UnixMilli()-base, r.to.UnixMilli()-base), func(acct string) (any, error) {
+				var out []account.LedgerEntry
+				err := s.accounts.LedgerRange(ctx, acct, r.from, r.to, func(e account.LedgerEntry) error {
+					out = append(out, e)
+					return nil
+				})
+				return out, err
+			})
+		}
+		// And what they agree on is the entries.
+		l, err := s.accounts.Ledger(ctx, "h", 100)
+		if err != nil || len(l) != len(entries) {
+			t.Fatalf("Ledger = %d entries, %v; want %d", len(l), err, len(entries))
+		}
+		for i, e := range entries {
+			g := l[len(l)-1-i]
+			if g.ID != fmt.Sprintf("%d-%d", e.ms, e.seq) || g.Kind != e.kind || strconv.FormatInt(g.Amount, 10) != e.amount ||
+				strconv.FormatInt(g.Balance, 10) != e.balance || g.TaskID != e.task || g.Note != e.note || g.Time.UnixMilli() != e.ms {
+				t.Errorf("entry %d: %+v; want %+v", i, g, e)
+			}
+		}
+	})
 }
