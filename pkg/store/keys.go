@@ -77,7 +77,9 @@ func idempotencyKey(accountID, key string) string {
 // keys must share a slot on a cluster).
 func noKey(accountID string) string { return tag(accountID) + "none" }
 
-// ledgerKey is the key of an account's credit ledger.
+// ledgerKey is the key of an account's credit ledger: a hash while it is
+// short, a stream past that (lib.lua's ledger; ledger_read.lua reads
+// either).
 func ledgerKey(accountID string) string { return tag(accountID) + "ledger" }
 
 // accountKeysKey is the key of the set of an account's API key hashes.
