@@ -90,13 +90,13 @@ func TestArchitectureNamesEveryPackage(t *testing.T) {
 		seen[dir] = true
 		// Named by its path from the service or pkg/ ("internal/api",
 		// "imagegen/pool", "pkg/store") or, for a package of pkg/, by its
-		// last element in backquotes ("`store`").
+		// path under pkg/ in backquotes ("`store`", "`prom/promtest`").
 		rel := dir
 		for _, root := range []string{"api-gateway/", "worker/"} {
 			rel = strings.TrimPrefix(rel, root)
 		}
-		base := filepath.Base(dir)
-		if !strings.Contains(text, rel) && !(under(f.path, "pkg") && strings.Contains(text, "`"+base+"`")) {
+		short := strings.TrimPrefix(dir, "pkg/")
+		if !strings.Contains(text, rel) && !(under(f.path, "pkg") && strings.Contains(text, "`"+short+"`")) {
 			if dir == "api-gateway" || dir == "worker" {
 				continue // the services' roots: named as the services
 			}
@@ -156,6 +156,25 @@ func TestArchitectureStoreTableIsTrue(t *testing.T) {
 			if !slices.Contains(have, m[1]) {
 				t.Errorf("ARCHITECTURE.md says store.%s has %s; it does not", typ, m[1])
 			}
+		}
+	}
+}
+
+// Every path ARCHITECTURE.md names from the repository's root exists.
+func TestArchitecturePathsExist(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "ARCHITECTURE.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := regexp.MustCompile("`((?:api-gateway|worker|pkg|tools|e2e|deploy|bench|proto|sdk)/[A-Za-z0-9_./-]+)`")
+	found := path.FindAllStringSubmatch(string(doc), -1)
+	if len(found) < 20 {
+		t.Fatalf("found only %d paths in ARCHITECTURE.md", len(found))
+	}
+	for _, m := range found {
+		p := strings.TrimSuffix(m[1], "/")
+		if _, err := os.Stat(filepath.Join(repoRoot, filepath.FromSlash(p))); err != nil {
+			t.Errorf("ARCHITECTURE.md names %s, which does not exist", m[1])
 		}
 	}
 }

@@ -99,6 +99,10 @@ func startStack(t *testing.T, o stackOptions) *stack {
 		"EASEL_SIM_DELAY":           o.simDelay.String(),
 		"EASEL_WORKER_CONCURRENCY":  "4",
 		"EASEL_TASK_CHECK_INTERVAL": "20ms",
+		// Each simulated step's progress written, for the tests that
+		// watch it rise.
+		"EASEL_PROGRESS_STEP":     "1",
+		"EASEL_PROGRESS_INTERVAL": "200ms",
 	}
 	maps.Copy(env, blobEnv(t))
 	maps.Copy(env, o.env)

@@ -70,6 +70,14 @@ type Config struct {
 	// SimDelay is the procedural generator's simulated duration for the
 	// standard model; pro takes twice as long.
 	SimDelay time.Duration `env:"EASEL_SIM_DELAY" envDefault:"3s"`
+	// ProgressStep and ProgressInterval pace the progress a worker writes
+	// to its tasks (processor.Pacing), whatever the generator reports: a
+	// rise of ProgressStep points is written once half of ProgressInterval
+	// has passed since the last write, any rise once ProgressInterval has,
+	// the first report and the end of a generation as soon as they can be
+	// (none within 200 ms of the last write or the start).
+	ProgressStep     int           `env:"EASEL_PROGRESS_STEP" envDefault:"20"`
+	ProgressInterval time.Duration `env:"EASEL_PROGRESS_INTERVAL" envDefault:"10s"`
 	// TaskCheckInterval is how often an idle worker polls its queues.
 	TaskCheckInterval time.Duration `env:"EASEL_TASK_CHECK_INTERVAL" envDefault:"50ms"`
 	// BlobRetention is how long result images are kept; a little over the 24
@@ -212,6 +220,12 @@ func (c *Config) Validate() error {
 	}
 	if c.SimDelay < 0 {
 		errs = append(errs, fmt.Errorf("EASEL_SIM_DELAY %s: want 0 or more", c.SimDelay))
+	}
+	if c.ProgressStep < 1 || c.ProgressStep > 99 {
+		errs = append(errs, fmt.Errorf("EASEL_PROGRESS_STEP %d: want 1 to 99", c.ProgressStep))
+	}
+	if c.ProgressInterval < 100*time.Millisecond || c.ProgressInterval > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("EASEL_PROGRESS_INTERVAL %s: want 100ms to 10m", c.ProgressInterval))
 	}
 	if c.TaskCheckInterval < time.Millisecond || c.TaskCheckInterval > 10*time.Second {
 		errs = append(errs, fmt.Errorf("EASEL_TASK_CHECK_INTERVAL %s: want 1ms to 10s", c.TaskCheckInterval))

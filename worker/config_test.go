@@ -6,6 +6,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/tools/testkit/configtest"
+	"github.com/easelhq/easel/worker/internal/processor"
 )
 
 func environ(kv ...string) map[string]string {
@@ -19,6 +20,9 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.HTTPAddr != ":8081" || c.Queues != "standard,pro" || c.Generator != "procedural" || c.SimDelay != 3*time.Second || c.TaskCheckInterval != 50*time.Millisecond {
 		t.Errorf("defaults: %+v", c)
+	}
+	if c.ProgressStep != processor.DefaultProgressStep || c.ProgressInterval != processor.DefaultProgressInterval {
+		t.Errorf("progress pacing %d points, %s; want the processor's defaults", c.ProgressStep, c.ProgressInterval)
 	}
 	if c.WebhookConcurrency != 50 || c.WebhookTimeout != 10*time.Second || c.WebhookRetryInitial != 5*time.Second || c.PublicURL != "http://localhost:8080" || c.SigningSecret != "" {
 		t.Errorf("webhook defaults: %+v", c)
@@ -42,6 +46,9 @@ func TestConfigErrors(t *testing.T) {
 		{Name: "duplicate queue", Env: environ("EASEL_QUEUES", "pro,pro"), Want: "listed twice"},
 		{Name: "negative delay", Env: environ("EASEL_SIM_DELAY", "-1s"), Want: "EASEL_SIM_DELAY"},
 		{Name: "zero delay", Env: environ("EASEL_SIM_DELAY", "0"), Want: ""},
+		{Name: "progress step", Env: environ("EASEL_PROGRESS_STEP", "0"), Want: "EASEL_PROGRESS_STEP"},
+		{Name: "progress step of one point", Env: environ("EASEL_PROGRESS_STEP", "1"), Want: ""},
+		{Name: "progress interval", Env: environ("EASEL_PROGRESS_INTERVAL", "10ms"), Want: "EASEL_PROGRESS_INTERVAL"},
 		{Name: "bad concurrency", Env: environ("EASEL_WORKER_CONCURRENCY", "0"), Want: "EASEL_WORKER_CONCURRENCY"},
 		{Name: "unknown generator", Env: environ("EASEL_GENERATOR", "dalle"), Want: "EASEL_GENERATOR"},
 		{Name: "gemini without a key", Env: environ("EASEL_GENERATOR", "gemini"), Want: "EASEL_GEMINI_API_KEY"},

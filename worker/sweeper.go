@@ -1,9 +1,12 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"math/rand/v2"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -35,13 +38,26 @@ import (
 //     one worker at a time reads them.
 const (
 	orphanEvery = 5 * time.Second
-	// dueBatch is the most entries of a shard read in one round trip.
+	// dueBatch is the most entries of a shard read in one round trip (one
+	// script: a few milliseconds of Redis, whatever the shard's size).
 	dueBatch = 1000
 	// duePoll is how often the recovery looks for shards due, and
 	// dueIdle the longest a held shard goes unread (new work is never due
 	// sooner than store.HookGrace after it is added).
 	duePoll = time.Second
 	dueIdle = 5 * time.Second
+	// dueRound bounds a poll by time, not by count: a shard with more due
+	// than a batch is read on, batch after batch, until it has nothing due
+	// or the poll has read for dueRound; the shards it did not get to, and
+	// the one it left with more due, are read at the next poll, which
+	// follows at once, the longest waiting first. So a shard's backlog is
+	// read as fast as its checks go (one account of 1,000,000 pending
+	// tasks is checked every store.QueueRecheck, not every 1,000 s), and
+	// the leases are renewed between polls.
+	dueRound = time.Second
+	// dueQueueing is how many missing jobs a recovery queues at once (each
+	// is a round trip to Asynq).
+	dueQueueing = 8
 	// leaseEvery is how often a worker renews its shards' leases, rebalances
 	// them and says it is alive; a lease lasts shardLeaseTTL without a
 	// renewal. A worker counts as alive (sharing the shards) while it said
@@ -226,19 +242,24 @@ type recovery struct {
 	// held are the shards this worker holds, with when each is next due
 	// for a read.
 	held map[int]time.Time
-	// The timings (leaseEvery, shardLeaseTTL, duePoll, dueIdle; tests
-	// shorten them): how often the shards' leases are renewed and
+	// The timings (leaseEvery, shardLeaseTTL, duePoll, dueIdle, dueRound;
+	// tests shorten them): how often the shards' leases are renewed and
 	// rebalanced, how long a lease lasts without a renewal, how often the
-	// held shards are looked at, and the longest one goes unread.
-	leaseEvery, leaseTTL, pollEvery, idle time.Duration
+	// held shards are looked at, the longest one goes unread, and the
+	// longest a poll reads on.
+	leaseEvery, leaseTTL, pollEvery, idle, round time.Duration
+	// batch is the most entries of a shard read at once (dueBatch).
+	batch int
 	// observe, when set (tests), is told the shards held after each
 	// lease round.
 	observe func(held []int)
 }
 
-// recoveryReport counts what a poll did.
+// recoveryReport counts what a poll did; more: it left work due (its
+// round ran out), for the next poll to read at once.
 type recoveryReport struct {
 	queued, expired, hooked int
+	more                    bool
 }
 
 func newRecovery(st recoveryStore, leases shardLeaser, q recoveryQueue, hooks hookNotifier, metrics sweepMetrics, me string, log *zap.Logger) *recovery {
@@ -246,18 +267,32 @@ func newRecovery(st recoveryStore, leases shardLeaser, q recoveryQueue, hooks ho
 		metrics = noSweepMetrics{}
 	}
 	return &recovery{st: st, leases: leases, q: q, hooks: hooks, metrics: metrics, log: log, me: me, now: time.Now, held: map[int]time.Time{},
-		leaseEvery: leaseEvery, leaseTTL: shardLeaseTTL, pollEvery: duePoll, idle: dueIdle}
+		leaseEvery: leaseEvery, leaseTTL: shardLeaseTTL, pollEvery: duePoll, idle: dueIdle, round: dueRound, batch: dueBatch}
 }
 
 // run leases shards and does their due work until ctx is done, then
-// gives its shards back.
+// gives its shards back. A poll that left work due is followed by the
+// next at once, the leases renewed between them when their time comes.
 func (r *recovery) run(ctx context.Context) {
 	lease := time.NewTicker(r.leaseEvery)
 	defer lease.Stop()
 	poll := time.NewTicker(r.pollEvery)
 	defer poll.Stop()
 	r.lease(ctx)
+	more := r.poll(ctx).more
 	for {
+		if more {
+			select {
+			case <-ctx.Done():
+				r.giveBack(ctx)
+				return
+			case <-lease.C:
+				r.lease(ctx)
+			default:
+			}
+			more = r.poll(ctx).more
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			r.giveBack(ctx)
@@ -265,7 +300,7 @@ func (r *recovery) run(ctx context.Context) {
 		case <-lease.C:
 			r.lease(ctx)
 		case <-poll.C:
-			r.poll(ctx)
+			more = r.poll(ctx).more
 		}
 	}
 }
@@ -359,35 +394,77 @@ func (r *recovery) lease(ctx context.Context) {
 }
 
 // poll reads the due work of the shards this worker holds that are due
-// for a read, and does it.
+// for a read, the longest waiting first, and does it: each is read batch
+// after batch until it has nothing due, for r.round at most in all (then
+// more: what is left is read at the next poll).
 func (r *recovery) poll(ctx context.Context) recoveryReport {
 	var rep recoveryReport
-	now := r.now()
-	for _, n := range r.shards() {
-		if r.held[n].After(now) {
-			continue
+	start := r.now()
+	var due []int
+	for n, at := range r.held {
+		if !at.After(start) {
+			due = append(due, n)
 		}
-		w, err := r.st.Due(ctx, n, now, dueBatch)
-		if err != nil {
-			r.log.Warn("recovery: due work", zap.Int("shard", n), zap.Error(err))
-			r.held[n] = now.Add(r.idle)
-			continue
+	}
+	slices.SortFunc(due, func(a, b int) int {
+		if c := r.held[a].Compare(r.held[b]); c != 0 {
+			return c
 		}
-		next := now.Add(r.idle)
-		if !w.Next.IsZero() && w.Next.Before(next) {
-			next = w.Next
+		return cmp.Compare(a, b)
+	})
+	for i, n := range due {
+		if ctx.Err() != nil {
+			break
 		}
-		if len(w.Entries) == dueBatch {
-			next = now // more is due: read on at the next poll
+		if i > 0 && r.now().Sub(start) >= r.round {
+			rep.more = true // the others are read first at the next poll
+			break
 		}
-		r.held[n] = next
-		r.do(ctx, w.Entries, &rep)
+		r.read(ctx, n, start, &rep)
 	}
 	return rep
 }
 
-// do does a batch of due work.
-func (r *recovery) do(ctx context.Context, entries []store.DueEntry, rep *recoveryReport) {
+// read reads a shard's due work, batch after batch, and does it, until
+// the shard has nothing due or the poll begun at start has read for
+// r.round; then notes when the shard is next due for a read. A batch
+// whose queue checks failed (the queues' Redis is away) ends the read:
+// the rest is read a poll interval later, not at once.
+func (r *recovery) read(ctx context.Context, n int, start time.Time, rep *recoveryReport) {
+	for {
+		now := r.now()
+		w, err := r.st.Due(ctx, n, now, r.batch)
+		if err != nil {
+			r.log.Warn("recovery: due work", zap.Int("shard", n), zap.Error(err))
+			r.held[n] = now.Add(r.idle)
+			return
+		}
+		ok := r.do(ctx, w.Entries, rep)
+		if !ok {
+			r.held[n] = now.Add(r.pollEvery)
+			return
+		}
+		if len(w.Entries) < r.batch || ctx.Err() != nil {
+			next := now.Add(r.idle)
+			if !w.Next.IsZero() && w.Next.Before(next) {
+				next = w.Next
+			}
+			r.held[n] = next
+			return
+		}
+		// More is due. Every entry read is due again later than now (Due
+		// moves it on), so the next batch is new work.
+		if r.now().Sub(start) >= r.round {
+			r.held[n] = now // read on at the next poll
+			rep.more = true
+			return
+		}
+	}
+}
+
+// do does a batch of due work; not ok: some of its queue checks or
+// queueings failed.
+func (r *recovery) do(ctx context.Context, entries []store.DueEntry, rep *recoveryReport) (ok bool) {
 	var checks, expires []store.DueEntry
 	for _, e := range entries {
 		switch e.Kind {
@@ -400,17 +477,19 @@ func (r *recovery) do(ctx context.Context, entries []store.DueEntry, rep *recove
 			rep.hooked++
 		}
 	}
-	rep.queued += r.check(ctx, checks)
+	queued, ok := r.check(ctx, checks)
+	rep.queued += queued
 	rep.expired += r.expire(ctx, expires)
+	return ok
 }
 
 // check makes sure the job of every admitted task still pending is on its
 // queue, and queues the missing ones from the job payload the task keeps.
 // Queueing a job that is queued already is a no-op, so a task is never
-// queued twice.
-func (r *recovery) check(ctx context.Context, checks []store.DueEntry) int {
+// queued twice. Not ok: the checks, or some queueings, failed.
+func (r *recovery) check(ctx context.Context, checks []store.DueEntry) (queued int, ok bool) {
 	if len(checks) == 0 {
-		return 0
+		return 0, true
 	}
 	runs := make([]jobs.Run, len(checks))
 	for i, c := range checks {
@@ -423,29 +502,39 @@ func (r *recovery) check(ctx context.Context, checks []store.DueEntry) int {
 	missing, err := r.q.Missing(ctx, runs)
 	if err != nil {
 		r.log.Warn("recovery: queue checks", zap.Error(err))
-		return 0
+		return 0, false
 	}
-	n := 0
+	// The missing ones are queued dueQueueing at a time.
+	var n, failed atomic.Int64
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, dueQueueing)
 	for i, c := range checks {
 		if !missing[i] {
 			continue
 		}
-		log := r.log.With(zap.String("task_id", c.TaskID), zap.String("account_id", c.AccountID))
-		// A task that started or ended since the check was read has no job
-		// to lose; queueing its run again at worst costs a pickup that finds
-		// the task started or final and drops the job.
-		ref := jobs.Ref{AccountID: c.AccountID, TaskID: c.TaskID, Queue: c.Queue, Deadline: jobs.RunDeadline(c.Deadline)}
-		added, err := r.q.EnsureGenerateImage(ctx, ref, runs[i].ID)
-		if err != nil {
-			log.Warn("recovery: could not queue a task's job; will try again", zap.Error(err))
-			continue
-		}
-		if added {
-			n++
-			log.Warn("recovery: queued the job of a pending task that had none (its gateway stopped before queueing it, a failover lost it, or it was deleted)")
-		}
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			log := r.log.With(zap.String("task_id", c.TaskID), zap.String("account_id", c.AccountID))
+			// A task that started or ended since the check was read has no
+			// job to lose; queueing its run again at worst costs a pickup
+			// that finds the task started or final and drops the job.
+			ref := jobs.Ref{AccountID: c.AccountID, TaskID: c.TaskID, Queue: c.Queue, Deadline: jobs.RunDeadline(c.Deadline)}
+			added, err := r.q.EnsureGenerateImage(ctx, ref, runs[i].ID)
+			if err != nil {
+				log.Warn("recovery: could not queue a task's job; will try again", zap.Error(err))
+				failed.Add(1)
+				return
+			}
+			if added {
+				n.Add(1)
+				log.Warn("recovery: queued the job of a pending task that had none (its gateway stopped before queueing it, a failover lost it, or it was deleted)")
+			}
+		}()
 	}
-	return n
+	wg.Wait()
+	return int(n.Load()), failed.Load() == 0
 }
 
 // expire fails and refunds, in one batch, tasks past their deadline that

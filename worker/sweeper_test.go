@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"reflect"
@@ -369,13 +370,17 @@ func TestRecoveryQueuesMissingJobs(t *testing.T) {
 	}
 
 	// Their runs start them with the input the record kept: the task's,
-	// without the callback (the record keeps that apart).
+	// without the callback (the record keeps that apart), and with the
+	// model the record keeps, the input naming none.
 	for _, j := range []jobs.GenerateImage{lost, queued} {
 		st, err := e.tasks.Start(ctx, e.acct, j.TaskID, j.TaskID)
 		if err != nil || st.Outcome != task.Applied {
 			t.Fatalf("Start %s = %v, %v", j.TaskID, st.Outcome, err)
 		}
-		in, err := jobs.DecodeInput(st.Input)
+		if st.Model != j.Input.Model.ID || bytes.Contains(st.Input, []byte(st.Model)) {
+			t.Errorf("%s starts with the model %q and the input %q; want %s once, from the record", j.TaskID, st.Model, st.Input, j.Input.Model.ID)
+		}
+		in, err := jobs.DecodeInput(st.Input, catalog.Model{ID: st.Model, Tier: jobs.QueueTier(jobs.RefOf(j).Queue)})
 		if err != nil || in.Prompt != "p" || !reflect.DeepEqual(in, j.Input) {
 			t.Errorf("%s runs the input %+v, %v; want %+v", j.TaskID, in, err, j.Input)
 		}

@@ -117,7 +117,8 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		webhook.NewClient(webhook.Options{Policy: cfg.EgressPolicy(), Timeout: cfg.WebhookTimeout}),
 		signedurl.New(resultSecret(cfg, log), cfg.PublicURL),
 		webhook.DefaultSchedule(cfg.WebhookRetryInitial), log)
-	popts := processor.Options{Retry: retry, Metrics: meter, Hooks: hk, Admitter: enq}
+	popts := processor.Options{Retry: retry, Metrics: meter, Hooks: hk, Admitter: enq,
+		Pacing: processor.Pacing{Step: cfg.ProgressStep, Interval: cfg.ProgressInterval}}
 	if gen == nil {
 		// A pool of upstream credentials, re-read when its file changes.
 		upstreams, err := newPool(ctx, cfg, rdb, meter, log)

@@ -35,6 +35,10 @@ const MaxRetry = 3
 // workers scale on their own (EASEL_QUEUES picks which a worker serves).
 func Queue(t catalog.Tier) string { return string(t) }
 
+// QueueTier is the tier whose queue is q (Queue): unknown if q is no
+// tier's.
+func QueueTier(q string) catalog.Tier { return catalog.Tier(q) }
+
 // Queues lists every tier's queue.
 func Queues() []string {
 	out := make([]string, len(catalog.Tiers))
@@ -53,7 +57,7 @@ type GenerateImage struct {
 	AccountID string
 	// Input is the client's request with its defaults applied
 	// (task.Input.WithDefaults); its Callback stays with the task record,
-	// never in the job.
+	// never in the job, and its Model is the record's (EncodeInput).
 	Input      task.Input
 	CreateTime time.Time
 	// Deadline is when the task must end (the Asynq job's deadline).
@@ -110,31 +114,11 @@ func TaskOfRun(run string) string {
 	return id
 }
 
-func tierToProto(t catalog.Tier) jobv1.Tier {
-	switch t {
-	case catalog.Standard:
-		return jobv1.Tier_TIER_STANDARD
-	case catalog.Pro:
-		return jobv1.Tier_TIER_PRO
-	}
-	return jobv1.Tier_TIER_UNSPECIFIED
-}
-
-func tierFromProto(t jobv1.Tier) (catalog.Tier, bool) {
-	switch t {
-	case jobv1.Tier_TIER_STANDARD:
-		return catalog.Standard, true
-	case jobv1.Tier_TIER_PRO:
-		return catalog.Pro, true
-	}
-	return "", false
-}
-
 // checkInput enforces the contract of an input both ways: what a producer
 // may keep and a consumer may trust.
 func checkInput(in task.Input) error {
 	switch {
-	case in.Model.ID == "" || tierToProto(in.Model.Tier) == jobv1.Tier_TIER_UNSPECIFIED:
+	case in.Model.ID == "" || !slices.Contains(catalog.Tiers, in.Model.Tier):
 		return fmt.Errorf("jobs: unknown model %q of tier %q", in.Model.ID, in.Model.Tier)
 	case !catalog.ValidImageSize(in.ImageSize):
 		return fmt.Errorf("jobs: image size %q", in.ImageSize)
@@ -147,15 +131,14 @@ func checkInput(in task.Input) error {
 }
 
 // EncodeInput returns what the task store keeps of a task's input
-// (DecodeInput reads it back when a run starts the task). Its callback is
-// not in it: the task record keeps that apart.
+// (DecodeInput reads it back when a run starts the task). Neither its
+// model nor its callback is in it: the task record keeps them apart (the
+// model in the field its queries read), and each travels once.
 func EncodeInput(in task.Input) ([]byte, error) {
 	if err := checkInput(in); err != nil {
 		return nil, err
 	}
 	b, err := proto.Marshal(&jobv1.ImageInput{
-		Model:       in.Model.ID,
-		Tier:        tierToProto(in.Model.Tier),
 		Prompt:      in.Prompt,
 		AspectRatio: in.AspectRatio,
 		ImageSize:   in.ImageSize,
@@ -167,15 +150,17 @@ func EncodeInput(in task.Input) ([]byte, error) {
 	return b, nil
 }
 
-// DecodeInput reads a task's input (EncodeInput).
-func DecodeInput(b []byte) (task.Input, error) {
+// DecodeInput reads a task's input (EncodeInput) with its model: the task
+// record's (store.Started's Model), of the tier of the queue its run came
+// on (QueueTier). An input an older gateway wrote, with the model inside,
+// reads the same: the model it holds is ignored.
+func DecodeInput(b []byte, model catalog.Model) (task.Input, error) {
 	var p jobv1.ImageInput
 	if err := proto.Unmarshal(b, &p); err != nil {
 		return task.Input{}, fmt.Errorf("jobs: decode an input: %w", err)
 	}
-	tier, _ := tierFromProto(p.GetTier())
 	in := task.Input{
-		Model:       catalog.Model{ID: p.GetModel(), Tier: tier},
+		Model:       model,
 		Prompt:      p.GetPrompt(),
 		AspectRatio: p.GetAspectRatio(),
 		ImageSize:   p.GetImageSize(),

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/easelhq/easel/pkg/catalog"
@@ -54,11 +55,16 @@ func TestRoundTrip(t *testing.T) {
 				t.Errorf("round trip: %+v; want %+v", got, r)
 			}
 
+			// The model travels once, with the record: the input kept does
+			// not name it, and reads back whole with the record's.
 			b, err := EncodeInput(j.Input)
 			if err != nil {
 				t.Fatal(err)
 			}
-			in, err := DecodeInput(b)
+			if bytes.Contains(b, []byte(j.Input.Model.ID)) {
+				t.Errorf("the input kept names the model %s: %q", j.Input.Model.ID, b)
+			}
+			in, err := DecodeInput(b, j.Input.Model)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -157,32 +163,49 @@ func TestRejects(t *testing.T) {
 	}
 
 	// The input is checked both ways: kept (EncodeInput) and read back
-	// (DecodeInput).
-	goodIn := &jobv1.ImageInput{Model: "m", Tier: jobv1.Tier_TIER_STANDARD, AspectRatio: "1:1", ImageSize: "1K"}
+	// (DecodeInput), with its model (the record's, of its queue's tier).
+	stdModel := catalog.Model{ID: "m", Tier: catalog.Standard}
+	goodIn := &jobv1.ImageInput{AspectRatio: "1:1", ImageSize: "1K"}
 	with := func(f func(p *jobv1.ImageInput)) []byte {
 		p := proto.Clone(goodIn).(*jobv1.ImageInput)
 		f(p)
 		return enc(p)
 	}
-	if _, err := DecodeInput(enc(goodIn)); err != nil {
+	if _, err := DecodeInput(enc(goodIn), stdModel); err != nil {
 		t.Fatalf("the good input: %v", err)
 	}
 	for name, b := range map[string][]byte{
-		"garbage":        {0xff, 0xff, 0xff},
-		"no tier":        with(func(p *jobv1.ImageInput) { p.Tier = 0 }),
-		"no size":        with(func(p *jobv1.ImageInput) { p.ImageSize = "" }),
-		"no ratio":       with(func(p *jobv1.ImageInput) { p.AspectRatio = "" }),
-		"unknown ratio":  with(func(p *jobv1.ImageInput) { p.AspectRatio = "7:3" }),
-		"empty":          nil,
-		"no model":       with(func(p *jobv1.ImageInput) { p.Model = "" }),
-		"unknown tier 9": with(func(p *jobv1.ImageInput) { p.Tier = 9 }),
+		"garbage":       {0xff, 0xff, 0xff},
+		"no size":       with(func(p *jobv1.ImageInput) { p.ImageSize = "" }),
+		"no ratio":      with(func(p *jobv1.ImageInput) { p.AspectRatio = "" }),
+		"unknown ratio": with(func(p *jobv1.ImageInput) { p.AspectRatio = "7:3" }),
+		"empty":         nil,
 	} {
-		if _, err := DecodeInput(b); err == nil {
+		if _, err := DecodeInput(b, stdModel); err == nil {
 			t.Errorf("input %s: decoded", name)
+		}
+	}
+	for name, m := range map[string]catalog.Model{
+		"no model":       {Tier: catalog.Standard},
+		"no tier":        {ID: "m"},
+		"unknown tier 9": {ID: "m", Tier: "9"},
+	} {
+		if _, err := DecodeInput(enc(goodIn), m); err == nil {
+			t.Errorf("input with %s: decoded", name)
 		}
 	}
 	if _, err := EncodeInput(task.Input{Model: catalog.Model{ID: "m"}, ImageSize: "1K", AspectRatio: "1:1"}); err == nil {
 		t.Error("kept an input without a tier")
+	}
+	// An input an older gateway kept, with the model (1) and its tier (2)
+	// inside, reads the same: what it holds of the model is ignored.
+	older := protowire.AppendTag(nil, 1, protowire.BytesType)
+	older = protowire.AppendString(older, "lumen-old-model")
+	older = protowire.AppendTag(older, 2, protowire.VarintType)
+	older = protowire.AppendVarint(older, 2)
+	older = append(older, enc(goodIn)...)
+	if in, err := DecodeInput(older, stdModel); err != nil || !reflect.DeepEqual(in, task.Input{Model: stdModel, AspectRatio: "1:1", ImageSize: "1K"}) {
+		t.Errorf("an older input read %+v, %v; want the record's model %+v with its own fields", in, err, stdModel)
 	}
 	// A job without a tier has no queue, nor one without a deadline a
 	// run.
@@ -200,7 +223,7 @@ func TestRejects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back, err := DecodeInput(b); err != nil || back.Callback.URL != "" || len(back.Callback.Events) != 0 {
+	if back, err := DecodeInput(b, pro); err != nil || back.Callback.URL != "" || len(back.Callback.Events) != 0 {
 		t.Errorf("the callback was kept with the input: %+v, %v", back.Callback, err)
 	}
 	// Nor is anything of the job but its account in its Asynq payload.
@@ -218,9 +241,9 @@ func TestQueuesPerTier(t *testing.T) {
 		t.Error("tiers share a queue")
 	}
 	for _, tier := range catalog.Tiers {
-		back, ok := tierFromProto(tierToProto(tier))
-		if !ok || back != tier {
-			t.Errorf("tier %s does not round-trip", tier)
+		// The tier travels as its queue (the input kept names none).
+		if back := QueueTier(Queue(tier)); back != tier {
+			t.Errorf("tier %s does not round-trip through its queue: %s", tier, back)
 		}
 	}
 	if got := Queues(); len(got) != 2 || got[0] != "standard" || got[1] != "pro" {
@@ -251,12 +274,13 @@ func TestRuns(t *testing.T) {
 	if _, err := NewGenerateImageTask(r, "task_lumen_8"); err == nil {
 		t.Error("queued a run of another task")
 	}
-	// The stored input is the one the run reads back.
+	// The stored input is the one the run reads back, with the record's
+	// model of its queue's tier.
 	b, err := EncodeInput(j.Input)
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := DecodeInput(b)
+	back, err := DecodeInput(b, catalog.Model{ID: pro.ID, Tier: QueueTier(r.Queue)})
 	if err != nil || !reflect.DeepEqual(back, j.Input) {
 		t.Errorf("DecodeInput(EncodeInput(in)) = %+v, %v", back, err)
 	}

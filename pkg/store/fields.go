@@ -21,6 +21,7 @@ const (
 	fTaskRefunded = "refunded"
 	fTaskDeadline = "dl"      // until the task ends: when it counts no more and fails, Unix ms
 	fTaskInput    = "in"      // until the task ends: its input (jobs.EncodeInput), split over in, in+1, ...
+	fTaskInPieces = "inn"     // with it: over how many fields (none in a record an older create wrote)
 	fTaskAdmitted = "adm"     // 1 while the task holds one of its account's places
 	fTaskRun      = "run"     // the run (jobs.RunID) that owns the unfinished task
 	fTaskLive     = "live"    // 1 while the owning run has not let go
@@ -34,7 +35,7 @@ const (
 )
 
 var taskFields = []string{fTaskType, fTaskModel, fTaskStatus, fTaskProgress, fTaskCreated, fTaskStarted, fTaskEnded,
-	fTaskResult, fTaskErrCode, fTaskErrMsg, fTaskPrice, fTaskRefunded, fTaskDeadline, fTaskInput, fTaskAdmitted, fTaskRun, fTaskLive,
+	fTaskResult, fTaskErrCode, fTaskErrMsg, fTaskPrice, fTaskRefunded, fTaskDeadline, fTaskInput, fTaskInPieces, fTaskAdmitted, fTaskRun, fTaskLive,
 	fTaskCrashes, fTaskCallback, fTaskEvents, fTaskQueue, fTaskQueueSeq, fTaskVoid, fTaskKey}
 
 // A value longer than pieceLen is kept over several fields, field, field+1,

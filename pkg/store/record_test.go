@@ -1,11 +1,13 @@
 package store
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/tools/testkit/redisproc"
 )
 
 // A record keeps every value in at most pieceLen bytes (a longer one is
@@ -137,4 +139,71 @@ func TestRecordMemory(t *testing.T) {
 		t.Errorf("a completed task's record takes %d bytes; want under 400", n)
 	}
 	checkListpack(t, s, key, "completed")
+}
+
+// A task's input, however long, is read by its start in one command more
+// than a one-piece input's (an HMGET of its pieces, their number read with
+// the record's other fields) and removed by its end with no command more
+// (one HDEL with the rest of what only an unfinished task needs). A
+// record an older create wrote, without the number of pieces, still
+// starts with its input whole and ends with none of it left.
+func TestInputOneCommand(t *testing.T) {
+	s, _ := newStore(t)
+	input := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte('a' + i%26)
+		}
+		return b
+	}
+	calls := func() map[string]int64 {
+		out := map[string]int64{}
+		for name, st := range redisproc.ParseCommandstats(s.rdb.Info(ctx, "commandstats").Val()) {
+			out[name] = st.Calls
+		}
+		must(t, s.rdb.ConfigResetStat(ctx).Err())
+		return out
+	}
+	type cost struct{ start, end map[string]int64 }
+	life := func(id string, in []byte, older bool) cost {
+		t.Helper()
+		_, err := s.tasks.Create(ctx, pending("a", id), std, in)
+		must(t, err)
+		key := taskKey("a", id)
+		if older {
+			must(t, s.rdb.HDel(ctx, key, fTaskInPieces).Err())
+		}
+		calls()
+		st, err := s.tasks.Start(ctx, "a", id, id)
+		mustOutcome(t, task.Applied)(st.Change, err)
+		if string(st.Input) != string(in) {
+			t.Errorf("%s: Start read %d bytes of input; want its %d back whole", id, len(st.Input), len(in))
+		}
+		c := cost{start: calls()}
+		mustOutcome(t, task.Applied)(s.tasks.Complete(ctx, "a", id, id, nil))
+		c.end = calls()
+		if f := inputFields(s.rdb.HGetAll(ctx, key).Val()); len(f) != 0 {
+			t.Errorf("%s: the input outlived the end: %v", id, f)
+		}
+		return c
+	}
+	one := life("task_lumen_1", input(pieceLen), false)
+	for i, n := range []int{pieceLen + 1, 2 * pieceLen, 1000, 5000} {
+		c := life(fmt.Sprintf("task_lumen_long_%d", i), input(n), false)
+		for _, cmd := range []string{"hget", "hmget", "hdel"} {
+			want := one.start[cmd]
+			if cmd == "hmget" {
+				want++
+			}
+			if c.start[cmd] != want {
+				t.Errorf("%d bytes: its start ran %s %d times; a one-piece input's, %d: want %d", n, cmd, c.start[cmd], one.start[cmd], want)
+			}
+			if c.end[cmd] != one.end[cmd] {
+				t.Errorf("%d bytes: its end ran %s %d times; want %d, as a one-piece input's", n, cmd, c.end[cmd], one.end[cmd])
+			}
+		}
+	}
+	for i, n := range []int{0, 10, pieceLen, pieceLen + 1, 2 * pieceLen, 1000} {
+		life(fmt.Sprintf("task_lumen_older_%d", i), input(n), true)
+	}
 }

@@ -53,8 +53,8 @@ func allowedLiterals() map[string]string {
 	add("a failure code", string(task.WorkerCrashed))
 	add("the events channel", EventsChannel)
 	// The names the scripts make from a shard's prefix (keys.go's taskKey,
-	// accountKey, parkedKey: no job key any more, a task's input is in its
-	// record) and of the due work's members (taskDue, hookDue), the kinds
+	// accountKey, parkedKey; a task's input is in its record, so there is
+	// no job key) and of the due work's members (taskDue, hookDue), the kinds
 	// of due work (DueKind) and a chunked field's suffix (pieceLen).
 	add("a key's part", "a:", ":t:", "t:", "t|", "h|", ":", "acct", "parked", spendPart, usagePart)
 	add("a usage field's suffix", usageTasks, usageCredits)

@@ -107,11 +107,11 @@ func inputOf(t *testing.T, s *stores, acct, id string) (string, bool) {
 }
 
 // inputFields are the fields of a record that hold its input (fTaskInput
-// and its chunks).
+// and its chunks) or say over how many fields (fTaskInPieces).
 func inputFields(m map[string]string) []string {
 	var out []string
 	for f := range m {
-		if f == fTaskInput || strings.HasPrefix(f, fTaskInput+"+") {
+		if f == fTaskInput || f == fTaskInPieces || strings.HasPrefix(f, fTaskInput+"+") {
 			out = append(out, f)
 		}
 	}

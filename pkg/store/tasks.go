@@ -449,7 +449,7 @@ type Change struct {
 	// Refunded is the credits the change gave back.
 	Refunded int64
 	// Model is the task's model (Fail, Expire, Start and Takeover say it,
-	// for metrics).
+	// for metrics; Start for the run too: the input kept names none).
 	Model string
 	// Admitted are tasks of the account the change admitted (the place it
 	// freed): their jobs are to be queued (jobs.Enqueuer.EnqueueAdmitted).

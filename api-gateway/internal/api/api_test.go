@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -215,12 +216,17 @@ func TestCreateAndQuery(t *testing.T) {
 	assertEnvelope(t, e.Do("GET", "/v1/task/query?task_id="+id, nil, ""), 401, "missing Authorization")
 
 	// The job's run reads the task's input, as created (defaults applied,
-	// prompt trimmed), from its record when it starts the task.
+	// prompt trimmed), from its record when it starts the task, and the
+	// model once, the record's (the input kept names none), of its
+	// queue's tier.
 	st, err := e.Store.Start(context.Background(), job.AccountID, job.TaskID, info.ID)
 	if err != nil || st.Outcome != task.Applied {
 		t.Fatalf("Start = %+v, %v", st, err)
 	}
-	in, err := jobs.DecodeInput(st.Input)
+	if st.Model != pro || bytes.Contains(st.Input, []byte(pro)) {
+		t.Errorf("the run starts with the model %q and the input %q; want %s once, from the record", st.Model, st.Input, pro)
+	}
+	in, err := jobs.DecodeInput(st.Input, catalog.Model{ID: st.Model, Tier: jobs.QueueTier(info.Queue)})
 	if err != nil || in.Prompt != "a cat" || in.AspectRatio != "16:9" || in.ImageSize != "4K" || in.Model.ID != pro || in.Model.Tier != catalog.Pro {
 		t.Errorf("the task's input %+v, %v", in, err)
 	}

@@ -66,8 +66,8 @@ func TestFailedAuthenticationBudgetsHoldUnderConcurrency(t *testing.T) {
 }
 
 // A good key is never refused for its own concurrency: requests that need
-// a lookup of one key at once share it, and its one try (the waiters
-// benchmark's 250 creates at once with a new key got 429s).
+// a lookup of one key at once share it, and its one try, so a burst of
+// creates with a new key is answered, never 429.
 func TestGoodKeyAtOnceNotRefused(t *testing.T) {
 	e := newEnvWith(t, nil, zap.NewNop(), func(d *deps) {
 		d.AuthGuard = auth.NewGuard(auth.GuardLimits{PerAddress: 1, PerPrefix: 1, Global: 1})

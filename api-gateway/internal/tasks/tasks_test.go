@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -198,12 +199,16 @@ func TestCreate(t *testing.T) {
 		t.Errorf("queue checks due after %v: %+v; want the task, on its queue", store.FirstQueueCheck, c)
 	}
 	// The input as given is kept with the record: its run reads it back
-	// when it starts the task.
+	// when it starts the task, with the model once, the record's (the
+	// input kept names none).
 	st, err := f.st.Start(ctx, f.acct, id, jobs.RunID(id, 0))
 	if err != nil || st.Outcome != task.Applied {
 		t.Fatalf("Start = %+v, %v", st, err)
 	}
-	got, err := jobs.DecodeInput(st.Input)
+	if st.Model != pro.ID || bytes.Contains(st.Input, []byte(pro.ID)) {
+		t.Errorf("the run starts with the model %q and the input %q; want %s once, from the record", st.Model, st.Input, pro.ID)
+	}
+	got, err := jobs.DecodeInput(st.Input, catalog.Model{ID: st.Model, Tier: jobs.QueueTier(jobs.Queue(pro.Tier))})
 	if err != nil || got.Prompt != "a cat" || got.ImageSize != "4K" || got.AspectRatio != "16:9" || got.Model != pro {
 		t.Errorf("the task's input %+v, %v", got, err)
 	}
@@ -259,8 +264,8 @@ func TestCreateLeavesTheJobForTheReconciler(t *testing.T) {
 	if err != nil || st.Outcome != task.Applied || len(st.Input) == 0 {
 		t.Fatalf("Start = %+v, %v; want the task's input kept", st, err)
 	}
-	in, err := jobs.DecodeInput(st.Input)
-	if err != nil || in.Prompt != "p" || st.Deadline.IsZero() {
+	in, err := jobs.DecodeInput(st.Input, catalog.Model{ID: st.Model, Tier: jobs.QueueTier(u[0].Queue)})
+	if err != nil || in.Prompt != "p" || in.Model != std || st.Deadline.IsZero() {
 		t.Errorf("stored input %+v (deadline %v), %v", in, st.Deadline, err)
 	}
 	cancel()
@@ -501,7 +506,7 @@ func TestCreateParkedThenAdmitted(t *testing.T) {
 			if err != nil || st.Outcome != task.Applied {
 				t.Fatalf("Start(admitted) = %+v, %v", st, err)
 			}
-			if in, err := jobs.DecodeInput(st.Input); err != nil || in.Prompt != "p" || st.Deadline.IsZero() {
+			if in, err := jobs.DecodeInput(st.Input, catalog.Model{ID: st.Model, Tier: jobs.QueueTier(a.Queue)}); err != nil || in.Prompt != "p" || in.Model != std || st.Deadline.IsZero() {
 				t.Errorf("the admitted task's input %+v (deadline %v), %v", in, st.Deadline, err)
 			}
 		})

@@ -116,8 +116,9 @@ else
   redis.call('HSET', K.account, 'infl', int(infl + 1))
 end
 
--- The record, with the task's input. Admitted at once, it takes its
--- number in its queue now (unless the caller took it).
+-- The record, with the task's input and over how many fields it is kept
+-- (get_input). Admitted at once, it takes its number in its queue now
+-- (unless the caller took it).
 local rec = {'type', task_type, 'model', model, 'status', 'pending', 'progress', '0',
   'ctime', int(created), 'price', int(price), 'dl', int(deadline)}
 if callback_url ~= '' then
@@ -126,7 +127,8 @@ if callback_url ~= '' then
 end
 if queue_name ~= '' then rec[#rec + 1] = 'q'; rec[#rec + 1] = queue_name end
 if key_hash ~= '' then rec[#rec + 1] = 'key'; rec[#rec + 1] = key_hash end
-put_long(rec, 'in', input)
+local pieces = put_long(rec, 'in', input)
+rec[#rec + 1] = 'inn'; rec[#rec + 1] = int(pieces)
 local seq = nil
 if fast then
   rec[#rec + 1] = 'adm'; rec[#rec + 1] = '1'

@@ -132,7 +132,8 @@ end
 -- a longer value is split over field, field+1, field+2...
 local PIECE = 64
 -- put_long appends field and value to fields, a list of field-value
--- pairs for one HSET, the value split so.
+-- pairs for one HSET, the value split so, and returns how many fields
+-- hold it.
 local function put_long(fields, field, value)
   local n = #fields
   fields[n + 1], fields[n + 2] = field, string.sub(value, 1, PIECE)
@@ -142,31 +143,70 @@ local function put_long(fields, field, value)
     fields[n + 1], fields[n + 2] = field .. '+' .. i, string.sub(value, i * PIECE + 1, (i + 1) * PIECE)
     i = i + 1
   end
-end
-local function hdel_long(key, field)
-  redis.call('HDEL', key, field)
-  local i = 1
-  while redis.call('HDEL', key, field .. '+' .. i) == 1 do i = i + 1 end
-end
-local function hget_long(key, field)
-  local v = redis.call('HGET', key, field)
-  if not v then return nil end
-  local i = 1
-  while #v == i * PIECE do
-    local more = redis.call('HGET', key, field .. '+' .. i)
-    if not more then break end
-    v = v .. more
-    i = i + 1
-  end
-  return v
+  return i
 end
 
--- wants reports whether the task's callback wants events of type ev: the
--- one place that decides it.
+-- A task's input is kept so (put_long, create.lua), and 'inn' says over
+-- how many fields: it is read with one HMGET and removed with one HDEL.
+-- A record an older create wrote has no 'inn': its pieces are found one
+-- a command, until one is short or missing, as they were written.
+
+-- input_pieces appends to fields the names of the input's pieces after
+-- the first, n in all.
+local function input_pieces(fields, n)
+  for i = 1, n - 1 do fields[#fields + 1] = 'in' .. '+' .. i end
+  return fields
+end
+
+-- get_input returns the task's input, given the first piece and 'inn' as
+-- read with the record's other fields; nil if it keeps none.
+local function get_input(key, first, n)
+  if not first then return nil end
+  n = tonumber(n)
+  local v, i = {first}, 1
+  if n then
+    if n > 1 then
+      for _, more in ipairs(redis.call('HMGET', key, unpack(input_pieces({}, n)))) do
+        if not more then break end
+        v[#v + 1] = more
+      end
+    end
+    return table.concat(v)
+  end
+  while #v[i] == PIECE do
+    local more = redis.call('HGET', key, 'in' .. '+' .. i)
+    if not more then break end
+    i = i + 1
+    v[i] = more
+  end
+  return table.concat(v)
+end
+
+-- del_unfinished removes from a task's record what only an unfinished
+-- task needs: its input, its deadline, the run that owns it, its crashes.
+local function del_unfinished(key)
+  local f = {'run', 'live', 'crashes', 'dl', 'in', 'inn'}
+  local n = tonumber(redis.call('HGET', key, 'inn'))
+  if n then
+    redis.call('HDEL', key, unpack(input_pieces(f, n)))
+    return
+  end
+  redis.call('HDEL', key, unpack(f))
+  local i = 1
+  while redis.call('HDEL', key, 'in' .. '+' .. i) == 1 do i = i + 1 end
+end
+
+-- wanted reports whether a callback (cb, its cbev: the task's fields of
+-- those names, read by the caller) wants events of type ev: the one place
+-- that decides it.
+local function wanted(cb, cbev, ev)
+  if not cb or cb == '' then return false end
+  return string.find(',' .. (cbev or '') .. ',', ',' .. ev .. ',', 1, true) ~= nil
+end
+-- wants reports whether the task's callback wants events of type ev.
 local function wants(task_key, ev)
   local v = redis.call('HMGET', task_key, 'cb', 'cbev')
-  if not v[1] or v[1] == '' then return false end
-  return string.find(',' .. (v[2] or '') .. ',', ',' .. ev .. ',', 1, true) ~= nil
+  return wanted(v[1], v[2], ev)
 end
 
 -- due members: a task's next check ('t|<account>|<task>') and a webhook
@@ -302,11 +342,9 @@ end
 -- it left ('' for none).
 local function ended(K, status, ev, now, ttl, hook_at, account_id, task_id)
   redis.call('HSET', K.task, 'status', status, 'etime', now)
-  redis.call('HDEL', K.task, 'run', 'live', 'crashes')
-  hdel_long(K.task, 'in')
+  del_unfinished(K.task)
   local q = left(K)
   release_place(K, task_id)
-  redis.call('HDEL', K.task, 'dl')
   redis.call('PEXPIRE', K.task, ttl)
   redis.call('ZREM', K.due, task_due(account_id, task_id))
   local hooked = hook(K, ev, hook_at, account_id, task_id)

@@ -35,7 +35,7 @@ local now, run, max_crashes, ttl, keep = tonumber(ARGV[1]), ARGV[2], ARGV[3], AR
 local hook_at, crash_message, account_id, task_id = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local share, check_at = tonumber(ARGV[10]), ARGV[11]
 
-local v = redis.call('HMGET', K.task, 'status', 'run', 'live', 'crashes', 'dl', 'adm', 'model')
+local v = redis.call('HMGET', K.task, 'status', 'run', 'live', 'crashes', 'dl', 'adm', 'model', 'ctime', 'inn', 'in')
 local st = v[1]
 local model = v[7] or ''
 if not st then return {MISSING, 0, 0, '', '', 0, 0, model} end
@@ -60,5 +60,4 @@ if st == 'pending' then
   notify(K.task)
 end
 redis.call('HSET', K.task, 'run', run, 'live', 1)
-local created = redis.call('HGET', K.task, 'ctime')
-return {APPLIED, 0, 0, q, hget_long(K.task, 'in') or '', tonumber(created or '0'), tonumber(v[5] or '0'), model}
+return {APPLIED, 0, 0, q, get_input(K.task, v[10], v[9]) or '', tonumber(v[8] or '0'), tonumber(v[5] or '0'), model}

@@ -152,6 +152,10 @@ func stackEnv() (map[string]string, func(), error) {
 	setDefault("EASEL_HTTP_ADDR", "127.0.0.1:8080")
 	setDefault("EASEL_WORKER_HTTP_ADDR", "127.0.0.1:8081")
 	setDefault("EASEL_METRICS_ADDR", "127.0.0.1:9090")
+	// Progress written as it rises, to be watched: production writes a
+	// 20-second generation four times.
+	setDefault("EASEL_PROGRESS_STEP", "1")
+	setDefault("EASEL_PROGRESS_INTERVAL", "400ms")
 	setDefault("EASEL_PUBLIC_URL", localURL(env["EASEL_HTTP_ADDR"]))
 	if env["EASEL_SIGNING_SECRET"] == "" {
 		// One secret for the run, shared by every process.

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -131,6 +130,9 @@ type Options struct {
 	// Admitter queues the tasks the end of one admits (nil: their queue
 	// checks do, seconds later).
 	Admitter Admitter
+	// Pacing says which progress reports are written (zero fields: the
+	// defaults).
+	Pacing Pacing
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
 }
@@ -163,6 +165,7 @@ func New(store Store, blobs Blobs, gen imagegen.Generator, fetch Fetcher, cat *c
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	o.Pacing = o.Pacing.withDefaults()
 	touched, _ := lru.New[string, time.Time](1024)
 	return &Processor{Options: o, store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, touched: touched}
 }
@@ -183,9 +186,9 @@ func (a Attempt) Last() bool { return a.Retry >= a.MaxRetry }
 // janitor's 24-hour retention needs.
 const touchEvery = 10 * time.Minute
 
-// Progress milestones, in percent, and the least time between two writes.
+// Progress marks, in percent: the generator's reports are put between
+// fetched and generated.
 const (
-	progressEvery     = 200 * time.Millisecond
 	progressFetched   = 10
 	progressGenerated = 90
 	progressStored    = 95
@@ -210,15 +213,14 @@ func (p *Processor) Process(ctx context.Context, ref jobs.Ref, at Attempt) error
 // running is a task this run started: what its progress and its finish
 // need.
 type running struct {
-	p            *Processor
-	ctx          context.Context
-	log          *zap.Logger
-	acct, id     string
-	run, model   string
-	at           Attempt
-	started      time.Time
-	mu           sync.Mutex
-	lastProgress time.Time
+	p          *Processor
+	ctx        context.Context
+	log        *zap.Logger
+	acct, id   string
+	run, model string
+	at         Attempt
+	started    time.Time
+	pace       pacer
 }
 
 // start starts the task for this run, and returns what it runs: nil when
@@ -229,7 +231,7 @@ func (p *Processor) start(ctx context.Context, ref jobs.Ref, at Attempt) (*runni
 		run = jobs.RunID(id, 0)
 	}
 	ctx = logging.WithLogger(ctx, p.log, zap.String("task_id", id), zap.String("account_id", acct), zap.String("run", run), zap.Int("attempt", at.Retry+1))
-	r := &running{p: p, ctx: ctx, log: logging.From(ctx), acct: acct, id: id, run: run, at: at}
+	r := &running{p: p, ctx: ctx, log: logging.From(ctx), acct: acct, id: id, run: run, at: at, pace: pacer{Pacing: p.Pacing}}
 	var job jobs.GenerateImage
 
 	// The task's place among its account's share of the workers was taken
@@ -264,7 +266,8 @@ func (p *Processor) start(ctx context.Context, ref jobs.Ref, at Attempt) (*runni
 		r.admit(c)
 		return nil, job, nil
 	}
-	in, err := jobs.DecodeInput(st.Input)
+	// The model is the record's; its tier, the queue's the run came on.
+	in, err := jobs.DecodeInput(st.Input, catalog.Model{ID: r.model, Tier: jobs.QueueTier(ref.Queue)})
 	if err != nil {
 		// Nothing to run, and no retry will have more: the task fails
 		// (refunded) at once rather than at its deadline.
@@ -275,7 +278,7 @@ func (p *Processor) start(ctx context.Context, ref jobs.Ref, at Attempt) (*runni
 	job = jobs.GenerateImage{TaskID: id, AccountID: acct, Input: in, CreateTime: st.Created, Deadline: jobs.RunDeadline(st.Deadline)}
 	r.log.Debug("task processing", zap.String("model", r.model))
 	r.started = p.Now()
-	r.lastProgress = r.started
+	r.pace.at = r.started // the start wrote progress 0
 	// The first start of the first run: what came before was the queue. A
 	// retry's or a later run's wait would count earlier runs too.
 	if at.Retry == 0 && run == jobs.RunID(id, 0) && !job.CreateTime.IsZero() {
@@ -284,18 +287,13 @@ func (p *Processor) start(ctx context.Context, ref jobs.Ref, at Attempt) (*runni
 	return r, job, nil
 }
 
-// progress records the task's progress at most every progressEvery: a
-// task that takes a long time shows it rising, a fast one costs no extra
-// writes.
-func (r *running) progress(pct int) {
-	r.mu.Lock()
-	now := r.p.Now()
-	if now.Sub(r.lastProgress) < progressEvery {
-		r.mu.Unlock()
+// progress records the task's progress, if its pacing says the report is
+// to be written (a milestone: whenever it rises): a task that takes a
+// long time shows it rising, in a few writes.
+func (r *running) progress(pct int, milestone bool) {
+	if !r.pace.due(pct, r.p.Now(), milestone) {
 		return
 	}
-	r.lastProgress = now
-	r.mu.Unlock()
 	hook, err := r.p.store.Progress(r.ctx, r.acct, r.id, r.run, pct)
 	if err != nil {
 		if r.ctx.Err() == nil {
@@ -433,7 +431,9 @@ func classify(ctx context.Context, err error) (task.Failure, bool) {
 	return task.Failure{Code: string(apperr.Internal), Message: "the image could not be generated because of an internal error"}, true
 }
 
-func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress func(int)) ([]task.Result, error) {
+// run runs the generation: progress receives every report of it, the
+// milestones said.
+func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress func(pct int, milestone bool)) ([]task.Result, error) {
 	in := job.Input
 	model, ok := p.catalog.Lookup(in.Model.ID)
 	if !ok {
@@ -466,12 +466,12 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 		return nil, apperr.Errorf(task.GenerationFailed, "model %s cannot make %s images at %s", model.ID, req.AspectRatio, req.ImageSize)
 	}
 	req.Size = size
-	progress(progressFetched)
+	progress(progressFetched, true)
 
 	span := progressGenerated - progressFetched
 	start := p.Now()
 	images, err := p.generate(ctx, req, func(pct int) {
-		progress(progressFetched + min(max(pct, 0), 99)*span/100)
+		progress(progressFetched+min(max(pct, 0), 99)*span/100, false)
 	})
 	if err != nil {
 		return nil, err
@@ -480,7 +480,7 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 		return nil, apperr.New(task.GenerationFailed, "the model returned no image")
 	}
 	p.Metrics.Stage(model.ID, StageGenerate, p.Now().Sub(start))
-	progress(progressGenerated)
+	progress(progressGenerated, true)
 
 	start = p.Now()
 	results := make([]task.Result, 0, len(images))
@@ -492,7 +492,7 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 		results = append(results, task.Result{Key: key, ContentType: img.MIME, Size: int64(len(img.Data)), Width: img.Width, Height: img.Height})
 	}
 	p.Metrics.Stage(model.ID, StageStore, p.Now().Sub(start))
-	progress(progressStored)
+	progress(progressStored, false)
 	return results, nil
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
@@ -48,12 +49,14 @@ const (
 )
 
 // recorder is the real task store, with the progress values it was given
-// written down, and the input each task's last applied start read back.
+// written down, and the input and model each task's last applied start
+// read back.
 type recorder struct {
 	*store.Tasks
 	mu       sync.Mutex
 	progress []int
 	inputs   map[string][]byte
+	models   map[string]string
 }
 
 func (r *recorder) Start(ctx context.Context, a, id, run string) (store.Started, error) {
@@ -61,29 +64,43 @@ func (r *recorder) Start(ctx context.Context, a, id, run string) (store.Started,
 	if err == nil && st.Outcome == task.Applied {
 		r.mu.Lock()
 		if r.inputs == nil {
-			r.inputs = map[string][]byte{}
+			r.inputs, r.models = map[string][]byte{}, map[string]string{}
 		}
-		r.inputs[id] = st.Input
+		r.inputs[id], r.models[id] = st.Input, st.Model
 		r.mu.Unlock()
 	}
 	return st, err
 }
 
 // input is the input the last applied start of task id read back from its
-// record: what its run ran.
+// record, with the model the record holds (of its tier, its queue's): what
+// its run ran. The model travels once, in the record: the input kept
+// does not name it.
 func (f *fixture) input(t *testing.T, id string) task.Input {
 	t.Helper()
 	f.store.mu.Lock()
 	b, ok := f.store.inputs[id]
+	model := f.store.models[id]
 	f.store.mu.Unlock()
 	if !ok {
 		t.Fatalf("%s was never started", id)
 	}
-	in, err := jobs.DecodeInput(b)
+	if model == "" || bytes.Contains(b, []byte(model)) {
+		t.Fatalf("%s's start read the model %q, and the input %q: want the model once, from the record", id, model, b)
+	}
+	in, err := jobs.DecodeInput(b, catalog.Model{ID: model, Tier: tierOf(model)})
 	if err != nil {
 		t.Fatalf("the input %s's start read back: %v", id, err)
 	}
 	return in
+}
+
+// tierOf is the tier of the tests' models (std, pro).
+func tierOf(model string) catalog.Tier {
+	if model == pro {
+		return catalog.Pro
+	}
+	return catalog.Standard
 }
 
 func (r *recorder) Progress(ctx context.Context, a, id, run string, pct int) (bool, error) {
@@ -106,6 +123,7 @@ type fixture struct {
 	db       *store.DB
 	accounts *store.Accounts
 	acct     string
+	srv      *redistest.Server
 	// created is what the create of each task (job, jobWith) did.
 	created map[string]store.Creation
 }
@@ -141,7 +159,7 @@ func newFixtureWith(t *testing.T, gen imagegen.Generator, o store.Options) *fixt
 		t.Fatal(err)
 	}
 	retry := Retry{MaxAttempts: 3, MaxElapsed: 5 * time.Second, Initial: time.Millisecond, MaxInterval: 5 * time.Millisecond}
-	return &fixture{proc: New(rec, blobs, gen, f, cat, zap.NewNop(), Options{Retry: retry}), store: rec, blobs: blobs, db: db, accounts: accounts, acct: a.ID,
+	return &fixture{proc: New(rec, blobs, gen, f, cat, zap.NewNop(), Options{Retry: retry}), store: rec, blobs: blobs, db: db, accounts: accounts, acct: a.ID, srv: srv,
 		created: map[string]store.Creation{}}
 }
 
@@ -185,10 +203,7 @@ func (f *fixture) jobWith(t *testing.T, id, model string, cb task.Callback, queu
 // create does (jobs.EncodeInput).
 func (f *fixture) jobOf(t *testing.T, acct, id, model string, cb task.Callback, queue string, mod func(*task.Input)) jobs.GenerateImage {
 	t.Helper()
-	tier := catalog.Standard
-	if model == pro {
-		tier = catalog.Pro
-	}
+	tier := tierOf(model)
 	now := time.Now()
 	j := jobs.GenerateImage{TaskID: id, AccountID: acct, CreateTime: now, Deadline: now.Add(time.Hour),
 		Input: task.Input{Model: catalog.Model{ID: model, Tier: tier}, Prompt: "a cat", AspectRatio: "1:1", ImageSize: "1K"}}
@@ -253,6 +268,8 @@ func TestTextToImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := newFixture(t, g)
+	// Paced finely: each of the generator's steps (150 ms) is written.
+	f.proc.Pacing = Pacing{Step: 1, Interval: 100 * time.Millisecond}
 	j := f.job(t, "task_lumen_1", pro, func(in *task.Input) { in.AspectRatio = "9:16"; in.ImageSize = "2K" })
 	if err := f.proc.Process(context.Background(), jobs.RefOf(j), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
 		t.Fatal(err)
@@ -280,6 +297,43 @@ func TestTextToImage(t *testing.T) {
 	}
 	if len(distinct) < 3 {
 		t.Errorf("progress %v: want at least 3 distinct values", f.store.progress)
+	}
+}
+
+// A worker runs a task whose record an older gateway wrote, its input
+// holding the model (1) and its tier (2) too: it runs the record's model,
+// whatever the input says of it.
+func TestOlderInput(t *testing.T) {
+	g, err := procedural.New(procedural.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, g)
+	const id = "task_lumen_older"
+	now := time.Now()
+	j := jobs.GenerateImage{TaskID: id, AccountID: f.acct, CreateTime: now, Deadline: now.Add(time.Hour),
+		Input: task.Input{Model: catalog.Model{ID: std, Tier: catalog.Standard}, Prompt: "a cat", AspectRatio: "1:1", ImageSize: "1K"}}
+	input, err := jobs.EncodeInput(j.Input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := protowire.AppendTag(nil, 1, protowire.BytesType)
+	older = protowire.AppendString(older, "a-model-no-deployment-serves")
+	older = protowire.AppendTag(older, 2, protowire.VarintType)
+	older = protowire.AppendVarint(older, 1)
+	older = append(older, input...)
+	if _, err := f.store.Create(context.Background(), &task.Task{ID: id, AccountID: f.acct, Type: task.Type, Model: std, CreateTime: now},
+		task.Charge{Price: price, Tier: string(catalog.Standard), MaxInflight: 100, CountUntil: j.Deadline.Add(jobs.CountMargin)}, older); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.proc.Process(context.Background(), jobs.RefOf(j), Attempt{Retry: 0, MaxRetry: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.get(t, id); got.Status != task.Completed || len(got.Results) != 1 {
+		t.Fatalf("task %+v %+v; want it completed", got, got.Failure)
+	}
+	if in := f.input(t, id); !reflect.DeepEqual(in, j.Input) {
+		t.Errorf("the run read %+v; want %+v", in, j.Input)
 	}
 }
 

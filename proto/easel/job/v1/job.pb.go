@@ -25,57 +25,6 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Tier says which upstream model family member runs the task. Each tier has
-// its own queue so its workers scale on their own.
-type Tier int32
-
-const (
-	Tier_TIER_UNSPECIFIED Tier = 0
-	Tier_TIER_STANDARD    Tier = 1
-	Tier_TIER_PRO         Tier = 2
-)
-
-// Enum value maps for Tier.
-var (
-	Tier_name = map[int32]string{
-		0: "TIER_UNSPECIFIED",
-		1: "TIER_STANDARD",
-		2: "TIER_PRO",
-	}
-	Tier_value = map[string]int32{
-		"TIER_UNSPECIFIED": 0,
-		"TIER_STANDARD":    1,
-		"TIER_PRO":         2,
-	}
-)
-
-func (x Tier) Enum() *Tier {
-	p := new(Tier)
-	*p = x
-	return p
-}
-
-func (x Tier) String() string {
-	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
-}
-
-func (Tier) Descriptor() protoreflect.EnumDescriptor {
-	return file_easel_job_v1_job_proto_enumTypes[0].Descriptor()
-}
-
-func (Tier) Type() protoreflect.EnumType {
-	return &file_easel_job_v1_job_proto_enumTypes[0]
-}
-
-func (x Tier) Number() protoreflect.EnumNumber {
-	return protoreflect.EnumNumber(x)
-}
-
-// Deprecated: Use Tier.Descriptor instead.
-func (Tier) EnumDescriptor() ([]byte, []int) {
-	return file_easel_job_v1_job_proto_rawDescGZIP(), []int{0}
-}
-
 // ImageRun is the payload of an "image:generate" job: which task a run is
 // of. The run's Asynq TaskID is the task id (".r<n>" after it for a later
 // run), and its deadline is the task's; the task's input is kept with its
@@ -127,12 +76,11 @@ func (x *ImageRun) GetAccountId() string {
 }
 
 // ImageInput is what a client asked of an image task, its defaults
-// applied: kept with the task record while the task is unfinished.
+// applied: kept with the task record while the task is unfinished. The
+// model is not in it: the record keeps it (its "model" field, which the
+// task's queries read), and the run's queue is its tier.
 type ImageInput struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Public model id as the client sent it, e.g. "lumen-2.5-flash-image".
-	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
-	Tier  Tier   `protobuf:"varint,2,opt,name=tier,proto3,enum=easel.job.v1.Tier" json:"tier,omitempty"`
 	// Prompt, trimmed of surrounding white space.
 	Prompt string `protobuf:"bytes,3,opt,name=prompt,proto3" json:"prompt,omitempty"`
 	// One of the supported ratios ("16:9"); empty means "choose for me" (the
@@ -174,20 +122,6 @@ func (x *ImageInput) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ImageInput.ProtoReflect.Descriptor instead.
 func (*ImageInput) Descriptor() ([]byte, []int) {
 	return file_easel_job_v1_job_proto_rawDescGZIP(), []int{1}
-}
-
-func (x *ImageInput) GetModel() string {
-	if x != nil {
-		return x.Model
-	}
-	return ""
-}
-
-func (x *ImageInput) GetTier() Tier {
-	if x != nil {
-		return x.Tier
-	}
-	return Tier_TIER_UNSPECIFIED
 }
 
 func (x *ImageInput) GetPrompt() string {
@@ -302,27 +236,21 @@ const file_easel_job_v1_job_proto_rawDesc = "" +
 	"\x16easel/job/v1/job.proto\x12\feasel.job.v1\")\n" +
 	"\bImageRun\x12\x1d\n" +
 	"\n" +
-	"account_id\x18\x01 \x01(\tR\taccountId\"\xc3\x01\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\"\x9e\x01\n" +
 	"\n" +
-	"ImageInput\x12\x14\n" +
-	"\x05model\x18\x01 \x01(\tR\x05model\x12&\n" +
-	"\x04tier\x18\x02 \x01(\x0e2\x12.easel.job.v1.TierR\x04tier\x12\x16\n" +
+	"ImageInput\x12\x16\n" +
 	"\x06prompt\x18\x03 \x01(\tR\x06prompt\x12!\n" +
 	"\faspect_ratio\x18\x04 \x01(\tR\vaspectRatio\x12\x1d\n" +
 	"\n" +
 	"image_size\x18\x05 \x01(\tR\timageSize\x12\x1d\n" +
 	"\n" +
-	"image_urls\x18\x06 \x03(\tR\timageUrls\"p\n" +
+	"image_urls\x18\x06 \x03(\tR\timageUrlsJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03R\x05modelR\x04tier\"p\n" +
 	"\x0eDeliverWebhook\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x14\n" +
 	"\x05event\x18\x03 \x01(\tR\x05event\x12\x10\n" +
-	"\x03seq\x18\x04 \x01(\x05R\x03seq*=\n" +
-	"\x04Tier\x12\x14\n" +
-	"\x10TIER_UNSPECIFIED\x10\x00\x12\x11\n" +
-	"\rTIER_STANDARD\x10\x01\x12\f\n" +
-	"\bTIER_PRO\x10\x02B3Z1github.com/easelhq/easel/proto/easel/job/v1;jobv1b\x06proto3"
+	"\x03seq\x18\x04 \x01(\x05R\x03seqB3Z1github.com/easelhq/easel/proto/easel/job/v1;jobv1b\x06proto3"
 
 var (
 	file_easel_job_v1_job_proto_rawDescOnce sync.Once
@@ -336,21 +264,18 @@ func file_easel_job_v1_job_proto_rawDescGZIP() []byte {
 	return file_easel_job_v1_job_proto_rawDescData
 }
 
-var file_easel_job_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_easel_job_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_easel_job_v1_job_proto_goTypes = []any{
-	(Tier)(0),              // 0: easel.job.v1.Tier
-	(*ImageRun)(nil),       // 1: easel.job.v1.ImageRun
-	(*ImageInput)(nil),     // 2: easel.job.v1.ImageInput
-	(*DeliverWebhook)(nil), // 3: easel.job.v1.DeliverWebhook
+	(*ImageRun)(nil),       // 0: easel.job.v1.ImageRun
+	(*ImageInput)(nil),     // 1: easel.job.v1.ImageInput
+	(*DeliverWebhook)(nil), // 2: easel.job.v1.DeliverWebhook
 }
 var file_easel_job_v1_job_proto_depIdxs = []int32{
-	0, // 0: easel.job.v1.ImageInput.tier:type_name -> easel.job.v1.Tier
-	1, // [1:1] is the sub-list for method output_type
-	1, // [1:1] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	0, // [0:0] is the sub-list for method output_type
+	0, // [0:0] is the sub-list for method input_type
+	0, // [0:0] is the sub-list for extension type_name
+	0, // [0:0] is the sub-list for extension extendee
+	0, // [0:0] is the sub-list for field type_name
 }
 
 func init() { file_easel_job_v1_job_proto_init() }
@@ -363,14 +288,13 @@ func file_easel_job_v1_job_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_easel_job_v1_job_proto_rawDesc), len(file_easel_job_v1_job_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      0,
 			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_easel_job_v1_job_proto_goTypes,
 		DependencyIndexes: file_easel_job_v1_job_proto_depIdxs,
-		EnumInfos:         file_easel_job_v1_job_proto_enumTypes,
 		MessageInfos:      file_easel_job_v1_job_proto_msgTypes,
 	}.Build()
 	File_easel_job_v1_job_proto = out.File
