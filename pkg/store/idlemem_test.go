@@ -73,7 +73,7 @@ func TestIdleAccountMemory(t *testing.T) {
 	id := ids[0]
 	usage := func(key string) int64 { return rdb.MemoryUsage(ctx, key).Val() }
 	t.Logf("%d idle accounts: used_memory %d → %d B: %.0f B an account (record %d B, ledger %d B as a %s)",
-		n, before, after, per, usage(accountKey(id)), usage(ledgerKey(id)), rdb.Type(ctx, ledgerKey(id)).Val())
+		n, before, after, per, usage(accountKey(id)), usage(ledgerShortKey(id)), rdb.Type(ctx, ledgerShortKey(id)).Val())
 	if l, err := s.accounts.Ledger(ctx, id, 10); err != nil || len(l) != 1 || l[0].Amount != 1000 || l[0].Note != "initial credits" {
 		t.Fatalf("Ledger = %+v, %v; want the initial credits", l, err)
 	}
@@ -87,7 +87,7 @@ func TestIdleAccountMemory(t *testing.T) {
 			name string
 			keys func(id string) []string
 		}{
-			{"ledgers", func(id string) []string { return []string{ledgerKey(id)} }},
+			{"ledgers", func(id string) []string { return []string{ledgerShortKey(id), ledgerKey(id)} }},
 			{"records", func(id string) []string { return []string{accountKey(id)} }},
 		}
 		for _, part := range parts {

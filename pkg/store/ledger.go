@@ -104,7 +104,11 @@ func (s *Accounts) Ledger(ctx context.Context, id string, limit int64) ([]accoun
 	if limit <= 0 {
 		limit = 100
 	}
-	return s.readLedger(ctx, id, "-", "+", limit, true)
+	out, err := s.readLedger(ctx, id, "-", "+", limit, true)
+	if int64(len(out)) > limit {
+		out = out[:limit] // two entries of one id (readLedger)
+	}
+	return out, err
 }
 
 var ledgerReadLua = newScript[ledgerKeys, ledgerReadArgs, ledgerReply]("ledger_read", map[string]int64{"READ": 1})
@@ -134,9 +138,13 @@ type ledgerRow struct {
 }
 
 // readLedger reads at most count entries of an account's ledger from
-// start to end (XRANGE's bounds), oldest first or, rev, newest first,
-// whichever form the ledger has (lib.lua's ledger): one script, so that a
-// ledger that changes form meanwhile is read whole in one or the other.
+// start to end (XRANGE's bounds), oldest first or, rev, newest first, from
+// both its forms (lib.lua's ledger) merged by id: one script, so that a
+// ledger that changes form meanwhile is read whole. An id may be in both
+// forms (an older Easel's XADD during an upgrade, in the ms of a newer
+// one's entry): both entries are read, and a read never ends between
+// them, so it may give count + 1 entries; a read from past the last id
+// read ("(" and it) misses none.
 func (s *Accounts) readLedger(ctx context.Context, id, start, end string, count int64, rev bool) ([]account.LedgerEntry, error) {
 	r, err := ledgerReadLua.run(ctx, s.db, ledgerKeys{Ledger: ledgerKey(id)}, ledgerReadArgs{Start: start, End: end, Count: count, Rev: rev})
 	if err != nil {
@@ -160,14 +168,27 @@ func (s *Accounts) LedgerPage(ctx context.Context, id, before string, limit int6
 		}
 		end = "(" + before
 	}
-	out, err := s.readLedger(ctx, id, "-", end, limit+1, true)
+	// Two more than a page: a page never ends between two entries of one
+	// id (readLedger), as the next starts past the id. It ends before
+	// them, or, when they would start it, after them: limit + 1 entries.
+	out, err := s.readLedger(ctx, id, "-", end, limit+2, true)
 	if err != nil {
 		return nil, "", err
 	}
 	next := ""
 	if int64(len(out)) > limit {
-		out = out[:limit]
-		next = out[len(out)-1].ID
+		cut := int(limit)
+		if out[cut].ID == out[cut-1].ID {
+			if cut > 1 {
+				cut--
+			} else {
+				cut++
+			}
+		}
+		if cut < len(out) {
+			out = out[:cut]
+			next = out[cut-1].ID
+		}
 	}
 	return out, next, nil
 }

@@ -63,11 +63,29 @@ const ledgerShort = 16
 
 func testLedgerForms(t *testing.T, rdb redis.UniversalClient) {
 	const keep = time.Hour
-	typeOf := func(acct string) string { return rdb.Type(ctx, ledgerKey(acct)).Val() }
+	// typeOf is the form of an account's ledger: "hash" (its short
+	// form's hash alone), "stream" (its key alone, a stream), or what its
+	// two keys are.
+	typeOf := func(acct string) string {
+		h, st := rdb.Type(ctx, ledgerShortKey(acct)).Val(), rdb.Type(ctx, ledgerKey(acct)).Val()
+		switch {
+		case h == "hash" && st == "none":
+			return "hash"
+		case h == "none" && st == "stream":
+			return "stream"
+		}
+		return fmt.Sprintf("%s and %s", h, st)
+	}
+	// ttlOK checks the TTL of the ledger's keys there are.
 	ttlOK := func(t *testing.T, acct string) {
 		t.Helper()
-		if ttl := rdb.PTTL(ctx, ledgerKey(acct)).Val(); ttl <= keep-time.Minute || ttl > keep {
-			t.Errorf("the ledger's TTL %v; want the retention %v", ttl, keep)
+		for _, k := range []string{ledgerShortKey(acct), ledgerKey(acct)} {
+			if rdb.Exists(ctx, k).Val() == 0 {
+				continue
+			}
+			if ttl := rdb.PTTL(ctx, k).Val(); ttl <= keep-time.Minute || ttl > keep {
+				t.Errorf("the ledger's TTL %v (%s); want the retention %v", ttl, k, keep)
+			}
 		}
 	}
 
@@ -128,7 +146,7 @@ func testLedgerForms(t *testing.T, rdb redis.UniversalClient) {
 		// The clock has not moved past the last entry (it went back, or
 		// the entries come faster): the next seq of its millisecond.
 		future := time.Now().Add(time.Hour).UnixMilli()
-		must(t, rdb.HSet(ctx, ledgerKey("burst"), fmt.Sprintf("%d-7", future), "credit|1|1||").Err())
+		must(t, rdb.HSet(ctx, ledgerShortKey("burst"), fmt.Sprintf("%d-7", future), "credit|1|1||").Err())
 		_, err := s.accounts.AddCredits(ctx, "burst", 2, "")
 		must(t, err)
 		l := ledgerOf(t, rdb, "burst")
@@ -155,7 +173,7 @@ func testLedgerForms(t *testing.T, rdb redis.UniversalClient) {
 		}
 		// Once it expired (no credits moved for the retention), the next
 		// entry starts a hash.
-		must(t, rdb.Del(ctx, ledgerKey("old")).Err())
+		must(t, rdb.Del(ctx, ledgerKey("old"), ledgerShortKey("old")).Err())
 		_, err = s.accounts.AddCredits(ctx, "old", 1, "")
 		must(t, err)
 		if typeOf("old") != "hash" {
@@ -183,12 +201,12 @@ func testLedgerForms(t *testing.T, rdb redis.UniversalClient) {
 	} {
 		for _, retention := range []time.Duration{keep, 0} {
 			t.Run(fmt.Sprintf("%s, retention %v", w.name, retention), func(t *testing.T) {
-				must(t, rdb.Del(ctx, ledgerKey("kept")).Err())
+				must(t, rdb.Del(ctx, ledgerKey("kept"), ledgerShortKey("kept")).Err())
 				seedAccount(t, rdb, "kept", 100, "")
 				now := time.Now()
 				old := []string{idAt(now.Add(-3 * keep)), idAt(now.Add(-keep - time.Minute)), idAt(now.Add(-keep + time.Minute))}
 				for _, id := range old {
-					must(t, rdb.HSet(ctx, ledgerKey("kept"), id, "credit|0|100||").Err())
+					must(t, rdb.HSet(ctx, ledgerShortKey("kept"), id, "credit|0|100||").Err())
 				}
 				moved := w.write(t, storesOn(rdb, Options{LedgerRetention: retention}))
 				got := ledgerOf(t, rdb, "kept")
@@ -203,7 +221,7 @@ func testLedgerForms(t *testing.T, rdb redis.UniversalClient) {
 					t.Errorf("the new entry %v; want %d, balance %d", last, moved, 100+moved)
 				}
 				if retention == 0 {
-					if ttl := rdb.PTTL(ctx, ledgerKey("kept")).Val(); ttl != -1 {
+					if ttl := rdb.PTTL(ctx, ledgerShortKey("kept")).Val(); ttl != -1 {
 						t.Errorf("TTL %v; want none", ttl)
 					}
 				} else {
@@ -238,7 +256,7 @@ func testLedgerForms(t *testing.T, rdb redis.UniversalClient) {
 		}
 		for _, e := range entries {
 			id := fmt.Sprintf("%d-%d", e.ms, e.seq)
-			must(t, rdb.HSet(ctx, ledgerKey("h"), id, strings.Join([]string{e.kind, e.amount, e.balance, e.task, e.note}, "|")).Err())
+			must(t, rdb.HSet(ctx, ledgerShortKey("h"), id, strings.Join([]string{e.kind, e.amount, e.balance, e.task, e.note}, "|")).Err())
 			v := []any{fLedgerKind, e.kind, fLedgerAmount, e.amount, fLedgerBalance, e.balance}
 			if e.task != "" {
 				v = append(v, fLedgerTask, e.task)

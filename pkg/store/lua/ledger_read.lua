@@ -1,7 +1,12 @@
--- ledger_read.lua: reads an account's ledger, whichever its form (a
--- short one's hash or a stream: lib.lua's ledger): at most count entries
--- from start to end as XRANGE takes them ('-', '+', '<ms>', '<ms>-<seq>';
--- '(' before one: exclusive), oldest first, or with rev newest first.
+-- ledger_read.lua: reads an account's ledger, both its forms (lib.lua's
+-- ledger): the stream under its key and the short form's hash beside it,
+-- merged by id: at most count entries from start to end as XRANGE takes
+-- them ('-', '+', '<ms>', '<ms>-<seq>'; '(' before one: exclusive), oldest
+-- first, or with rev newest first. An id in both (an older Easel's XADD
+-- and a newer one's hash entry in one ms, during an upgrade) gives both
+-- entries, the hash's first oldest first (last newest first), and a read
+-- never ends between the two: it may give count + 1 entries then, so that
+-- a cursor past the last id read skips neither.
 --
 -- KEYS[1] -> ledger: the account's credit ledger
 -- ARGV[1] -> start: the oldest bound
@@ -15,6 +20,7 @@
 local READ = 1
 
 local ledger_key = KEYS[1]
+local short_key = ledger_key .. LEDGER_SHORT_PART
 local start, stop, count, rev = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
 
 local reply = {READ}
@@ -27,20 +33,19 @@ local function add(id, f)
   reply[n + 4], reply[n + 5], reply[n + 6] = v['balance'] or '', v['task'] or '', v['note'] or ''
 end
 
-if redis.call('TYPE', ledger_key).ok == 'stream' then
-  local es
-  if rev then
-    es = redis.call('XREVRANGE', ledger_key, stop, start, 'COUNT', count)
-  else
-    es = redis.call('XRANGE', ledger_key, start, stop, 'COUNT', count)
-  end
-  for _, e in ipairs(es) do add(e[1], e[2]) end
-  return reply
+-- The stream's entries between the bounds, in the order read: one more
+-- than count, to see whether the last one read shares its id with the
+-- next.
+local stream
+if rev then
+  stream = redis.call('XREVRANGE', ledger_key, stop, start, 'COUNT', count + 1)
+else
+  stream = redis.call('XRANGE', ledger_key, start, stop, 'COUNT', count + 1)
 end
 
--- A short ledger: its entries whole, oldest first, kept between the
--- bounds. A bound is {ms, seq, exclusive}; nil for '-' and '+'; a bare ms
--- is its first seq as a start, its last as an end.
+-- The hash's entries between the bounds. A bound is {ms, seq, exclusive};
+-- nil for '-' and '+'; a bare ms is its first seq as a start, its last as
+-- an end.
 local function bound(b, first)
   if b == '-' or b == '+' then return nil end
   local excl = string.sub(b, 1, 1) == '('
@@ -67,16 +72,40 @@ local function within(e)
   end
   return true
 end
-local es = ledger_entries(ledger_key)
-local from, to, step = 1, #es, 1
-if rev then from, to, step = #es, 1, -1 end
-local n = 0
-for i = from, to, step do
-  if n >= count then break end
-  local e = es[i]
-  if within(e) then
-    add(e[3], ledger_fields(e[4]))
-    n = n + 1
+local short = {}
+for _, e in ipairs(ledger_entries(short_key)) do
+  if within(e) then short[#short + 1] = e end
+end
+if rev then
+  for i = 1, math.floor(#short / 2) do short[i], short[#short + 1 - i] = short[#short + 1 - i], short[i] end
+end
+
+-- Merge: the next entry is the hash's when its id comes first in the
+-- order read, or, the ids equal, oldest first (the hash's first).
+local function before(a, b)
+  if a[1] ~= b[1] then return (a[1] < b[1]) ~= rev end
+  if a[2] ~= b[2] then return (a[2] < b[2]) ~= rev end
+  return not rev
+end
+local i, j, n, last = 1, 1, 0, nil
+while i <= #short or j <= #stream do
+  local h, s = short[i], stream[j]
+  local sid
+  if s then sid = {ledger_id(s[1])} end
+  local id, take_h
+  if h and (not s or before(h, sid)) then
+    id, take_h = {h[1], h[2]}, true
+  else
+    id, take_h = sid, false
   end
+  if n >= count and not (last and last[1] == id[1] and last[2] == id[2]) then break end
+  if take_h then
+    add(h[3], ledger_fields(h[4]))
+    i = i + 1
+  else
+    add(s[1], s[2])
+    j = j + 1
+  end
+  n, last = n + 1, id
 end
 return reply
