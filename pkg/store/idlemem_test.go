@@ -77,6 +77,9 @@ func TestIdleAccountMemory(t *testing.T) {
 	if l, err := s.accounts.Ledger(ctx, id, 10); err != nil || len(l) != 1 || l[0].Amount != 1000 || l[0].Note != "initial credits" {
 		t.Fatalf("Ledger = %+v, %v; want the initial credits", l, err)
 	}
+	if n := rdb.Exists(ctx, ledgerKey(id)).Val(); n != 0 {
+		t.Errorf("an idle account's ledger has a stream")
+	}
 	if per > idleAccountBudget {
 		t.Errorf("an idle account costs %.0f B; want at most %d", per, idleAccountBudget)
 	}

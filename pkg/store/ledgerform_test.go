@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -230,6 +231,222 @@ func testLedgerForms(t *testing.T, rdb redis.UniversalClient) {
 			})
 		}
 	}
+
+	// Easel before the short form (an older gateway or worker, during a
+	// rolling upgrade or after a rollback) XADDs to the ledger's key in its
+	// scripts, MINID and PEXPIRE as lib.lua's ledger did, and reads it with
+	// XRANGE and XREVRANGE. That key is only ever a stream or none: its
+	// writes start or extend the stream beside the hash; the reads merge
+	// the two by id, an id in both giving both entries; a newer write then
+	// goes to the stream.
+	oldXAdd := func(t *testing.T, acct, id string, keep time.Duration, v ...any) string {
+		t.Helper()
+		a := &redis.XAddArgs{Stream: ledgerKey(acct), ID: id, Values: v}
+		if keep > 0 {
+			a.MinID = strconv.FormatInt(time.Now().Add(-keep).UnixMilli(), 10)
+		}
+		got, err := rdb.XAdd(ctx, a).Result()
+		if err != nil {
+			t.Fatalf("an older Easel's XADD: %v", err)
+		}
+		if keep > 0 {
+			must(t, rdb.PExpire(ctx, ledgerKey(acct), keep).Err())
+		}
+		return got
+	}
+	oldReads := func(t *testing.T, acct string) []redis.XMessage {
+		t.Helper()
+		rev, err := rdb.XRevRange(ctx, ledgerKey(acct), "+", "-").Result()
+		if err != nil {
+			t.Fatalf("an older Easel's XREVRANGE: %v", err)
+		}
+		fwd, err := rdb.XRange(ctx, ledgerKey(acct), "-", "+").Result()
+		if err != nil || len(fwd) != len(rev) {
+			t.Fatalf("an older Easel's XRANGE: %d entries, %v; XREVRANGE %d", len(fwd), err, len(rev))
+		}
+		return fwd
+	}
+	ids := func(l []account.LedgerEntry) []string {
+		out := make([]string, len(l))
+		for i, e := range l {
+			out[i] = fmt.Sprintf("%s %d", e.ID, e.Amount)
+		}
+		return out
+	}
+
+	t.Run("an older Easel's XADD beside a hash", func(t *testing.T) {
+		s := storesOn(rdb, Options{LedgerRetention: keep})
+		a, err := s.accounts.Create(ctx, account.Spec{Name: "mixed", Credits: 70})
+		must(t, err)
+		_, err = s.accounts.AddCredits(ctx, a.ID, 5, "")
+		must(t, err)
+		// An older gateway's create debits it, a ms later (of one ms, ids in
+		// both: below): its XADD starts the stream.
+		time.Sleep(2 * time.Millisecond)
+		must(t, rdb.HIncrBy(ctx, accountKey(a.ID), fAcctCredits, -4).Err())
+		oldID := oldXAdd(t, a.ID, "*", keep, fLedgerKind, "debit", fLedgerAmount, -4, fLedgerBalance, 71, fLedgerTask, "t1")
+		if typeOf(a.ID) != "hash and stream" {
+			t.Fatalf("the ledger's keys: %s; want a hash and a stream", typeOf(a.ID))
+		}
+		l, err := s.accounts.Ledger(ctx, a.ID, 10)
+		if err != nil || len(l) != 3 || l[0].ID != oldID || l[0].TaskID != "t1" || l[0].Balance != 71 || l[1].Amount != 5 || l[2].Note != "initial credits" {
+			t.Fatalf("Ledger = %+v, %v; want the old XADD's debit, then the hash's two", l, err)
+		}
+		if got := oldReads(t, a.ID); len(got) != 1 || got[0].ID != oldID {
+			t.Errorf("an older Easel reads %v; want its own entry", got)
+		}
+		// A newer write goes to the stream; the hash keeps its entries.
+		_, err = s.accounts.AddCredits(ctx, a.ID, 3, "")
+		must(t, err)
+		if n := rdb.XLen(ctx, ledgerKey(a.ID)).Val(); n != 2 {
+			t.Errorf("the stream holds %d entries; want 2", n)
+		}
+		if n := rdb.HLen(ctx, ledgerShortKey(a.ID)).Val(); n != 2 {
+			t.Errorf("the hash holds %d entries; want its 2", n)
+		}
+		ttlOK(t, a.ID)
+		l, err = s.accounts.Ledger(ctx, a.ID, 10)
+		if err != nil || len(l) != 4 || l[0].Amount != 3 || l[0].Balance != 74 || l[1].ID != oldID {
+			t.Errorf("Ledger = %+v, %v; want the new entry first, then the 3 before", l, err)
+		}
+	})
+
+	t.Run("reads merge a hash and a stream by id", func(t *testing.T) {
+		s := storesOn(rdb, Options{LedgerRetention: keep})
+		seedAccount(t, rdb, "mixed2", 100, "")
+		now := time.Now()
+		base := now.Add(-time.Minute).UnixMilli()
+		id := func(ms, seq int64) string { return fmt.Sprintf("%d-%d", ms, seq) }
+		old := idAt(now.Add(-2 * keep)) // older than the retention
+		// The hash (a newer Easel's) and the stream (an older one's), two
+		// ids in both: two writers in one ms.
+		hash := []struct {
+			id     string
+			amount int64
+		}{{old, 0}, {id(base, 0), 1}, {id(base+2, 0), 2}, {id(base+2, 1), 3}, {id(base+5, 0), 4}}
+		stream := []struct {
+			id     string
+			amount int64
+		}{{id(base+1, 0), 10}, {id(base+2, 0), 11}, {id(base+2, 1), 12}, {id(base+3, 0), 13}, {id(base+6, 0), 14}}
+		for _, e := range hash {
+			must(t, rdb.HSet(ctx, ledgerShortKey("mixed2"), e.id, fmt.Sprintf("credit|%d|100||", e.amount)).Err())
+		}
+		for _, e := range stream {
+			oldXAdd(t, "mixed2", e.id, 0, fLedgerKind, "credit", fLedgerAmount, e.amount, fLedgerBalance, 100)
+		}
+		// Oldest first; of one id, the hash's first.
+		want := []string{old + " 0", id(base, 0) + " 1", id(base+1, 0) + " 10", id(base+2, 0) + " 2", id(base+2, 0) + " 11",
+			id(base+2, 1) + " 3", id(base+2, 1) + " 12", id(base+3, 0) + " 13", id(base+5, 0) + " 4", id(base+6, 0) + " 14"}
+		newest := slices.Clone(want)
+		slices.Reverse(newest)
+
+		for n := int64(1); n <= int64(len(want))+1; n++ {
+			l, err := s.accounts.Ledger(ctx, "mixed2", n)
+			if w := newest[:min(int(n), len(newest))]; err != nil || !slices.Equal(ids(l), w) {
+				t.Errorf("Ledger(%d) = %v, %v; want %v", n, ids(l), err, w)
+			}
+		}
+		for limit := int64(1); limit <= int64(len(want))+1; limit++ {
+			var got []string
+			before := ""
+			for pages := 0; ; pages++ {
+				p, next, err := s.accounts.LedgerPage(ctx, "mixed2", before, limit)
+				if err != nil || pages > len(want) {
+					t.Fatalf("LedgerPage(%q, %d): %v after %d pages", before, limit, err, pages)
+				}
+				// At most limit entries; a page of 1 that two of one id
+				// would start holds both.
+				if int64(len(p)) > limit && !(limit == 1 && len(p) == 2 && p[0].ID == p[1].ID) {
+					t.Errorf("LedgerPage(%q, %d): %v", before, limit, ids(p))
+				}
+				got = append(got, ids(p)...)
+				if next == "" {
+					break
+				}
+				before = next
+			}
+			if !slices.Equal(got, newest) {
+				t.Errorf("LedgerPage's pages of %d: %v; want %v", limit, got, newest)
+			}
+		}
+		// LedgerRange's reads, a page at a time from past the last id read,
+		// at every page size.
+		for count := int64(1); count <= 4; count++ {
+			var got []string
+			start := "-"
+			for {
+				l, err := s.accounts.readLedger(ctx, "mixed2", start, "+", count, false)
+				must(t, err)
+				got = append(got, ids(l)...)
+				if int64(len(l)) < count || len(got) > len(want) {
+					break
+				}
+				start = "(" + l[len(l)-1].ID
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("reads of %d from past the last: %v; want %v", count, got, want)
+			}
+		}
+		export := func(from, to time.Time) []string {
+			var out []account.LedgerEntry
+			must(t, s.accounts.LedgerRange(ctx, "mixed2", from, to, func(e account.LedgerEntry) error {
+				out = append(out, e)
+				return nil
+			}))
+			return ids(out)
+		}
+		if got := export(time.Time{}, time.Time{}); !slices.Equal(got, want) {
+			t.Errorf("LedgerRange = %v; want %v", got, want)
+		}
+		if got := export(time.UnixMilli(base+2), time.UnixMilli(base+3)); !slices.Equal(got, want[3:7]) {
+			t.Errorf("LedgerRange of ms 2 = %v; want %v", got, want[3:7])
+		}
+		if got := oldReads(t, "mixed2"); len(got) != len(stream) {
+			t.Errorf("an older Easel reads %d entries; want the stream's %d", len(got), len(stream))
+		}
+
+		// A newer write goes to the stream, and drops the hash's entries
+		// older than the retention.
+		_, err := s.accounts.AddCredits(ctx, "mixed2", 7, "")
+		must(t, err)
+		if n := rdb.XLen(ctx, ledgerKey("mixed2")).Val(); n != int64(len(stream))+1 {
+			t.Errorf("the stream holds %d entries; want %d", n, len(stream)+1)
+		}
+		if rdb.HExists(ctx, ledgerShortKey("mixed2"), old).Val() || rdb.HLen(ctx, ledgerShortKey("mixed2")).Val() != int64(len(hash))-1 {
+			t.Errorf("the hash holds %v; want its entries within the retention", rdb.HKeys(ctx, ledgerShortKey("mixed2")).Val())
+		}
+		ttlOK(t, "mixed2")
+		l, err := s.accounts.Ledger(ctx, "mixed2", 100)
+		if err != nil || len(l) != len(want) || l[0].Amount != 7 || !slices.Equal(ids(l[1:]), newest[:len(newest)-1]) {
+			t.Errorf("Ledger = %v, %v; want the new entry, then %v", ids(l), err, newest[:len(newest)-1])
+		}
+	})
+
+	t.Run("an older Easel's reads never fail", func(t *testing.T) {
+		s := storesOn(rdb, Options{LedgerRetention: keep})
+		a, err := s.accounts.Create(ctx, account.Spec{Name: "reader", Credits: 1})
+		must(t, err)
+		for i := 1; i <= ledgerShort+3; i++ {
+			got := oldReads(t, a.ID)
+			if k := rdb.Type(ctx, ledgerKey(a.ID)).Val(); k != "none" && k != "stream" {
+				t.Fatalf("after %d entries the ledger's key is a %s", i, k)
+			}
+			// i entries: a hash until the ledger is long, then the stream
+			// holds them all.
+			want := 0
+			if i > ledgerShort {
+				want = i
+			}
+			if len(got) != want {
+				t.Errorf("after %d entries an older Easel reads %d; want %d", i, len(got), want)
+			}
+			_, err := s.accounts.AddCredits(ctx, a.ID, 1, "")
+			must(t, err)
+		}
+		if typeOf(a.ID) != "stream" {
+			t.Errorf("the ledger is a %s; want a stream", typeOf(a.ID))
+		}
+	})
 
 	t.Run("reads agree on both forms", func(t *testing.T) {
 		s := storesOn(rdb, Options{})
