@@ -200,6 +200,9 @@ func TestEnsureKey(t *testing.T) {
 	if n := len(srv.Client(t).Keys(ctx, "easel:{s*}:a:*:acct").Val()); n != 1 {
 		t.Errorf("%d accounts; want 1", n)
 	}
+	if keys := srv.Client(t).Keys(ctx, "easel:{s*}:a:*:ledger*").Val(); len(keys) != 1 {
+		t.Errorf("ledger keys %v; want the account's short ledger alone", keys)
+	}
 	if list, _ := s.List(ctx); len(list) != 1 {
 		t.Errorf("List has %d accounts; want 1", len(list))
 	}

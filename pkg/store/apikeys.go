@@ -201,7 +201,7 @@ func (s *Accounts) EnsureKey(ctx context.Context, key string, spec account.Spec)
 		return nil, err
 	} else if !won {
 		// Another process claimed it first: use its account, drop ours.
-		_ = s.db.rdb.Del(ctx, accountKey(a.ID), ledgerKey(a.ID)).Err()
+		_ = s.db.rdb.Del(ctx, accountKey(a.ID), ledgerKey(a.ID), ledgerShortKey(a.ID)).Err()
 		_ = s.db.rdb.ZRem(ctx, accountsKey(), a.ID).Err()
 		_ = s.db.rdb.ZRem(ctx, accountNamesKey(), nameEntry(a.Name, a.ID)).Err()
 		return owner()

@@ -45,7 +45,7 @@ func TestConcurrentCreatesNeverOverdraw(t *testing.T) {
 	if bal := rdb.HGet(ctx, accountKey("poor"), "credits").Val(); bal != "0" {
 		t.Errorf("balance %s; want 0", bal)
 	}
-	entries := rdb.XRange(ctx, ledgerKey("poor"), "-", "+").Val()
+	entries := ledgerOf(t, rdb, "poor")
 	tasks := map[string]bool{}
 	for _, e := range entries {
 		if e.Values["kind"] != "debit" || e.Values["amount"] != "-4" {
@@ -285,7 +285,7 @@ func TestRefundExactlyOnce(t *testing.T) {
 				t.Errorf("balance %d; want %d", bal, tt.wantCredit)
 			}
 			refunds := 0
-			for _, e := range rdb.XRange(ctx, ledgerKey("r"), "-", "+").Val() {
+			for _, e := range ledgerOf(t, rdb, "r") {
 				if e.Values["kind"] == "refund" {
 					refunds++
 					if e.Values["task"] != "t" || e.Values["amount"] != "18" {

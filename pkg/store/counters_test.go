@@ -254,7 +254,7 @@ func checkLedger(t *testing.T, s *stores, acct string) {
 	must(t, err)
 	var sum int64
 	refunds := map[string]int{}
-	for _, e := range s.rdb.XRange(ctx, ledgerKey(acct), "-", "+").Val() {
+	for _, e := range ledgerOf(t, s.rdb, acct) {
 		n, _ := strconv.ParseInt(e.Values[fLedgerAmount].(string), 10, 64)
 		sum += n
 		if e.Values[fLedgerKind] == "refund" {

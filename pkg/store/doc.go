@@ -17,7 +17,8 @@
 //	easel:{s<n>}:a:<account>:j:<task id>   string  a pending task's job payload
 //	easel:{s<n>}:a:<account>:parked        zset    the account's tasks waiting for a place, by creation time
 //	easel:{s<n>}:a:<account>:tasks         zset    the account's task index, for listing (task id → creation time)
-//	easel:{s<n>}:a:<account>:ledger        stream  credit movements (debit, refund, credit), trimmed to the retention
+//	easel:{s<n>}:a:<account>:ledger        stream  credit movements (debit, refund, credit) once more than 16, trimmed to the retention (lib.lua's ledger)
+//	easel:{s<n>}:a:<account>:ledger:h      hash    a short ledger, before it has a stream: entry id → "kind|amount|balance|task|note", 16 at most, then moved to the stream with the same ids; read with it, merged by id (ledger_read.lua)
 //	easel:{s<n>}:a:<account>:keys          set     hashes of the account's API keys
 //	easel:{s<n>}:a:<account>:idem:<sha256> hash    an Idempotency-Key's create
 //	easel:{s<n>}:a:<account>:wh:<task id>  hash    a task's webhook deliveries: state, attempts, the message while retried (48-hour TTL)

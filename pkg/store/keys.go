@@ -77,8 +77,16 @@ func idempotencyKey(accountID, key string) string {
 // keys must share a slot on a cluster).
 func noKey(accountID string) string { return tag(accountID) + "none" }
 
-// ledgerKey is the key of an account's credit ledger.
+// ledgerKey is the key of an account's credit ledger once it is long: a
+// stream, only ever (lib.lua's ledger; Easel before the short form reads
+// and writes it as one). ledger_read.lua reads it and ledgerShortKey
+// together.
 func ledgerKey(accountID string) string { return tag(accountID) + "ledger" }
+
+// ledgerShortKey is the key of a short ledger's hash, while there is no
+// stream (and, during an upgrade, beside one an older Easel started):
+// lib.lua's ledger names it from ledgerKey and ledgerShortPart.
+func ledgerShortKey(accountID string) string { return ledgerKey(accountID) + ledgerShortPart }
 
 // accountKeysKey is the key of the set of an account's API key hashes.
 func accountKeysKey(accountID string) string { return tag(accountID) + "keys" }
@@ -98,10 +106,11 @@ func usageKey(accountID string, day int64) string {
 // The parts of the keys above, and the usage's fields' suffixes after the
 // model id, as the scripts name them.
 const (
-	spendPart    = "spend"
-	usagePart    = "use:"
-	usageTasks   = "|n"
-	usageCredits = "|c"
+	ledgerShortPart = ":h"
+	spendPart       = "spend"
+	usagePart       = "use:"
+	usageTasks      = "|n"
+	usageCredits    = "|c"
 )
 
 // dayOf is the UTC day of a time, in days since 1970-01-01.

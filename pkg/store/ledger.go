@@ -14,29 +14,43 @@ import (
 	"github.com/easelhq/easel/pkg/apperr"
 )
 
-// addLedgerEntry adds a ledger entry in a Go transaction as lib.lua's
-// ledger() does: entries older than the retention dropped, and the ledger
-// of an account that moves no credits for that long expiring whole.
-func (db *DB) addLedgerEntry(ctx context.Context, p redis.Pipeliner, e *redis.XAddArgs) {
-	if keep := db.ledgerKeep; keep > 0 {
-		e.MinID = strconv.FormatInt(db.now().Add(-keep).UnixMilli(), 10)
-		p.XAdd(ctx, e)
-		p.PExpire(ctx, e.Stream, keep)
-		return
-	}
-	p.XAdd(ctx, e)
+// addLedgerEntry adds a ledger entry in a Go transaction: lib.lua's
+// ledger() itself (ledger_add.lua), sent whole (EVAL: a transaction
+// cannot load a script it finds missing), so that entries older than the
+// retention go and the ledger of an account that moves no credits for
+// that long expires whole, whatever the ledger's form.
+func (db *DB) addLedgerEntry(ctx context.Context, p redis.Pipeliner, e ledgerWrite) {
+	e.args.Now, e.args.Keep = db.now().UnixMilli(), db.keepMs()
+	ledgerAddLua.Redis().Eval(ctx, p, ledgerAddLua.Keys(e.keys), ledgerAddLua.Argv(e.args)...)
 }
 
-// ledgerEntry is lib.lua's ledger(), for Go transactions.
-func ledgerEntry(accountID, kind string, amount, balance int64, taskID, note string) *redis.XAddArgs {
-	v := []any{fLedgerKind, kind, fLedgerAmount, amount, fLedgerBalance, balance}
-	if taskID != "" {
-		v = append(v, fLedgerTask, taskID)
-	}
-	if note != "" {
-		v = append(v, fLedgerNote, note)
-	}
-	return &redis.XAddArgs{Stream: ledgerKey(accountID), Values: v}
+// ledgerWrite is an entry for addLedgerEntry.
+type ledgerWrite struct {
+	keys ledgerKeys
+	args ledgerAddArgs
+}
+
+// ledgerEntry is an entry of an account's ledger, for addLedgerEntry
+// (taskID and note may be "").
+func ledgerEntry(accountID, kind string, amount, balance int64, taskID, note string) ledgerWrite {
+	return ledgerWrite{ledgerKeys{Ledger: ledgerKey(accountID)},
+		ledgerAddArgs{Kind: kind, Amount: amount, Balance: balance, TaskID: taskID, Note: note}}
+}
+
+var ledgerAddLua = newScript[ledgerKeys, ledgerAddArgs, codeReply]("ledger_add", map[string]int64{"ADDED": 1})
+
+type ledgerKeys struct {
+	Ledger string `lua:"ledger"`
+}
+
+type ledgerAddArgs struct {
+	Now     int64  `lua:"now"`
+	Keep    int64  `lua:"keep"`
+	Kind    string `lua:"kind"`
+	Amount  int64  `lua:"amount"`
+	Balance int64  `lua:"balance"`
+	TaskID  string `lua:"task"`
+	Note    string `lua:"note"`
 }
 
 var addCreditsLua = durableScript[creditKeys, addCreditsArgs, balanceReply]("add_credits", map[string]int64{"ADDED": 1, "NO_ACCOUNT": -1, "BELOW_ZERO": 0})
@@ -90,12 +104,54 @@ func (s *Accounts) Ledger(ctx context.Context, id string, limit int64) ([]accoun
 	if limit <= 0 {
 		limit = 100
 	}
-	msgs, err := s.db.rdb.XRevRangeN(ctx, ledgerKey(id), "+", "-", limit).Result()
+	out, err := s.readLedger(ctx, id, "-", "+", limit, true)
+	if int64(len(out)) > limit {
+		out = out[:limit] // two entries of one id (readLedger)
+	}
+	return out, err
+}
+
+var ledgerReadLua = newScript[ledgerKeys, ledgerReadArgs, ledgerReply]("ledger_read", map[string]int64{"READ": 1})
+
+// ledgerReadArgs: the bounds as XRANGE takes them.
+type ledgerReadArgs struct {
+	Start string `lua:"start"`
+	End   string `lua:"end"`
+	Count int64  `lua:"count"`
+	Rev   bool   `lua:"rev"`
+}
+
+type ledgerReply struct {
+	Code int64       `lua:"code"`
+	Rows []ledgerRow `lua:"entries"`
+}
+
+// ledgerRow is a ledger entry as ledger_read.lua returns it: its fields
+// as the ledger holds them.
+type ledgerRow struct {
+	ID      string `lua:"id"`
+	Kind    string `lua:"kind"`
+	Amount  string `lua:"amount"`
+	Balance string `lua:"balance"`
+	TaskID  string `lua:"task"`
+	Note    string `lua:"note"`
+}
+
+// readLedger reads at most count entries of an account's ledger from
+// start to end (XRANGE's bounds), oldest first or, rev, newest first, from
+// both its forms (lib.lua's ledger) merged by id: one script, so that a
+// ledger that changes form meanwhile is read whole. An id may be in both
+// forms (an older Easel's XADD during an upgrade, in the ms of a newer
+// one's entry): both entries are read, and a read never ends between
+// them, so it may give count + 1 entries; a read from past the last id
+// read ("(" and it) misses none.
+func (s *Accounts) readLedger(ctx context.Context, id, start, end string, count int64, rev bool) ([]account.LedgerEntry, error) {
+	r, err := ledgerReadLua.run(ctx, s.db, ledgerKeys{Ledger: ledgerKey(id)}, ledgerReadArgs{Start: start, End: end, Count: count, Rev: rev})
 	if err != nil {
 		return nil, fmt.Errorf("store: ledger %s: %w", id, err)
 	}
-	out := make([]account.LedgerEntry, 0, len(msgs))
-	for _, m := range msgs {
+	out := make([]account.LedgerEntry, 0, len(r.Rows))
+	for _, m := range r.Rows {
 		out = append(out, decodeLedgerEntry(m))
 	}
 	return out, nil
@@ -112,18 +168,27 @@ func (s *Accounts) LedgerPage(ctx context.Context, id, before string, limit int6
 		}
 		end = "(" + before
 	}
-	msgs, err := s.db.rdb.XRevRangeN(ctx, ledgerKey(id), end, "-", limit+1).Result()
+	// Two more than a page: a page never ends between two entries of one
+	// id (readLedger), as the next starts past the id. It ends before
+	// them, or, when they would start it, after them: limit + 1 entries.
+	out, err := s.readLedger(ctx, id, "-", end, limit+2, true)
 	if err != nil {
-		return nil, "", fmt.Errorf("store: ledger %s: %w", id, err)
+		return nil, "", err
 	}
 	next := ""
-	if int64(len(msgs)) > limit {
-		msgs = msgs[:limit]
-		next = msgs[len(msgs)-1].ID
-	}
-	out := make([]account.LedgerEntry, 0, len(msgs))
-	for _, m := range msgs {
-		out = append(out, decodeLedgerEntry(m))
+	if int64(len(out)) > limit {
+		cut := int(limit)
+		if out[cut].ID == out[cut-1].ID {
+			if cut > 1 {
+				cut--
+			} else {
+				cut++
+			}
+		}
+		if cut < len(out) {
+			out = out[:cut]
+			next = out[cut-1].ID
+		}
 	}
 	return out, next, nil
 }
@@ -131,17 +196,15 @@ func (s *Accounts) LedgerPage(ctx context.Context, id, before string, limit int6
 // ledgerID is the form of a ledger entry's id (a stream entry's).
 var ledgerID = regexp.MustCompile(`^[0-9]{1,20}-[0-9]{1,20}$`)
 
-func decodeLedgerEntry(m redis.XMessage) account.LedgerEntry {
-	e := account.LedgerEntry{ID: m.ID}
+func decodeLedgerEntry(m ledgerRow) account.LedgerEntry {
+	e := account.LedgerEntry{ID: m.ID, Kind: m.Kind, TaskID: m.TaskID, Note: m.Note}
 	if ms, _, ok := strings.Cut(m.ID, "-"); ok {
 		if v, err := strconv.ParseInt(ms, 10, 64); err == nil {
 			e.Time = time.UnixMilli(v)
 		}
 	}
-	str := func(k string) string { v, _ := m.Values[k].(string); return v }
-	e.Kind, e.TaskID, e.Note = str(fLedgerKind), str(fLedgerTask), str(fLedgerNote)
-	e.Amount, _ = strconv.ParseInt(str(fLedgerAmount), 10, 64)
-	e.Balance, _ = strconv.ParseInt(str(fLedgerBalance), 10, 64)
+	e.Amount, _ = strconv.ParseInt(m.Amount, 10, 64)
+	e.Balance, _ = strconv.ParseInt(m.Balance, 10, 64)
 	return e
 }
 
@@ -172,18 +235,18 @@ func (s *Accounts) LedgerRange(ctx context.Context, id string, from, to time.Tim
 		end = "(" + strconv.FormatInt(ms, 10) + "-0"
 	}
 	for {
-		msgs, err := s.db.rdb.XRangeN(ctx, ledgerKey(id), start, end, ledgerPage).Result()
+		entries, err := s.readLedger(ctx, id, start, end, ledgerPage, false)
 		if err != nil {
-			return fmt.Errorf("store: ledger %s: %w", id, err)
+			return err
 		}
-		for _, m := range msgs {
-			if err := fn(decodeLedgerEntry(m)); err != nil {
+		for _, e := range entries {
+			if err := fn(e); err != nil {
 				return err
 			}
 		}
-		if len(msgs) < ledgerPage {
+		if len(entries) < ledgerPage {
 			return nil
 		}
-		start = "(" + msgs[len(msgs)-1].ID
+		start = "(" + entries[len(entries)-1].ID
 	}
 }

@@ -139,12 +139,12 @@ func TestLedgerRetention(t *testing.T) {
 		if err != nil || len(l) != 1 || l[0].Amount != 70 || l[0].Balance != 70 || l[0].Note != "initial credits" {
 			t.Fatalf("Ledger = %+v, %v", l, err)
 		}
-		if ttl := s.rdb.PTTL(ctx, ledgerKey(a.ID)).Val(); ttl <= keep-time.Minute || ttl > keep {
+		if ttl := s.rdb.PTTL(ctx, ledgerShortKey(a.ID)).Val(); ttl <= keep-time.Minute || ttl > keep {
 			t.Errorf("the ledger's TTL %v; want %v", ttl, keep)
 		}
 		// The Go path trims as the scripts do.
 		old := idAt(time.Now().Add(-2 * keep))
-		must(t, s.rdb.Del(ctx, ledgerKey(a.ID)).Err())
+		must(t, s.rdb.Del(ctx, ledgerKey(a.ID), ledgerShortKey(a.ID)).Err())
 		must(t, s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: ledgerKey(a.ID), ID: old, Values: []any{fLedgerKind, "credit"}}).Err())
 		_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			s.db.addLedgerEntry(ctx, p, ledgerEntry(a.ID, account.Credit, 1, 71, "", "x"))
@@ -178,7 +178,7 @@ func TestLedgerRetention(t *testing.T) {
 		if got, _ := s.accounts.Get(ctx, a.ID); got.Credits != 22 || l[0].Balance != 22 {
 			t.Errorf("balance %d, the last entry's %d; want 22", got.Credits, l[0].Balance)
 		}
-		if ttl := s.rdb.PTTL(ctx, ledgerKey(a.ID)).Val(); ttl <= 0 || ttl > short {
+		if ttl := s.rdb.PTTL(ctx, ledgerShortKey(a.ID)).Val(); ttl <= 0 || ttl > short {
 			t.Errorf("TTL %v; want at most %v", ttl, short)
 		}
 	})

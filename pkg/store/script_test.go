@@ -56,7 +56,7 @@ func allowedLiterals() map[string]string {
 	// accountKey, parkedKey; a task's input is in its record, so there is
 	// no job key) and of the due work's members (taskDue, hookDue), the kinds
 	// of due work (DueKind) and a chunked field's suffix (pieceLen).
-	add("a key's part", "a:", ":t:", "t:", "t|", "h|", ":", "acct", "parked", spendPart, usagePart)
+	add("a key's part", "a:", ":t:", "t:", "t|", "h|", ":", "acct", "parked", ledgerShortPart, spendPart, usagePart)
 	add("a usage field's suffix", usageTasks, usageCredits)
 	for _, k := range []DueKind{DueCheck, DueExpire, DueHook} {
 		add("a kind of due work", string(k))
@@ -64,11 +64,13 @@ func allowedLiterals() map[string]string {
 	add("the due work's member pattern", "^(%a)|([^|]+)|([^|]+)|?(.*)$", "t", "h")
 	add("a chunked field's suffix", "+")
 	add("an Idempotency-Key's state", "creating", "done")
+	add("a ledger's ids' and entries' patterns, XRANGE's bounds", "^(%d+)-(%d+)$", "^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$",
+		"^(%d+)-?(%d*)$", "-", "(", "COUNT")
 	// Redis tokens, flags and the scripts' own patterns and separators.
 	add("a token", "NX", "XX", "PX", "MINID", "LIMIT", "WITHSCORES", "+inf", "-inf", "*", "", "0", "1", "00", ",", "|", " ",
 		"pending ", "[^,]+", `[^\n]+`, "^(%a+) (%d+)$", "%d")
 	return allowed
 }
 
-var redisCommands = []string{"DEL", "EXISTS", "GET", "HDEL", "HEXISTS", "HGET", "HINCRBY", "HMGET", "HSET", "HSETNX", "INCR", "PEXPIRE", "PEXPIREAT", "PTTL",
-	"PUBLISH", "SET", "TIME", "XADD", "ZADD", "ZCARD", "ZPOPMIN", "ZRANGE", "ZRANGEBYSCORE", "ZREM", "ZREMRANGEBYSCORE"}
+var redisCommands = []string{"DEL", "EXISTS", "GET", "HDEL", "HEXISTS", "HGET", "HGETALL", "HINCRBY", "HMGET", "HSET", "HSETNX", "INCR", "PEXPIRE", "PEXPIREAT", "PTTL",
+	"PUBLISH", "SET", "TIME", "XADD", "XRANGE", "XREVRANGE", "ZADD", "ZCARD", "ZPOPMIN", "ZRANGE", "ZRANGEBYSCORE", "ZREM", "ZREMRANGEBYSCORE"}

@@ -11,7 +11,8 @@
 -- Promotion (promote) admits the account's oldest parked tasks into the
 -- places its end freed: it touches those tasks' records, whose names it
 -- makes from K.task's prefix. They are not in KEYS, but always in
--- the same slot (the shard's hash tag), which Redis allows.
+-- the same slot (the shard's hash tag), which Redis allows. So is a short
+-- ledger's hash, which ledger names from K.ledger.
 
 -- Outcomes of a change of a task's state (task.Outcome).
 local APPLIED, FINAL, MISSING, SUPERSEDED, POISONED, BUSY = 0, 1, 2, 3, 4, 5
@@ -31,16 +32,107 @@ end
 -- whole (milliseconds, credits, counts).
 local function int(n) return string.format('%d', n) end
 
+-- An account's ledger is a hash while it is short, under its own key (the
+-- ledger's key and LEDGER_SHORT_PART: keys.go's ledgerShortKey, in the
+-- account's slot): entry id ('<ms>-<seq>', as a stream's) →
+-- 'kind|amount|balance|task|note' (task and note may be ''; the note,
+-- last, may hold '|'). A stream's first node costs about 4.7 KB however
+-- few its entries; the hash, about 100 bytes an entry. Past LEDGER_SHORT
+-- entries the hash's entries move to a stream under the ledger's key,
+-- with the same ids, and the hash goes; once the stream exists every
+-- entry goes there. The ledger's key is only ever a stream: Easel before
+-- the hash XADDs to it and reads it (XRANGE), so mixed versions never
+-- meet a WRONGTYPE. The hash may then hold entries beside a stream one
+-- such process started; reads merge the two by id (ledger_read.lua).
+local LEDGER_SHORT = 16
+local LEDGER_SHORT_PART = ':h'
+
+-- ledger_id reads a ledger entry's id: its ms and seq.
+local function ledger_id(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+
+-- ledger_fields are a short ledger's entry value as a stream entry's
+-- fields.
+local function ledger_fields(v)
+  local kind, amount, balance, task_id, note = string.match(v, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  local e = {'kind', kind, 'amount', amount, 'balance', balance}
+  if task_id ~= '' then e[#e + 1] = 'task'; e[#e + 1] = task_id end
+  if note ~= '' then e[#e + 1] = 'note'; e[#e + 1] = note end
+  return e
+end
+
+-- ledger_entries are a short ledger's entries (short_key: its hash),
+-- oldest first: {ms, seq, id, value}.
+local function ledger_entries(short_key)
+  local h = redis.call('HGETALL', short_key)
+  local out = {}
+  for i = 1, #h, 2 do
+    local ms, seq = ledger_id(h[i])
+    out[#out + 1] = {ms, seq, h[i], h[i + 1]}
+  end
+  table.sort(out, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
+  return out
+end
+
+-- ledger_trim drops a short ledger's entries older than keep ms (0: keep
+-- all), and returns the ones kept.
+local function ledger_trim(short_key, now, keep)
+  local kept, gone = {}, {}
+  for _, e in ipairs(ledger_entries(short_key)) do
+    if keep > 0 and e[1] < now - keep then gone[#gone + 1] = e[3] else kept[#kept + 1] = e end
+  end
+  if #gone > 0 then redis.call('HDEL', short_key, unpack(gone)) end
+  return kept
+end
+
+-- ledger_short adds an entry to a short ledger (short_key: its hash, or
+-- none yet) of a ledger with no stream (ledger_key), as XADD MINID would
+-- to a stream: the entries older than keep ms go, and the new one's id is
+-- Redis's clock's ms, or the last id's ms with the next seq when the
+-- clock is not past it. Past LEDGER_SHORT entries it moves the ones kept
+-- into the stream instead, deletes the hash, and returns false: the
+-- caller adds the new one there.
+local function ledger_short(ledger_key, short_key, now, keep, kind, amount, balance, task_id, note)
+  local kept = ledger_trim(short_key, now, keep)
+  if #kept >= LEDGER_SHORT then
+    redis.call('DEL', short_key)
+    for _, e in ipairs(kept) do
+      redis.call('XADD', ledger_key, e[3], unpack(ledger_fields(e[4])))
+    end
+    return false
+  end
+  local clock = redis.call('TIME')
+  local ms, seq = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000), 0
+  local last = kept[#kept]
+  if last and last[1] >= ms then ms, seq = last[1], last[2] + 1 end
+  redis.call('HSET', short_key, int(ms) .. '-' .. int(seq),
+    kind .. '|' .. int(amount) .. '|' .. int(balance) .. '|' .. task_id .. '|' .. note)
+  return true
+end
+
 -- ledger appends a credit movement (task_id and note may be ''), drops
 -- the entries older than keep ms (0: keep all), and lets the ledger of an
--- account that moves no credits for keep ms expire whole.
+-- account that moves no credits for keep ms expire whole: its stream
+-- (ledger_key) and its short form's hash alike.
 local function ledger(ledger_key, now, keep, kind, amount, balance, task_id, note)
+  local short_key = ledger_key .. LEDGER_SHORT_PART
+  if redis.call('EXISTS', ledger_key) == 1 then
+    -- A stream: the hash holds entries only beside one an older Easel
+    -- started; they go as the retention says.
+    ledger_trim(short_key, now, keep)
+  elseif ledger_short(ledger_key, short_key, now, keep, kind, amount, balance, task_id, note) then
+    if keep > 0 then redis.call('PEXPIRE', short_key, int(keep)) end
+    return
+  end
   local e = {'kind', kind, 'amount', int(amount), 'balance', int(balance)}
   if task_id ~= '' then e[#e + 1] = 'task'; e[#e + 1] = task_id end
   if note ~= '' then e[#e + 1] = 'note'; e[#e + 1] = note end
   if keep > 0 then
     redis.call('XADD', ledger_key, 'MINID', int(now - keep), '*', unpack(e))
     redis.call('PEXPIRE', ledger_key, int(keep))
+    redis.call('PEXPIRE', short_key, int(keep))
   else
     redis.call('XADD', ledger_key, '*', unpack(e))
   end
