@@ -192,3 +192,11 @@ func LogTo(l *zap.Logger) {
 type zapPrintf struct{ s *zap.SugaredLogger }
 
 func (z zapPrintf) Printf(_ context.Context, format string, v ...any) { z.s.Warnf(format, v...) }
+
+// Unreachable says err is Redis not answering (in time, or at all) as
+// this package's clients report it: a full connection pool, a closed
+// client, a reply the batcher stopped waiting for. Deadlines and network
+// errors are the standard library's, and callers check those themselves.
+func Unreachable(err error) bool {
+	return errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) || errors.Is(err, ErrAbandoned)
+}

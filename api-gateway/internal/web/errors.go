@@ -1,8 +1,10 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/logging"
+	"github.com/easelhq/easel/pkg/redisconn"
 )
 
 // Envelope is the body of every error response, and of the successes of
@@ -123,6 +126,9 @@ func Classify(err error) (int, string) {
 	if errors.As(err, &c) {
 		return statusOf(c.ErrorCode()), message(err)
 	}
+	if dependencyFailed(err) {
+		return http.StatusServiceUnavailable, "the service is busy, try again"
+	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {
 		if msg, ok := echoMessages[he.Code]; ok {
@@ -134,6 +140,15 @@ func Classify(err error) (int, string) {
 		return http.StatusInternalServerError, "internal error"
 	}
 	return http.StatusInternalServerError, "internal error"
+}
+
+// dependencyFailed: an error no layer coded that says a dependency did
+// not answer in time or at all (a deadline, a network error, Redis's
+// full pool or a reply not awaited). It is the service saturated or a
+// dependency down, never a bug: 503 with Retry-After, not 500.
+func dependencyFailed(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) || redisconn.Unreachable(err)
 }
 
 // logged marks an error already logged where it happened (once per burst,
