@@ -583,15 +583,21 @@ func (e *env) memory(ctx context.Context, before int64, res *results) error {
 
 // drainRound compares how fast a worker gets through a backlog: raw Asynq
 // running no-op jobs, and the real worker running image tasks with a
-// zero-delay generator.
+// zero-delay generator, alternating which goes first.
 func (e *env) drainRound(ctx context.Context, round int, res *results) error {
-	base, err := e.drainBaseline(ctx, res)
-	if err != nil {
-		return err
+	var base, real float64
+	var err error
+	sides := []func() error{
+		func() (err error) { base, err = e.drainBaseline(ctx, res); return err },
+		func() (err error) { real, err = e.drainReal(ctx, res); return err },
 	}
-	real, err := e.drainReal(ctx, res)
-	if err != nil {
-		return err
+	if round%2 == 0 {
+		sides[0], sides[1] = sides[1], sides[0]
+	}
+	for _, side := range sides {
+		if err := side(); err != nil {
+			return err
+		}
 	}
 	res.DrainBaseline = append(res.DrainBaseline, base)
 	res.DrainReal = append(res.DrainReal, real)
