@@ -583,19 +583,38 @@ func (e *env) memory(ctx context.Context, before int64, res *results) error {
 
 // drainRound compares how fast a worker gets through a backlog: raw Asynq
 // running no-op jobs, and the real worker running image tasks with a
-// zero-delay generator.
+// zero-delay generator, alternating which goes first.
 func (e *env) drainRound(ctx context.Context, round int, res *results) error {
-	base, err := e.drainBaseline(ctx, res)
-	if err != nil {
-		return err
+	var base, real float64
+	var err error
+	sides := []func() error{
+		func() (err error) { base, err = e.drainBaseline(ctx, res); return err },
+		func() (err error) { real, err = e.drainReal(ctx, res); return err },
 	}
-	real, err := e.drainReal(ctx, res)
-	if err != nil {
-		return err
+	if round%2 == 0 {
+		sides[0], sides[1] = sides[1], sides[0]
+	}
+	for _, side := range sides {
+		if err := side(); err != nil {
+			return err
+		}
 	}
 	res.DrainBaseline = append(res.DrainBaseline, base)
 	res.DrainReal = append(res.DrainReal, real)
 	e.logf("  worker: real %.0f/s, baseline %.0f/s", real, base)
+	if round == 1 {
+		// A task's whole life in Redis, counted apart from the timed
+		// runs: MONITOR costs Redis CPU.
+		n := e.o.lifeTasks()
+		if res.LifeCommandsBaseline, err = e.lifeBaseline(ctx, n); err != nil {
+			return fmt.Errorf("baseline whole-life commands: %w", err)
+		}
+		if res.LifeCommandsReal, err = e.lifeReal(ctx, n); err != nil {
+			return fmt.Errorf("real whole-life commands: %w", err)
+		}
+		e.logf("  whole life over %d tasks: real %.1f commands, %.2f round trips a task; baseline %.1f, %.2f",
+			n, sum(res.LifeCommandsReal.Stats), sum(res.LifeCommandsReal.Sent), sum(res.LifeCommandsBaseline.Stats), sum(res.LifeCommandsBaseline.Sent))
+	}
 	return nil
 }
 
@@ -603,12 +622,10 @@ func (e *env) drainBaseline(ctx context.Context, res *results) (float64, error) 
 	if err := flushAll(ctx, e.rdb); err != nil {
 		return 0, err
 	}
-	client := asynq.NewClientFromRedisClient(e.rdb)
-	payload := []byte(`{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"a lighthouse on a cliff at dusk, oil painting","aspect_ratio":"1:1"}}`)
-	for i := 0; i < e.o.drain; i++ {
-		if _, err := client.EnqueueContext(ctx, asynq.NewTask(baselineType, payload, asynq.Queue(baselineQueue))); err != nil {
-			return 0, err
-		}
+	// Redis's CPU over the tasks' whole life, enqueue to done.
+	life := newCPUMeter(e.redis.cpuPids())
+	if err := e.enqueueBaseline(ctx, e.o.drain); err != nil {
+		return 0, err
 	}
 	out := &strings.Builder{}
 	redisCPU := newCPUMeter(e.redis.cpuPids())
@@ -629,6 +646,7 @@ func (e *env) drainBaseline(ctx context.Context, res *results) (float64, error) 
 	if err := json.Unmarshal([]byte(out.String()), &r); err != nil || r.Processed != int64(e.o.drain) {
 		return 0, fmt.Errorf("baseline worker result %q: %v", out.String(), err)
 	}
+	res.LifeCPUBaseline = append(res.LifeCPUBaseline, life.perOp(r.Processed))
 	cpu := redisCPU.perOp(r.Processed)
 	ps := p.cmd.ProcessState
 	cpu["worker"] = float64(ps.UserTime()+ps.SystemTime()) / float64(time.Microsecond) / float64(r.Processed)
@@ -669,6 +687,9 @@ func (e *env) drainReal(ctx context.Context, res *results) (float64, error) {
 			return 0, err
 		}
 	}
+	// Redis's CPU over the tasks' whole life, create to complete (the
+	// warm-up's left out).
+	life := newCPUMeter(e.redis.cpuPids())
 	if err := e.createTasks(ctx, base, e.o.drain); err != nil {
 		return 0, fmt.Errorf("backlog: %w", err)
 	}
@@ -700,6 +721,7 @@ func (e *env) drainReal(ctx context.Context, res *results) (float64, error) {
 		return 0, fmt.Errorf("%d backlog tasks started after the queues were resumed; want %d", n, e.o.drain)
 	}
 	res.DrainCPUReal = append(res.DrainCPUReal, cpu.perOp(int64(n)))
+	res.LifeCPUReal = append(res.LifeCPUReal, life.perOp(int64(n)))
 	return float64(n) / (float64(last-first) / 1000), nil
 }
 

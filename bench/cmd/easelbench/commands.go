@@ -14,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/easelhq/easel/tools/loadgen"
-	"github.com/easelhq/easel/tools/testkit/redisproc"
 )
 
 // commandCounts are the Redis commands a fixed number of requests cost,
@@ -74,27 +73,10 @@ func (e *env) countCommands(ctx context.Context, base, mode string, n int64) (*c
 	if err != nil {
 		return nil, err
 	}
-	stats := map[string]float64{}
-	var mu sync.Mutex
-	if err := eachServer(ctx, e.rdb, func(ctx context.Context, c *redis.Client) error {
-		info, err := c.Info(ctx, "commandstats").Result()
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		for name, st := range redisproc.ParseCommandstats(info) {
-			stats[name] += float64(st.Calls)
-		}
-		return nil
-	}); err != nil {
+	stats, err := commandstats(ctx, e.rdb)
+	if err != nil {
 		return nil, err
 	}
-	// The counting's own commands.
-	delete(stats, "info")
-	delete(stats, "config|resetstat")
-	delete(stats, "monitor")
-	delete(stats, "echo")
 	cc := &commandCounts{Requests: n, Sent: map[string]float64{}, Stats: map[string]float64{}}
 	for name, v := range sent {
 		cc.Sent[name] = float64(v) / float64(n)

@@ -10,6 +10,11 @@
 // It runs bin/gateway and bin/worker (make build) as separate processes, and
 // itself as the baseline processes.
 //
+// The drain part also reports a task's whole life in Redis, create →
+// complete, against raw Asynq enqueueing and processing as many: Redis
+// commands and client round trips per task, counted in a round of their
+// own with MONITOR on, and Redis CPU per task from the timed runs (life.go).
+//
 // --only inflight (not in the default set) measures slow generations
 // instead: one worker with a slow, zero-cost generator (EASEL_SIM_DELAY,
 // --sim-delay) kept fed with --inflight outstanding tasks; it reports how

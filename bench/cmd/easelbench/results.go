@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 )
@@ -41,6 +42,12 @@ type results struct {
 	DrainCPUReal     []map[string]float64 `json:"drain_real_cpu_us_per_task,omitempty"`
 	DrainCPUBaseline []map[string]float64 `json:"drain_baseline_cpu_us_per_task,omitempty"`
 
+	// Redis CPU microseconds per task over its whole life (drain): create
+	// (the real gateway; the baseline's raw Asynq enqueues) to complete,
+	// in the timed drain runs; "redis", and on a cluster redis@host:port.
+	LifeCPUReal     []map[string]float64 `json:"life_real_redis_cpu_us_per_task,omitempty"`
+	LifeCPUBaseline []map[string]float64 `json:"life_baseline_redis_cpu_us_per_task,omitempty"`
+
 	// CPU microseconds per query, by process, as for creates.
 	QueryCPUReal     []map[string]float64 `json:"query_real_cpu_us_per_request,omitempty"`
 	QueryCPUBaseline []map[string]float64 `json:"query_baseline_cpu_us_per_request,omitempty"`
@@ -57,6 +64,11 @@ type results struct {
 	CreateCommandsBaseline *commandCounts `json:"create_baseline_commands,omitempty"`
 	QueryCommandsReal      *commandCounts `json:"query_real_commands,omitempty"`
 	QueryCommandsBaseline  *commandCounts `json:"query_baseline_commands,omitempty"`
+
+	// Redis commands per task over its whole life, counted in the first
+	// drain round (life.go).
+	LifeCommandsReal     *lifeCounts `json:"life_real_commands,omitempty"`
+	LifeCommandsBaseline *lifeCounts `json:"life_baseline_commands,omitempty"`
 
 	// Pick-up latency (--only pickup).
 	PickupP50 *float64 `json:"pickup_p50_ms,omitempty"`
@@ -178,7 +190,18 @@ func (r *results) print(w io.Writer) {
 	}
 	commands("Redis round trips per create", r.CreateCommandsReal, r.CreateCommandsBaseline, 2)
 	commands("Redis round trips per query", r.QueryCommandsReal, r.QueryCommandsBaseline, 1)
-	row("end-to-end tasks (zero-delay generator)", r.DrainReal, r.DrainBaseline, "/s", 0.5)
+	row("end-to-end tasks (zero-delay generator, share on)", r.DrainReal, r.DrainBaseline, "/s", 0.6)
+	life := func(name string, pick func(*lifeCounts) map[string]float64, bound float64) {
+		if r.LifeCommandsReal == nil || r.LifeCommandsBaseline == nil {
+			fmt.Fprintf(tw, "%s\t%s\t\t\t<= %.0f\t%s\t\n", name, notRun, bound, notRun)
+			return
+		}
+		real, base := sum(pick(r.LifeCommandsReal)), sum(pick(r.LifeCommandsBaseline))
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t<= %.0f\t%s\t\n", name, real, base, real/base, bound, yes(real <= bound+0.005))
+	}
+	life("Redis commands per task, whole life", func(c *lifeCounts) map[string]float64 { return c.Stats }, 35)
+	life("Redis round trips per task, whole life", func(c *lifeCounts) map[string]float64 { return c.Sent }, 5)
+	atMost("Redis CPU per task, whole life", redisCPU(r.LifeCPUReal), redisCPU(r.LifeCPUBaseline), "µs", 2)
 	pickup, pickupMet := notRun, notRun
 	if r.PickupP50 != nil && r.PickupP99 != nil {
 		pickup = fmt.Sprintf("%.1f / %.1f ms", *r.PickupP50, *r.PickupP99)
@@ -234,6 +257,15 @@ func (r *results) print(w io.Writer) {
 		fmt.Fprintf(w, "  real, sent: %s\n  real, commandstats: %s\n", countLine(c.real.Sent), countLine(c.real.Stats))
 		fmt.Fprintf(w, "  baseline, sent: %s\n  baseline, commandstats: %s\n", countLine(c.base.Sent), countLine(c.base.Stats))
 	}
+	if c, b := r.LifeCommandsReal, r.LifeCommandsBaseline; c != nil && b != nil {
+		parked := "unknown"
+		if c.PeakParked != nil {
+			parked = strconv.FormatInt(*c.PeakParked, 10)
+		}
+		fmt.Fprintf(w, "Whole life of a task in Redis (create → complete), commands per task over %d tasks, peak parked past the share %s (sent by clients: round trips; INFO commandstats: with the scripts' own):\n", c.Tasks, parked)
+		fmt.Fprintf(w, "  real, sent: %s\n  real, commandstats: %s\n", countLine(c.Sent), countLine(c.Stats))
+		fmt.Fprintf(w, "  baseline, sent: %s\n  baseline, commandstats: %s\n", countLine(b.Sent), countLine(b.Stats))
+	}
 	if len(r.DrainCPUReal) > 0 && len(r.DrainCPUBaseline) > 0 {
 		fmt.Fprintf(w, "CPU per task drained, real / baseline (medians of rounds):%s\n",
 			cpuPairs(r.DrainCPUReal, r.DrainCPUBaseline, []string{"worker", "redis"}, nil))
@@ -258,6 +290,16 @@ func cpuSums(rounds []map[string]float64) []float64 {
 			}
 		}
 		out = append(out, t)
+	}
+	return out
+}
+
+// redisCPU is each round's Redis CPU (summed over the masters of a
+// cluster).
+func redisCPU(rounds []map[string]float64) []float64 {
+	out := make([]float64, 0, len(rounds))
+	for _, m := range rounds {
+		out = append(out, m["redis"])
 	}
 	return out
 }

@@ -25,6 +25,10 @@ func filled(parts ...string) *results {
 			r.DrainCPUReal = []map[string]float64{{"worker": 204, "redis": 116}, {"worker": 210, "redis": 110}}
 			r.DrainCPUBaseline = []map[string]float64{{"worker": 93, "redis": 49}, {"worker": 95, "redis": 50}}
 			r.WorkerRSSMB = ptr(82.1)
+			r.LifeCPUReal = []map[string]float64{{"redis": 250}, {"redis": 260}}
+			r.LifeCPUBaseline = []map[string]float64{{"redis": 60}, {"redis": 62}}
+			r.LifeCommandsReal = &lifeCounts{Tasks: 2000, Sent: map[string]float64{"evalsha": 4.1, "bzpopmin": 0.6}, Stats: map[string]float64{"evalsha": 4.1, "hset": 9, "zadd": 6.2}, PeakParked: ptr(int64(1500))}
+			r.LifeCommandsBaseline = &lifeCounts{Tasks: 2000, Sent: map[string]float64{"evalsha": 3.1}, Stats: map[string]float64{"evalsha": 3.1, "hset": 2, "lpush": 1}}
 		case "pickup":
 			r.PickupP50, r.PickupP90, r.PickupP99, r.PickupMax, r.PickupN = ptr(24.0), ptr(50.0), ptr(71.0), ptr(90.0), ptr(500)
 		case "inflight":
@@ -45,6 +49,9 @@ var rowParts = []struct{ row, part string }{
 	{"pick-up latency", "pickup"},
 	{"gateway peak RSS", "http"},
 	{"worker peak RSS", "drain"},
+	{"Redis commands per task, whole life", "drain"},
+	{"Redis round trips per task, whole life", "drain"},
+	{"Redis CPU per task, whole life", "drain"},
 	{"Redis memory per task record", "http"},
 	{"Redis memory per task, all keys", "http"},
 	{"in flight, peak", "inflight"},
@@ -118,6 +125,7 @@ func TestPrintNotRun(t *testing.T) {
 				{"real gateway p50 latency", "http"},
 				{"CPU per create request", "http"},
 				{"CPU per task drained", "drain"},
+				{"Whole life of a task in Redis", "drain"},
 				{"in flight: ", "inflight"},
 			} {
 				has := strings.Contains(out, "\n"+l.start)
@@ -161,6 +169,7 @@ func TestPrintVerdicts(t *testing.T) {
 	r.CreateReal = []float64{6800} // 0.59 of 11,500: under the 0.60 target
 	r.GatewayRSSMB = ptr(150.0)
 	r.PickupP99 = ptr(400.0)
+	r.LifeCommandsReal.Sent["evalsha"] = 4.9 // 5.5 round trips, over the 5
 	r.Inflight.PeakInflight = 16
 	r.Inflight.Ratio = ptr(0.8)
 	r.Inflight.PeakRSSMB = nil // unreadable
@@ -168,15 +177,18 @@ func TestPrintVerdicts(t *testing.T) {
 	var b bytes.Buffer
 	r.print(&b)
 	want := map[string]string{
-		"create throughput":                   "NO", // 0.59
-		"query throughput":                    "yes",
-		"end-to-end tasks":                    "NO", // 0.47
-		"pick-up latency":                     "NO",
-		"gateway peak RSS":                    "NO",
-		"in flight, peak":                     "NO",
-		"in flight, completions":              "NO",
-		"in flight, worker peak RSS":          "unknown",
-		"in flight, worker Redis connections": "NO",
+		"create throughput":                      "NO", // 0.59
+		"query throughput":                       "yes",
+		"end-to-end tasks":                       "NO",  // 0.47
+		"Redis commands per task, whole life":    "yes", // 19.3
+		"Redis round trips per task, whole life": "NO",  // 5.5
+		"Redis CPU per task, whole life":         "NO",  // 4.1×
+		"pick-up latency":                        "NO",
+		"gateway peak RSS":                       "NO",
+		"in flight, peak":                        "NO",
+		"in flight, completions":                 "NO",
+		"in flight, worker peak RSS":             "unknown",
+		"in flight, worker Redis connections":    "NO",
 	}
 	for _, l := range strings.Split(b.String(), "\n") {
 		for row, v := range want {
@@ -198,8 +210,9 @@ func TestPrintVerdicts(t *testing.T) {
 // JSON, not written as 0 (which would read as measured).
 func TestJSONNotRun(t *testing.T) {
 	keys := map[string][]string{
-		"http":     {"create_real_per_s", "query_baseline_per_s", "create_real_cpu_us_per_request", "create_real_p50_ms", "gateway_peak_rss_mb", "task_record_bytes", "redis_bytes_per_task"},
-		"drain":    {"drain_real_per_s", "drain_baseline_per_s", "drain_real_cpu_us_per_task", "worker_peak_rss_mb"},
+		"http": {"create_real_per_s", "query_baseline_per_s", "create_real_cpu_us_per_request", "create_real_p50_ms", "gateway_peak_rss_mb", "task_record_bytes", "redis_bytes_per_task"},
+		"drain": {"drain_real_per_s", "drain_baseline_per_s", "drain_real_cpu_us_per_task", "worker_peak_rss_mb",
+			"life_real_commands", "life_baseline_commands", "life_real_redis_cpu_us_per_task", "life_baseline_redis_cpu_us_per_task"},
 		"pickup":   {"pickup_p50_ms", "pickup_p99_ms", "pickup_tasks"},
 		"inflight": {"inflight"},
 	}
