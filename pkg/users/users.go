@@ -44,6 +44,10 @@ type Config struct {
 	Params password.Params
 }
 
+// afterHash is the budget of the Redis writes that follow a good
+// password's hash (forgetting the attempts, saving the session).
+const afterHash = 2 * time.Second
+
 // Defaults.
 var Defaults = Config{Idle: 2 * time.Hour, Max: 12 * time.Hour, FailWindow: 15 * time.Minute, MaxPerPair: 10, MaxPerAddr: 50, MaxPerEmail: 200}
 
@@ -221,6 +225,11 @@ func (s *Service) SignIn(ctx context.Context, email, pw, addr string) (Signed, e
 	if u == nil || !good || u.Status != account.Active {
 		return Signed{}, ErrWrongCredentials
 	}
+	// The hash took its time from the request's budget; the writes that
+	// sign the user in get their own, so a saturated machine's slow hash
+	// does not turn a right password into an error.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterHash)
+	defer cancel()
 	// Signed in: this pair's and this email's attempts are forgotten (the
 	// network's count keeps others' failures).
 	_ = s.st.ForgetAttempts(ctx, names[0], names[2])
