@@ -9,12 +9,15 @@ COPY . .
 RUN mkdir -p /out/data/blobs
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/worker ./worker/cmd/worker
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/worker ./worker/cmd/worker && \
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/easelctl ./tools/cmd/easelctl
 
 # Static binary on a distroless base: no shell, CA certificates (for fetching
 # source images over https), runs as the unprivileged user 65532.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/worker /usr/local/bin/worker
+# For the health check (easelctl probe): the image has no shell or curl.
+COPY --from=build /out/easelctl /usr/local/bin/easelctl
 COPY --from=build --chown=65532:65532 /out/data /data
 USER 65532:65532
 EXPOSE 8081

@@ -120,6 +120,28 @@ func TestDeployCompose(t *testing.T) {
 	if !published {
 		t.Errorf("gateway listens on %s but ports are %+v", gcfg.HTTPAddr, gw.Ports)
 	}
+	// Every published port is on the host's loopback: the stack's dev key
+	// is public, so nothing is reachable from other machines by default.
+	for _, s := range p.Services {
+		for _, pc := range s.Ports {
+			if pc.Published != "" && pc.HostIP != "127.0.0.1" {
+				t.Errorf("%s publishes %s on %q, not 127.0.0.1", s.Name, pc.Published, pc.HostIP)
+			}
+		}
+	}
+	// The gateway and the workers say when they are ready: each probes its
+	// own /readyz with the easelctl its image carries.
+	for name, addr := range map[string]string{"gateway": gcfg.HTTPAddr, "worker": wcfg.HTTPAddr} {
+		s, err := p.GetService(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(addr)
+		want := []string{"CMD", "easelctl", "probe", "http://127.0.0.1:" + port + "/readyz"}
+		if s.HealthCheck == nil || !slices.Equal(s.HealthCheck.Test, want) {
+			t.Errorf("%s healthcheck %+v; want test %v", name, s.HealthCheck, want)
+		}
+	}
 
 	// Results go to the MinIO service, in a bucket the minio-bucket service
 	// creates before either service starts.

@@ -170,6 +170,9 @@ func (c *cli) commands() *cobra.Command {
 			if cmd.DisableFlagParsing {
 				return nil // the command parses its own flags, then connects
 			}
+			if cmd.Annotations[noRedis] != "" {
+				return nil
+			}
 			return c.open(cmd.Context())
 		},
 	}
@@ -177,7 +180,7 @@ func (c *cli) commands() *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
 	root.PersistentFlags().BoolVar(&c.jsonOut, "json", false, "print JSON")
 	root.PersistentFlags().StringVar(&c.redisURL, "redis-url", "", "Redis URL (default $EASEL_REDIS_URL)")
-	root.AddCommand(c.accountCommands(), c.creditsCommands(), c.keyCommands(), c.ledgerCommand(), c.webhookSecretCommand(), c.userCommands(), c.upstreamCommands())
+	root.AddCommand(c.accountCommands(), c.creditsCommands(), c.keyCommands(), c.ledgerCommand(), c.webhookSecretCommand(), c.userCommands(), c.upstreamCommands(), c.probeCommand())
 	return root
 }
 
