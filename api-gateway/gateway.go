@@ -237,6 +237,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		log.Warn("shutdown grace period over; closing the remaining connections", zap.Error(err))
 		_ = srv.Close()
 	}
+	// The counts of tasks out of their queues a cluster's store holds to
+	// batch them (store.DB.FlushQueueCounts): written before it goes.
+	_ = db.FlushQueueCounts(shutdownCtx)
 	log.Info("gateway stopped")
 	return nil
 }

@@ -236,6 +236,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	backgroundDone.Wait()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	// The counts of tasks out of their queues a cluster's store holds to
+	// batch them (store.DB.FlushQueueCounts): written before it goes.
+	_ = db.FlushQueueCounts(shutdownCtx)
 	_ = health.Shutdown(shutdownCtx)
 	log.Info("worker stopped")
 	return runErr

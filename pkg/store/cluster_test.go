@@ -383,6 +383,50 @@ func TestOnACluster(t *testing.T) {
 		}
 	})
 
+	// A task promoted on a cluster takes its number in its queue after the
+	// change that admitted it (one join_queue a queue, the numbers set in
+	// one more round trip); a parked create gives back the number it took.
+	t.Run("promoted queue numbers", func(t *testing.T) {
+		const queue = "cluster-promoted"
+		ps := storesOn(cc, Options{Share: 1})
+		a, err := ps.accounts.Create(ctx, account.Spec{Name: "promoted", Credits: 100})
+		must(t, err)
+		c := std
+		c.Queue = queue
+		for i, tid := range []string{"p1", "p2", "p3"} {
+			cr, err := ps.tasks.Create(ctx, pendingAt(a.ID, tid, i), c, nil)
+			must(t, err)
+			if cr.Admitted != (i == 0) {
+				t.Fatalf("%s admitted %v", tid, cr.Admitted)
+			}
+		}
+		if got := dequeuedOf(t, ps, queue); got != 2 {
+			t.Fatalf("dequeued %d after two parked creates; want their numbers given back (2)", got)
+		}
+		last := int64(0)
+		for i, step := range []struct{ run, admits string }{{"p1", "p2"}, {"p2", "p3"}} {
+			mustOutcome(t, task.Applied)(start(ps, a.ID, step.run, step.run))
+			ch := mustOutcome(t, task.Applied)(ps.tasks.Complete(ctx, a.ID, step.run, step.run, nil))
+			if len(ch.Admitted) != 1 || ch.Admitted[0].TaskID != step.admits || ch.Admitted[0].Queue != queue {
+				t.Fatalf("complete %s admitted %+v; want %s in %s", step.run, ch.Admitted, step.admits, queue)
+			}
+			got, err := ps.tasks.Get(ctx, a.ID, step.admits)
+			must(t, err)
+			if got.Queue != queue || got.QueueSeq <= max(last, 3) {
+				t.Fatalf("%s promoted in %q with number %d; want %s, past %d and the creates' 3", step.admits, got.Queue, got.QueueSeq, queue, last)
+			}
+			last = got.QueueSeq
+			if d := dequeuedOf(t, ps, queue); d != int64(3+i) {
+				t.Errorf("dequeued %d after %d started; want %d", d, i+1, 3+i)
+			}
+			st, err := ps.queues.Stats(ctx, queue)
+			must(t, err)
+			if p := st.PositionOf(got.QueueSeq, time.Now()); p.Position != 1 {
+				t.Errorf("%s, alone waiting: position %+v; want 1", step.admits, p)
+			}
+		}
+	})
+
 	// A batch of durable changes over every master: each master's calls in
 	// one pipeline followed by WAIT on it; these masters have no replica,
 	// so each change is made and reported not replicated.

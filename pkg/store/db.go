@@ -32,6 +32,8 @@ type DB struct {
 	// durability on.
 	loaded sync.Map
 	probes probeTags
+	// counts: tasks out of their queues held to be counted, on a cluster.
+	counts queueCounts
 }
 
 // Options are a DB's settings; the zero value is a DB that waits for no

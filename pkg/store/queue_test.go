@@ -11,9 +11,13 @@ import (
 	"github.com/easelhq/easel/pkg/task"
 )
 
-// dequeuedOf returns how many tasks the store counted out of a queue.
+// dequeuedOf returns how many tasks the store counted out of a queue,
+// the counts it holds to batch them (a cluster's) written first.
 func dequeuedOf(t *testing.T, s *stores, queue string) int64 {
 	t.Helper()
+	if err := s.db.FlushQueueCounts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	st, err := s.queues.Stats(context.Background(), queue)
 	if err != nil {
 		t.Fatal(err)

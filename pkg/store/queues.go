@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/easelhq/easel/pkg/task"
@@ -12,14 +13,20 @@ import (
 // Queue positions. Each queue has two sequence numbers: how many tasks
 // joined it (taken by the create, kept in the task record) and how many
 // left it (a worker started them, or they were canceled, failed or undone
-// while pending: the scripts that make those changes say so, and the store
-// counts them out). A pending task's position is its own number less
+// while pending). On one server the scripts that make those changes keep
+// both in the same step (lib.lua's QUEUES): a create or a promotion
+// numbers the task it admits, a change that takes a task out of pending
+// counts it out. On a cluster the queue's key is on another slot: the
+// scripts say which queue, and the store numbers the tasks promoted in a
+// batch (Tasks.numberInQueues) and counts them out in batches
+// (countOut). A pending task's position is its own number less
 // those that left: O(1), never a scan of the queue. It is an estimate:
 // tasks leave out of order (a retry, an account at its share), so it is
 // clamped to at least 1.
 //
 // The rate tasks leave at, for the ETA, is measured between two samples
-// of the dequeued count taken at least queueSampleEvery apart, within the
+// of the dequeued count taken at least queueSampleEvery (lib.lua's
+// SAMPLE_EVERY) apart, within the
 // queue's busy period: a task joining an empty queue restarts the samples
 // (join_queue in lib.lua).
 const queueSampleEvery = 10 * time.Second
@@ -45,12 +52,13 @@ type joinQueueReply struct {
 
 type joinQueueArgs struct {
 	Now int64 `lua:"now"`
+	N   int   `lua:"n"`
 }
 
 // nextQueueSeq takes the next sequence number of a queue, for a task
 // about to join it.
 func (db *DB) nextQueueSeq(ctx context.Context, queue string) (int64, error) {
-	r, err := joinQueueLua.run(ctx, db, queueKeys{Queue: queueKey(queue)}, joinQueueArgs{Now: db.now().UnixMilli()})
+	r, err := joinQueueLua.run(ctx, db, queueKeys{Queue: queueKey(queue)}, joinQueueArgs{Now: db.now().UnixMilli(), N: 1})
 	if err != nil {
 		return 0, fmt.Errorf("store: queue %s: %w", queue, err)
 	}
@@ -69,17 +77,93 @@ type queueKeys struct {
 }
 
 type dequeuedArgs struct {
-	N           int   `lua:"n"`
-	Now         int64 `lua:"now"`
-	SampleEvery int64 `lua:"sample_every"`
+	N   int   `lua:"n"`
+	Now int64 `lua:"now"`
 }
 
-// dequeued records that n tasks left a queue.
+// dequeued records, now, that n tasks left a queue.
 func (db *DB) dequeued(ctx context.Context, queue string, n int) error {
-	if _, err := dequeuedLua.run(ctx, db, queueKeys{Queue: queueKey(queue)}, dequeuedArgs{
-		N: n, Now: db.now().UnixMilli(), SampleEvery: queueSampleEvery.Milliseconds(),
-	}); err != nil {
+	if _, err := dequeuedLua.run(ctx, db, queueKeys{Queue: queueKey(queue)}, dequeuedArgs{N: n, Now: db.now().UnixMilli()}); err != nil {
 		return fmt.Errorf("store: queue %s: %w", queue, err)
+	}
+	return nil
+}
+
+// queues is the scripts' queues argument (lib.lua's QUEUES): the prefix
+// of the queues' keys on one server, where the scripts keep the queues'
+// numbers in their own step; '' on a cluster, where the store does.
+func (db *DB) queues() string {
+	if db.cluster() {
+		return ""
+	}
+	return queueKey("")[:len(queueKey(""))-1]
+}
+
+// queueCountEvery is how long tasks counted out of their queues on a
+// cluster wait in memory before one dequeued call a queue counts them.
+// A process that dies loses the counts it holds: the tasks behind them
+// read a position that many too high (never a task lost, nor a number
+// given twice) until they leave their queue.
+const queueCountEvery = 100 * time.Millisecond
+
+// queueCounts are the counts of tasks out of their queues a cluster's
+// store holds, to be flushed.
+type queueCounts struct {
+	mu      sync.Mutex
+	n       map[string]int
+	pending bool
+}
+
+// countOut counts n tasks out of a queue (a script returned it: a
+// cluster): held and flushed with the others of queueCountEvery in one
+// dequeued call a queue. On one server the scripts count them themselves.
+func (db *DB) countOut(queue string, n int) {
+	if queue == "" || n <= 0 {
+		return
+	}
+	c := &db.counts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[queue] += n
+	if !c.pending {
+		c.pending = true
+		time.AfterFunc(queueCountEvery, func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = db.FlushQueueCounts(ctx)
+		})
+	}
+}
+
+// FlushQueueCounts counts out of their queues, now, the tasks the store
+// holds counted (countOut): one dequeued call a queue, pipelined. A
+// process stopping calls it; counts it fails to write are lost (a
+// position read one too high a count), never retried twice.
+func (db *DB) FlushQueueCounts(ctx context.Context) error {
+	c := &db.counts
+	c.mu.Lock()
+	held := c.n
+	c.n, c.pending = nil, false
+	c.mu.Unlock()
+	if len(held) == 0 {
+		return nil
+	}
+	now := db.now().UnixMilli()
+	calls := make([]call[queueKeys, dequeuedArgs], 0, len(held))
+	for q, n := range held {
+		calls = append(calls, call[queueKeys, dequeuedArgs]{queueKeys{Queue: queueKey(q)}, dequeuedArgs{N: n, Now: now}})
+	}
+	_, errs, err := dequeuedLua.runPipelined(ctx, db, calls)
+	if err != nil {
+		return fmt.Errorf("store: queue counts: %w", err)
+	}
+	for _, e := range errs {
+		if e != nil {
+			return fmt.Errorf("store: queue counts: %w", e)
+		}
 	}
 	return nil
 }

@@ -28,6 +28,19 @@ func TestOutcomesMatchGo(t *testing.T) {
 	}
 }
 
+// lib.lua's queue constants and the queues argument agree with Go's:
+// the samples' spacing, and where a queue's numbers are kept.
+func TestQueueConstsMatchGo(t *testing.T) {
+	libConsts := scripttest.Consts(t, scripts.LibText())
+	if v, ok := libConsts["SAMPLE_EVERY"]; !ok || v != queueSampleEvery.Milliseconds() {
+		t.Errorf("SAMPLE_EVERY: lib.lua %d (bound %v), queueSampleEvery %v", v, ok, queueSampleEvery)
+	}
+	db := NewDB(nil, Options{})
+	if got := db.queues() + "standard" + "}"; got != queueKey("standard") {
+		t.Errorf("queues argument + name + '}' = %q, queueKey %q", got, queueKey("standard"))
+	}
+}
+
 // allowedLiterals are the quoted strings a script may hold: the hash
 // fields Go declares, the values of the domain's enumerations, and a few
 // Redis tokens and patterns.
@@ -57,6 +70,9 @@ func allowedLiterals() map[string]string {
 	// no job key) and of the due work's members (taskDue, hookDue), the kinds
 	// of due work (DueKind) and a chunked field's suffix (pieceLen).
 	add("a key's part", "a:", ":t:", "t:", "t|", "h|", ":", "acct", "parked", ledgerShortPart, spendPart, usagePart)
+	// The end of a queue's key (keys.go's queueKey), after lib.lua's
+	// QUEUES and the queue's name.
+	add("a queue key's end", "}")
 	add("a usage field's suffix", usageTasks, usageCredits)
 	for _, k := range []DueKind{DueCheck, DueExpire, DueHook} {
 		add("a kind of due work", string(k))

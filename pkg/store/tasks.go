@@ -163,6 +163,7 @@ type createArgs struct {
 	KeyHash        string `lua:"key_hash"`
 	SpendLimit     int64  `lua:"spend_limit"`
 	UsageUntil     int64  `lua:"usage_until"`
+	Queues string `lua:"queues"`
 }
 
 // createReply is create.lua's reply. N is the balance (CREATED,
@@ -221,6 +222,7 @@ func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, input [
 		CheckAt: now.Add(FirstQueueCheck).UnixMilli(), Share: db.share, Keep: db.keepMs(),
 		IdemUntil: now.Add(idempotencyPending).UnixMilli(), IdemTTL: IdempotencyTTL.Milliseconds(),
 		QueueName: c.Queue, Input: input, Type: t.Type, Model: t.Model, Created: t.CreateTime.UnixMilli(),
+		Queues: db.queues(),
 	}
 	if !c.ValidUntil.IsZero() {
 		a.ValidUntil = c.ValidUntil.UnixMilli()
@@ -252,9 +254,11 @@ func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, input [
 	}
 	used := false
 	if seqTaken {
+		// Not used (refused, parked, failed), the number is given back
+		// with the counts of the tasks out of the queue (countOut).
 		defer func() {
 			if !used {
-				_ = db.dequeued(context.WithoutCancel(ctx), c.Queue, 1)
+				db.countOut(c.Queue, 1)
 			}
 		}()
 	}
@@ -297,8 +301,9 @@ func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, input [
 	}
 }
 
-// admitted are the tasks a script admitted, each given its number in
-// its queue.
+// admitted are the tasks a script admitted. On one server the script
+// numbered them in their queues already (lib.lua's promote); on a cluster
+// they are numbered here, in a batch (numberInQueues).
 func (s *Tasks) admitted(ctx context.Context, accountID string, rows []admittedRow) []task.Admitted {
 	var out []task.Admitted
 	for _, r := range rows {
@@ -306,10 +311,10 @@ func (s *Tasks) admitted(ctx context.Context, accountID string, rows []admittedR
 		if a.TaskID == "" {
 			continue
 		}
-		if a.Queue != "" {
-			s.numberInQueue(ctx, accountID, a.TaskID, a.Queue)
-		}
 		out = append(out, a)
+	}
+	if s.db.cluster() {
+		s.numberInQueues(ctx, out)
 	}
 	return out
 }
@@ -325,22 +330,65 @@ type queueSeqArgs struct {
 	QueueSeq  int64  `lua:"queue_seq"`
 }
 
-// numberInQueue gives a task admitted after its creation its number in
-// its queue, for its position. Best effort: a task without one reads no
-// position.
-func (s *Tasks) numberInQueue(ctx context.Context, accountID, taskID, queue string) {
+// numberInQueues gives tasks admitted after their creation (one change's:
+// of one account) their numbers in their queues, for their positions, on
+// a cluster: one join_queue call a queue takes a block of numbers, given
+// in the order the tasks were admitted, and the tasks take theirs in one
+// more round trip (their records share their account's slot). A number a
+// task no longer pending cannot take is given back (countOut). Best
+// effort: a task without one reads no position.
+func (s *Tasks) numberInQueues(ctx context.Context, admitted []task.Admitted) {
+	var queues []string
+	count := map[string]int{}
+	for _, a := range admitted {
+		if a.Queue == "" {
+			continue
+		}
+		if count[a.Queue] == 0 {
+			queues = append(queues, a.Queue)
+		}
+		count[a.Queue]++
+	}
+	if len(queues) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	seq, err := s.db.nextQueueSeq(ctx, queue)
+	now := s.db.now().UnixMilli()
+	joins := make([]call[queueKeys, joinQueueArgs], len(queues))
+	for i, q := range queues {
+		joins[i] = call[queueKeys, joinQueueArgs]{queueKeys{Queue: queueKey(q)}, joinQueueArgs{Now: now, N: count[q]}}
+	}
+	replies, errs, err := joinQueueLua.runPipelined(ctx, s.db, joins)
 	if err != nil {
 		return
 	}
-	r, err := queueSeqLua.run(ctx, s.db, queueSeqKeys{Task: taskKey(accountID, taskID)}, queueSeqArgs{QueueName: queue, QueueSeq: seq})
+	next := map[string]int64{} // a queue's next number to give
+	for i, q := range queues {
+		if errs[i] == nil {
+			next[q] = replies[i].Seq - int64(count[q]) + 1
+		}
+	}
+	var sets []call[queueSeqKeys, queueSeqArgs]
+	var setQueues []string
+	for _, a := range admitted {
+		seq, ok := next[a.Queue]
+		if a.Queue == "" || !ok {
+			continue
+		}
+		next[a.Queue]++
+		sets = append(sets, call[queueSeqKeys, queueSeqArgs]{queueSeqKeys{Task: taskKey(a.AccountID, a.TaskID)}, queueSeqArgs{QueueName: a.Queue, QueueSeq: seq}})
+		setQueues = append(setQueues, a.Queue)
+	}
+	set, errs, err := queueSeqLua.runPipelined(ctx, s.db, sets)
 	if err != nil {
 		return
 	}
-	if r.Code != 1 {
-		_ = s.db.dequeued(ctx, queue, 1)
+	for i, q := range setQueues {
+		// Given back only when the task surely did not take it.
+		if errs[i] == nil && set[i].Code != 1 {
+			s.db.countOut(q, 1)
+		}
 	}
 }
 
@@ -426,16 +474,13 @@ func decodeTask(accountID, taskID string, m map[string]string) (*task.Task, erro
 	return t, nil
 }
 
-// left counts a task that left its queue (a script said which) out of it,
-// for the queue positions of the tasks behind it. Best effort: a count
-// lost makes later positions read one too many, never fails the change.
-func (s *Tasks) left(ctx context.Context, queue string) {
-	if queue == "" {
-		return
-	}
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	_ = s.db.dequeued(lctx, queue, 1)
+// left counts a task that left its queue (a script said which: on a
+// cluster; on one server the script counted it) out of it, for the queue
+// positions of the tasks behind it. Best effort, and batched (countOut):
+// a count lost makes later positions read one too many, never fails the
+// change.
+func (s *Tasks) left(_ context.Context, queue string) {
+	s.db.countOut(queue, 1)
 }
 
 // Change is what a change of a task's state did.
@@ -489,6 +534,7 @@ type startArgs struct {
 	TaskID       string `lua:"task_id"`
 	Share        int    `lua:"share"`
 	CheckAt      int64  `lua:"check_at"`
+	Queues string `lua:"queues"`
 }
 
 // Start gives a task to a run (jobs.RunID) and moves it to processing,
@@ -506,6 +552,7 @@ func (s *Tasks) Start(ctx context.Context, accountID, taskID, run string) (Start
 	r, err := startLua.run(ctx, s.db, keysOfTask(accountID, taskID), startArgs{
 		Now: now.UnixMilli(), Run: run, MaxCrashes: task.MaxCrashes, TTL: ttl, Keep: keep, HookAt: hookAt,
 		CrashMessage: crashMessage, AccountID: accountID, TaskID: taskID, Share: share, CheckAt: checkAt,
+		Queues: s.db.queues(),
 	})
 	if err != nil {
 		return Started{}, fmt.Errorf("store: start %s: %w", taskID, err)
@@ -599,6 +646,7 @@ type completeArgs struct {
 	Run       string `lua:"run"`
 	Share     int    `lua:"share"`
 	CheckAt   int64  `lua:"check_at"`
+	Queues string `lua:"queues"`
 }
 
 // Complete marks the task run owns completed with its results, sets its
@@ -617,7 +665,7 @@ func (s *Tasks) Complete(ctx context.Context, accountID, taskID, run string, res
 	ttl, _, hookAt, checkAt, share := s.endArgs(now)
 	r, err := completeLua.run(ctx, s.db, keysOfTask(accountID, taskID), completeArgs{
 		Now: now.UnixMilli(), TTL: ttl, HookAt: hookAt, Results: strings.Join(keys, "\n"), AccountID: accountID,
-		TaskID: taskID, Run: run, Share: share, CheckAt: checkAt,
+		TaskID: taskID, Run: run, Share: share, CheckAt: checkAt, Queues: s.db.queues(),
 	})
 	if err != nil {
 		return Change{}, fmt.Errorf("store: complete %s: %w", taskID, err)
@@ -649,6 +697,7 @@ type failArgs struct {
 	Run       string `lua:"run"`
 	Share     int    `lua:"share"`
 	CheckAt   int64  `lua:"check_at"`
+	Queues string `lua:"queues"`
 }
 
 // Fail marks a task failed with a code and a message for its owner,
@@ -661,7 +710,7 @@ func (s *Tasks) Fail(ctx context.Context, accountID, taskID, run string, f task.
 	ttl, keep, hookAt, checkAt, share := s.endArgs(now)
 	r, err := failLua.run(ctx, s.db, keysOfTask(accountID, taskID), failArgs{
 		Now: now.UnixMilli(), TTL: ttl, Keep: keep, HookAt: hookAt, Code: f.Code, Message: f.Message, AccountID: accountID,
-		TaskID: taskID, Run: run, Share: share, CheckAt: checkAt,
+		TaskID: taskID, Run: run, Share: share, CheckAt: checkAt, Queues: s.db.queues(),
 	})
 	if err != nil {
 		return Change{}, fmt.Errorf("store: fail %s: %w", taskID, err)
@@ -700,7 +749,7 @@ func (s *Tasks) ExpireAll(ctx context.Context, refs []TaskRef) ([]Change, []erro
 	for i, t := range refs {
 		calls[i] = call[taskKeys, failArgs]{keysOfTask(t.AccountID, t.TaskID), failArgs{
 			Now: now.UnixMilli(), TTL: ttl, Keep: keep, HookAt: hookAt, Code: expireFailure.Code, Message: expireFailure.Message,
-			AccountID: t.AccountID, TaskID: t.TaskID, Share: share, CheckAt: checkAt,
+			AccountID: t.AccountID, TaskID: t.TaskID, Share: share, CheckAt: checkAt, Queues: s.db.queues(),
 		}}
 	}
 	changes, errs := make([]Change, len(refs)), make([]error, len(refs))
@@ -722,10 +771,8 @@ func (s *Tasks) ExpireAll(ctx context.Context, refs []TaskRef) ([]Change, []erro
 			left[r.Left]++
 		}
 	}
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
 	for q, n := range left {
-		_ = s.db.dequeued(lctx, q, n)
+		s.db.countOut(q, n)
 	}
 	return changes, errs
 }
@@ -751,6 +798,7 @@ type cancelArgs struct {
 	TaskID    string `lua:"task_id"`
 	Share     int    `lua:"share"`
 	CheckAt   int64  `lua:"check_at"`
+	Queues string `lua:"queues"`
 }
 
 // Canceled is what Cancel did: the cancellation, and the tasks of the
@@ -771,6 +819,7 @@ func (s *Tasks) Cancel(ctx context.Context, accountID, taskID string) (Canceled,
 	ttl, keep, hookAt, checkAt, share := s.endArgs(now)
 	r, err := cancelLua.run(ctx, s.db, keysOfTask(accountID, taskID), cancelArgs{
 		Now: now.UnixMilli(), TTL: ttl, Keep: keep, HookAt: hookAt, AccountID: accountID, TaskID: taskID, Share: share, CheckAt: checkAt,
+		Queues: s.db.queues(),
 	})
 	if err != nil {
 		return Canceled{}, fmt.Errorf("store: cancel %s: %w", taskID, err)
@@ -817,6 +866,7 @@ type abortArgs struct {
 	CheckAt    int64  `lua:"check_at"`
 	VoidFor    int64  `lua:"void_for"`
 	ValidUntil int64  `lua:"valid_until"`
+	Queues string `lua:"queues"`
 }
 
 // Abort undoes the creation of a task that is still pending: the
@@ -837,7 +887,7 @@ func (s *Tasks) Abort(ctx context.Context, accountID, taskID, idemKey string) (b
 		Ledger: ledgerKey(accountID), Parked: parkedKey(accountID), Due: dueOf(accountID), Index: tasksIndexKey(accountID),
 		Idem: noKey(accountID)}
 	a := abortArgs{Now: now.UnixMilli(), Keep: s.db.keepMs(), AccountID: accountID, TaskID: taskID, Note: "enqueue_failed",
-		Share: s.db.share, CheckAt: now.Add(FirstQueueCheck).UnixMilli(), VoidFor: voidFor.Milliseconds()}
+		Share: s.db.share, CheckAt: now.Add(FirstQueueCheck).UnixMilli(), VoidFor: voidFor.Milliseconds(), Queues: s.db.queues()}
 	if d, ok := ctx.Deadline(); ok {
 		a.ValidUntil = d.Add(ClockSkew).UnixMilli()
 	}
@@ -900,6 +950,7 @@ type takeoverArgs struct {
 	CrashesSeen  int    `lua:"crashes_seen"`
 	Share        int    `lua:"share"`
 	CheckAt      int64  `lua:"check_at"`
+	Queues string `lua:"queues"`
 }
 
 // Takeover gives a task whose run died (orphan: its worker stopped
@@ -921,7 +972,7 @@ func (s *Tasks) Takeover(ctx context.Context, accountID, taskID, orphan string, 
 	r, err := takeoverLua.run(ctx, s.db, keysOfTask(accountID, taskID), takeoverArgs{
 		Orphan: orphan, NewRun: next(crashes + 1), MaxCrashes: task.MaxCrashes, Now: now.UnixMilli(), TTL: ttl, Keep: keep,
 		HookAt: hookAt, CrashMessage: crashMessage, AccountID: accountID, TaskID: taskID, CrashesSeen: crashes,
-		Share: share, CheckAt: checkAt,
+		Share: share, CheckAt: checkAt, Queues: s.db.queues(),
 	})
 	if err != nil {
 		return Change{}, "", fmt.Errorf("store: takeover %s: %w", taskID, err)

@@ -25,6 +25,7 @@
 -- ARGV[8] -> check_at: when a task this admits is first checked for its job, Unix ms
 -- ARGV[9] -> void_for: how long the tombstone of a task not there is kept, ms
 -- ARGV[10] -> valid_until: the undo applies only while Redis's clock has not passed it, Unix ms (0: no bound)
+-- ARGV[11] -> queues: where the queues' numbers are kept, on one server (lib.lua's QUEUES; '' on a cluster)
 --
 -- Returns {code, queue left, id, queue, deadline, ...}: ABORTED (the tasks its
 -- place admitted follow), NOT_PENDING (the task went on: nothing changed),
@@ -38,6 +39,7 @@ local index_key, idem_key = KEYS[6], KEYS[7]
 local now, keep, account_id, task_id, note = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5]
 local with_idem, share, check_at, void_for = ARGV[6] == '1', tonumber(ARGV[7]), ARGV[8], ARGV[9]
 local valid_until = tonumber(ARGV[10])
+QUEUES = ARGV[11]
 
 -- An undo held up past the time its caller waited for it never applies:
 -- its caller has answered that the outcome is unknown, and the create's
@@ -53,7 +55,7 @@ if not st then
 end
 if st ~= 'pending' then return {NOT_PENDING, ''} end
 refund(K, now, keep, task_id, note)
-local q = left(K)
+local q = left(K, now)
 release_place(K, task_id)
 redis.call('DEL', K.task)
 redis.call('ZREM', K.due, task_due(account_id, task_id))
@@ -62,5 +64,5 @@ if with_idem and redis.call('HGET', idem_key, 'task') == task_id then
   redis.call('DEL', idem_key)
 end
 local reply = {ABORTED, q}
-for _, x in ipairs(promote(K, share, check_at, account_id, task_id)) do reply[#reply + 1] = x end
+for _, x in ipairs(promote(K, share, check_at, now, account_id, task_id)) do reply[#reply + 1] = x end
 return reply

@@ -16,6 +16,7 @@
 -- ARGV[6] -> task_id
 -- ARGV[7] -> share: the places of an account of weight 1 (0: no limit)
 -- ARGV[8] -> check_at: when a task this admits is first checked for its job, Unix ms
+-- ARGV[9] -> queues: where the queues' numbers are kept, on one server (lib.lua's QUEUES; '' on a cluster)
 --
 -- Returns {outcome, status before, refunded, run, hooked, queue left, id,
 -- job, queue, ...}: APPLIED (the tasks its place admitted follow), FINAL
@@ -24,6 +25,7 @@
 local K = {task = KEYS[1], account = KEYS[2], ledger = KEYS[3], parked = KEYS[4], due = KEYS[5]}
 local now, ttl, keep, hook_at = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local account_id, task_id, share, check_at = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8]
+QUEUES = ARGV[9]
 
 local v = redis.call('HMGET', K.task, 'status', 'run')
 local st = v[1]
@@ -33,5 +35,5 @@ local refunded = 0
 if st == 'pending' then refunded = refund(K, now, keep, task_id, 'canceled') end
 local hooked, q = ended(K, 'canceled', 'task.canceled', now, ttl, hook_at, account_id, task_id)
 local reply = {APPLIED, st, refunded, v[2] or '', hooked, q}
-for _, x in ipairs(promote(K, share, check_at, account_id, task_id)) do reply[#reply + 1] = x end
+for _, x in ipairs(promote(K, share, check_at, now, account_id, task_id)) do reply[#reply + 1] = x end
 return reply

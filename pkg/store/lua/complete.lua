@@ -15,6 +15,7 @@
 -- ARGV[7] -> run: the run completing it
 -- ARGV[8] -> share: the places of an account of weight 1 (0: no limit)
 -- ARGV[9] -> check_at: when a task this admits is first checked for its job, Unix ms
+-- ARGV[10] -> queues: where the queues' numbers are kept, on one server (lib.lua's QUEUES; '' on a cluster)
 --
 -- Returns {outcome, hooked, queue left, id, queue, deadline, ...}: APPLIED
 -- (hooked 1 when the task.completed event is due; the tasks its place
@@ -23,6 +24,7 @@
 local K = {task = KEYS[1], account = KEYS[2], ledger = KEYS[3], parked = KEYS[4], due = KEYS[5]}
 local now, ttl, hook_at, results = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local account_id, task_id, run, share, check_at = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
+QUEUES = ARGV[10]
 
 local v = redis.call('HMGET', K.task, 'status', 'run')
 local st = v[1]
@@ -38,5 +40,5 @@ for key in string.gmatch(results, '[^\n]+') do
 end
 local hooked, q = ended(K, 'completed', 'task.completed', now, ttl, hook_at, account_id, task_id)
 local reply = {APPLIED, hooked, q}
-for _, x in ipairs(promote(K, share, check_at, account_id, task_id)) do reply[#reply + 1] = x end
+for _, x in ipairs(promote(K, share, check_at, now, account_id, task_id)) do reply[#reply + 1] = x end
 return reply

@@ -42,6 +42,7 @@
 -- ARGV[25] -> key_hash: the API key the create came with ('' for none: the console)
 -- ARGV[26] -> spend_limit: that key's spend limit, credits (0: none)
 -- ARGV[27] -> usage_until: when the day's usage expires, Unix ms
+-- ARGV[28] -> queues: where the queues' numbers are kept, on one server (lib.lua's QUEUES; '' on a cluster)
 --
 -- Returns {CREATED, balance, '', queue number (0 if parked), admitted (1/0),
 -- id, queue, deadline, ...} (other tasks of the account this create admitted,
@@ -66,6 +67,7 @@ local queue_name, queue_seq = ARGV[16], tonumber(ARGV[17])
 local input, task_type, model, created = ARGV[18], ARGV[19], ARGV[20], tonumber(ARGV[21])
 local callback_url, callback_events, valid_until = ARGV[22], ARGV[23], tonumber(ARGV[24])
 local key_hash, spend_limit, usage_until = ARGV[25], tonumber(ARGV[26]), ARGV[27]
+QUEUES = ARGV[28]
 
 -- Redis's own clock: a create held up (Redis hung, the network stalled)
 -- past the time its caller waits for it never applies.
@@ -145,8 +147,12 @@ redis.call('PEXPIRE', K.task, int(live))
 
 local admitted, others = admit(K, fast, share, now, check_at, deadline, created, account_id, task_id)
 if admitted and not fast then
-  seq = number(queue_key, queue_name, queue_seq, now)
-  if seq then redis.call('HSET', K.task, 'qseq', int(seq)) end
+  -- On one server promote numbered it with the others it admitted.
+  seq = tonumber(redis.call('HGET', K.task, 'qseq'))
+  if not seq then
+    seq = number(queue_key, queue_name, queue_seq, now)
+    if seq then redis.call('HSET', K.task, 'qseq', int(seq)) end
+  end
 end
 index(index_key, task_id, now, live)
 

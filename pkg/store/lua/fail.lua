@@ -21,6 +21,7 @@
 -- ARGV[9] -> run: the run failing it ('' for whichever owns it)
 -- ARGV[10] -> share: the places of an account of weight 1 (0: no limit)
 -- ARGV[11] -> check_at: when a task this admits is first checked for its job, Unix ms
+-- ARGV[12] -> queues: where the queues' numbers are kept, on one server (lib.lua's QUEUES; '' on a cluster)
 --
 -- Returns {outcome, hooked, refunded, queue left, model, id, job, queue,
 -- ...}: APPLIED (the tasks its place admitted follow), FINAL, MISSING or
@@ -30,6 +31,7 @@ local K = {task = KEYS[1], account = KEYS[2], ledger = KEYS[3], parked = KEYS[4]
 local now, ttl, keep, hook_at = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local code, message, account_id, task_id, run = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local share, check_at = tonumber(ARGV[10]), ARGV[11]
+QUEUES = ARGV[12]
 
 local v = redis.call('HMGET', K.task, 'status', 'run', 'model')
 local st = v[1]
@@ -46,5 +48,5 @@ end
 if run ~= '' and v[2] and v[2] ~= '' and v[2] ~= run then return {SUPERSEDED, 0, 0, '', v[3]} end
 local hooked, refunded, q = fail(K, now, ttl, keep, hook_at, code, message, account_id, task_id)
 local reply = {APPLIED, hooked, refunded, q, v[3]}
-for _, x in ipairs(promote(K, share, check_at, account_id, task_id)) do reply[#reply + 1] = x end
+for _, x in ipairs(promote(K, share, check_at, now, account_id, task_id)) do reply[#reply + 1] = x end
 return reply

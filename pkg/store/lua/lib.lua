@@ -11,8 +11,14 @@
 -- Promotion (promote) admits the account's oldest parked tasks into the
 -- places its end freed: it touches those tasks' records, whose names it
 -- makes from K.task's prefix. They are not in KEYS, but always in
+<<<<<<< HEAD
 -- the same slot (the shard's hash tag), which Redis allows. So is a short
 -- ledger's hash, which ledger names from K.ledger.
+=======
+-- the same slot (the shard's hash tag), which Redis allows. The queues'
+-- numbers (QUEUES) are touched undeclared only on one server, where there
+-- are no slots.
+>>>>>>> queueseq
 
 -- Outcomes of a change of a task's state (task.Outcome).
 local APPLIED, FINAL, MISSING, SUPERSEDED, POISONED, BUSY = 0, 1, 2, 3, 4, 5
@@ -138,17 +144,47 @@ local function ledger(ledger_key, now, keep, kind, amount, balance, task_id, not
   end
 end
 
--- join_queue takes the next number of a queue (queue_key: its numbers)
--- for a task joining it. A task joining an empty queue starts a busy
--- period: the rate samples (dequeued.lua) restart, so the time the queue
--- stood empty is not taken for time its workers were slow.
-local function join_queue(queue_key, now)
-  local seq = redis.call('HINCRBY', queue_key, 'enq', '1')
+-- QUEUES is where the queues' numbers are kept (store.queueKey's prefix:
+-- a queue's key is QUEUES .. name .. '}'), when the scripts keep them
+-- themselves: on one server, where every key is at hand. On a Redis
+-- Cluster a queue's key is on another slot than the task's, so it is '':
+-- the scripts return the queues tasks left and joined, and the store
+-- counts and numbers them (join_queue.lua, dequeued.lua, queue_seq.lua).
+-- A script that takes tasks in or out of their queues sets it from its
+-- queues argument before anything else.
+local QUEUES = ''
+
+-- SAMPLE_EVERY is the least time between two samples of a queue's
+-- dequeued count, ms (store.queueSampleEvery).
+local SAMPLE_EVERY = 10000
+
+-- join_queue takes the next n numbers of a queue (queue_key: its numbers)
+-- for n tasks joining it (1 when n is nil), and returns the last. Tasks
+-- joining an empty queue start a busy period: the rate samples
+-- (dequeued) restart, so the time the queue stood empty is not taken for
+-- time its workers were slow.
+local function join_queue(queue_key, now, n)
+  n = n or 1
+  local seq = redis.call('HINCRBY', queue_key, 'enq', n)
   local deq = tonumber(redis.call('HGET', queue_key, 'deq') or '0')
-  if seq - 1 <= deq then
+  if seq - n <= deq then
     redis.call('HSET', queue_key, 't0', int(now), 'n0', int(deq), 't1', int(now), 'n1', int(deq))
   end
   return seq
+end
+
+-- dequeued counts n tasks out of a queue (queue_key: its numbers), and
+-- samples the count for the rate the queue moves at. Returns the count.
+local function dequeued(queue_key, n, now)
+  now = tonumber(now)
+  local count = redis.call('HINCRBY', queue_key, 'deq', n)
+  local v = redis.call('HMGET', queue_key, 't1', 'n1')
+  local t1 = tonumber(v[1] or '0') or 0
+  if now - t1 >= SAMPLE_EVERY then
+    if t1 > 0 then redis.call('HSET', queue_key, 't0', t1, 'n0', v[2]) end
+    redis.call('HSET', queue_key, 't1', int(now), 'n1', count)
+  end
+  return count
 end
 
 -- Fields a record keeps whole are at most 64 bytes, so that Redis keeps
@@ -269,13 +305,19 @@ local function refund(K, now, keep, task_id, note)
   return price
 end
 
--- left takes the task off its queue's books: it returns the queue it was
--- waiting in ('' if none), for the caller to count it out (dequeued.lua).
-local function left(K)
+-- left takes the task off its queue's books: on one server (QUEUES) it
+-- counts it out of its queue itself and returns ''; on a cluster it
+-- returns the queue it was waiting in ('' if none), for the caller to
+-- count it out (dequeued.lua).
+local function left(K, now)
   local v = redis.call('HMGET', K.task, 'q', 'qseq')
   if not v[1] then return '' end
   redis.call('HDEL', K.task, 'q', 'qseq')
   if not v[2] then return '' end
+  if QUEUES ~= '' then
+    dequeued(QUEUES .. v[1] .. '}', 1, now)
+    return ''
+  end
   return v[1]
 end
 
@@ -325,8 +367,10 @@ end
 -- promote admits the account's oldest parked tasks while its window has
 -- room, and returns them with their queues and deadlines: {id, queue,
 -- deadline, id, queue, deadline, ...}, for the caller to queue their jobs. Each is due for its first
--- queue check at check_at, or at its deadline if that is sooner.
-local function promote(K, share, check_at, account_id, task_id)
+-- queue check at check_at, or at its deadline if that is sooner. On one
+-- server (QUEUES) each takes its number in its queue here, in the order
+-- they are admitted; on a cluster the caller numbers them.
+local function promote(K, share, check_at, now, account_id, task_id)
   if redis.call('ZCARD', K.parked) == 0 then return {} end
   local limit = window(K, share)
   local prefix = string.sub(K.task, 1, #K.task - #task_id - 2)
@@ -339,7 +383,12 @@ local function promote(K, share, check_at, account_id, task_id)
     local v = redis.call('HMGET', rec, 'status', 'dl')
     local st = v[1]
     if st == 'pending' then
-      redis.call('HSET', rec, 'adm', 1)
+      local q = redis.call('HGET', rec, 'q') or ''
+      if QUEUES ~= '' and q ~= '' then
+        redis.call('HSET', rec, 'adm', 1, 'qseq', int(join_queue(QUEUES .. q .. '}', now)))
+      else
+        redis.call('HSET', rec, 'adm', 1)
+      end
       redis.call('HINCRBY', K.account, 'adm', 1)
       -- Its first queue check, or its deadline if that comes first.
       local at = tonumber(check_at)
@@ -347,7 +396,7 @@ local function promote(K, share, check_at, account_id, task_id)
       if dl > 0 and dl < at then at = dl end
       redis.call('ZADD', K.due, at, task_due(account_id, id))
       out[#out + 1] = id
-      out[#out + 1] = redis.call('HGET', rec, 'q') or ''
+      out[#out + 1] = q
       out[#out + 1] = dl
     elseif not st then
       -- Its record is gone, the task unfinished (forget): parked, it held
@@ -367,7 +416,7 @@ end
 local function ended(K, status, ev, now, ttl, hook_at, account_id, task_id)
   redis.call('HSET', K.task, 'status', status, 'etime', now)
   del_unfinished(K.task)
-  local q = left(K)
+  local q = left(K, now)
   release_place(K, task_id)
   redis.call('PEXPIRE', K.task, ttl)
   redis.call('ZREM', K.due, task_due(account_id, task_id))
@@ -461,7 +510,7 @@ local function admit(K, fast, share, now, check_at, deadline, created, account_i
   end
   redis.call('ZADD', K.due, int(deadline), task_due(account_id, task_id))
   redis.call('ZADD', K.parked, int(created), task_id)
-  local promoted = promote(K, share, check_at, account_id, task_id)
+  local promoted = promote(K, share, check_at, now, account_id, task_id)
   local admitted, others = false, {}
   for i = 1, #promoted, 3 do
     if promoted[i] == task_id then

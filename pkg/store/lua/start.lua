@@ -23,6 +23,7 @@
 -- ARGV[9] -> task_id
 -- ARGV[10] -> share: the places of an account of weight 1 (0: no limit)
 -- ARGV[11] -> check_at: when a task this admits is first checked for its job, Unix ms
+-- ARGV[12] -> queues: where the queues' numbers are kept, on one server (lib.lua's QUEUES; '' on a cluster)
 --
 -- Returns {outcome, refunded, hooked, queue left, input, created,
 -- deadline, model, id, queue, deadline, ...}: APPLIED (with the task's
@@ -34,6 +35,7 @@ local K = {task = KEYS[1], account = KEYS[2], ledger = KEYS[3], parked = KEYS[4]
 local now, run, max_crashes, ttl, keep = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local hook_at, crash_message, account_id, task_id = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local share, check_at = tonumber(ARGV[10]), ARGV[11]
+QUEUES = ARGV[12]
 
 local v = redis.call('HMGET', K.task, 'status', 'run', 'live', 'crashes', 'dl', 'adm', 'model', 'ctime', 'inn', 'in')
 local st = v[1]
@@ -47,14 +49,14 @@ if st == 'processing' and v[3] == '1' then
   local failed, hooked, refunded, q = crashed(K, tonumber(v[4] or '0') or 0, max_crashes, now, ttl, keep, hook_at, crash_message, account_id, task_id)
   if failed then
     local reply = {POISONED, refunded, hooked, q, '', 0, 0, model}
-    for _, x in ipairs(promote(K, share, check_at, account_id, task_id)) do reply[#reply + 1] = x end
+    for _, x in ipairs(promote(K, share, check_at, now, account_id, task_id)) do reply[#reply + 1] = x end
     return reply
   end
 end
 local q = ''
 if st == 'pending' then
   redis.call('HSET', K.task, 'status', 'processing', 'stime', now)
-  q = left(K)
+  q = left(K, now)
   -- No more queue checks: due again only at its deadline.
   if v[5] then redis.call('ZADD', K.due, 'XX', v[5], task_due(account_id, task_id)) end
   notify(K.task)

@@ -21,6 +21,7 @@
 -- ARGV[11] -> crashes_seen: the crashes the caller read
 -- ARGV[12] -> share: the places of an account of weight 1 (0: no limit)
 -- ARGV[13] -> check_at: when a task this admits is first checked for its job, Unix ms
+-- ARGV[14] -> queues: where the queues' numbers are kept, on one server (lib.lua's QUEUES; '' on a cluster)
 --
 -- Returns {outcome, owning run, refunded, hooked, queue left, model, id,
 -- queue, deadline, ...}: APPLIED (the new run owns it), SUPERSEDED (another run owns
@@ -31,6 +32,7 @@ local K = {task = KEYS[1], account = KEYS[2], ledger = KEYS[3], parked = KEYS[4]
 local orphan, new_run, max_crashes, now, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local keep, hook_at, crash_message, account_id, task_id = tonumber(ARGV[6]), ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 local crashes_seen, share, check_at = tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13]
+QUEUES = ARGV[14]
 
 local v = redis.call('HMGET', K.task, 'status', 'run', 'crashes', 'model')
 local st = v[1]
@@ -44,7 +46,7 @@ if crashes ~= crashes_seen then return {SUPERSEDED, run, 0, 0, '', model} end
 local failed, hooked, refunded, q = crashed(K, crashes, max_crashes, now, ttl, keep, hook_at, crash_message, account_id, task_id)
 if failed then
   local reply = {POISONED, '', refunded, hooked, q, model}
-  for _, x in ipairs(promote(K, share, check_at, account_id, task_id)) do reply[#reply + 1] = x end
+  for _, x in ipairs(promote(K, share, check_at, now, account_id, task_id)) do reply[#reply + 1] = x end
   return reply
 end
 redis.call('HSET', K.task, 'run', new_run, 'live', 0)
