@@ -11,14 +11,10 @@
 -- Promotion (promote) admits the account's oldest parked tasks into the
 -- places its end freed: it touches those tasks' records, whose names it
 -- makes from K.task's prefix. They are not in KEYS, but always in
-<<<<<<< HEAD
 -- the same slot (the shard's hash tag), which Redis allows. So is a short
--- ledger's hash, which ledger names from K.ledger.
-=======
--- the same slot (the shard's hash tag), which Redis allows. The queues'
--- numbers (QUEUES) are touched undeclared only on one server, where there
--- are no slots.
->>>>>>> queueseq
+-- ledger's hash, which ledger names from K.ledger. The queues' numbers
+-- (QUEUES) are touched undeclared only on one server, where there are no
+-- slots.
 
 -- Outcomes of a change of a task's state (task.Outcome).
 local APPLIED, FINAL, MISSING, SUPERSEDED, POISONED, BUSY = 0, 1, 2, 3, 4, 5
