@@ -145,7 +145,7 @@ func TestStartsBeforeRedis(t *testing.T) {
 	srv.Proc.Stop()
 	base := startGateway(t, srv.URL, map[string]string{"EASEL_REDIS_START_TIMEOUT": "60s"})
 	localnet.WaitStatus(t, base+"/healthz", 200, 10*time.Second)
-	time.Sleep(2500 * time.Millisecond) // past the 1.9 s after which it used to exit
+	time.Sleep(2500 * time.Millisecond) // past go-redis's first dial retries (about 1.9 s)
 	if code, _, _ := status(t, "GET", base+"/readyz", ""); code != 503 {
 		t.Errorf("readyz %d while Redis is down", code)
 	}

@@ -78,7 +78,7 @@ func TestWorkerStartsBeforeRedis(t *testing.T) {
 	srv.Proc.Stop()
 	addr := runWorker(t, srv.URL, map[string]string{"EASEL_REDIS_START_TIMEOUT": "60s"})
 	localnet.WaitStatus(t, "http://"+addr+"/healthz", 200, 10*time.Second)
-	time.Sleep(2500 * time.Millisecond) // past the 1.9 s after which it used to exit
+	time.Sleep(2500 * time.Millisecond) // past go-redis's first dial retries (about 1.9 s)
 	localnet.WaitStatus(t, "http://"+addr+"/readyz", 503, time.Second)
 	if err := srv.Proc.Restart(); err != nil {
 		t.Fatal(err)
