@@ -33,7 +33,9 @@ build:
 # A fixed development key, so the README's curl examples work as pasted;
 # override it with EASEL_DEV_API_KEY=... make run.
 EASEL_DEV_API_KEY ?= esk_local_development_key_do_not_deploy_01
-run: build
+run:
+	@echo "==> building bin/ (the first time it downloads and compiles the modules: a few minutes)"
+	@$(MAKE) --no-print-directory build
 	EASEL_DEV_API_KEY=$(EASEL_DEV_API_KEY) ./$(BIN)/devstack
 
 # Every test of both modules with the race detector; then the end-to-end

@@ -321,7 +321,9 @@ func Readyz(ready func(ctx context.Context) error) echo.HandlerFunc {
 		ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 		defer cancel()
 		if err := ready(ctx); err != nil {
-			return apperr.Wrap(err, apperr.Unavailable, "not ready: Redis is unreachable or refuses writes")
+			// A probe's "not yet" is an answer, not a failure to log: the
+			// requests that need Redis say so at warn level.
+			return Logged(apperr.Wrap(err, apperr.Unavailable, "not ready: Redis is unreachable or refuses writes"))
 		}
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 	}
