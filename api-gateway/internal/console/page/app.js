@@ -566,7 +566,7 @@
 
   function askRevoke(k) {
     confirmAction($('revoke-dialog'), {
-      text: `Revoke “${k.name || k.prefix}” (${k.prefix})? Requests with it are refused at once (401). This cannot be undone.`,
+      text: `Revoke “${k.name || k.prefix}” (${k.prefix})? Requests with it are refused (401) by every gateway within a few seconds (their key cache's lifetime, 2 s by default). This cannot be undone.`,
       run: async () => {
         const updated = await api.post(`/keys/${enc(k.prefix)}/revoke`);
         replaceKeyRow(updated);
