@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -34,7 +35,20 @@ var (
 	buckets   atomic.Int64
 )
 
+// parallel is how many of the suite's tests run at once unless -parallel
+// says otherwise: each mostly waits (on simulated generation, retries,
+// polls), so more than the default of one a core.
+const parallel = "4"
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", parallel); err != nil {
+			panic(err)
+		}
+	}
 	code := m.Run()
 	if minio != nil {
 		minio.Stop()
@@ -92,6 +106,7 @@ func s3Env(t *testing.T) map[string]string {
 // of the bucket, good until the result URL expires; what fails verification
 // is refused by the gateway as before, and never redirected.
 func TestDownloadRedirect(t *testing.T) {
+	t.Parallel()
 	env := s3Env(t)
 	env["EASEL_BLOB_REDIRECT"] = "true"
 	s := startStack(t, stackOptions{env: env})

@@ -119,6 +119,7 @@ func runFailover(t *testing.T, replicas, minReplicas int) failoverReport {
 	sent := redistest.StartSentinel(t, replicas)
 	s := startStack(t, stackOptions{redisURL: sent.URL, workers: 2, simDelay: 20 * time.Millisecond, env: map[string]string{
 		"EASEL_REDIS_MIN_REPLICAS": strconv.Itoa(minReplicas),
+		"EASEL_REDIS_TIMEOUT":      "400ms", // the default the promises are made for
 		"EASEL_RATE_LIMIT":         "100000",
 		"EASEL_MAX_INFLIGHT":       "100000",
 		"EASEL_LOG_LEVEL":          "error",

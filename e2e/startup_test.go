@@ -16,6 +16,7 @@ import (
 // Redis that never answers. Each must exit non-zero, its last line naming
 // the service and the cause, and never panic.
 func TestStartupFailuresEndWithAMessage(t *testing.T) {
+	t.Parallel()
 	dir, err := buildBinaries()
 	if err != nil {
 		t.Fatal(err)
