@@ -21,7 +21,12 @@ func TestStartupFailuresEndWithAMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	taken := listen(t) // held for the whole test
+	// Held for the whole test: the cleanup keeps it referenced until the
+	// parallel cases below have ended. Unreferenced once this function
+	// returns (before they run), the listener would be closed by the
+	// garbage collector at any moment, and its port free again.
+	taken := listen(t)
+	t.Cleanup(func() { _ = taken.Close() })
 	takenAddr := taken.Addr().String()
 	closedRedis := "redis://" + freeAddr(t)
 	secret := "EASEL_SIGNING_SECRET=0123456789abcdef0123456789abcdef0123456789abcdef"
