@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -35,20 +34,7 @@ var (
 	buckets   atomic.Int64
 )
 
-// parallel is how many of the suite's tests run at once unless -parallel
-// says otherwise: each mostly waits (on simulated generation, retries,
-// polls), so more than the default of one a core.
-const parallel = "4"
-
 func TestMain(m *testing.M) {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		if err := flag.Set("test.parallel", parallel); err != nil {
-			panic(err)
-		}
-	}
 	code := m.Run()
 	if minio != nil {
 		minio.Stop()
