@@ -51,9 +51,10 @@ func TestSentinelFailover(t *testing.T) {
 		{2, 1, false},
 	} {
 		t.Run(fmt.Sprintf("replicas=%d,min_replicas=%d", tc.replicas, tc.minReplicas), func(t *testing.T) {
-			// The three runs, each on Redis processes of its own, go
-			// together (most of a run is waiting for the sentinels), and
-			// alone: the test is not parallel to the suite's others.
+			// The three runs, each on Redis processes of its own, run in
+			// parallel with each other (most of a run is waiting for the
+			// sentinels), and with nothing else: the test itself is not
+			// parallel to the suite's others.
 			t.Parallel()
 			r := runFailover(t, tc.replicas, tc.minReplicas)
 			t.Logf("%d replicas, EASEL_REDIS_MIN_REPLICAS=%d: %s", tc.replicas, tc.minReplicas, r)
