@@ -16,6 +16,7 @@ import (
 // TestConcurrentCreatesNeverOverdraw: 200 creates at once on an account
 // whose balance covers exactly 50 tasks.
 func TestConcurrentCreatesNeverOverdraw(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stackOptions{})
 	id, key := s.newAccount(t, account.Spec{Name: "fifty", Credits: 50 * 4, RateLimit: 10_000, MaxInflight: 10_000})
 	const n = 200
@@ -60,6 +61,7 @@ func TestConcurrentCreatesNeverOverdraw(t *testing.T) {
 }
 
 func TestFailedTaskIsRefunded(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stackOptions{})
 	id, key := s.newAccount(t, account.Spec{Name: "refund", Credits: 100})
 	src := sourceServer(t)
@@ -82,6 +84,7 @@ func TestFailedTaskIsRefunded(t *testing.T) {
 // TestEaselctl drives the operator's CLI against a running stack: an
 // account, a key, a task with it, then the key revoked and refused.
 func TestEaselctl(t *testing.T) {
+	t.Parallel()
 	bin, err := buildBinaries()
 	if err != nil {
 		t.Fatal(err)

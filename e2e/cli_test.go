@@ -123,6 +123,7 @@ func decodeImage(t *testing.T, path string) (image.Config, string) {
 // TestCLI runs the easel command against the real gateway and a worker
 // that runs one task at a time.
 func TestCLI(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stackOptions{simDelay: time.Second, env: map[string]string{"EASEL_WORKER_CONCURRENCY": "1"}})
 	c := newCLI(t, s)
 	sdk, err := easel.New(s.base, s.key)

@@ -35,6 +35,7 @@ func TestConsoleBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the browser test is not part of make test-short")
 	}
+	t.Parallel()
 	b := startBrowser(t)
 	s := startStack(t, stackOptions{simDelay: time.Second})
 	dir := artifactDir(t)

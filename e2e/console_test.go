@@ -118,6 +118,7 @@ func (cs *consoleSession) call(method, path, body string, out any) int {
 // runs it) and its revocation (within the auth cache's lifetime). Runs
 // on a Redis Cluster too (make test's cluster pass).
 func TestConsoleKeysOnEveryGateway(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stackOptions{})
 	other := secondGateway(t, s)
 	consoleUser(t, s, "owner@e2e.example", "console password 1", false)

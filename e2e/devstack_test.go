@@ -61,6 +61,7 @@ func freeAddr(t *testing.T) string {
 // binaries as separate processes; the printed URL and key used with the
 // API; Ctrl-C stops everything.
 func TestDevstackOnEmbeddedRedis(t *testing.T) {
+	t.Parallel()
 	bin, err := buildBinaries()
 	if err != nil {
 		t.Fatal(err)
@@ -196,6 +197,7 @@ func TestDevstackOnEmbeddedRedis(t *testing.T) {
 
 // TestDevstackNeedsTheBinaries fails clearly when `make build` was skipped.
 func TestDevstackNeedsTheBinaries(t *testing.T) {
+	t.Parallel()
 	bin, err := buildBinaries()
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 // share. Every task runs once and is charged once. On any Redis the suite
 // runs on (a cluster too).
 func TestFairShareEndToEnd(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stackOptions{simDelay: 1500 * time.Millisecond, env: map[string]string{
 		"EASEL_ACCOUNT_MAX_RUNNING": "2",
 		"EASEL_WORKER_CONCURRENCY":  "8",

@@ -104,6 +104,7 @@ func (f *fakeGemini) request(prompt string) (string, map[string]any, int) {
 }
 
 func TestGeminiGenerator(t *testing.T) {
+	t.Parallel()
 	fake, url := newFakeGemini(t)
 	s := startStack(t, stackOptions{env: map[string]string{
 		"EASEL_GENERATOR":              "gemini",

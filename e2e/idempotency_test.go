@@ -17,6 +17,7 @@ import (
 // body under the key is 422; a bad key 400; another account's key of the
 // same name is its own.
 func TestIdempotentCreates(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stackOptions{})
 	const credits = 1000
 	acct, key := s.newAccount(t, account.Spec{Name: "idem", Credits: credits, RateLimit: 10000})

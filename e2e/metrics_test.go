@@ -80,6 +80,7 @@ func expectMetrics(t *testing.T, what string, scrape func() map[string]float64, 
 // the workers' health listeners: each counter moved by exactly what was
 // done, and credits debited and refunded equal the ledger's.
 func TestMetricsEndToEnd(t *testing.T) {
+	t.Parallel()
 	ops := freeAddr(t)
 	s := startStack(t, stackOptions{workers: 2, simDelay: 50 * time.Millisecond, env: map[string]string{"EASEL_METRICS_ADDR": ops}})
 	acct, key := s.newAccount(t, account.Spec{Name: "metrics", Credits: 10_000, RateLimit: 1000, MaxInflight: 100})

@@ -117,6 +117,7 @@ func TestOpenAPILint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("installs the linters with npm: not part of make test-short")
 	}
+	t.Parallel()
 	modules := installOpenAPILinters(t)
 	doc, err := filepath.Abs(filepath.Join(repoRoot, "api-gateway", "internal", "api", "openapi.json"))
 	if err != nil {

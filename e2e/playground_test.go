@@ -204,6 +204,7 @@ func TestPlayground(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the browser test is not part of make test-short")
 	}
+	t.Parallel()
 	b := startBrowser(t)
 	s := startStack(t, stackOptions{simDelay: 2 * time.Second})
 	dir := artifactDir(t)

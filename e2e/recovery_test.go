@@ -16,6 +16,7 @@ import (
 // that nothing runs is failed and refunded by it. On any Redis the suite
 // runs on (a cluster too).
 func TestRecoveryQueuesAndExpires(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stackOptions{simDelay: 100 * time.Millisecond})
 	ctx := context.Background()
 	acct, _ := s.newAccount(t, account.Spec{Name: "recovery", Credits: 100})

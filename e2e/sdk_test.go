@@ -84,6 +84,7 @@ func occupy(t *testing.T, c *easel.Client) string {
 // TestSDK drives the real gateway and a worker (one task at a time) with
 // the Go SDK, as its users would.
 func TestSDK(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stackOptions{simDelay: time.Second, env: map[string]string{"EASEL_WORKER_CONCURRENCY": "1"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -266,6 +267,7 @@ func TestSDKExample(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the sdk/go tests")
 	}
+	t.Parallel()
 	s := startStack(t, stackOptions{simDelay: 500 * time.Millisecond})
 	cmd := exec.Command("go", "test", "-count=1", "-v", "-run", "^Example$", ".")
 	cmd.Dir = "../sdk/go"
@@ -283,6 +285,7 @@ func TestSDKExample(t *testing.T) {
 // gateway serves: the routes it calls, the parameters it sends, the
 // fields of its types and the values of its enums.
 func TestSDKMatchesOpenAPI(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stackOptions{})
 	resp, err := http.Get(s.base + "/openapi.json")
 	if err != nil {

@@ -51,6 +51,11 @@ func TestSentinelFailover(t *testing.T) {
 		{2, 1, false},
 	} {
 		t.Run(fmt.Sprintf("replicas=%d,min_replicas=%d", tc.replicas, tc.minReplicas), func(t *testing.T) {
+			// The three runs, each on Redis processes of its own, run in
+			// parallel with each other (most of a run is waiting for the
+			// sentinels), and with nothing else: the test itself is not
+			// parallel to the suite's others.
+			t.Parallel()
 			r := runFailover(t, tc.replicas, tc.minReplicas)
 			t.Logf("%d replicas, EASEL_REDIS_MIN_REPLICAS=%d: %s", tc.replicas, tc.minReplicas, r)
 			if r.doubleMoves > 0 {
@@ -119,6 +124,7 @@ func runFailover(t *testing.T, replicas, minReplicas int) failoverReport {
 	sent := redistest.StartSentinel(t, replicas)
 	s := startStack(t, stackOptions{redisURL: sent.URL, workers: 2, simDelay: 20 * time.Millisecond, env: map[string]string{
 		"EASEL_REDIS_MIN_REPLICAS": strconv.Itoa(minReplicas),
+		"EASEL_REDIS_TIMEOUT":      "400ms", // the default the promises are made for
 		"EASEL_RATE_LIMIT":         "100000",
 		"EASEL_MAX_INFLIGHT":       "100000",
 		"EASEL_LOG_LEVEL":          "error",

@@ -22,6 +22,7 @@ import (
 // the queue at once, not after its lease runs out, and another worker
 // finishes it: charged once, its progress never going back.
 func TestShutdownHandsBackCutTasks(t *testing.T) {
+	t.Parallel()
 	// The stack's own worker serves only pro: standard is the stopping
 	// worker's.
 	s := startStack(t, stackOptions{env: map[string]string{"EASEL_QUEUES": "pro"}})

@@ -103,6 +103,12 @@ func startStack(t *testing.T, o stackOptions) *stack {
 		// watch it rise.
 		"EASEL_PROGRESS_STEP":     "1",
 		"EASEL_PROGRESS_INTERVAL": "200ms",
+		// Not the 400 ms default: under -race on a loaded 2-core machine,
+		// with other stacks running alongside, a burst of creates (200 at
+		// once in TestConcurrentCreatesNeverOverdraw) can keep a Redis call
+		// waiting longer, and its create would be a 503. Tests of Redis
+		// faults and failovers set the default again.
+		"EASEL_REDIS_TIMEOUT": "5s",
 	}
 	maps.Copy(env, blobEnv(t))
 	maps.Copy(env, o.env)
@@ -256,6 +262,7 @@ func sourceServer(t *testing.T) *httptest.Server {
 }
 
 func TestEndToEnd(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stackOptions{workers: 2, simDelay: time.Second})
 	c := newClient(t, s.base, s.key)
 	src := sourceServer(t)

@@ -57,6 +57,7 @@ func (c *client) cancel(id string) (int, cancelReply) {
 // worker at once (Asynq's cancellation), a pending task is refunded and
 // never runs, a finished task is a conflict.
 func TestCancelEndToEnd(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stackOptions{simDelay: 20 * time.Second, env: map[string]string{"EASEL_WORKER_CONCURRENCY": "1"}})
 	c := newClient(t, s.base, s.key)
 	ctx := context.Background()
@@ -134,6 +135,7 @@ func TestCancelEndToEnd(t *testing.T) {
 // each change, the stream carries every change to the end, a queued task
 // shows its place, and the list pages through the account's tasks.
 func TestWaitStreamListEndToEnd(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stackOptions{simDelay: 2 * time.Second, env: map[string]string{"EASEL_WORKER_CONCURRENCY": "1"}})
 	c := newClient(t, s.base, s.key)
 

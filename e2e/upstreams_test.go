@@ -202,6 +202,7 @@ func poolStack(t *testing.T, file string, workers, concurrency int) *stack {
 // 20 times (the breaker decides, not every task's first try), with two
 // workers sharing it.
 func TestUpstreamPoolFailover(t *testing.T) {
+	t.Parallel()
 	down := newPoolUpstream(t, "down", 500, 0)
 	busy := newPoolUpstream(t, "busy", 429, 0)
 	healthy := newPoolUpstream(t, "healthy", 200, 5*time.Millisecond)
@@ -268,6 +269,7 @@ func TestUpstreamPoolFailover(t *testing.T) {
 // most the other worker's call in flight (4 calls); breakers of each
 // worker's own would let 3 failures through each (6 or more).
 func TestUpstreamBreakerSharedByWorkers(t *testing.T) {
+	t.Parallel()
 	down := newPoolUpstream(t, "down", 500, 20*time.Millisecond)
 	healthy := newPoolUpstream(t, "healthy", 200, 20*time.Millisecond)
 	s := poolStack(t, poolFile(t, `{"failures":3,"cooldown":"60s"}`, down, healthy), 2, 1)

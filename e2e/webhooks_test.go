@@ -165,6 +165,7 @@ func sameJSON(t *testing.T, a, b []byte) bool {
 // the query answers; a 500 is retried, a 400 is not; progress is
 // delivered when asked for; every attempt is listed at /v1/task/webhooks.
 func TestWebhooks(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stackOptions{simDelay: 1500 * time.Millisecond, env: map[string]string{
 		"EASEL_WEBHOOK_RETRY_INITIAL": "300ms", // retries within the test's time
 	}})

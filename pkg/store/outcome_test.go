@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
 // A create applies only until its ValidUntil by Redis's clock: one that
@@ -89,7 +92,14 @@ func TestAbortTombstone(t *testing.T) {
 // time change nothing: with Redis hung (SIGSTOP) both time out on the
 // client, and when Redis resumes it refuses them.
 func TestLateChangesOnAHungRedis(t *testing.T) {
-	s, srv := newStore(t)
+	// A client that gives up at its context's deadline, as the services'
+	// clients do (redisconn): the default one would wait out its 3 s read
+	// timeout on the hung server, not the calls' 200 ms.
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2, DisableIdentity: true, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	seedAccount(t, rdb, "acct_a", 1_000_000, "")
+	s := storesOn(rdb, Options{})
 	ctx := context.Background()
 	create(t, s, "acct_a", "task_lumen_stays")
 	before := balanceOf(t, s, "acct_a")

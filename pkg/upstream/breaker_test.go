@@ -16,6 +16,21 @@ import (
 // the defaults), below the file's 1 s minimum.
 var fast = Breaker{Failures: 3, Cooldown: Duration(300 * time.Millisecond), Throttle: Duration(200 * time.Millisecond), MaxThrottle: Duration(700 * time.Millisecond)}
 
+// A window that a test checks is still open right after it opened it must
+// outlast any stall of a loaded machine between two Redis calls: the
+// subtests that check so take a long window, not fast's.
+const longWindow = time.Second
+
+// The breaker's clock is Redis's TIME, in milliseconds: a wait it reports
+// may be up to this much shorter than the time still to go by Go's clock.
+const redisClockSlack = 5 * time.Millisecond
+
+// past sleeps until d after since: a deadline counted from an event the
+// test recorded, not from now, so a slow step in between does not add to it.
+func past(since time.Time, d time.Duration) {
+	time.Sleep(time.Until(since.Add(d + 50*time.Millisecond)))
+}
+
 func gem(name, key string) Upstream {
 	return Upstream{Name: name, Provider: Gemini, APIKey: key, Weight: 1}
 }
@@ -96,10 +111,13 @@ func concurrentAllow(t *testing.T, u Upstream, n int, bs ...*Breakers) map[Verdi
 	return out
 }
 
+// The subtests run in parallel: each has upstreams of its own, and each
+// waits out real cooldowns.
 func TestBreaker(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 
 	t.Run("closed until N failures in a row, then open", func(t *testing.T) {
+		t.Parallel()
 		h := newHarness(t, rdb, fast)
 		u := gem("opens", "k")
 		h.wantVerdict(u, Allow)
@@ -119,6 +137,7 @@ func TestBreaker(t *testing.T) {
 	})
 
 	t.Run("a success resets the count", func(t *testing.T) {
+		t.Parallel()
 		h := newHarness(t, rdb, fast)
 		u := gem("resets", "k")
 		for round := 0; round < 3; round++ {
@@ -140,13 +159,15 @@ func TestBreaker(t *testing.T) {
 	})
 
 	t.Run("after the cooldown exactly one probe; success closes", func(t *testing.T) {
+		t.Parallel()
 		h := newHarness(t, rdb, fast)
 		u := gem("probe-ok", "k")
+		opened := time.Now()
 		h.open(u)
 		if got := concurrentAllow(t, u, 10, h.b); got[Deny] != 10 {
 			t.Fatalf("while open: %v; want 10 denials", got)
 		}
-		time.Sleep(time.Duration(fast.Cooldown) + 50*time.Millisecond)
+		past(opened, time.Duration(fast.Cooldown))
 		got := concurrentAllow(t, u, 10, h.b)
 		if got[Probe] != 1 || got[Deny] != 9 {
 			t.Fatalf("after the cooldown: %v; want 1 probe and 9 denials", got)
@@ -167,19 +188,24 @@ func TestBreaker(t *testing.T) {
 	})
 
 	t.Run("probe failure opens it again for a full cooldown", func(t *testing.T) {
-		h := newHarness(t, rdb, fast)
+		t.Parallel()
 		u := gem("probe-fails", "k")
+		cfg := fast
+		cfg.Cooldown = Duration(longWindow)
+		h := newHarness(t, rdb, cfg)
+		opened := time.Now()
 		h.open(u)
-		time.Sleep(time.Duration(fast.Cooldown) + 50*time.Millisecond)
+		past(opened, longWindow)
 		h.wantVerdict(u, Probe)
+		failed := time.Now()
 		if before, after := h.report(u, Failure); before != HalfOpen || after != Open {
 			t.Fatalf("probe failure: %s → %s; want half → open", before, after)
 		}
 		wait := h.wantVerdict(u, Deny)
-		if wait < time.Duration(fast.Cooldown)-100*time.Millisecond {
-			t.Errorf("wait %v after a failed probe; want about a full cooldown (%v)", wait, time.Duration(fast.Cooldown))
+		if left := longWindow - time.Since(failed) - redisClockSlack; wait < left || wait > longWindow {
+			t.Errorf("wait %v after a failed probe; want a full cooldown (%v) from the failure: at least %v", wait, longWindow, left)
 		}
-		time.Sleep(time.Duration(fast.Cooldown) + 50*time.Millisecond)
+		past(failed, longWindow)
 		if got := concurrentAllow(t, u, 10, h.b); got[Probe] != 1 || got[Deny] != 9 {
 			t.Fatalf("second cooldown: %v; want 1 probe and 9 denials", got)
 		}
@@ -189,20 +215,24 @@ func TestBreaker(t *testing.T) {
 	})
 
 	t.Run("a probe that never reports frees its lease", func(t *testing.T) {
+		t.Parallel()
 		h := newHarness(t, rdb, fast)
-		h.b.ProbeLease = 200 * time.Millisecond
+		h.b.ProbeLease = longWindow
 		u := gem("probe-lost", "k")
+		opened := time.Now()
 		h.open(u)
-		time.Sleep(time.Duration(fast.Cooldown) + 50*time.Millisecond)
+		past(opened, time.Duration(fast.Cooldown))
+		probed := time.Now()
 		h.wantVerdict(u, Probe) // its worker dies
 		h.wantVerdict(u, Deny)
-		time.Sleep(250 * time.Millisecond)
+		past(probed, longWindow)
 		if got := concurrentAllow(t, u, 10, h.b); got[Probe] != 1 || got[Deny] != 9 {
 			t.Fatalf("after the lease: %v; want 1 probe and 9 denials", got)
 		}
 	})
 
 	t.Run("429 cools without opening, doubling up to the max", func(t *testing.T) {
+		t.Parallel()
 		h := newHarness(t, rdb, fast)
 		u := gem("throttled", "k")
 		th := time.Duration(fast.Throttle)
@@ -215,12 +245,13 @@ func TestBreaker(t *testing.T) {
 		// Reset the streak, then measure each cooling.
 		h.report(u, Success)
 		for i, want := range []time.Duration{th, 2 * th, time.Duration(fast.MaxThrottle)} { // 200, 400, then 800 capped to 700
+			reported := time.Now()
 			h.report(u, Throttled)
 			wait := h.wantVerdict(u, Deny)
-			if wait > want || wait < want-100*time.Millisecond {
-				t.Errorf("429 number %d in a row: cooling %v; want about %v", i+1, wait, want)
+			if left := want - time.Since(reported) - redisClockSlack; wait > want || wait < left {
+				t.Errorf("429 number %d in a row: cooling %v; want %v from the 429: at least %v", i+1, wait, want, left)
 			}
-			time.Sleep(wait + 30*time.Millisecond)
+			past(reported, want)
 			h.wantVerdict(u, Allow)
 		}
 		// A success ends the streak: the next 429 cools the first time again.
@@ -232,32 +263,39 @@ func TestBreaker(t *testing.T) {
 	})
 
 	t.Run("429 on the probe gives it back", func(t *testing.T) {
-		h := newHarness(t, rdb, fast)
+		t.Parallel()
+		cfg := fast
+		cfg.Throttle, cfg.MaxThrottle = Duration(longWindow), Duration(longWindow)
+		h := newHarness(t, rdb, cfg)
 		u := gem("probe-429", "k")
+		opened := time.Now()
 		h.open(u)
-		time.Sleep(time.Duration(fast.Cooldown) + 50*time.Millisecond)
+		past(opened, time.Duration(fast.Cooldown))
 		h.wantVerdict(u, Probe)
+		throttled := time.Now()
 		if before, after := h.report(u, Throttled); before != HalfOpen || after != HalfOpen {
 			t.Fatalf("429 on the probe: %s → %s; want half → half", before, after)
 		}
 		h.wantVerdict(u, Deny) // cooling
-		time.Sleep(time.Duration(fast.Throttle) + 50*time.Millisecond)
+		past(throttled, longWindow)
 		if got := concurrentAllow(t, u, 10, h.b); got[Probe] != 1 || got[Deny] != 9 {
 			t.Fatalf("after cooling: %v; want 1 probe and 9 denials", got)
 		}
 	})
 
 	t.Run("refused: disabled until the credential changes", func(t *testing.T) {
+		t.Parallel()
 		h := newHarness(t, rdb, fast)
 		u := gem("refused", "revoked-key")
 		h.wantVerdict(u, Allow)
 		if before, after := h.report(u, Refused); before != Closed || after != Closed {
 			t.Errorf("refused: %s → %s; the breaker itself is untouched", before, after)
 		}
+		refused := time.Now()
 		if got := concurrentAllow(t, u, 5, h.b); got[Disabled] != 5 {
 			t.Fatalf("refused credential: %v; want 5 disabled", got)
 		}
-		time.Sleep(time.Duration(fast.Cooldown) + 50*time.Millisecond)
+		past(refused, time.Duration(fast.Cooldown))
 		h.wantVerdict(u, Disabled) // no timer ends it
 		// Another breaker value (a reloaded pool) with the same key: still out.
 		other := newHarness(t, rdb, fast)
@@ -276,6 +314,7 @@ func TestBreaker(t *testing.T) {
 	})
 
 	t.Run("upstreams are independent", func(t *testing.T) {
+		t.Parallel()
 		h := newHarness(t, rdb, fast)
 		a, b := gem("indep-a", "k"), gem("indep-b", "k")
 		h.open(a)
@@ -289,6 +328,7 @@ func TestBreaker(t *testing.T) {
 	})
 
 	t.Run("a long message is cut", func(t *testing.T) {
+		t.Parallel()
 		h := newHarness(t, rdb, fast)
 		u := gem("long", "k")
 		if _, _, err := h.b.Report(h.ctx, u, Failure, strings.Repeat("x", 5000)); err != nil {
@@ -321,7 +361,11 @@ func TestBreakerShared(t *testing.T) {
 	for name, client := range backends {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			w1, w2 := newHarness(t, client(), fast), newHarness(t, client(), fast)
+			// A long throttle: a 429 one worker saw must still cool the
+			// other when it asks.
+			cfg := fast
+			cfg.Throttle, cfg.MaxThrottle = Duration(longWindow), Duration(longWindow)
+			w1, w2 := newHarness(t, client(), cfg), newHarness(t, client(), cfg)
 			u := gem("shared", "k")
 			// Failures from both add up.
 			for i := 0; i < fast.Failures-1; i++ {
@@ -329,12 +373,13 @@ func TestBreakerShared(t *testing.T) {
 			}
 			w1.wantVerdict(u, Allow)
 			w2.wantVerdict(u, Allow)
+			opened := time.Now()
 			if _, after := w2.report(u, Failure); after != Open {
 				t.Fatalf("the %dth failure, from either worker: %s; want open", fast.Failures, after)
 			}
 			w1.wantVerdict(u, Deny)
 			w2.wantVerdict(u, Deny)
-			time.Sleep(time.Duration(fast.Cooldown) + 50*time.Millisecond)
+			past(opened, time.Duration(fast.Cooldown))
 			// One probe among both workers' callers.
 			if got := concurrentAllow(t, u, 10, w1.b, w2.b); got[Probe] != 1 || got[Deny] != 9 {
 				t.Fatalf("both workers after the cooldown: %v; want 1 probe and 9 denials", got)

@@ -93,6 +93,7 @@ func TestFakeUpstream(t *testing.T) {
 
 // writeFlatPNG's file decodes with image/png to the picture it describes.
 func TestWriteFlatPNG(t *testing.T) {
+	t.Parallel() // the 300 MB deflate below is slow under -race: alongside the timed runs
 	var buf bytes.Buffer
 	if err := writeFlatPNG(&buf, 37, [3]uint16{0x1234, 0x8765, 0xabcd}); err != nil {
 		t.Fatal(err)
@@ -185,6 +186,9 @@ func TestQuotaRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the gateway and three workers for 20 s")
 	}
+	// Runs the services for a set time, mostly waiting: alongside the
+	// package\'s other runs.
+	t.Parallel()
 	res := runPart(t, 2*time.Minute, "--only", "quota", "--duration", "20s", "--quota-rate", "3", "--quota-latency", "200ms",
 		"--quota-429-every", "5", "--worker-env", "EASEL_RETRY_INITIAL_INTERVAL=100ms")
 	q := res.Quota
@@ -205,6 +209,9 @@ func TestDripRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the gateway and a worker")
 	}
+	// Runs the services for a set time, mostly waiting: alongside the
+	// package\'s other runs.
+	t.Parallel()
 	res := runPart(t, 2*time.Minute, "--only", "drip", "--drip-tasks", "4", "--drip-samples", "2", "--worker-env", "EASEL_FETCH_TIMEOUT=5s")
 	d := res.Drip
 	if d == nil {
@@ -227,6 +234,9 @@ func TestMemoryRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the gateway and a worker")
 	}
+	// Runs the services for a set time, mostly waiting: alongside the
+	// package\'s other runs.
+	t.Parallel()
 	// 2000² at 8 bytes is 30.5 MB a picture, 305 MB for ten: over 100 MB.
 	res := runPart(t, 2*time.Minute, "--only", "memory", "--memory-side", "2000",
 		"--worker-env", "EASEL_FETCH_MAX_DECODED_MB=100", "--worker-env", "EASEL_DECODE_BUDGET_MB=100")

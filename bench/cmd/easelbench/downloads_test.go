@@ -14,6 +14,9 @@ func TestDownloadsRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the gateway and runs MinIO")
 	}
+	// Runs the services for a set time, mostly waiting: alongside the
+	// package\'s other runs.
+	t.Parallel()
 	res := runPart(t, 5*time.Minute, "--only", "downloads", "--rounds", "1", "--concurrency", "4", "--duration", "500ms")
 	r := res.Downloads
 	if r == nil || !slices.Equal(res.Parts, []string{"downloads"}) {
@@ -59,6 +62,9 @@ func TestHTTPRunCountsCommands(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the gateway")
 	}
+	// Runs the services for a set time, mostly waiting: alongside the
+	// package\'s other runs.
+	t.Parallel()
 	res := runPart(t, 3*time.Minute, "--only", "http", "--rounds", "1", "--duration", "1s", "--warmup", "200ms", "--concurrency", "8")
 	if len(res.CreateReal) != 1 || len(res.QueryCPUReal) != 1 || len(res.CreateP99Baseline) != 1 {
 		t.Fatalf("figures missing: %+v", res)

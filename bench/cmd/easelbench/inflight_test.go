@@ -325,6 +325,9 @@ func TestInflightRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the gateway and the worker for 8 s, twice")
 	}
+	// Runs the services for a set time, mostly waiting: alongside the
+	// package\'s other runs.
+	t.Parallel()
 	for _, tt := range []struct {
 		name                 string
 		concurrency          int

@@ -321,6 +321,9 @@ func TestScaleRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the gateway and the worker for about 40 s")
 	}
+	// Runs the services for a set time, mostly waiting: alongside the
+	// package\'s other runs.
+	t.Parallel()
 	bin, err := builtBinaries()
 	if err != nil {
 		t.Fatal(err)

@@ -139,6 +139,9 @@ func TestWaitersRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the gateway")
 	}
+	// Runs the services for a set time, mostly waiting: alongside the
+	// package\'s other runs.
+	t.Parallel()
 	bin, err := builtBinaries()
 	if err != nil {
 		t.Fatal(err)

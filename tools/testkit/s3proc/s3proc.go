@@ -44,6 +44,21 @@ func CachePath() (string, error) {
 	return filepath.Join(dir, "easel", "minio", MinIOVersion, "minio"), nil
 }
 
+// Built returns the MinIO binary if there is one without building it:
+// $EASEL_MINIO_BIN, else the cached build. ok is false when neither exists.
+func Built() (bin string, ok bool) {
+	if p := os.Getenv(BinEnv); p != "" {
+		_, err := os.Stat(p)
+		return p, err == nil
+	}
+	bin, err := CachePath()
+	if err != nil {
+		return "", false
+	}
+	_, err = os.Stat(bin)
+	return bin, err == nil
+}
+
 // Binary returns the MinIO binary: $EASEL_MINIO_BIN, else the cached build,
 // else one built now with `go install` into the cache (once, under a lock,
 // however many test processes ask at the same time).
