@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -54,9 +55,15 @@ type probeTags struct {
 }
 
 func (db *DB) probeTags(ctx context.Context, cc *redis.ClusterClient) ([]string, error) {
-	slots, err := cc.ClusterSlots(ctx).Result()
+	shards, err := cc.ClusterShards(ctx).Result()
 	if err != nil {
 		return nil, err
+	}
+	// The slots alone: a shard's nodes carry replication offsets, which
+	// move all the time.
+	slots := make([][]redis.SlotRange, len(shards))
+	for i, sh := range shards {
+		slots[i] = sh.Slots
 	}
 	layout := fmt.Sprint(slots)
 	db.probes.mu.Lock()
@@ -78,12 +85,13 @@ func (db *DB) probeTags(ctx context.Context, cc *redis.ClusterClient) ([]string,
 		return nil, err
 	}
 	var tags []string
-	for _, r := range slots {
-		for i, c := range cmds {
-			if slot := int(c.Val()); slot >= int(r.Start) && slot <= int(r.End) {
-				tags = append(tags, fmt.Sprintf("p%d", i))
-				break
-			}
+	for _, ranges := range slots {
+		i := slices.IndexFunc(cmds, func(c *redis.IntCmd) bool {
+			slot := c.Val()
+			return slices.ContainsFunc(ranges, func(r redis.SlotRange) bool { return slot >= r.Start && slot <= r.End })
+		})
+		if i >= 0 {
+			tags = append(tags, fmt.Sprintf("p%d", i))
 		}
 	}
 	db.probes.layout, db.probes.tags = layout, tags

@@ -91,7 +91,7 @@ func (db *DB) dequeued(ctx context.Context, queue string, n int) error {
 
 // queues is the scripts' queues argument (lib.lua's QUEUES): the prefix
 // of the queues' keys on one server, where the scripts keep the queues'
-// numbers in their own step; '' on a cluster, where the store does.
+// numbers in their own step; empty on a cluster, where the store does.
 func (db *DB) queues() string {
 	if db.cluster() {
 		return ""

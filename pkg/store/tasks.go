@@ -163,7 +163,7 @@ type createArgs struct {
 	KeyHash        string `lua:"key_hash"`
 	SpendLimit     int64  `lua:"spend_limit"`
 	UsageUntil     int64  `lua:"usage_until"`
-	Queues string `lua:"queues"`
+	Queues         string `lua:"queues"`
 }
 
 // createReply is create.lua's reply. N is the balance (CREATED,
@@ -534,7 +534,7 @@ type startArgs struct {
 	TaskID       string `lua:"task_id"`
 	Share        int    `lua:"share"`
 	CheckAt      int64  `lua:"check_at"`
-	Queues string `lua:"queues"`
+	Queues       string `lua:"queues"`
 }
 
 // Start gives a task to a run (jobs.RunID) and moves it to processing,
@@ -646,7 +646,7 @@ type completeArgs struct {
 	Run       string `lua:"run"`
 	Share     int    `lua:"share"`
 	CheckAt   int64  `lua:"check_at"`
-	Queues string `lua:"queues"`
+	Queues    string `lua:"queues"`
 }
 
 // Complete marks the task run owns completed with its results, sets its
@@ -697,7 +697,7 @@ type failArgs struct {
 	Run       string `lua:"run"`
 	Share     int    `lua:"share"`
 	CheckAt   int64  `lua:"check_at"`
-	Queues string `lua:"queues"`
+	Queues    string `lua:"queues"`
 }
 
 // Fail marks a task failed with a code and a message for its owner,
@@ -798,7 +798,7 @@ type cancelArgs struct {
 	TaskID    string `lua:"task_id"`
 	Share     int    `lua:"share"`
 	CheckAt   int64  `lua:"check_at"`
-	Queues string `lua:"queues"`
+	Queues    string `lua:"queues"`
 }
 
 // Canceled is what Cancel did: the cancellation, and the tasks of the
@@ -866,7 +866,7 @@ type abortArgs struct {
 	CheckAt    int64  `lua:"check_at"`
 	VoidFor    int64  `lua:"void_for"`
 	ValidUntil int64  `lua:"valid_until"`
-	Queues string `lua:"queues"`
+	Queues     string `lua:"queues"`
 }
 
 // Abort undoes the creation of a task that is still pending: the
@@ -950,7 +950,7 @@ type takeoverArgs struct {
 	CrashesSeen  int    `lua:"crashes_seen"`
 	Share        int    `lua:"share"`
 	CheckAt      int64  `lua:"check_at"`
-	Queues string `lua:"queues"`
+	Queues       string `lua:"queues"`
 }
 
 // Takeover gives a task whose run died (orphan: its worker stopped
