@@ -21,6 +21,9 @@ help:
 	@echo "make lint   - go vet and staticcheck on every module"
 	@echo "make bench  - the benchmark: real gateway and worker against baselines (see BENCHMARKS.md)"
 
+# Static binaries, as the Dockerfiles build them; the tests that run the
+# real programs use these when `make test` names them (EASEL_TEST_BIN).
+build: export CGO_ENABLED = 0
 build:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/gateway ./api-gateway/cmd/gateway
@@ -41,17 +44,27 @@ run:
 # Every test of both modules with the race detector, S3 tests included (the
 # blob-store contract in pkg/blob and the S3 flow in e2e run on a private
 # MinIO, built once from the Go module proxy and cached: several minutes the
-# first time); then the end-to-end flows again on a 3-master Redis Cluster.
+# first time); and, alongside, the end-to-end flows again on a 3-master
+# Redis Cluster, its output printed when it ends. Four test processes at a
+# time: the end-to-end packages mostly wait on their services, not on the
+# CPU.
 CLUSTER_E2E := TestConsoleKeysOnEveryGateway|TestUpstreamPoolFailover|TestUpstreamBreakerSharedByWorkers|TestFairShareEndToEnd|TestEndToEnd|TestFailedTaskIsRefunded|TestEaselctl|TestConcurrentCreatesNeverOverdraw|TestRecoveryQueuesAndExpires|TestCancelEndToEnd|TestWaitStreamListEndToEnd
+TESTBIN := $(abspath $(BIN))
 test:
 	@echo "==> MinIO for the S3 tests"
 	$(GO) run ./tools/testkit/cmd/minio-install
-	@set -e; for m in $(MODULES); do \
+	@echo "==> the programs, built once for every test that runs them"
+	@$(MAKE) --no-print-directory build
+	@set -e; log=$$(mktemp); \
+	echo "==> go test e2e on a Redis Cluster (alongside; its output follows the others')"; \
+	( EASEL_TEST_BIN=$(TESTBIN) EASEL_E2E_REDIS=cluster $(GO) test $(TESTFLAGS) -run '$(CLUSTER_E2E)' ./e2e >$$log 2>&1; echo $$? >$$log.rc ) & \
+	rc=0; for m in $(MODULES); do \
 		echo "==> go test $$m"; \
-		(cd $$m && $(GO) test $(TESTFLAGS) ./...); \
-	done
-	@echo "==> go test e2e on a Redis Cluster"
-	EASEL_E2E_REDIS=cluster $(GO) test $(TESTFLAGS) -run '$(CLUSTER_E2E)' ./e2e
+		(cd $$m && EASEL_TEST_BIN=$(TESTBIN) $(GO) test $(TESTFLAGS) -p 4 ./...) || rc=1; \
+	done; \
+	wait; echo "==> go test e2e on a Redis Cluster"; cat $$log; \
+	crc=$$(cat $$log.rc); rm -f $$log $$log.rc; \
+	[ $$rc = 0 ] && [ $$crc = 0 ]
 
 # The inner loop: every package once, no race detector, no cluster pass;
 # -short skips the slowest end-to-end tests (browser, failover) and builds

@@ -105,7 +105,7 @@ func TestRedisFaultsFailFast(t *testing.T) {
 		break_, heal func() error
 	}{
 		{"hung", srv.Proc.Pause, srv.Proc.Resume},
-		{"gone", func() error { srv.Proc.Stop(); return nil }, srv.Proc.Restart},
+		{"gone", srv.Proc.Down, srv.Proc.Restart},
 	} {
 		t.Run(fault.name, func(t *testing.T) {
 			if err := fault.break_(); err != nil {
@@ -142,7 +142,9 @@ func TestRedisFaultsFailFast(t *testing.T) {
 // instead of exiting, and serves once it comes.
 func TestStartsBeforeRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	srv.Proc.Stop()
+	if err := srv.Proc.Down(); err != nil {
+		t.Fatal(err)
+	}
 	base := startGateway(t, srv.URL, map[string]string{"EASEL_REDIS_START_TIMEOUT": "60s"})
 	localnet.WaitStatus(t, base+"/healthz", 200, 10*time.Second)
 	time.Sleep(2500 * time.Millisecond) // past go-redis's first dial retries (about 1.9 s)

@@ -3,7 +3,6 @@ package deploy
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"maps"
 	"net"
@@ -20,47 +19,23 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	corev1 "k8s.io/api/core/v1"
+
+	testprograms "github.com/easelhq/easel/tools/testkit/programs"
 )
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
+// programs are the gateway and worker binaries, built once per test run
+// as the Dockerfiles build them (CGO_ENABLED=0), or `make test`'s.
+var programs = testprograms.New()
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
+	programs.Remove()
 	os.Exit(code)
 }
 
-// builtBinaries builds the gateway and the worker once per test run, as the
-// Dockerfiles do (CGO_ENABLED=0).
 func builtBinaries(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "easel-deploy-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		for _, pkg := range []string{"./api-gateway/cmd/gateway", "./worker/cmd/worker"} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, filepath.Base(pkg)), pkg)
-			cmd.Dir = ".."
-			cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
-				return
-			}
-		}
-		binDir = dir
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binDir
+	return programs.Dir(t, "gateway", "worker")
 }
 
 // TestProbesAnswer runs each Easel container of the dev overlay as its

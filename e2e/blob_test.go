@@ -36,6 +36,7 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	binaries.Remove()
 	if minio != nil {
 		minio.Stop()
 		_ = os.RemoveAll(minioDir)

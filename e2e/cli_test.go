@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,19 +19,11 @@ import (
 	easel "github.com/easelhq/easel/sdk/go"
 )
 
-// buildEasel builds the easel command once per test run.
-var buildEasel = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "easel-e2e-cli-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "easel")
-	cmd := exec.Command("go", "build", "-o", bin, "../sdk/go/cmd/easel")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", &buildError{pkg: "../sdk/go/cmd/easel", out: string(out), err: err}
-	}
-	return bin, nil
-})
+// buildEasel returns the easel command's binary.
+func buildEasel() (string, error) {
+	dir, err := binaries.Build("easel")
+	return filepath.Join(dir, "easel"), err
+}
 
 // cli runs the easel binary against a stack.
 type cli struct {

@@ -18,35 +18,19 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	testprograms "github.com/easelhq/easel/tools/testkit/programs"
 )
 
-// buildBinaries builds the gateway, worker, devstack and easelctl binaries
-// once per test run, as `make build` does.
-var buildBinaries = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "easel-e2e-bin-")
-	if err != nil {
-		return "", err
-	}
-	for name, pkg := range map[string]string{
-		"gateway":  "../api-gateway/cmd/gateway",
-		"worker":   "../worker/cmd/worker",
-		"devstack": "../tools/cmd/devstack",
-		"easelctl": "../tools/cmd/easelctl",
-	} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", &buildError{pkg: pkg, out: string(out), err: err}
-		}
-	}
-	return dir, nil
-})
+// binaries are the real programs the tests run, built once per test run
+// (or `make test`'s, built before it).
+var binaries = testprograms.New()
 
-type buildError struct {
-	pkg, out string
-	err      error
+// buildBinaries returns the directory of the gateway, worker, devstack and
+// easelctl binaries.
+func buildBinaries() (string, error) {
+	return binaries.Build("gateway", "worker", "devstack", "easelctl")
 }
-
-func (e *buildError) Error() string { return "go build " + e.pkg + ": " + e.err.Error() + "\n" + e.out }
 
 func freeAddr(t *testing.T) string {
 	t.Helper()

@@ -75,7 +75,9 @@ func TestWorkerReadinessNeedsWrites(t *testing.T) {
 // instead of exiting.
 func TestWorkerStartsBeforeRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	srv.Proc.Stop()
+	if err := srv.Proc.Down(); err != nil {
+		t.Fatal(err)
+	}
 	addr := runWorker(t, srv.URL, map[string]string{"EASEL_REDIS_START_TIMEOUT": "60s"})
 	localnet.WaitStatus(t, "http://"+addr+"/healthz", 200, 10*time.Second)
 	time.Sleep(2500 * time.Millisecond) // past go-redis's first dial retries (about 1.9 s)

@@ -574,7 +574,9 @@ func TestRedisDown(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	q := New(rdb, Limits{"c": {Concurrent: 1}, "r": {PerMinute: 1}}, Options{})
-	srv.Proc.Stop()
+	if err := srv.Proc.Down(); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, model := range []string{"c", "r"} {

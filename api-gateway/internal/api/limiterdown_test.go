@@ -42,7 +42,9 @@ func TestLimiterDown(t *testing.T) {
 			if r := e.Create(e.KeyA, okBody); r.Status != 200 || r.Header.Get("X-RateLimit-Limit") == "" {
 				t.Fatalf("with the limiter up: %d %v", r.Status, r.Header)
 			}
-			lim.Proc.Stop()
+			if err := lim.Proc.Down(); err != nil {
+				t.Fatal(err)
+			}
 			for i := 0; i < 5; i++ {
 				r := e.Create(e.KeyA, okBody)
 				if r.Status != tc.want {

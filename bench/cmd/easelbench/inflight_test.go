@@ -11,9 +11,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	testprograms "github.com/easelhq/easel/tools/testkit/programs"
 )
 
 func TestSteadyWindow(t *testing.T) {
@@ -275,33 +276,11 @@ func TestCommandLineInflight(t *testing.T) {
 	}
 }
 
-// builtDir is where builtBinaries put them, removed after the tests.
-var builtDir string
+// programs are bin/gateway and bin/worker built from this tree once per
+// test run, as make build does, or `make test`'s.
+var programs = testprograms.New()
 
-// builtBinaries builds bin/gateway and bin/worker from this tree once per
-// test run, as make build does.
-var builtBinaries = sync.OnceValues(func() (string, error) {
-	if _, err := exec.LookPath("go"); err != nil {
-		return "", fmt.Errorf("no go command to build the binaries with: %w", err)
-	}
-	dir, err := os.MkdirTemp("", "easelbench-bin-")
-	if err != nil {
-		return "", err
-	}
-	builtDir = dir
-	root, err := filepath.Abs("../../..")
-	if err != nil {
-		return "", err
-	}
-	for name, pkg := range map[string]string{"gateway": "./api-gateway/cmd/gateway", "worker": "./worker/cmd/worker"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
-		}
-	}
-	return dir, nil
-})
+func builtBinaries() (string, error) { return programs.Build("gateway", "worker") }
 
 func TestMain(m *testing.M) {
 	// The benchmark runs its baselines as its own subcommands (os.Args[0]
@@ -311,9 +290,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	code := m.Run()
-	if builtDir != "" {
-		_ = os.RemoveAll(builtDir)
-	}
+	programs.Remove()
 	os.Exit(code)
 }
 

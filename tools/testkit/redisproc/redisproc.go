@@ -31,6 +31,9 @@ type Proc struct {
 	port     int
 	extra    []string
 	conf     string // config file, the first argument (sentinels); "" for none
+	// hold keeps the port of a server taken Down, so that no other
+	// process's server takes it before Restart.
+	hold net.Listener
 }
 
 // ErrNotInstalled is returned when redis-server is not on PATH.
@@ -129,9 +132,13 @@ func startConf(bin, conf, dir string, port int, extra []string) (*Proc, error) {
 // Pid is the server's process id.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
-// Stop kills the server (SIGKILL) and waits for it. Stopping a stopped
-// server does nothing.
+// Stop kills the server (SIGKILL) and waits for it, and lets go of its
+// port. Stopping a stopped server does nothing.
 func (p *Proc) Stop() {
+	if p.hold != nil {
+		_ = p.hold.Close()
+		p.hold = nil
+	}
 	select {
 	case <-p.exited:
 		p.exited <- nil // keep it closed for the next Stop
@@ -142,6 +149,35 @@ func (p *Proc) Stop() {
 	_ = p.cmd.Process.Kill()
 	err := <-p.exited
 	p.exited <- err
+}
+
+// Down kills the server as Stop does, but keeps its port until Restart:
+// a client connecting meanwhile is hung up on at once, as by a server
+// gone, and no other test's server can take the port (a server started
+// elsewhere on it would answer this one's clients).
+func (p *Proc) Down() error {
+	p.Stop()
+	var err error
+	for attempt := 0; attempt < 50; attempt++ { // the port may linger a moment
+		var l net.Listener
+		if l, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port))); err == nil {
+			p.hold = l
+			go hangUp(l)
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("holding port %d: %w", p.port, err)
+}
+
+func hangUp(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		_ = c.Close()
+	}
 }
 
 // Pause stops the server's process (SIGSTOP): it keeps its connections and
