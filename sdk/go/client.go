@@ -43,8 +43,10 @@ type Client struct {
 	// unknown, yes, or no (an older server answered it 400).
 	longPoll atomic.Int32
 
-	// sleep waits d or until ctx ends; tests replace it.
+	// sleep waits d or until ctx ends; now is the clock Wait times its
+	// requests with. Tests replace them.
 	sleep func(ctx context.Context, d time.Duration) error
+	now   func() time.Time
 }
 
 const (
@@ -99,6 +101,7 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 		maxWait:   DefaultMaxRetryWait,
 		timeout:   DefaultRequestTimeout,
 		sleep:     sleepCtx,
+		now:       time.Now,
 	}
 	for _, o := range opts {
 		o(c)
@@ -112,37 +115,70 @@ func (c *Client) BaseURL() string { return c.base.String() }
 // Create creates a task and returns its id. Creating costs credits; a
 // refused create (400, 402, 429, ...) costs none.
 func (c *Client) Create(ctx context.Context, r CreateRequest) (string, error) {
+	id, _, err := c.create(ctx, r, -1)
+	return id, err
+}
+
+// CreateAndWait creates a task and has the server hold the answer until
+// the task ends or wait passes (Prefer: wait=N, whole seconds from 0 to
+// 60), and returns the task's record then: final, or still pending or
+// processing (follow it with Wait). From a server that does not wait on a
+// create the record is read once after the create.
+func (c *Client) CreateAndWait(ctx context.Context, r CreateRequest, wait time.Duration) (*Task, error) {
+	wait = min(max(wait, 0), MaxCreateWait)
+	id, t, err := c.create(ctx, r, wait)
+	if err != nil || t != nil {
+		return t, err
+	}
+	return c.Get(ctx, id)
+}
+
+// MaxCreateWait is the longest a create may wait for its task.
+const MaxCreateWait = 60 * time.Second
+
+// create creates a task; with wait >= 0 it asks the server to wait for
+// the task's end and returns the record it answers with (nil from a
+// server that does not).
+func (c *Client) create(ctx context.Context, r CreateRequest, wait time.Duration) (string, *Task, error) {
 	body, err := json.Marshal(r.body())
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	key := r.IdempotencyKey
 	if key == "" {
 		key, err = newIdempotencyKey()
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 	}
 	var out struct {
 		Data struct {
 			TaskID string `json:"task_id"`
+			Task   *Task  `json:"task"`
 		} `json:"data"`
 	}
-	err = c.call(ctx, call{
+	k := call{
 		method:    http.MethodPost,
 		path:      "/v1/task/create",
 		body:      body,
 		header:    http.Header{"Idempotency-Key": {key}},
 		replay:    true, // the key makes a repeat answer the first one
 		conflicts: true, // 409: the first attempt is still being created
-	}, &out)
-	if err != nil {
-		return "", err
+	}
+	if wait >= 0 {
+		secs := int(wait / time.Second)
+		k.header.Set("Prefer", "wait="+strconv.Itoa(secs))
+		if c.timeout > 0 {
+			k.timeout = c.timeout + time.Duration(secs)*time.Second
+		}
+	}
+	if err := c.call(ctx, k, &out); err != nil {
+		return "", nil, err
 	}
 	if out.Data.TaskID == "" {
-		return "", errors.New("easel: the create answered no task_id")
+		return "", nil, errors.New("easel: the create answered no task_id")
 	}
-	return out.Data.TaskID, nil
+	return out.Data.TaskID, out.Data.Task, nil
 }
 
 // Get returns a task's current record (GET /v1/task/query).

@@ -158,6 +158,47 @@ func TestCreate(t *testing.T) {
 	}
 }
 
+func TestCreateAndWait(t *testing.T) {
+	const waited = `{"code":200,"msg":"success","data":{"task_id":"task_lumen_1","task":{"task_id":"task_lumen_1","task_type":"image","model":"lumen-2.5-flash-image","status":"completed","progress":100,"create_time":1,"complete_time":2,"results":["http://x/1.png"]}}}`
+	const record = `{"task_id":"task_lumen_1","task_type":"image","model":"lumen-2.5-flash-image","status":"processing","progress":40,"create_time":1,"complete_time":null,"results":[]}`
+	tests := []struct {
+		name       string
+		wait       time.Duration
+		replies    []reply
+		prefer     string
+		wantStatus Status
+		requests   int
+	}{
+		{"the server waits", 30 * time.Second, []reply{{status: 200, body: waited}}, "wait=30", StatusCompleted, 1},
+		{"past the longest", 10 * time.Minute, []reply{{status: 200, body: waited}}, "wait=60", StatusCompleted, 1},
+		{"negative is no wait", -time.Second, []reply{{status: 200, body: waited}}, "wait=0", StatusCompleted, 1},
+		{"a server that does not wait", 30 * time.Second, []reply{{status: 200, body: created}, {status: 200, body: record}}, "wait=30", StatusProcessing, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := &scripted{replies: tt.replies}
+			c, _ := newTestClient(t, srv)
+			task, err := c.CreateAndWait(context.Background(), CreateRequest{Model: ModelStandard, Prompt: "a cat"}, tt.wait)
+			if err != nil || task == nil || task.ID != "task_lumen_1" || task.Status != tt.wantStatus {
+				t.Fatalf("CreateAndWait: %+v %v", task, err)
+			}
+			reqs := srv.requests()
+			if len(reqs) != tt.requests || reqs[0].header.Get("Prefer") != tt.prefer {
+				t.Errorf("%d requests, Prefer %q; want %d, %q", len(reqs), reqs[0].header.Get("Prefer"), tt.requests, tt.prefer)
+			}
+		})
+	}
+	// A plain create asks for no wait.
+	srv := &scripted{replies: []reply{{status: 200, body: created}}}
+	c, _ := newTestClient(t, srv)
+	if _, err := c.Create(context.Background(), CreateRequest{Model: ModelStandard, Prompt: "a cat"}); err != nil {
+		t.Fatal(err)
+	}
+	if p := srv.requests()[0].header.Get("Prefer"); p != "" {
+		t.Errorf("Create sent Prefer %q", p)
+	}
+}
+
 func TestAPIErrors(t *testing.T) {
 	tests := []struct {
 		name   string

@@ -78,7 +78,7 @@ func (c *Client) Wait(ctx context.Context, taskID string, opts ...WaitOption) (*
 		case last.Status == StatusPending:
 			wait = min(wait, pendingWait)
 		}
-		start := time.Now()
+		start := c.now()
 		t, held, err := c.poll(ctx, taskID, wait)
 		if err != nil {
 			return last, err
@@ -92,7 +92,7 @@ func (c *Client) Wait(ctx context.Context, taskID string, opts ...WaitOption) (*
 		if t.Status.Final() {
 			return t, nil
 		}
-		elapsed := time.Since(start)
+		elapsed := c.now().Sub(start)
 		var pause time.Duration
 		switch {
 		case first && cfg.longPoll > 0 && c.longPoll.Load() != longPollNo:

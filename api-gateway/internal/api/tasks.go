@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/api-gateway/internal/metrics"
 	"github.com/easelhq/easel/api-gateway/internal/taskid"
@@ -22,17 +23,26 @@ import (
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/blob"
+	"github.com/easelhq/easel/pkg/logging"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/pkg/taskview"
 )
 
 type createData struct {
 	TaskID string `json:"task_id"`
+	// Task is the record when the create waited (Prefer: wait=N).
+	Task *taskview.Record `json:"task,omitempty"`
 }
 
 // Create handles POST /v1/task/create, and counts it: by model (unknown
-// until the body is read) and outcome, with the credits it debited.
+// until the body is read) and outcome, with the credits it debited. With
+// Prefer: wait=N it then holds the answer until the task ends or N
+// seconds pass (waitEnd), and answers with the record too.
 func (h *Handlers) Create(c echo.Context) error {
+	pref, err := preferWait(c.Request().Header.Values(HeaderPrefer))
+	if err != nil {
+		return err
+	}
 	model := metrics.UnknownModel
 	created, err := h.createTask(c, &model)
 	outcome := web.CreateOutcome(err)
@@ -51,7 +61,24 @@ func (h *Handlers) Create(c echo.Context) error {
 	if created.Replayed {
 		c.Response().Header().Set(HeaderIdempotentReplayed, "true")
 	}
-	return c.JSON(http.StatusOK, web.Envelope{Code: http.StatusOK, Msg: "success", Data: createData{TaskID: created.ID}})
+	data := createData{TaskID: created.ID}
+	if pref.set {
+		// The task stands: a read that fails now must not turn its create
+		// into an error, so the answer then is the task id alone.
+		t, pos, err := h.waitEnd(c, web.AccountOf(c).ID, created.ID, pref.wait)
+		switch {
+		case err == nil:
+			rec := h.record(t, pos)
+			data.Task = &rec
+			c.Response().Header().Set(HeaderPreferenceApplied, "wait="+strconv.Itoa(int(pref.wait/time.Second)))
+		case web.BaseContext(c).Err() != nil:
+			return nil // the client went away
+		default:
+			logging.From(c.Request().Context()).Warn("the created task could not be read for Prefer: wait", zap.Error(err))
+		}
+		c.Response().Header().Set("Cache-Control", "no-store")
+	}
+	return c.JSON(http.StatusOK, web.Envelope{Code: http.StatusOK, Msg: "success", Data: data})
 }
 
 // createTask decodes a create and makes the task; *model is set once the
@@ -90,6 +117,55 @@ const (
 	HeaderIdempotentReplayed = "Idempotent-Replayed"
 	maxIdempotencyKey        = 255
 )
+
+// A create may wait for its task (RFC 7240): Prefer: wait=N, N whole
+// seconds up to MaxWait; the answer says it waited with
+// Preference-Applied.
+const (
+	HeaderPrefer            = "Prefer"
+	HeaderPreferenceApplied = "Preference-Applied"
+)
+
+// preference is what a create's Prefer headers ask.
+type preference struct {
+	set  bool // a wait preference was given (wait=0 included)
+	wait time.Duration
+}
+
+// preferWait reads the wait preference of Prefer headers (RFC 7240: a
+// comma-separated list of preferences, each token[=value] with optional
+// ";" parameters; names case-insensitive, values possibly quoted).
+// Preferences other than wait are ignored, as the RFC asks; a wait that is
+// not whole seconds from 0 to MaxWait, or given twice, is refused.
+func preferWait(values []string) (preference, error) {
+	var p preference
+	bad := apperr.Errorf(apperr.Invalid, "Prefer: wait must be a whole number of seconds from 0 to %d", int(MaxWait/time.Second))
+	for _, v := range values {
+		for _, pref := range strings.Split(v, ",") {
+			pref, _, _ = strings.Cut(pref, ";")
+			name, value, hasValue := strings.Cut(pref, "=")
+			if !strings.EqualFold(strings.TrimSpace(name), "wait") {
+				continue
+			}
+			if p.set {
+				return preference{}, apperr.New(apperr.Invalid, "Prefer: give wait once")
+			}
+			value = strings.TrimSpace(value)
+			if len(value) >= 2 && value[0] == '"' && value[len(value)-1] == '"' {
+				value = value[1 : len(value)-1]
+			}
+			if !hasValue || value == "" || len(value) > 3 || strings.TrimLeft(value, "0123456789") != "" {
+				return preference{}, bad
+			}
+			n, _ := strconv.Atoi(value)
+			if time.Duration(n)*time.Second > MaxWait {
+				return preference{}, bad
+			}
+			p = preference{set: true, wait: time.Duration(n) * time.Second}
+		}
+	}
+	return p, nil
+}
 
 // idempotency reads an Idempotency-Key header ("" for none): 1 to 255
 // printable ASCII characters. The body is compared by its SHA-256.

@@ -96,6 +96,41 @@ func (h *Handlers) waitQuery(c echo.Context, accountID, id string, wait time.Dur
 	}
 }
 
+// waitEnd waits until a task just created ends, for at most wait, and
+// returns it as it then is, with its queue position. Woken by the store's
+// task events, as waitQuery is; a change that is not the end (progress,
+// processing) reads the task and waits on.
+func (h *Handlers) waitEnd(c echo.Context, accountID, id string, wait time.Duration) (*task.Task, *task.QueuePosition, error) {
+	base := web.BaseContext(c)
+	if wait > 0 {
+		w := h.Watch.Watch(accountID, id)
+		defer w.Stop()
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		for ended := false; !ended; {
+			// Read after registering: an end between the two is not missed.
+			t, err := h.readPlain(base, accountID, id)
+			if err != nil {
+				return nil, nil, err
+			}
+			if t.Status.Final() {
+				return t, nil, nil
+			}
+			if w.Closed() {
+				break
+			}
+			select {
+			case <-w.C:
+			case <-timer.C:
+				ended = true
+			case <-base.Done():
+				return nil, nil, base.Err()
+			}
+		}
+	}
+	return h.read(base, accountID, id)
+}
+
 func (h *Handlers) readPlain(base context.Context, accountID, id string) (*task.Task, error) {
 	ctx, cancel := h.readContext(base)
 	defer cancel()

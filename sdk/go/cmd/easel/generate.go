@@ -20,7 +20,7 @@ func (a *app) generateCmd(g *globals) *cobra.Command {
 	var (
 		model, size, ratio, output string
 		images                     []string
-		timeout                    time.Duration
+		timeout, waitOnCreate      time.Duration
 		noWait                     bool
 	)
 	cmd := &cobra.Command{
@@ -35,6 +35,7 @@ The API takes images by URL only: a local file is refused.`,
 		Example: `  easel generate "a lighthouse at dusk" --model pro --size 2K --ratio 16:9 -o lighthouse.png
   easel generate "make it winter" --image https://example.com/photo.jpg -o winter.png
   easel generate "a cat" --json
+  easel generate "a cat" --wait-on-create 60s -o cat.png
   ID=$(easel generate "a cat" --no-wait) && easel task wait "$ID" -o cat.png`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -49,14 +50,23 @@ The API takes images by URL only: a local file is refused.`,
 			if err != nil {
 				return err
 			}
-			taskID, err := c.Create(cmd.Context(), easel.CreateRequest{
+			req := easel.CreateRequest{
 				Model:       id,
 				Prompt:      args[0],
 				AspectRatio: ratio,
 				ImageSize:   strings.ToUpper(size),
 				ImageURLs:   images,
-			})
-			if err != nil {
+			}
+			var taskID string
+			if waitOnCreate > 0 && !noWait {
+				// The server holds the create until the image is made (up
+				// to the wait): the follow below then finds it final.
+				t, err := c.CreateAndWait(cmd.Context(), req, waitOnCreate)
+				if err != nil {
+					return err
+				}
+				taskID = t.ID
+			} else if taskID, err = c.Create(cmd.Context(), req); err != nil {
 				return err
 			}
 			if noWait {
@@ -78,6 +88,7 @@ The API takes images by URL only: a local file is refused.`,
 	f.StringArrayVar(&images, "image", nil, "the http(s) URL of a source image to edit (repeatable)")
 	f.StringVarP(&output, "output", "o", "", "the file (or directory) to write the image to (default <task id>.png here)")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up waiting after this long (the task goes on)")
+	f.DurationVar(&waitOnCreate, "wait-on-create", 0, "have the server hold the create until the image is made, up to this long (at most 60s; Prefer: wait), before following the task")
 	f.BoolVar(&noWait, "no-wait", false, "print the new task's id and return (follow it with easel task wait)")
 	return cmd
 }

@@ -35,6 +35,8 @@ type fakeAPI struct {
 	creates []map[string]any
 	auth    []string
 	fails   map[string]bool
+	// prefers holds the creates' Prefer headers.
+	prefers []string
 }
 
 func newFakeAPI(t *testing.T) *fakeAPI {
@@ -81,6 +83,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		f.creates = append(f.creates, body)
+		f.prefers = append(f.prefers, r.Header.Get("Prefer"))
 		id := fmt.Sprintf("task_lumen_%d", len(f.ids)+1)
 		f.ids = append(f.ids, id)
 		f.fails[id] = body["input"].(map[string]any)["prompt"] == "fail"
@@ -275,6 +278,36 @@ func TestGenerate(t *testing.T) {
 }
 
 // On a terminal: the spinner with the queue position, then the bar to 100 %.
+// --wait-on-create asks the server to hold the create (Prefer: wait), and
+// still follows a task that was not done by then.
+func TestGenerateWaitsOnCreate(t *testing.T) {
+	for _, tt := range []struct {
+		flag, prefer string
+	}{
+		{"", ""},
+		{"30s", "wait=30"},
+		{"10m", "wait=60"},
+	} {
+		t.Run(tt.flag, func(t *testing.T) {
+			f := newFakeAPI(t)
+			out := filepath.Join(t.TempDir(), "w.png")
+			args := []string{"generate", "a cat", "-o", out}
+			if tt.flag != "" {
+				args = append(args, "--wait-on-create", tt.flag)
+			}
+			if _, _, err := f.run(t, nil, false, args...); err != nil {
+				t.Fatal(err)
+			}
+			if len(f.prefers) != 1 || f.prefers[0] != tt.prefer {
+				t.Errorf("Prefer %q; want %q", f.prefers, tt.prefer)
+			}
+			if b, _ := os.ReadFile(out); !bytes.Equal(b, f.png) {
+				t.Error("the image was not written")
+			}
+		})
+	}
+}
+
 func TestGenerateProgress(t *testing.T) {
 	f := newFakeAPI(t)
 	out := filepath.Join(t.TempDir(), "p.png")
