@@ -126,6 +126,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	userStore := store.NewUsers(db)
 	signIn := users.Defaults
 	signIn.Idle, signIn.Max = cfg.ConsoleIdle, cfg.ConsoleMax
+	// A sign-in's Redis calls get an API request's budget (its wait for a
+	// hashing slot and its hash are bounded apart).
+	signIn.Budget = 2 * cfg.RedisTimeout
 	people, err := users.New(userStore, signIn)
 	if err != nil {
 		return err

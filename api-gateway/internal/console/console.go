@@ -130,6 +130,9 @@ type Deps struct {
 type console struct {
 	Deps
 	now func() time.Time
+	// budget is a request's Redis budget (web.Config.RequestTimeout; 0:
+	// none).
+	budget time.Duration
 	// page is the console's page, with the playground's form in it.
 	page *template.Template
 }
@@ -137,7 +140,7 @@ type console struct {
 // Register adds the console to s: its page under Path, its API under
 // Path/api.
 func Register(s *web.Server, d Deps) {
-	cs := &console{Deps: d, now: s.Now,
+	cs := &console{Deps: d, now: s.Now, budget: s.RequestTimeout,
 		page: template.Must(api.PlaygroundTemplates().ParseFS(pageFiles, pageDir+"/"+pageIndex))}
 	e := s.Echo
 	web.Get(e, Path, cs.servePage)
@@ -346,7 +349,9 @@ func (cs *console) signIn(c echo.Context) error {
 	if old, err := c.Cookie(SessionCookie); err == nil {
 		_ = cs.Users.SignOut(ctx, old.Value)
 	}
-	signed, err := cs.Users.SignIn(ctx, req.Email, req.Password, c.RealIP())
+	// The sign-in bounds its own Redis calls and its wait for a hashing
+	// slot (users.Config): the wait may outlast the request's budget.
+	signed, err := cs.Users.SignIn(web.BaseContext(c), req.Email, req.Password, c.RealIP())
 	var throttled *users.ThrottledError
 	if errors.As(err, &throttled) {
 		c.Response().Header().Set("Retry-After", strconv.Itoa(max(web.CeilSeconds(throttled.RetryAfter), 1)))
@@ -357,6 +362,11 @@ func (cs *console) signIn(c echo.Context) error {
 	}
 	logging.From(ctx).Info("console sign-in", zap.String("user_id", signed.User.ID), zap.String("account_id", signed.User.AccountID))
 	name := ""
+	if cs.budget > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(web.BaseContext(c), cs.budget)
+		defer cancel()
+	}
 	if a, err := cs.Accounts.Get(ctx, signed.User.AccountID); err == nil {
 		name = a.Name
 	}

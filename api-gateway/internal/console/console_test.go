@@ -59,8 +59,11 @@ func newConsoleEnv(t *testing.T, cfg users.Config) *consoleEnv {
 func newConsoleEnvWith(t *testing.T, cfg users.Config, edit func(*gatewaytest.Deps)) *consoleEnv {
 	t.Helper()
 	ce := &consoleEnv{}
-	// Cheap hashes: the tests sign in often.
-	cfg.Params = password.Params{Memory: 64, Time: 1, Threads: 1, SaltLen: 16, KeyLen: 32}
+	// Cheap hashes unless the test asks for others: the tests sign in
+	// often.
+	if cfg.Params == (password.Params{}) {
+		cfg.Params = password.Params{Memory: 64, Time: 1, Threads: 1, SaltLen: 16, KeyLen: 32}
+	}
 	ce.Env = gatewaytest.New(t, redistest.Start(t).Client(t), nil, zap.NewNop(), store.Options{}, func(e *gatewaytest.Env, d *gatewaytest.Deps) {
 		var err error
 		if ce.people, err = users.New(store.NewUsers(e.DB), cfg); err != nil {
@@ -369,6 +372,88 @@ func TestConsoleSignInNoLockout(t *testing.T) {
 		attacker.send("POST", "/console/api/session", from("2001:db8:1:2::"+strconv.Itoa(i+1)), body("guess"))
 	}
 	gatewaytest.AssertEnvelope(t, attacker.send("POST", "/console/api/session", from("2001:db8:1:2::99"), body(consolePW)), 429, "too many failed sign-ins")
+}
+
+// A flood of wrong sign-ins for one email from many addresses, many at
+// once, costs the owner nothing where they signed in before, and leaves
+// other users' sign-ins answered: refusals and sign-ins never checked
+// spend no budget, the owner's known network is spared failures from
+// elsewhere, and the wait for a hashing slot is in turn with the flood.
+func TestConsoleSignInFlood(t *testing.T) {
+	cfg := users.Defaults
+	// Hashes dear enough that the flood keeps every slot busy.
+	cfg.Params = password.Params{Memory: 4096, Time: 1, Threads: 1, SaltLen: 16, KeyLen: 32}
+	ce := newConsoleEnvWith(t, cfg, func(d *gatewaytest.Deps) {
+		d.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+		d.RequestTimeout = 800 * time.Millisecond // EASEL_REDIS_TIMEOUT's default, twice
+	})
+	from := func(addr string) map[string]string { return map[string]string{"X-Forwarded-For": addr} }
+	body := func(email, pw string) string { return `{"email":"` + email + `","password":"` + pw + `"}` }
+	const ownerAddr = "127.0.0.2"
+	if r := ce.client().send("POST", "/console/api/session", from(ownerAddr), body(emailA, consolePW)); r.Status != 200 {
+		t.Fatalf("the owner's first sign-in: %d %s", r.Status, r.Body)
+	}
+
+	const attempts, addrs, atOnce = 250, 25, 16
+	var (
+		mu      sync.Mutex
+		flood   = map[int]int{}
+		refused []string
+		wg      sync.WaitGroup
+	)
+	next := make(chan int)
+	for range atOnce {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := ce.client()
+			for i := range next {
+				r := b.send("POST", "/console/api/session", from("127.0.0."+strconv.Itoa(10+i%addrs)), body(emailA, "guess "+strconv.Itoa(i)))
+				mu.Lock()
+				flood[r.Status]++
+				mu.Unlock()
+			}
+		}()
+	}
+	// Other users sign in while the flood runs, each from an address of
+	// their own.
+	begun := make(chan struct{})
+	for i, email := range []string{emailB, emailAdmin, emailB, emailAdmin} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-begun
+			r := ce.client().send("POST", "/console/api/session", from("127.0.1."+strconv.Itoa(i+1)), body(email, consolePW))
+			if r.Status != 200 {
+				mu.Lock()
+				refused = append(refused, strconv.Itoa(r.Status)+" "+string(r.Body))
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range attempts {
+		next <- i
+		if i == 2*atOnce {
+			close(begun)
+		}
+	}
+	close(next)
+	wg.Wait()
+	for _, o := range refused {
+		t.Errorf("another user's sign-in during the flood: %s; want 200", o)
+	}
+	t.Logf("the flood's answers: %v", flood)
+	for status, n := range flood {
+		if status != 401 && status != 429 && status != 503 {
+			t.Errorf("%d of the flood's sign-ins answered %d; want 401, 429 or 503 (busy)", n, status)
+		}
+	}
+	if flood[401] == 0 {
+		t.Error("none of the flood's guesses was checked")
+	}
+	if r := ce.client().send("POST", "/console/api/session", from(ownerAddr), body(emailA, consolePW)); r.Status != 200 {
+		t.Errorf("the owner from where they signed in before, after the flood: %d %s; want 200", r.Status, r.Body)
+	}
 }
 
 func TestConsoleSessionLifetimes(t *testing.T) {
