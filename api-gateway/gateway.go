@@ -98,7 +98,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	var started atomic.Bool
 	ready := func(ctx context.Context) error {
 		if !started.Load() {
-			return errors.New("starting: waiting for Redis")
+			return web.ErrStarting
 		}
 		return db.Probe(ctx, instance)
 	}
