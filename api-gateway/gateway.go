@@ -175,7 +175,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	if cfg.Console {
 		console.Register(edge, console.Deps{Users: people, Accounts: accounts, Directory: userStore, Secrets: hooks, Catalog: cat,
 			Tasks: public, Upstreams: upstreams, Pages: pages, UsageDays: store.UsageDays,
-			SecureCookie: strings.HasPrefix(cfg.PublicURL, "https://"), Origins: []string{originOf(cfg.PublicURL)}})
+			SecureCookie: strings.HasPrefix(cfg.PublicURL, "https://"), Origins: []string{originOf(cfg.PublicURL)}, KeyCacheTTL: cfg.AuthCacheTTL})
 	}
 	handler := edge.Handler()
 

@@ -125,6 +125,10 @@ type Deps struct {
 	// Origins are the origins besides the request's own host that may
 	// write (the public URL's).
 	Origins []string
+	// KeyCacheTTL is how long a gateway trusts what it read of a key
+	// (EASEL_AUTH_CACHE_TTL): a revoke's or an edit's bound on every
+	// gateway, which the page says.
+	KeyCacheTTL time.Duration
 }
 
 type console struct {
@@ -184,6 +188,8 @@ func Register(s *web.Server, d Deps) {
 	op.PATCH("/accounts/:id/limits", admin.SetLimits(d.Accounts, d.Catalog))
 	op.POST("/accounts/:id/disable", admin.SetStatus(d.Accounts, account.Disabled))
 	op.POST("/accounts/:id/enable", admin.SetStatus(d.Accounts, account.Active))
+	op.PATCH("/accounts/:id/keys/:prefix", cs.opUpdateKey)
+	op.POST("/accounts/:id/keys/:prefix/revoke", cs.opRevokeKey)
 	web.Get(op, "/upstreams", cs.opUpstreams)
 }
 
@@ -626,6 +632,37 @@ func (cs *console) opAccounts(c echo.Context) error {
 	return web.OK(c, map[string]any{"accounts": list, "next": next})
 }
 
+// opUpdateKey renames a key of an account or changes its limits (the
+// admin API's PATCH /admin/v1/keys/{prefix}, within the account).
+func (cs *console) opUpdateKey(c echo.Context) error {
+	var req admin.KeyRequest
+	if err := web.Bind(c, &req); err != nil {
+		return err
+	}
+	u, err := req.Update(cs.Catalog)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	k, err := cs.Accounts.UpdateKey(ctx, c.Param("id"), c.Param("prefix"), u)
+	if err != nil {
+		return err
+	}
+	logging.From(ctx).Info("console operator: API key changed", zap.String("key_prefix", k.Prefix))
+	return web.OK(c, cs.view(k))
+}
+
+// opRevokeKey revokes a key of an account.
+func (cs *console) opRevokeKey(c echo.Context) error {
+	ctx := c.Request().Context()
+	k, err := cs.Accounts.RevokeKeyOf(ctx, c.Param("id"), c.Param("prefix"))
+	if err != nil {
+		return err
+	}
+	logging.From(ctx).Info("console operator: API key revoked", zap.String("key_prefix", k.Prefix))
+	return web.OK(c, cs.view(k))
+}
+
 func (cs *console) opAccount(c echo.Context) error {
 	ctx := c.Request().Context()
 	a, err := cs.Accounts.Get(ctx, c.Param("id"))
@@ -683,5 +720,9 @@ func (cs *console) servePage(c echo.Context) error {
 		// section's script and form.
 		Theme, Script string
 		Form          api.PlaygroundForm
-	}{versions, api.PlaygroundAsset(api.PlaygroundTheme), api.PlaygroundAsset(api.PlaygroundScript), api.NewPlaygroundForm(cs.Catalog, "pg-")})
+		// KeyCacheMS is Deps.KeyCacheTTL in ms, for the page's words on
+		// how soon a revoke holds everywhere.
+		KeyCacheMS int64
+	}{versions, api.PlaygroundAsset(api.PlaygroundTheme), api.PlaygroundAsset(api.PlaygroundScript), api.NewPlaygroundForm(cs.Catalog, "pg-"),
+		cs.KeyCacheTTL.Milliseconds()})
 }

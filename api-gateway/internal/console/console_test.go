@@ -853,6 +853,69 @@ func TestConsoleOperatorView(t *testing.T) {
 	}
 }
 
+// An operator sees each key's limits and edits or revokes a key of any
+// account, within that account only; a member cannot.
+func TestConsoleOperatorEditsAndRevokesKeys(t *testing.T) {
+	ce := newConsoleEnv(t, users.Defaults)
+	op := ce.client()
+	op.mustSignIn(emailAdmin)
+	prefixB := account.VisibleOf(ce.KeyB)
+	keyPath := "/console/api/admin/accounts/" + ce.AcctB + "/keys/" + prefixB
+	type keyView struct {
+		Prefix     string   `json:"prefix"`
+		Name       string   `json:"name"`
+		Status     string   `json:"status"`
+		Models     []string `json:"models"`
+		AllowedIPs []string `json:"allowed_ips"`
+		ExpiresAt  string   `json:"expires_at"`
+		SpendLimit int64    `json:"spend_limit"`
+	}
+	var k keyView
+	consoleData(t, op.send("PATCH", keyPath, nil,
+		`{"name":"b's ci","models":["standard"],"allowed_ips":["203.0.113.0/24"],"expires_at":"2099-01-31T00:00:00Z","spend_limit":500}`), &k)
+	if k.Prefix != prefixB || k.Name != "b's ci" || k.Status != "active" || len(k.Models) != 1 || k.Models[0] != "standard" ||
+		len(k.AllowedIPs) != 1 || k.AllowedIPs[0] != "203.0.113.0/24" || k.SpendLimit != 500 || !strings.HasPrefix(k.ExpiresAt, "2099-01-31") {
+		t.Errorf("the key after an operator's edit: %+v", k)
+	}
+	// The account's view lists the limits.
+	var detail struct {
+		Keys []keyView `json:"keys"`
+	}
+	consoleData(t, op.send("GET", "/console/api/admin/accounts/"+ce.AcctB, nil, ""), &detail)
+	if len(detail.Keys) != 1 || detail.Keys[0].SpendLimit != 500 || len(detail.Keys[0].AllowedIPs) != 1 {
+		t.Errorf("account b's keys %+v; want the limits just set", detail.Keys)
+	}
+	// The limit holds at authentication: the key is refused from elsewhere.
+	gatewaytest.AssertEnvelope(t, ce.Create(ce.KeyB, okBody), 403, "")
+	// Removing limits: empty lists and expiry, no spend limit.
+	k = keyView{}
+	consoleData(t, op.send("PATCH", keyPath, nil, `{"models":[],"allowed_ips":[],"expires_at":"","spend_limit":0}`), &k)
+	if len(k.Models) != 0 || len(k.AllowedIPs) != 0 || k.ExpiresAt != "" || k.SpendLimit != 0 {
+		t.Errorf("the key after its limits were removed: %+v", k)
+	}
+	if r := ce.Create(ce.KeyB, okBody); r.Status != 200 {
+		t.Fatalf("create with the key freed: %d %s", r.Status, r.Body)
+	}
+	// Within the account only: another account's id with this prefix is
+	// not found.
+	gatewaytest.AssertEnvelope(t, op.send("PATCH", "/console/api/admin/accounts/"+ce.AcctA+"/keys/"+prefixB, nil, `{"name":"x"}`), 404, "")
+	gatewaytest.AssertEnvelope(t, op.send("POST", "/console/api/admin/accounts/"+ce.AcctA+"/keys/"+prefixB+"/revoke", nil, ""), 404, "")
+	gatewaytest.AssertEnvelope(t, op.send("PATCH", keyPath, nil, `{"models":["no-such-model"]}`), 400, "unknown model")
+	// A member may not.
+	member := ce.client()
+	member.mustSignIn(emailA)
+	gatewaytest.AssertEnvelope(t, member.send("PATCH", keyPath, nil, `{"name":"x"}`), 403, "admin users")
+	gatewaytest.AssertEnvelope(t, member.send("POST", keyPath+"/revoke", nil, ""), 403, "admin users")
+	k = keyView{}
+	consoleData(t, op.send("POST", keyPath+"/revoke", nil, ""), &k)
+	if k.Status != "revoked" {
+		t.Errorf("the key after an operator's revoke: %+v", k)
+	}
+	if r := ce.Create(ce.KeyB, okBody); r.Status != 401 {
+		t.Errorf("create with the revoked key: %d %s; want 401", r.Status, r.Body)
+	}
+}
+
 func TestConsolePage(t *testing.T) {
 	ce := newConsoleEnv(t, users.Defaults)
 	b := ce.client()
