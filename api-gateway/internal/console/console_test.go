@@ -382,7 +382,7 @@ func TestConsoleSignInNoLockout(t *testing.T) {
 func TestConsoleSignInFlood(t *testing.T) {
 	cfg := users.Defaults
 	// Hashes dear enough that the flood keeps every slot busy.
-	cfg.Params = password.Params{Memory: 4096, Time: 1, Threads: 1, SaltLen: 16, KeyLen: 32}
+	cfg.Params = password.Params{Memory: 1024, Time: 1, Threads: 1, SaltLen: 16, KeyLen: 32}
 	ce := newConsoleEnvWith(t, cfg, func(d *gatewaytest.Deps) {
 		d.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 		d.RequestTimeout = 800 * time.Millisecond // EASEL_REDIS_TIMEOUT's default, twice
@@ -409,6 +409,9 @@ func TestConsoleSignInFlood(t *testing.T) {
 			b := ce.client()
 			for i := range next {
 				r := b.send("POST", "/console/api/session", from("127.0.0."+strconv.Itoa(10+i%addrs)), body(emailA, "guess "+strconv.Itoa(i)))
+				if r.Status == 503 && r.Header.Get("Retry-After") == "" {
+					t.Errorf("a busy sign-in without Retry-After: %s", r.Body)
+				}
 				mu.Lock()
 				flood[r.Status]++
 				mu.Unlock()
