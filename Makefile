@@ -37,7 +37,7 @@ build:
 # override it with EASEL_DEV_API_KEY=... make run.
 EASEL_DEV_API_KEY ?= esk_local_development_key_do_not_deploy_01
 run:
-	@echo "==> building bin/ (the first time it downloads and compiles the modules: a few minutes)"
+	@echo "==> building bin/ (the first time on a cold module cache it downloads and compiles the modules: several minutes)"
 	@$(MAKE) --no-print-directory build
 	EASEL_DEV_API_KEY=$(EASEL_DEV_API_KEY) ./$(BIN)/devstack
 

@@ -98,7 +98,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	var started atomic.Bool
 	ready := func(ctx context.Context) error {
 		if !started.Load() {
-			return errors.New("starting: waiting for Redis")
+			return web.ErrStarting
 		}
 		return db.Probe(ctx, instance)
 	}
@@ -126,6 +126,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	userStore := store.NewUsers(db)
 	signIn := users.Defaults
 	signIn.Idle, signIn.Max = cfg.ConsoleIdle, cfg.ConsoleMax
+	// A sign-in's Redis calls get an API request's budget (its wait for a
+	// hashing slot and its hash are bounded apart).
+	signIn.Budget = 2 * cfg.RedisTimeout
 	people, err := users.New(userStore, signIn)
 	if err != nil {
 		return err
@@ -172,7 +175,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	if cfg.Console {
 		console.Register(edge, console.Deps{Users: people, Accounts: accounts, Directory: userStore, Secrets: hooks, Catalog: cat,
 			Tasks: public, Upstreams: upstreams, Pages: pages, UsageDays: store.UsageDays,
-			SecureCookie: strings.HasPrefix(cfg.PublicURL, "https://"), Origins: []string{originOf(cfg.PublicURL)}})
+			SecureCookie: strings.HasPrefix(cfg.PublicURL, "https://"), Origins: []string{originOf(cfg.PublicURL)}, KeyCacheTTL: cfg.AuthCacheTTL})
 	}
 	handler := edge.Handler()
 

@@ -231,6 +231,60 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	b.screenshot(t, dir, "console-operator.png")
 
+	// ---- the operator's key table: limits, edit, revoke -----------------
+	k2Prefix := account.VisibleOf(k2)
+	opRow := `#op-keys tr[data-prefix="` + k2Prefix + `"]`
+	b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(`#operator-results tr[data-account-id="`+acct+`"] button`)))
+	waitFor(t, b, 10*time.Second, "the account's keys in the operator view", `!!document.querySelector('`+opRow+`')`)
+	b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(opRow+` .edit`)))
+	waitFor(t, b, 5*time.Second, "the key editor open on the key's name",
+		`document.getElementById('op-key-dialog').open && document.activeElement === document.getElementById('op-key-name')`)
+	if got := eval[string](t, b, `document.getElementById('op-key-prefix').textContent`); got != k2Prefix {
+		t.Errorf("the key editor is for %q; want %s", got, k2Prefix)
+	}
+	b.do(t, 10*time.Second,
+		chromedp.SendKeys(chromedp.ID("op-key-name"), "edited by ops"),
+		chromedp.SendKeys(chromedp.ID("op-key-ips"), "203.0.113.0/24"),
+		chromedp.SendKeys(chromedp.ID("op-key-spend-limit"), "12345"),
+		chromedp.Click(chromedp.ID("op-key-save")))
+	waitFor(t, b, 10*time.Second, "the key's row with its new limits",
+		`!document.getElementById('op-key-dialog').open && (() => { const r = document.querySelector('`+opRow+`'); return !!r && r.textContent.includes('203.0.113.0/24') && r.textContent.includes('edited by ops'); })()`)
+	if got := eval[string](t, b, `document.querySelector('`+opRow+` td[data-label="Spent / limit"]').textContent`); !strings.HasSuffix(got, "/ 12,345") {
+		t.Errorf("the key's spend cell reads %q; want its limit, 12,345", got)
+	}
+	// The limits hold: the test's address is not in the key's networks.
+	if st, body := post(t, s.base+"/v1/task/create", k2, createBody(std, `{"prompt":"from outside the key's networks"}`)); st != 403 {
+		t.Errorf("create with the key limited to 203.0.113.0/24: %d %s; want 403", st, body)
+	}
+	b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(opRow+` .revoke`)), chromedp.WaitVisible(chromedp.ID("revoke-confirm")))
+	if text := eval[string](t, b, `document.getElementById('revoke-text').textContent`); !strings.Contains(text, k2Prefix) || !strings.Contains(text, "up to 2 s") {
+		t.Errorf("the revoke dialog says %q; want the key's prefix and the gateways' 2 s", text)
+	}
+	b.do(t, 10*time.Second, chromedp.Click(chromedp.ID("revoke-confirm")))
+	waitFor(t, b, 10*time.Second, "the key shown revoked in the operator's table",
+		`!document.getElementById('revoke-dialog').open && document.querySelector('`+opRow+`').dataset.status === 'revoked'`)
+	// Refused within the auth cache's bound (2 s), polled every 100 ms.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for opRevoked := time.Now(); ; <-tick.C {
+		st, body := post(t, s.base+"/v1/task/query?task_id="+limitedTask, k2, "")
+		if st == 401 {
+			break
+		}
+		if time.Since(opRevoked) > 5*time.Second {
+			t.Fatalf("the key the operator revoked is still taken 5 s later: %d %s", st, body)
+		}
+	}
+	// One date format across the page: every time shown reads as the
+	// page's date and time of its datetime.
+	if odd := eval[[]string](t, b, `(() => {
+		const f = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'short' });
+		return [...document.querySelectorAll('time[datetime]')].filter((e) => e.textContent !== f.format(new Date(e.dateTime))).map((e) => e.textContent);
+	})()`); len(odd) > 0 {
+		t.Errorf("times in another format than the page's: %q", odd)
+	}
+	b.screenshot(t, dir, "console-operator-keys.png")
+
 	// A pool as workers record it: one upstream cooling after a 429, one
 	// with its breaker open after failures.
 	publishPool(t, s)

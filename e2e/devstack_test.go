@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,6 +111,13 @@ func TestDevstackOnEmbeddedRedis(t *testing.T) {
 	if base != "http://"+gwAddr || !strings.HasPrefix(key, "esk_") {
 		t.Fatalf("banner URL %q key %q", base, key)
 	}
+	// A start-up is quiet: nothing warns but the dev-only settings'
+	// reminders (the readiness polled before the banner included).
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "\tWARN\t") && !strings.Contains(line, "EASEL_DEV_") {
+			t.Errorf("a start-up warned: %s", line)
+		}
+	}
 	ropt, err := redis.ParseURL(redisURL)
 	if err != nil {
 		t.Fatalf("banner Redis URL %q: %v", redisURL, err)
@@ -176,6 +184,30 @@ func TestDevstackOnEmbeddedRedis(t *testing.T) {
 	if conn, err := net.DialTimeout("tcp", gwAddr, 200*time.Millisecond); err == nil {
 		conn.Close()
 		t.Error("gateway port still open after Ctrl-C")
+	}
+}
+
+// TestDevstackRefusesATakenAddress: with something else answering at the
+// gateway's address (a make run left running), devstack says so and
+// stops, never printing a banner for a gateway that is not its own.
+func TestDevstackRefusesATakenAddress(t *testing.T) {
+	t.Parallel()
+	bin, err := buildBinaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"status":"ok"}`)
+	}))
+	defer other.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "devstack"))
+	cmd.Env = append(cleanEnv(), "EASEL_HTTP_ADDR="+other.Listener.Addr().String(), "EASEL_METRICS_ADDR=off",
+		"EASEL_WORKER_HTTP_ADDR="+freeAddr(t))
+	out, err := cmd.CombinedOutput()
+	if err == nil || strings.Contains(string(out), "Easel is running") || !strings.Contains(string(out), "is taken") {
+		t.Errorf("devstack on a taken address: %v\n%s", err, out)
 	}
 }
 

@@ -177,6 +177,11 @@ func accountUsersKey(accountID string) string { return tag(accountID) + "users" 
 // id.
 func sessionKey(idHash string) string { return prefix + "session:" + idHash }
 
-// signInKey is the key of a count of failed sign-ins (name: "addr:<ip>"
-// or "email:<hash>").
+// signInKey is the key of a count of sign-in attempts (name:
+// "pair:<email hash>:<network>", "addr:<network>", "email:<email hash>"
+// or "known:<email hash>:<network>").
 func signInKey(name string) string { return prefix + "signin:" + name }
+
+// knownNetworksKey is the key of the networks an email signed in from (a
+// sorted set: each network scored by when it is forgotten, Unix ms).
+func knownNetworksKey(emailHash string) string { return prefix + "signin:known:" + emailHash }

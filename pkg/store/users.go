@@ -245,7 +245,8 @@ type attemptReply struct {
 // forgotten that long after its first attempt) and reports whether one
 // of them is over its limit (limits[i], 0: none), with the longest wait
 // until the counts over their limits are forgotten. Counting comes first,
-// so attempts made at once cannot all pass before any is counted.
+// so attempts made at once cannot all pass before any is counted. An
+// error counts nothing: the names counted before it are given back.
 func (s *Users) Attempt(ctx context.Context, window time.Duration, names []string, limits []int64) (bool, time.Duration, error) {
 	over, wait := false, time.Duration(0)
 	// One script a name (the names are keys of different slots; a sign-in
@@ -253,6 +254,11 @@ func (s *Users) Attempt(ctx context.Context, window time.Duration, names []strin
 	for i, n := range names {
 		r, err := attemptLua.Call(ctx, s.db.rdb, attemptKeys{Count: signInKey(n)}, attemptArgs{Window: window.Milliseconds()})
 		if err != nil {
+			if i > 0 {
+				gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackBudget)
+				_ = s.GiveBackAttempts(gctx, names[:i]...)
+				cancel()
+			}
 			return false, 0, fmt.Errorf("store: count a sign-in: %w", err)
 		}
 		if limits[i] > 0 && r.Attempts > limits[i] {
@@ -263,6 +269,31 @@ func (s *Users) Attempt(ctx context.Context, window time.Duration, names []strin
 	return over, wait, nil
 }
 
+// giveBackBudget bounds giving back what a failed count counted.
+const giveBackBudget = time.Second
+
+var unattemptLua = newScript[unattemptKeys, struct{}, unattemptReply]("unattempt", map[string]int64{"GIVEN": 1})
+
+type unattemptKeys struct {
+	Count string `lua:"count"`
+}
+
+type unattemptReply struct {
+	Code int64 `lua:"code"`
+	Left int64 `lua:"left"`
+}
+
+// GiveBackAttempts takes one attempt off the count under each name (an
+// attempt counted and then never checked), never below zero.
+func (s *Users) GiveBackAttempts(ctx context.Context, names ...string) error {
+	for _, n := range names {
+		if _, err := unattemptLua.Call(ctx, s.db.rdb, unattemptKeys{Count: signInKey(n)}, struct{}{}); err != nil {
+			return fmt.Errorf("store: give back a sign-in attempt: %w", err)
+		}
+	}
+	return nil
+}
+
 // ForgetAttempts clears the attempts counted under names (a successful
 // sign-in clears its own).
 func (s *Users) ForgetAttempts(ctx context.Context, names ...string) error {
@@ -271,4 +302,35 @@ func (s *Users) ForgetAttempts(ctx context.Context, names ...string) error {
 		keys[i] = signInKey(n)
 	}
 	return s.db.rdb.Del(ctx, keys...).Err()
+}
+
+// KnownNetwork reports whether an email (by its hash) signed in from a
+// network, and that is not yet forgotten: one look-up, whatever the
+// number of users.
+func (s *Users) KnownNetwork(ctx context.Context, emailHash, network string) (bool, error) {
+	until, err := s.db.rdb.ZScore(ctx, knownNetworksKey(emailHash), network).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("store: known network: %w", err)
+	}
+	return int64(until) > s.db.now().UnixMilli(), nil
+}
+
+// RememberNetwork keeps that an email (by its hash) signed in from a
+// network, for ttl; an email keeps at most keep networks (the ones
+// remembered last), and its set goes when its last network is forgotten.
+func (s *Users) RememberNetwork(ctx context.Context, emailHash, network string, ttl time.Duration, keep int) error {
+	k, now := knownNetworksKey(emailHash), s.db.now()
+	if _, err := s.db.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, k, redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: network})
+		p.ZRemRangeByScore(ctx, k, "-inf", strconv.FormatInt(now.UnixMilli(), 10))
+		p.ZRemRangeByRank(ctx, k, 0, int64(-keep-1))
+		p.PExpire(ctx, k, ttl)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("store: remember a network: %w", err)
+	}
+	return nil
 }

@@ -1,8 +1,9 @@
 // Package users is the account console's people: making users of an
 // account with a password (argon2id, package password), resetting and
-// disabling them, signing in with failed attempts counted per address
-// and per email in Redis (so every gateway counts them together), and
-// sessions with an idle and an absolute lifetime.
+// disabling them, signing in with attempts counted per network and per
+// email in Redis (so every gateway counts them together) and the networks
+// each email signed in from remembered, and sessions with an idle and an
+// absolute lifetime.
 package users
 
 import (
@@ -30,26 +31,43 @@ type Config struct {
 	Idle, Max time.Duration
 	// FailWindow: sign-in attempts are counted over this window from the
 	// first, each before it is checked (so attempts made at once cannot
-	// all pass); a successful sign-in clears its own counts. Past
-	// MaxPerPair for one email from one client network (the address, an
-	// IPv6 /64), MaxPerAddr from one client network, or MaxPerEmail for one
-	// email from anywhere, sign-ins are refused (429) until the window
-	// ends. The per-email bound is high: it stops a guess spread over many
-	// networks without letting a few requests lock an owner out.
+	// all pass), and given back if it is then never checked (no hashing
+	// slot, a dependency that failed); a successful sign-in clears its
+	// own counts. Past MaxPerPair for one email from one client network
+	// (the address, an IPv6 /64), MaxPerAddr from one client network, or
+	// MaxPerEmail for one email from anywhere, sign-ins are refused (429)
+	// until the window ends. The per-email bound is high: it stops a guess
+	// spread over many networks without letting a few requests lock an
+	// owner out.
 	FailWindow  time.Duration
 	MaxPerPair  int64
 	MaxPerAddr  int64
 	MaxPerEmail int64
+	// An email's known networks are those it signed in from (a /24, an
+	// IPv6 /64, a loopback address alone; KnownNetwork), each remembered
+	// for KnownFor after its last sign-in, at most KnownKeep an email (the
+	// latest). From a known network the per-email budget is not spent or
+	// checked: MaxPerKnown for the email from that network is, so failures
+	// from elsewhere never lock the owner out of where they signed in
+	// before.
+	KnownFor    time.Duration
+	KnownKeep   int
+	MaxPerKnown int64
+	// HashLine is how many sign-ins may wait for a hashing slot (one a
+	// client network), HashWait how long each may (past it: 503, never
+	// counted).
+	HashLine int
+	HashWait time.Duration
+	// Budget bounds the Redis calls of a sign-in before its hash, and
+	// those after it: the wait for a slot and the hash spend none of it.
+	Budget time.Duration
 	// Params are the password hash's costs (password.Default when zero).
 	Params password.Params
 }
 
-// afterHash is the budget of the Redis writes that follow a good
-// password's hash (forgetting the attempts, saving the session).
-const afterHash = 2 * time.Second
-
 // Defaults.
-var Defaults = Config{Idle: 2 * time.Hour, Max: 12 * time.Hour, FailWindow: 15 * time.Minute, MaxPerPair: 10, MaxPerAddr: 50, MaxPerEmail: 200}
+var Defaults = Config{Idle: 2 * time.Hour, Max: 12 * time.Hour, FailWindow: 15 * time.Minute, MaxPerPair: 10, MaxPerAddr: 50, MaxPerEmail: 200,
+	KnownFor: 30 * 24 * time.Hour, KnownKeep: 8, MaxPerKnown: 50, HashLine: 64, HashWait: 3 * time.Second, Budget: 2 * time.Second}
 
 // Store keeps users and sessions (store.Users).
 type Store interface {
@@ -61,16 +79,19 @@ type Store interface {
 	TouchSession(ctx context.Context, idHash string, idle time.Duration) (store.Session, error)
 	EndSession(ctx context.Context, idHash string) error
 	Attempt(ctx context.Context, window time.Duration, names []string, limits []int64) (bool, time.Duration, error)
+	GiveBackAttempts(ctx context.Context, names ...string) error
 	ForgetAttempts(ctx context.Context, names ...string) error
+	KnownNetwork(ctx context.Context, emailHash, network string) (bool, error)
+	RememberNetwork(ctx context.Context, emailHash, network string, ttl time.Duration, keep int) error
 }
 
 // Service signs users in and keeps their sessions.
 type Service struct {
 	st  Store
 	cfg Config
-	// hashing bounds the password hashes computed at once: each takes the
-	// parameters' memory (19 MiB by default).
-	hashing chan struct{}
+	// hashing bounds the password hashes computed at once (each takes the
+	// parameters' memory, 19 MiB by default) and lines up the rest.
+	hashing *gate
 	// decoy is checked when no user has the email, so that an unknown
 	// email takes as long as a wrong password.
 	decoy string
@@ -82,11 +103,23 @@ func New(st Store, cfg Config) (*Service, error) {
 	if cfg.Params == (password.Params{}) {
 		cfg.Params = password.Default
 	}
+	d := Defaults
+	for _, f := range []struct{ v, d *time.Duration }{{&cfg.KnownFor, &d.KnownFor}, {&cfg.HashWait, &d.HashWait}, {&cfg.Budget, &d.Budget}} {
+		if *f.v <= 0 {
+			*f.v = *f.d
+		}
+	}
+	if cfg.KnownKeep <= 0 {
+		cfg.KnownKeep = d.KnownKeep
+	}
+	if cfg.HashLine <= 0 {
+		cfg.HashLine = d.HashLine
+	}
 	decoy, err := password.Hash("decoy password, never anyone's", cfg.Params)
 	if err != nil {
 		return nil, err
 	}
-	return &Service{st: st, cfg: cfg, hashing: make(chan struct{}, max(runtime.GOMAXPROCS(0), 2)), decoy: decoy, Now: time.Now}, nil
+	return &Service{st: st, cfg: cfg, hashing: newGate(max(runtime.GOMAXPROCS(0), 2), cfg.HashLine), decoy: decoy, Now: time.Now}, nil
 }
 
 // hash hashes a new password, after checking it is acceptable.
@@ -94,22 +127,12 @@ func (s *Service) hash(ctx context.Context, pw string) (string, error) {
 	if err := password.Check(pw); err != nil {
 		return "", apperr.New(apperr.Invalid, err.Error())
 	}
-	release, err := s.slot(ctx)
+	release, err := s.hashing.enter(ctx, "", 0)
 	if err != nil {
 		return "", err
 	}
 	defer release()
 	return password.Hash(pw, s.cfg.Params)
-}
-
-// slot waits for a turn to hash.
-func (s *Service) slot(ctx context.Context) (func(), error) {
-	select {
-	case s.hashing <- struct{}{}:
-		return func() { <-s.hashing }, nil
-	case <-ctx.Done():
-		return nil, apperr.Transient(ctx.Err(), apperr.Unavailable, "busy signing others in: try again")
-	}
 }
 
 // Create makes a user of an account, with a password.
@@ -198,41 +221,65 @@ func sessionOf(ss store.Session) Session {
 
 // SignIn checks an email and password from a client address and begins a
 // session. Wrong credentials are ErrWrongCredentials whatever was wrong;
-// past the failures allowed, *ThrottledError before any check.
+// past the failures allowed, *ThrottledError before any check. ctx is
+// the client's: Config.Budget bounds the Redis calls, Config.HashWait the
+// wait for a hashing slot.
 func (s *Service) SignIn(ctx context.Context, email, pw, addr string) (Signed, error) {
 	norm, err := account.NormalizeEmail(email)
 	if err != nil {
 		norm = email // counted all the same, under what was sent
 	}
-	net := network(addr)
+	net, home := network(addr), KnownNetwork(addr)
 	emailHash := account.HashEmail(norm)
-	names := []string{"pair:" + emailHash + ":" + net, "addr:" + net, "email:" + emailHash}
-	over, wait, err := s.st.Attempt(ctx, s.cfg.FailWindow, names, []int64{s.cfg.MaxPerPair, s.cfg.MaxPerAddr, s.cfg.MaxPerEmail})
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.Budget)
+	defer cancel()
+	known, err := s.st.KnownNetwork(rctx, emailHash, home)
 	if err != nil {
 		return Signed{}, err
 	}
+	names := []string{"pair:" + emailHash + ":" + net, "addr:" + net, "email:" + emailHash}
+	limits := []int64{s.cfg.MaxPerPair, s.cfg.MaxPerAddr, s.cfg.MaxPerEmail}
+	if known {
+		names[2], limits[2] = "known:"+emailHash+":"+home, s.cfg.MaxPerKnown
+	}
+	over, wait, err := s.st.Attempt(rctx, s.cfg.FailWindow, names, limits)
+	if err != nil {
+		return Signed{}, err
+	}
+	checked := false
+	defer func() {
+		if !checked {
+			// Refused or never checked: the attempt costs no budget (a
+			// flood's refusals do not spend the owner's).
+			gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Budget)
+			defer cancel()
+			_ = s.st.GiveBackAttempts(gctx, names...)
+		}
+	}()
 	if over {
 		return Signed{}, &ThrottledError{RetryAfter: max(wait, time.Second)}
 	}
-	u, stored, err := s.st.UserByEmail(ctx, norm)
+	u, stored, err := s.st.UserByEmail(rctx, norm)
 	if err != nil && !errors.Is(err, store.ErrNoUser) {
 		return Signed{}, err
 	}
-	good, err := s.verify(ctx, pw, stored)
+	good, err := s.verify(ctx, pw, stored, net)
 	if err != nil {
 		return Signed{}, err
 	}
+	checked = true
 	if u == nil || !good || u.Status != account.Active {
 		return Signed{}, ErrWrongCredentials
 	}
-	// The hash took its time from the request's budget; the writes that
-	// sign the user in get their own, so a saturated machine's slow hash
-	// does not turn a right password into an error.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterHash)
-	defer cancel()
+	// The hash took its time; the writes that sign the user in get their
+	// own budget, so a saturated machine's slow hash does not turn a right
+	// password into an error.
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Budget)
+	defer wcancel()
 	// Signed in: this pair's and this email's attempts are forgotten (the
-	// network's count keeps others' failures).
-	_ = s.st.ForgetAttempts(ctx, names[0], names[2])
+	// network's count keeps others' failures), and the network is known.
+	_ = s.st.ForgetAttempts(wctx, names[0], names[2])
+	_ = s.st.RememberNetwork(wctx, emailHash, home, s.cfg.KnownFor, s.cfg.KnownKeep)
 	token, err := randomToken()
 	if err != nil {
 		return Signed{}, err
@@ -243,16 +290,16 @@ func (s *Service) SignIn(ctx context.Context, email, pw, addr string) (Signed, e
 	}
 	now := s.Now()
 	ss := store.Session{UserID: u.ID, AccountID: u.AccountID, CSRF: csrf, Gen: u.Gen, CreatedAt: now, Until: now.Add(s.cfg.Max)}
-	if err := s.st.SaveSession(ctx, TokenHash(token), ss, s.cfg.Idle); err != nil {
+	if err := s.st.SaveSession(wctx, TokenHash(token), ss, s.cfg.Idle); err != nil {
 		return Signed{}, err
 	}
 	return Signed{Token: token, Session: sessionOf(ss), User: u}, nil
 }
 
 // verify checks pw against stored, or against the decoy when there is no
-// user ("").
-func (s *Service) verify(ctx context.Context, pw, stored string) (bool, error) {
-	release, err := s.slot(ctx)
+// user (""), once the client network net has its turn to hash.
+func (s *Service) verify(ctx context.Context, pw, stored, net string) (bool, error) {
+	release, err := s.hashing.enter(ctx, net, s.cfg.HashWait)
 	if err != nil {
 		return false, err
 	}
@@ -312,6 +359,28 @@ func network(addr string) string {
 		return ip.String()
 	}
 	p, _ := ip.Prefix(64)
+	return p.String()
+}
+
+// KnownNetwork is the network a sign-in from addr makes known for its
+// email: its /24 (IPv4) or /64 (IPv6), where an owner's addresses
+// usually stay from one day to the next; a loopback address alone (every
+// loopback address is this machine, so a /8 would make any local client
+// known).
+func KnownNetwork(addr string) string {
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		return addr
+	}
+	ip = ip.Unmap().WithZone("")
+	bits := 64
+	switch {
+	case ip.IsLoopback():
+		bits = ip.BitLen()
+	case ip.Is4():
+		bits = 24
+	}
+	p, _ := ip.Prefix(bits)
 	return p.String()
 }
 

@@ -125,11 +125,18 @@ type Deps struct {
 	// Origins are the origins besides the request's own host that may
 	// write (the public URL's).
 	Origins []string
+	// KeyCacheTTL is how long a gateway trusts what it read of a key
+	// (EASEL_AUTH_CACHE_TTL): a revoke's or an edit's bound on every
+	// gateway, which the page says.
+	KeyCacheTTL time.Duration
 }
 
 type console struct {
 	Deps
 	now func() time.Time
+	// budget is a request's Redis budget (web.Config.RequestTimeout; 0:
+	// none).
+	budget time.Duration
 	// page is the console's page, with the playground's form in it.
 	page *template.Template
 }
@@ -137,7 +144,7 @@ type console struct {
 // Register adds the console to s: its page under Path, its API under
 // Path/api.
 func Register(s *web.Server, d Deps) {
-	cs := &console{Deps: d, now: s.Now,
+	cs := &console{Deps: d, now: s.Now, budget: s.RequestTimeout,
 		page: template.Must(api.PlaygroundTemplates().ParseFS(pageFiles, pageDir+"/"+pageIndex))}
 	e := s.Echo
 	web.Get(e, Path, cs.servePage)
@@ -181,6 +188,8 @@ func Register(s *web.Server, d Deps) {
 	op.PATCH("/accounts/:id/limits", admin.SetLimits(d.Accounts, d.Catalog))
 	op.POST("/accounts/:id/disable", admin.SetStatus(d.Accounts, account.Disabled))
 	op.POST("/accounts/:id/enable", admin.SetStatus(d.Accounts, account.Active))
+	op.PATCH("/accounts/:id/keys/:prefix", cs.opUpdateKey)
+	op.POST("/accounts/:id/keys/:prefix/revoke", cs.opRevokeKey)
 	web.Get(op, "/upstreams", cs.opUpstreams)
 }
 
@@ -346,7 +355,9 @@ func (cs *console) signIn(c echo.Context) error {
 	if old, err := c.Cookie(SessionCookie); err == nil {
 		_ = cs.Users.SignOut(ctx, old.Value)
 	}
-	signed, err := cs.Users.SignIn(ctx, req.Email, req.Password, c.RealIP())
+	// The sign-in bounds its own Redis calls and its wait for a hashing
+	// slot (users.Config): the wait may outlast the request's budget.
+	signed, err := cs.Users.SignIn(web.BaseContext(c), req.Email, req.Password, c.RealIP())
 	var throttled *users.ThrottledError
 	if errors.As(err, &throttled) {
 		c.Response().Header().Set("Retry-After", strconv.Itoa(max(web.CeilSeconds(throttled.RetryAfter), 1)))
@@ -357,6 +368,11 @@ func (cs *console) signIn(c echo.Context) error {
 	}
 	logging.From(ctx).Info("console sign-in", zap.String("user_id", signed.User.ID), zap.String("account_id", signed.User.AccountID))
 	name := ""
+	if cs.budget > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(web.BaseContext(c), cs.budget)
+		defer cancel()
+	}
 	if a, err := cs.Accounts.Get(ctx, signed.User.AccountID); err == nil {
 		name = a.Name
 	}
@@ -616,6 +632,37 @@ func (cs *console) opAccounts(c echo.Context) error {
 	return web.OK(c, map[string]any{"accounts": list, "next": next})
 }
 
+// opUpdateKey renames a key of an account or changes its limits (the
+// admin API's PATCH /admin/v1/keys/{prefix}, within the account).
+func (cs *console) opUpdateKey(c echo.Context) error {
+	var req admin.KeyRequest
+	if err := web.Bind(c, &req); err != nil {
+		return err
+	}
+	u, err := req.Update(cs.Catalog)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	k, err := cs.Accounts.UpdateKey(ctx, c.Param("id"), c.Param("prefix"), u)
+	if err != nil {
+		return err
+	}
+	logging.From(ctx).Info("console operator: API key changed", zap.String("key_prefix", k.Prefix))
+	return web.OK(c, cs.view(k))
+}
+
+// opRevokeKey revokes a key of an account.
+func (cs *console) opRevokeKey(c echo.Context) error {
+	ctx := c.Request().Context()
+	k, err := cs.Accounts.RevokeKeyOf(ctx, c.Param("id"), c.Param("prefix"))
+	if err != nil {
+		return err
+	}
+	logging.From(ctx).Info("console operator: API key revoked", zap.String("key_prefix", k.Prefix))
+	return web.OK(c, cs.view(k))
+}
+
 func (cs *console) opAccount(c echo.Context) error {
 	ctx := c.Request().Context()
 	a, err := cs.Accounts.Get(ctx, c.Param("id"))
@@ -673,5 +720,9 @@ func (cs *console) servePage(c echo.Context) error {
 		// section's script and form.
 		Theme, Script string
 		Form          api.PlaygroundForm
-	}{versions, api.PlaygroundAsset(api.PlaygroundTheme), api.PlaygroundAsset(api.PlaygroundScript), api.NewPlaygroundForm(cs.Catalog, "pg-")})
+		// KeyCacheMS is Deps.KeyCacheTTL in ms, for the page's words on
+		// how soon a revoke holds everywhere.
+		KeyCacheMS int64
+	}{versions, api.PlaygroundAsset(api.PlaygroundTheme), api.PlaygroundAsset(api.PlaygroundScript), api.NewPlaygroundForm(cs.Catalog, "pg-"),
+		cs.KeyCacheTTL.Milliseconds()})
 }

@@ -59,8 +59,11 @@ func newConsoleEnv(t *testing.T, cfg users.Config) *consoleEnv {
 func newConsoleEnvWith(t *testing.T, cfg users.Config, edit func(*gatewaytest.Deps)) *consoleEnv {
 	t.Helper()
 	ce := &consoleEnv{}
-	// Cheap hashes: the tests sign in often.
-	cfg.Params = password.Params{Memory: 64, Time: 1, Threads: 1, SaltLen: 16, KeyLen: 32}
+	// Cheap hashes unless the test asks for others: the tests sign in
+	// often.
+	if cfg.Params == (password.Params{}) {
+		cfg.Params = password.Params{Memory: 64, Time: 1, Threads: 1, SaltLen: 16, KeyLen: 32}
+	}
 	ce.Env = gatewaytest.New(t, redistest.Start(t).Client(t), nil, zap.NewNop(), store.Options{}, func(e *gatewaytest.Env, d *gatewaytest.Deps) {
 		var err error
 		if ce.people, err = users.New(store.NewUsers(e.DB), cfg); err != nil {
@@ -369,6 +372,91 @@ func TestConsoleSignInNoLockout(t *testing.T) {
 		attacker.send("POST", "/console/api/session", from("2001:db8:1:2::"+strconv.Itoa(i+1)), body("guess"))
 	}
 	gatewaytest.AssertEnvelope(t, attacker.send("POST", "/console/api/session", from("2001:db8:1:2::99"), body(consolePW)), 429, "too many failed sign-ins")
+}
+
+// A flood of wrong sign-ins for one email from many addresses, many at
+// once, costs the owner nothing where they signed in before, and leaves
+// other users' sign-ins answered: refusals and sign-ins never checked
+// spend no budget, the owner's known network is spared failures from
+// elsewhere, and the wait for a hashing slot is in turn with the flood.
+func TestConsoleSignInFlood(t *testing.T) {
+	cfg := users.Defaults
+	// Hashes dear enough that the flood keeps every slot busy.
+	cfg.Params = password.Params{Memory: 1024, Time: 1, Threads: 1, SaltLen: 16, KeyLen: 32}
+	ce := newConsoleEnvWith(t, cfg, func(d *gatewaytest.Deps) {
+		d.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+		d.RequestTimeout = 800 * time.Millisecond // EASEL_REDIS_TIMEOUT's default, twice
+	})
+	from := func(addr string) map[string]string { return map[string]string{"X-Forwarded-For": addr} }
+	body := func(email, pw string) string { return `{"email":"` + email + `","password":"` + pw + `"}` }
+	const ownerAddr = "127.0.0.2"
+	if r := ce.client().send("POST", "/console/api/session", from(ownerAddr), body(emailA, consolePW)); r.Status != 200 {
+		t.Fatalf("the owner's first sign-in: %d %s", r.Status, r.Body)
+	}
+
+	const attempts, addrs, atOnce = 250, 25, 16
+	var (
+		mu      sync.Mutex
+		flood   = map[int]int{}
+		refused []string
+		wg      sync.WaitGroup
+	)
+	next := make(chan int)
+	for range atOnce {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := ce.client()
+			for i := range next {
+				r := b.send("POST", "/console/api/session", from("127.0.0."+strconv.Itoa(10+i%addrs)), body(emailA, "guess "+strconv.Itoa(i)))
+				if r.Status == 503 && r.Header.Get("Retry-After") == "" {
+					t.Errorf("a busy sign-in without Retry-After: %s", r.Body)
+				}
+				mu.Lock()
+				flood[r.Status]++
+				mu.Unlock()
+			}
+		}()
+	}
+	// Other users sign in while the flood runs, each from an address of
+	// their own.
+	begun := make(chan struct{})
+	for i, email := range []string{emailB, emailAdmin, emailB, emailAdmin} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-begun
+			r := ce.client().send("POST", "/console/api/session", from("127.0.1."+strconv.Itoa(i+1)), body(email, consolePW))
+			if r.Status != 200 {
+				mu.Lock()
+				refused = append(refused, strconv.Itoa(r.Status)+" "+string(r.Body))
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range attempts {
+		next <- i
+		if i == 2*atOnce {
+			close(begun)
+		}
+	}
+	close(next)
+	wg.Wait()
+	for _, o := range refused {
+		t.Errorf("another user's sign-in during the flood: %s; want 200", o)
+	}
+	t.Logf("the flood's answers: %v", flood)
+	for status, n := range flood {
+		if status != 401 && status != 429 && status != 503 {
+			t.Errorf("%d of the flood's sign-ins answered %d; want 401, 429 or 503 (busy)", n, status)
+		}
+	}
+	if flood[401] == 0 {
+		t.Error("none of the flood's guesses was checked")
+	}
+	if r := ce.client().send("POST", "/console/api/session", from(ownerAddr), body(emailA, consolePW)); r.Status != 200 {
+		t.Errorf("the owner from where they signed in before, after the flood: %d %s; want 200", r.Status, r.Body)
+	}
 }
 
 func TestConsoleSessionLifetimes(t *testing.T) {
@@ -765,6 +853,69 @@ func TestConsoleOperatorView(t *testing.T) {
 	consoleData(t, b.send("GET", "/console/api/admin/accounts/"+ce.AcctB, nil, ""), &detail)
 	if detail.Account.Credits != 10_025 || detail.Account.Status != account.Disabled || len(detail.Users) != 1 || detail.Users[0].Email != emailB {
 		t.Errorf("account b %+v, users %+v", detail.Account, detail.Users)
+	}
+}
+
+// An operator sees each key's limits and edits or revokes a key of any
+// account, within that account only; a member cannot.
+func TestConsoleOperatorEditsAndRevokesKeys(t *testing.T) {
+	ce := newConsoleEnv(t, users.Defaults)
+	op := ce.client()
+	op.mustSignIn(emailAdmin)
+	prefixB := account.VisibleOf(ce.KeyB)
+	keyPath := "/console/api/admin/accounts/" + ce.AcctB + "/keys/" + prefixB
+	type keyView struct {
+		Prefix     string   `json:"prefix"`
+		Name       string   `json:"name"`
+		Status     string   `json:"status"`
+		Models     []string `json:"models"`
+		AllowedIPs []string `json:"allowed_ips"`
+		ExpiresAt  string   `json:"expires_at"`
+		SpendLimit int64    `json:"spend_limit"`
+	}
+	var k keyView
+	consoleData(t, op.send("PATCH", keyPath, nil,
+		`{"name":"b's ci","models":["standard"],"allowed_ips":["203.0.113.0/24"],"expires_at":"2099-01-31T00:00:00Z","spend_limit":500}`), &k)
+	if k.Prefix != prefixB || k.Name != "b's ci" || k.Status != "active" || len(k.Models) != 1 || k.Models[0] != "standard" ||
+		len(k.AllowedIPs) != 1 || k.AllowedIPs[0] != "203.0.113.0/24" || k.SpendLimit != 500 || !strings.HasPrefix(k.ExpiresAt, "2099-01-31") {
+		t.Errorf("the key after an operator's edit: %+v", k)
+	}
+	// The account's view lists the limits.
+	var detail struct {
+		Keys []keyView `json:"keys"`
+	}
+	consoleData(t, op.send("GET", "/console/api/admin/accounts/"+ce.AcctB, nil, ""), &detail)
+	if len(detail.Keys) != 1 || detail.Keys[0].SpendLimit != 500 || len(detail.Keys[0].AllowedIPs) != 1 {
+		t.Errorf("account b's keys %+v; want the limits just set", detail.Keys)
+	}
+	// The limit holds at authentication: the key is refused from elsewhere.
+	gatewaytest.AssertEnvelope(t, ce.Create(ce.KeyB, okBody), 403, "")
+	// Removing limits: empty lists and expiry, no spend limit.
+	k = keyView{}
+	consoleData(t, op.send("PATCH", keyPath, nil, `{"models":[],"allowed_ips":[],"expires_at":"","spend_limit":0}`), &k)
+	if len(k.Models) != 0 || len(k.AllowedIPs) != 0 || k.ExpiresAt != "" || k.SpendLimit != 0 {
+		t.Errorf("the key after its limits were removed: %+v", k)
+	}
+	if r := ce.Create(ce.KeyB, okBody); r.Status != 200 {
+		t.Fatalf("create with the key freed: %d %s", r.Status, r.Body)
+	}
+	// Within the account only: another account's id with this prefix is
+	// not found.
+	gatewaytest.AssertEnvelope(t, op.send("PATCH", "/console/api/admin/accounts/"+ce.AcctA+"/keys/"+prefixB, nil, `{"name":"x"}`), 404, "")
+	gatewaytest.AssertEnvelope(t, op.send("POST", "/console/api/admin/accounts/"+ce.AcctA+"/keys/"+prefixB+"/revoke", nil, ""), 404, "")
+	gatewaytest.AssertEnvelope(t, op.send("PATCH", keyPath, nil, `{"models":["no-such-model"]}`), 400, "unknown model")
+	// A member may not.
+	member := ce.client()
+	member.mustSignIn(emailA)
+	gatewaytest.AssertEnvelope(t, member.send("PATCH", keyPath, nil, `{"name":"x"}`), 403, "admin users")
+	gatewaytest.AssertEnvelope(t, member.send("POST", keyPath+"/revoke", nil, ""), 403, "admin users")
+	k = keyView{}
+	consoleData(t, op.send("POST", keyPath+"/revoke", nil, ""), &k)
+	if k.Status != "revoked" {
+		t.Errorf("the key after an operator's revoke: %+v", k)
+	}
+	if r := ce.Create(ce.KeyB, okBody); r.Status != 401 {
+		t.Errorf("create with the revoked key: %d %s; want 401", r.Status, r.Body)
 	}
 }
 

@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,9 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/easelhq/easel/api-gateway/internal/metrics"
 	"github.com/easelhq/easel/api-gateway/internal/web"
@@ -58,5 +62,40 @@ func TestOps(t *testing.T) {
 	}
 	if _, body := get("/metrics"); strings.Contains(body, "easel_http_requests_total{") {
 		t.Errorf("operations requests were counted: %s", body)
+	}
+}
+
+// A readiness probe answered "still starting" is expected: its access
+// line is at debug level, so a start-up polled for readiness prints no
+// warning; any other "not ready" warns.
+func TestReadyzStartingIsQuiet(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	s := web.New(web.Config{Log: zap.New(core)})
+	var notReady error
+	web.Get(s.Echo, "/readyz", web.Readyz(func(context.Context) error { return notReady }))
+	h := s.Handler()
+	for _, c := range []struct {
+		err   error
+		level zapcore.Level
+	}{
+		{fmt.Errorf("gateway: %w", web.ErrStarting), zapcore.DebugLevel},
+		{errors.New("Redis is down"), zapcore.WarnLevel},
+		{nil, zapcore.InfoLevel},
+	} {
+		notReady = c.err
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+		lines := logs.FilterMessage("request").TakeAll()
+		if len(lines) != 1 || lines[0].Level != c.level {
+			t.Errorf("/readyz answering %d for %v: access lines %v; want one at %s", rec.Code, c.err, lines, c.level)
+		}
+		if c.err != nil && rec.Code != 503 {
+			t.Errorf("/readyz for %v: %d; want 503", c.err, rec.Code)
+		}
+		for _, l := range logs.TakeAll() {
+			if l.Level >= zapcore.WarnLevel && errors.Is(c.err, web.ErrStarting) {
+				t.Errorf("a start-up's readiness probe logged %s %q", l.Level, l.Message)
+			}
+		}
 	}
 }

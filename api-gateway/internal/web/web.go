@@ -14,6 +14,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net"
 	"net/http"
 	"net/netip"
@@ -96,6 +97,9 @@ const (
 	ctxBucket  = "easel.bucket"
 	// ctxBase is the request's context before its budget (Deadline).
 	ctxBase = "easel.basectx"
+	// ctxExpected marks an answer that is no failure whatever its status
+	// (a readiness probe's "still starting"): its access line is debug.
+	ctxExpected = "easel.expected"
 )
 
 // New returns a server with the shared middleware and no routes.
@@ -275,6 +279,10 @@ func (s *Server) logRequest(c echo.Context, v middleware.RequestLoggerValues) er
 		zap.Int("status", v.Status),
 		zap.Duration("latency", v.Latency),
 	)
+	if expected, _ := c.Get(ctxExpected).(bool); expected {
+		s.accessLog.Debug("request", fields...)
+		return nil
+	}
 	if v.Status >= 500 {
 		s.accessLog.Warn("request", fields...)
 		return nil
@@ -314,6 +322,12 @@ func Healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// ErrStarting is a readiness check's answer while the gateway is still
+// starting (waiting for Redis, making the dev key): 503, as any "not
+// ready", but expected, so its access line is at debug level (a start-up
+// polled for readiness prints nothing), where any other 503 warns.
+var ErrStarting = errors.New("starting: waiting for Redis")
+
 // Readyz answers a readiness probe: ready reports whether the gateway can
 // serve (Redis takes writes).
 func Readyz(ready func(ctx context.Context) error) echo.HandlerFunc {
@@ -321,6 +335,9 @@ func Readyz(ready func(ctx context.Context) error) echo.HandlerFunc {
 		ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 		defer cancel()
 		if err := ready(ctx); err != nil {
+			if errors.Is(err, ErrStarting) {
+				c.Set(ctxExpected, true)
+			}
 			// A probe's "not yet" is an answer, not a failure to log: the
 			// requests that need Redis say so at warn level.
 			return Logged(apperr.Wrap(err, apperr.Unavailable, "not ready: Redis is unreachable or refuses writes"))

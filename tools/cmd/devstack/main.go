@@ -89,6 +89,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	// The gateway makes the key work when it starts.
 	key := env["EASEL_DEV_API_KEY"]
 
+	// The banner waits on the gateway's readiness at its address: another
+	// program there (a make run left running) would answer for it.
+	if err := addrFree(env["EASEL_HTTP_ADDR"]); err != nil {
+		return err
+	}
+
 	procs := &processes{log: log}
 	defer procs.stopAll()
 	gwEnv := merge(env, nil)
@@ -209,6 +215,15 @@ func workerAddr(base string, i int) string {
 		return base
 	}
 	return net.JoinHostPort(host, strconv.Itoa(p+i))
+}
+
+// addrFree checks nothing listens on the gateway's address.
+func addrFree(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("the gateway's address %s is taken (another make run?): stop what holds it, or set EASEL_HTTP_ADDR: %w", addr, err)
+	}
+	return ln.Close()
 }
 
 func waitReady(ctx context.Context, url string, exited <-chan exit) error {

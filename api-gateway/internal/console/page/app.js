@@ -39,8 +39,10 @@
 
   // ---- formatting ----------------------------------------------------------
 
+  // One format of dates across the page: a medium date ("Nov 27, 2026"),
+  // with a short time where the time matters; the chart's axis shows the
+  // same month and day.
   const dateTimeFmt = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'short' });
-  const shortFmt = new Intl.DateTimeFormat(undefined, { dateStyle: 'short', timeStyle: 'short' });
   const dateFmt = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium' });
   const shortDayFmt = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric' });
   const numFmt = new Intl.NumberFormat();
@@ -59,11 +61,11 @@
     return d ? dateTimeFmt.format(d) : empty;
   }
 
-  // fmtShort is for table cells: numeric date and time, the full one in
-  // the cell's title.
+  // fmtShort is for table cells: the page's date and time in a <time>,
+  // its UTC form in the title.
   function fmtShort(v, empty = '—') {
     const d = toDate(v);
-    return d ? el('time', { datetime: d.toISOString(), title: dateTimeFmt.format(d) }, shortFmt.format(d)) : empty;
+    return d ? el('time', { datetime: d.toISOString(), title: `${rfc3339(d)} (UTC)` }, dateTimeFmt.format(d)) : empty;
   }
 
   function fmtDate(v, empty = '—') {
@@ -433,22 +435,16 @@
     }
   }
 
-  function keyRow(k) {
+  // keyCells are a key's cells but its actions, in the account's table and
+  // the operator's alike: its state and every limit it holds.
+  function keyCells(k) {
     const limit = Number.isFinite(k.spend_limit) && k.spend_limit > 0 ? fmtNum(k.spend_limit) : 'no limit';
     const models = k.models && k.models.length ? k.models.join(', ') : 'all';
     const ips = k.allowed_ips && k.allowed_ips.length ? k.allowed_ips.map((ip) => el('span', { class: 'mono ip' }, ip)) : 'any';
-    const label = k.name || k.prefix;
     const status = k.status === 'revoked' && toDate(k.revoked_at)
       ? [badge('revoked'), el('span', { class: 'sub' }, fmtShort(k.revoked_at))]
       : badge(k.status || 'active');
-    const rename = el('button', { type: 'button', class: 'rename small', 'aria-label': `Rename key ${label}` }, 'Rename');
-    const revoke = el('button', {
-      type: 'button', class: 'revoke small danger-outline', 'aria-label': `Revoke key ${label}`,
-      disabled: k.status === 'revoked',
-    }, 'Revoke');
-    rename.addEventListener('click', () => openRename(k));
-    revoke.addEventListener('click', () => askRevoke(k));
-    return el('tr', { dataset: { prefix: k.prefix, status: k.status || '' } },
+    return [
       rowHead('Name', k.name || el('span', { class: 'muted' }, '(no name)')),
       td('Prefix', el('code', { class: 'mono' }, k.prefix)),
       td('Status', status),
@@ -458,6 +454,20 @@
       td('Models', models),
       td('IPs', ips),
       td('Expires', fmtShort(k.expires_at, 'never')),
+    ];
+  }
+
+  function keyRow(k) {
+    const label = k.name || k.prefix;
+    const rename = el('button', { type: 'button', class: 'rename small', 'aria-label': `Rename key ${label}` }, 'Rename');
+    const revoke = el('button', {
+      type: 'button', class: 'revoke small danger-outline', 'aria-label': `Revoke key ${label}`,
+      disabled: k.status === 'revoked',
+    }, 'Revoke');
+    rename.addEventListener('click', () => openRename(k));
+    revoke.addEventListener('click', () => askRevoke(k));
+    return el('tr', { dataset: { prefix: k.prefix, status: k.status || '' } },
+      ...keyCells(k),
       td('Actions', el('span', { class: 'row-actions' }, rename, revoke), 'cell-actions'));
   }
 
@@ -564,9 +574,24 @@
     }
   }
 
+  // keyCacheText says how soon a key's revoke or change holds on every
+  // gateway: each trusts what it read of a key for EASEL_AUTH_CACHE_TTL
+  // (the page is told it).
+  function keyCacheText(what) {
+    const ms = Number(document.body.dataset.keyCacheMs);
+    if (!(ms > 0)) return `Every gateway ${what} at once.`;
+    const secs = ms % 1000 === 0 ? String(ms / 1000) : (ms / 1000).toFixed(1);
+    return `Gateways may take up to ${secs} s to see it (each trusts the copy of a key it read for that long): until then some may still accept the key as it was; then every gateway ${what}.`;
+  }
+
+  // revokeText is the revoke dialog's question for a key.
+  function revokeText(k) {
+    return `Revoke “${k.name || k.prefix}” (${k.prefix})? ${keyCacheText('refuses it (401)')} This cannot be undone.`;
+  }
+
   function askRevoke(k) {
     confirmAction($('revoke-dialog'), {
-      text: `Revoke “${k.name || k.prefix}” (${k.prefix})? Requests with it are refused (401) by every gateway within a few seconds (their key cache's lifetime, 2 s by default). This cannot be undone.`,
+      text: revokeText(k),
       run: async () => {
         const updated = await api.post(`/keys/${enc(k.prefix)}/revoke`);
         replaceKeyRow(updated);
@@ -1020,13 +1045,7 @@
     try {
       const data = await api.get(`/admin/accounts/${enc(id)}`);
       renderOpAccount(data.account);
-      $('op-keys').tBodies[0].replaceChildren(...(data.keys || []).map((k) => el('tr', {},
-        rowHead('Name', k.name || '—'),
-        td('Prefix', el('code', { class: 'mono' }, k.prefix)),
-        td('Status', badge(k.status || 'active')),
-        td('Created', fmtShort(k.created_at)),
-        td('Last used', fmtShort(k.last_used_at, 'never')),
-        td('Spent', fmtNum(k.spent || 0), 'num'))));
+      $('op-keys').tBodies[0].replaceChildren(...(data.keys || []).map(opKeyRow));
       $('op-users').tBodies[0].replaceChildren(...(data.users || []).map((u) => el('tr', {},
         rowHead('Email', u.email),
         td('Id', el('span', { class: 'mono' }, u.id)),
@@ -1038,6 +1057,101 @@
       panel.scrollIntoView({ block: 'start' });
     } catch (e) {
       report(e);
+    }
+  }
+
+  // opKeyRow is a key of the account the operator opened: its limits,
+  // and Edit and Revoke.
+  function opKeyRow(k) {
+    const label = k.name || k.prefix;
+    const edit = el('button', { type: 'button', class: 'edit small', 'aria-label': `Edit key ${label}`, disabled: k.status === 'revoked' }, 'Edit');
+    const revoke = el('button', {
+      type: 'button', class: 'revoke small danger-outline', 'aria-label': `Revoke key ${label}`,
+      disabled: k.status === 'revoked',
+    }, 'Revoke');
+    edit.addEventListener('click', () => openOpKey(k));
+    revoke.addEventListener('click', () => askOpRevoke(k));
+    return el('tr', { dataset: { prefix: k.prefix, status: k.status || '' } },
+      ...keyCells(k),
+      td('Actions', el('span', { class: 'row-actions' }, edit, revoke), 'cell-actions'));
+  }
+
+  function opKeyButton(prefix, cls) {
+    return () => $('op-keys').querySelector(`tr[data-prefix="${CSS.escape(prefix)}"] .${cls}:not(:disabled)`)
+      || $('op-keys').querySelector(`tr[data-prefix="${CSS.escape(prefix)}"] .${cls}`);
+  }
+
+  function replaceOpKeyRow(k) {
+    const tr = $('op-keys').querySelector(`tr[data-prefix="${CSS.escape(k.prefix)}"]`);
+    if (tr) tr.replaceWith(opKeyRow(k));
+  }
+
+  function opKeyPath(k) {
+    return `/admin/accounts/${enc(k.account_id || state.opAccount.id)}/keys/${enc(k.prefix)}`;
+  }
+
+  function askOpRevoke(k) {
+    confirmAction($('revoke-dialog'), {
+      text: revokeText(k),
+      run: async () => {
+        const updated = await api.post(`${opKeyPath(k)}/revoke`);
+        replaceOpKeyRow(updated);
+        toast(`Key ${k.prefix} revoked.`);
+      },
+      returnTo: opKeyButton(k.prefix, 'revoke'),
+    });
+  }
+
+  // openOpKey opens the key editor with the key's name and limits.
+  function openOpKey(k) {
+    const form = $('op-key-form');
+    form.reset();
+    form.dataset.prefix = k.prefix;
+    form.dataset.accountId = k.account_id || state.opAccount.id;
+    $('op-key-prefix').textContent = k.prefix;
+    $('op-key-name').value = k.name || '';
+    const allowed = new Set(k.models || []);
+    $('op-key-models').replaceChildren(...tiers().map((t) => el('label', { class: 'check', for: `op-key-model-${t}` },
+      el('input', { type: 'checkbox', id: `op-key-model-${t}`, value: t, checked: allowed.has(t) }), ` ${t}`)));
+    $('op-key-ips').value = (k.allowed_ips || []).join('\n');
+    const exp = toDate(k.expires_at);
+    $('op-key-expires').value = exp ? localDateValue(exp) : '';
+    $('op-key-spend-limit').value = Number(k.spend_limit) > 0 ? String(k.spend_limit) : '';
+    $('op-key-cache').textContent = keyCacheText('applies the change');
+    showError($('op-key-error'), '');
+    openDialog($('op-key-dialog'), $('op-key-name'), opKeyButton(k.prefix, 'edit'));
+  }
+
+  // onOpKey saves the editor: every field is sent, an empty one removing
+  // its limit.
+  async function onOpKey(ev) {
+    ev.preventDefault();
+    const form = $('op-key-form');
+    const lim = $('op-key-spend-limit').value;
+    if (lim !== '' && !(Number.isInteger(Number(lim)) && Number(lim) > 0)) {
+      showError($('op-key-error'), 'The spend limit must be a whole number of credits, 1 or more, or empty for none.');
+      $('op-key-spend-limit').focus();
+      return;
+    }
+    const exp = $('op-key-expires').value;
+    const body = {
+      name: $('op-key-name').value.trim(),
+      models: [...document.querySelectorAll('#op-key-models input:checked')].map((c) => c.value),
+      allowed_ips: $('op-key-ips').value.split(/[\r\n,]+/).map((x) => x.trim()).filter(Boolean),
+      expires_at: exp ? rfc3339(new Date(`${exp}T00:00:00`)) : '',
+      spend_limit: lim === '' ? 0 : Number(lim),
+    };
+    const btn = $('op-key-save');
+    btn.disabled = true;
+    try {
+      const k = await api.patch(`/admin/accounts/${enc(form.dataset.accountId)}/keys/${enc(form.dataset.prefix)}`, body);
+      $('op-key-dialog').close();
+      replaceOpKeyRow(k);
+      toast(`Key ${k.prefix} saved.`);
+    } catch (e) {
+      if (!e.sessionEnded) showError($('op-key-error'), e.message);
+    } finally {
+      btn.disabled = false;
     }
   }
 
@@ -1263,6 +1377,7 @@
     $('operator-more').addEventListener('click', () => searchAccounts(false));
     $('op-credits-form').addEventListener('submit', onCredits);
     $('op-limits-form').addEventListener('submit', onLimits);
+    $('op-key-form').addEventListener('submit', onOpKey);
     $('op-toggle-status').addEventListener('click', onToggleStatus);
     $('upstreams-refresh').addEventListener('click', loadUpstreams);
   }
