@@ -77,13 +77,14 @@ var createLua = durableScript[createKeys, createArgs, createReply]("create", map
 	"CREATED": createCreated, "REPLAYED": createReplayed, "NO_ACCOUNT": createNoAccount, "DISABLED": createDisabled,
 	"MODEL_NOT_ALLOWED": createModelNotAllowed, "TASK_EXISTS": createTaskExists, "INFLIGHT_LIMIT": createInflightLimit,
 	"NO_CREDITS": createNoCredits, "IDEM_MISMATCH": createIdemMismatch, "IDEM_BUSY": createIdemBusy, "LATE": createLate,
-	"KEY_SPEND_LIMIT": createKeySpendLimit,
+	"KEY_SPEND_LIMIT": createKeySpendLimit, "QUOTED": createQuoted,
 })
 
 // create.lua's reply codes.
 const (
 	createCreated         = 1
 	createReplayed        = 2
+	createQuoted          = 3
 	createNoAccount       = -1
 	createDisabled        = -2
 	createModelNotAllowed = -3
@@ -164,6 +165,7 @@ type createArgs struct {
 	SpendLimit     int64  `lua:"spend_limit"`
 	UsageUntil     int64  `lua:"usage_until"`
 	Queues         string `lua:"queues"`
+	Dry            int    `lua:"dry"`
 }
 
 // createReply is create.lua's reply. N is the balance (CREATED,
@@ -208,32 +210,7 @@ type Creation struct {
 func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, input []byte) (Creation, error) {
 	db := s.db
 	now := db.now()
-	acct := t.AccountID
-	day := dayOf(t.CreateTime.UnixMilli())
-	k := createKeys{Task: taskKey(acct, t.ID), Account: accountKey(acct), Ledger: ledgerKey(acct),
-		Parked: parkedKey(acct), Due: dueOf(acct), Index: tasksIndexKey(acct), Idem: noKey(acct), Queue: noKey(acct),
-		Spend: spendKey(acct), Usage: usageKey(acct, day)}
-	a := createArgs{
-		KeyHash: c.KeyHash, SpendLimit: c.SpendLimit,
-		// A day's usage is kept UsageDays after the day ends.
-		UsageUntil: (day + 1 + UsageDays) * 86_400_000,
-		Now:        now.UnixMilli(), TTL: db.ttl.Milliseconds(), Price: c.Price, DefaultMax: c.MaxInflight,
-		Deadline: c.CountUntil.UnixMilli(), Tier: c.Tier, AccountID: acct, TaskID: t.ID,
-		CheckAt: now.Add(FirstQueueCheck).UnixMilli(), Share: db.share, Keep: db.keepMs(),
-		IdemUntil: now.Add(idempotencyPending).UnixMilli(), IdemTTL: IdempotencyTTL.Milliseconds(),
-		QueueName: c.Queue, Input: input, Type: t.Type, Model: t.Model, Created: t.CreateTime.UnixMilli(),
-		Queues: db.queues(),
-	}
-	if !c.ValidUntil.IsZero() {
-		a.ValidUntil = c.ValidUntil.UnixMilli()
-		a.IdemUntil = c.ValidUntil.Add(UndoWindow + ClockSkew).UnixMilli()
-	}
-	if c.Idempotency.Key != "" {
-		k.Idem, a.WithIdem, a.BodyHash = idempotencyKey(acct, c.Idempotency.Key), 1, c.Idempotency.BodyHash
-	}
-	if t.Callback.URL != "" {
-		a.CallbackURL, a.CallbackEvents = t.Callback.URL, strings.Join(t.Callback.Events, ",")
-	}
+	k, a := s.createCall(t, c, input, now)
 	seqTaken := false
 	if c.Queue != "" {
 		if db.cluster() {
@@ -266,39 +243,100 @@ func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, input [
 	if err != nil {
 		return Creation{}, fmt.Errorf("store: create %s: %w", t.ID, err)
 	}
-	n := r.N
 	switch r.Code {
 	case createCreated:
-		out := Creation{Balance: n, Admitted: r.Admitted}
+		out := Creation{Balance: r.N, Admitted: r.Admitted}
 		if r.QueueSeq > 0 {
 			t.Queue, t.QueueSeq = c.Queue, r.QueueSeq
 			used = true
 		}
-		out.Others = s.admitted(ctx, acct, r.Others)
+		out.Others = s.admitted(ctx, t.AccountID, r.Others)
 		return out, nil
 	case createReplayed:
 		return Creation{}, &task.Replayed{TaskID: r.Replayed}
-	case createIdemMismatch:
-		return Creation{}, apperr.New(apperr.Mismatch, "this Idempotency-Key was used with a different request body")
-	case createIdemBusy:
-		return Creation{}, apperr.New(apperr.Conflict, "a request with this Idempotency-Key is still being processed; try again in a moment")
-	case createNoAccount:
-		return Creation{}, apperr.ErrUnknownKey
-	case createDisabled:
-		return Creation{}, apperr.ErrAccountDisabled
-	case createModelNotAllowed:
-		return Creation{}, &apperr.ModelNotAllowedError{Model: t.Model}
-	case createTaskExists:
-		return Creation{}, fmt.Errorf("store: task %s already exists", t.ID)
-	case createLate:
-		return Creation{}, ErrLate
-	case createInflightLimit:
-		return Creation{}, &apperr.InflightLimitError{Limit: n}
-	case createKeySpendLimit:
-		return Creation{}, &apperr.SpendLimitError{Limit: c.SpendLimit, Spent: n, Price: c.Price}
-	default: // createNoCredits
-		return Creation{Balance: n}, &apperr.InsufficientCreditsError{Price: c.Price, Balance: n}
+	case createNoCredits:
+		return Creation{Balance: r.N}, createRefused(r, t, c)
 	}
+	return Creation{}, createRefused(r, t, c)
+}
+
+// Quote checks a create of t charged as c says exactly as Create would
+// (the account's rules, its balance, the key's spend limit, in the same
+// script) and changes nothing: it returns the balance the price would be
+// charged from, or the refusal Create would give. An Idempotency-Key
+// plays no part: a quote is never replayed.
+func (s *Tasks) Quote(ctx context.Context, t *task.Task, c task.Charge) (int64, error) {
+	c.Idempotency, c.Queue, c.ValidUntil = task.Idempotency{}, "", time.Time{}
+	k, a := s.createCall(t, c, nil, s.db.now())
+	a.Dry = 1
+	r, err := createLua.run(ctx, s.db, k, a)
+	if err != nil {
+		return 0, fmt.Errorf("store: quote: %w", err)
+	}
+	if r.Code == createQuoted {
+		return r.N, nil
+	}
+	return 0, createRefused(r, t, c)
+}
+
+// createCall is create.lua's keys and arguments for a create of t.
+func (s *Tasks) createCall(t *task.Task, c task.Charge, input []byte, now time.Time) (createKeys, createArgs) {
+	db := s.db
+	acct := t.AccountID
+	day := dayOf(t.CreateTime.UnixMilli())
+	k := createKeys{Task: taskKey(acct, t.ID), Account: accountKey(acct), Ledger: ledgerKey(acct),
+		Parked: parkedKey(acct), Due: dueOf(acct), Index: tasksIndexKey(acct), Idem: noKey(acct), Queue: noKey(acct),
+		Spend: spendKey(acct), Usage: usageKey(acct, day)}
+	a := createArgs{
+		KeyHash: c.KeyHash, SpendLimit: c.SpendLimit,
+		// A day's usage is kept UsageDays after the day ends.
+		UsageUntil: (day + 1 + UsageDays) * 86_400_000,
+		Now:        now.UnixMilli(), TTL: db.ttl.Milliseconds(), Price: c.Price, DefaultMax: c.MaxInflight,
+		Deadline: c.CountUntil.UnixMilli(), Tier: c.Tier, AccountID: acct, TaskID: t.ID,
+		CheckAt: now.Add(FirstQueueCheck).UnixMilli(), Share: db.share, Keep: db.keepMs(),
+		IdemUntil: now.Add(idempotencyPending).UnixMilli(), IdemTTL: IdempotencyTTL.Milliseconds(),
+		QueueName: c.Queue, Input: input, Type: t.Type, Model: t.Model, Created: t.CreateTime.UnixMilli(),
+		Queues: db.queues(),
+	}
+	if !c.ValidUntil.IsZero() {
+		a.ValidUntil = c.ValidUntil.UnixMilli()
+		a.IdemUntil = c.ValidUntil.Add(UndoWindow + ClockSkew).UnixMilli()
+	}
+	if c.Idempotency.Key != "" {
+		k.Idem, a.WithIdem, a.BodyHash = idempotencyKey(acct, c.Idempotency.Key), 1, c.Idempotency.BodyHash
+	}
+	if t.Callback.URL != "" {
+		a.CallbackURL, a.CallbackEvents = t.Callback.URL, strings.Join(t.Callback.Events, ",")
+	}
+	return k, a
+}
+
+// createRefused is the error of a create (or quote) create.lua refused.
+func createRefused(r createReply, t *task.Task, c task.Charge) error {
+	n := r.N
+	switch r.Code {
+	case createIdemMismatch:
+		return apperr.New(apperr.Mismatch, "this Idempotency-Key was used with a different request body")
+	case createIdemBusy:
+		return apperr.New(apperr.Conflict, "a request with this Idempotency-Key is still being processed; try again in a moment")
+	case createNoAccount:
+		return apperr.ErrUnknownKey
+	case createDisabled:
+		return apperr.ErrAccountDisabled
+	case createModelNotAllowed:
+		return &apperr.ModelNotAllowedError{Model: t.Model}
+	case createTaskExists:
+		return fmt.Errorf("store: task %s already exists", t.ID)
+	case createLate:
+		return ErrLate
+	case createInflightLimit:
+		return &apperr.InflightLimitError{Limit: n}
+	case createKeySpendLimit:
+		return &apperr.SpendLimitError{Limit: c.SpendLimit, Spent: n, Price: c.Price}
+	case createNoCredits:
+		return &apperr.InsufficientCreditsError{Price: c.Price, Balance: n}
+	}
+	return fmt.Errorf("store: create.lua answered the unknown code %d", r.Code)
 }
 
 // admitted are the tasks a script admitted. On one server the script

@@ -143,6 +143,13 @@ type Created struct {
 	Replayed bool
 }
 
+// Quote is what a create would cost: its price, and the balance it would
+// be charged from (POST /v1/task/create?dry_run=true).
+type Quote struct {
+	Price   int64
+	Balance int64
+}
+
 // Admitted is a task of an account that a change admitted: its place in
 // the account's window freed, it leaves the parked tasks and its job is to
 // be queued now (jobs.Enqueuer.EnqueueAdmitted).

@@ -28,6 +28,8 @@ type Tasks interface {
 	// Create creates a task; under an idempotency key (idem.Key not empty)
 	// a repeat of an earlier create returns its task, Replayed.
 	Create(ctx context.Context, by task.Caller, in task.Input, idem task.Idempotency) (task.Created, error)
+	// Quote checks and prices a create as Create would, making nothing.
+	Quote(ctx context.Context, by task.Caller, in task.Input) (task.Quote, error)
 	Get(ctx context.Context, accountID, taskID string) (*task.Task, error)
 	Cancel(ctx context.Context, accountID, taskID string) (task.Cancellation, error)
 	List(ctx context.Context, accountID string, f task.Filter) ([]*task.Task, string, error)

@@ -39,6 +39,13 @@ type createData struct {
 // Prefer: wait=N it then holds the answer until the task ends or N
 // seconds pass (waitEnd), and answers with the record too.
 func (h *Handlers) Create(c echo.Context) error {
+	dry, err := dryRunParam(c.QueryParam("dry_run"))
+	if err != nil {
+		return err
+	}
+	if dry {
+		return h.quote(c)
+	}
 	pref, err := preferWait(c.Request().Header.Values(HeaderPrefer))
 	if err != nil {
 		return err
@@ -93,20 +100,70 @@ func (h *Handlers) createTask(c echo.Context, model *string) (task.Created, erro
 	if err != nil {
 		return task.Created{}, err
 	}
-	req, err := h.Decoder.Decode(body)
+	by, req, err := h.admit(c, body)
 	if err != nil {
 		return task.Created{}, err
 	}
 	*model = req.Model.ID
+	return h.Tasks.Create(r.Context(), by, req, idem)
+}
+
+// admit decodes a create's body and checks the caller's key may make it
+// (its models, its networks): the caller, charged as its key says, and the
+// task's input.
+func (h *Handlers) admit(c echo.Context, body []byte) (task.Caller, task.Input, error) {
+	req, err := h.Decoder.Decode(body)
+	if err != nil {
+		return task.Caller{}, task.Input{}, err
+	}
 	acct := web.AccountOf(c)
 	by := task.Caller{AccountID: acct.ID}
 	if k := acct.Via; k != nil {
 		if err := k.Admit(account.KeyUse{Model: &req.Model}); err != nil {
-			return task.Created{}, err
+			return task.Caller{}, task.Input{}, err
 		}
 		by.KeyHash, by.SpendLimit = web.BucketOf(c), k.SpendLimit
 	}
-	return h.Tasks.Create(r.Context(), by, req, idem)
+	return by, req, nil
+}
+
+type quoteData struct {
+	Price   int64 `json:"price"`
+	Balance int64 `json:"balance"`
+	Allowed bool  `json:"allowed"`
+}
+
+// quote answers POST /v1/task/create?dry_run=true: the create checked and
+// priced as it would be made (its body, the key's limits, the account's
+// rules and balance), nothing created or charged. A create that would be
+// refused is refused the same way.
+func (h *Handlers) quote(c echo.Context) error {
+	body, err := web.JSONBody(c)
+	if err != nil {
+		return err
+	}
+	by, req, err := h.admit(c, body)
+	if err != nil {
+		return err
+	}
+	q, err := h.Tasks.Quote(c.Request().Context(), by, req)
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.JSON(http.StatusOK, web.Envelope{Code: http.StatusOK, Msg: "success", Data: quoteData{Price: q.Price, Balance: q.Balance, Allowed: true}})
+}
+
+// dryRunParam reads create's dry_run parameter: true or 1 for a quote;
+// false, 0 or absent for a create.
+func dryRunParam(s string) (bool, error) {
+	switch s {
+	case "", "false", "0":
+		return false, nil
+	case "true", "1":
+		return true, nil
+	}
+	return false, apperr.New(apperr.Invalid, "dry_run must be true or false")
 }
 
 // Idempotent creates: a client that sends the same Idempotency-Key again

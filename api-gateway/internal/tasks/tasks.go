@@ -23,6 +23,7 @@ import (
 // Store keeps task records and charges for them (store.Tasks).
 type Store interface {
 	Create(ctx context.Context, t *task.Task, c task.Charge, job []byte) (store.Creation, error)
+	Quote(ctx context.Context, t *task.Task, c task.Charge) (int64, error)
 	Get(ctx context.Context, accountID, taskID string) (*task.Task, error)
 	Abort(ctx context.Context, accountID, taskID, idemKey string) (bool, []task.Admitted, error)
 	IdempotencyDone(ctx context.Context, accountID, key, taskID string) error
@@ -139,19 +140,8 @@ func (s *Service) Create(ctx context.Context, by task.Caller, in task.Input, ide
 		CreateTime: now,
 		Callback:   in.Callback,
 	}
-	charge := task.Charge{
-		Price:       s.Prices.Price(in.Model.Tier, in.ImageSize),
-		Tier:        string(in.Model.Tier),
-		MaxInflight: s.cfg.MaxInflight,
-		// A task no worker ever finishes stops counting a little after its
-		// deadline.
-		CountUntil:  now.Add(s.cfg.Deadline + jobs.CountMargin),
-		Idempotency: idem,
-		// The task's number in its queue, for its position while pending.
-		Queue: jobs.Queue(in.Model.Tier),
-		// The key's spend, and its limit.
-		KeyHash: by.KeyHash, SpendLimit: by.SpendLimit,
-	}
+	charge := s.charge(by, in, now)
+	charge.Idempotency = idem
 	// A create held up past the request's deadline (Redis hung) never
 	// applies: from then on its outcome is certain. A request without a
 	// deadline gets the store's window.
@@ -201,6 +191,45 @@ func (s *Service) Create(ctx context.Context, by task.Caller, in task.Input, ide
 	}
 	logging.AddFields(ctx, zap.String("model", in.Model.ID), zap.Int64("price", charge.Price))
 	return task.Created{ID: id, Price: charge.Price}, nil
+}
+
+// charge is what a create of in by the caller is charged, and under which
+// limits.
+func (s *Service) charge(by task.Caller, in task.Input, now time.Time) task.Charge {
+	return task.Charge{
+		Price:       s.Prices.Price(in.Model.Tier, in.ImageSize),
+		Tier:        string(in.Model.Tier),
+		MaxInflight: s.cfg.MaxInflight,
+		// A task no worker ever finishes stops counting a little after its
+		// deadline.
+		CountUntil: now.Add(s.cfg.Deadline + jobs.CountMargin),
+		// The task's number in its queue, for its position while pending.
+		Queue: jobs.Queue(in.Model.Tier),
+		// The key's spend, and its limit.
+		KeyHash: by.KeyHash, SpendLimit: by.SpendLimit,
+	}
+}
+
+// Quote prices a create of in by the caller and checks it exactly as
+// Create would (the account's rules, its balance, the key's spend limit),
+// creating and charging nothing: the price and the balance it would be
+// charged from, or the refusal Create would give.
+func (s *Service) Quote(ctx context.Context, by task.Caller, in task.Input) (task.Quote, error) {
+	id, err := s.IDs.New()
+	if err != nil {
+		return task.Quote{}, apperr.Wrap(err, apperr.Internal, "")
+	}
+	now := s.Now()
+	charge := s.charge(by, in, now)
+	t := &task.Task{ID: id, AccountID: by.AccountID, Type: task.Type, Model: in.Model.ID, Status: task.Pending, CreateTime: now}
+	balance, err := s.Store.Quote(ctx, t, charge)
+	if err != nil {
+		if apperr.CodeOf(err) != apperr.Internal {
+			return task.Quote{}, err // a refusal
+		}
+		return task.Quote{}, apperr.Transient(err, apperr.Unavailable, "the task store is unavailable, try again")
+	}
+	return task.Quote{Price: charge.Price, Balance: balance}, nil
 }
 
 // undo undoes a create whose outcome is not known or not wanted (record

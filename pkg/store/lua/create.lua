@@ -43,8 +43,10 @@
 -- ARGV[26] -> spend_limit: that key's spend limit, credits (0: none)
 -- ARGV[27] -> usage_until: when the day's usage expires, Unix ms
 -- ARGV[28] -> queues: where the queues' numbers are kept, on one server (lib.lua's QUEUES; '' on a cluster)
+-- ARGV[29] -> dry: 1 to check and price only (a quote): the rules checked as for a create, nothing written
 --
--- Returns {CREATED, balance, '', queue number (0 if parked), admitted (1/0),
+-- Returns {QUOTED, balance} for a dry run that passed the rules,
+-- {CREATED, balance, '', queue number (0 if parked), admitted (1/0),
 -- id, queue, deadline, ...} (other tasks of the account this create admitted,
 -- for the caller to queue), {REPLAYED, 0, earlier task
 -- id}, or a refusal {code, n}: NO_ACCOUNT, DISABLED, MODEL_NOT_ALLOWED,
@@ -53,7 +55,7 @@
 -- valid_until: its caller has given up on it, and may have said so),
 -- KEY_SPEND_LIMIT (n = what the key has spent).
 
-local CREATED, REPLAYED = 1, 2
+local CREATED, REPLAYED, QUOTED = 1, 2, 3
 local NO_ACCOUNT, DISABLED, MODEL_NOT_ALLOWED, TASK_EXISTS, INFLIGHT_LIMIT, NO_CREDITS, IDEM_MISMATCH, IDEM_BUSY, LATE = -1, -2, -3, -4, -5, -6, -7, -8, -9
 local KEY_SPEND_LIMIT = -10
 
@@ -68,6 +70,7 @@ local input, task_type, model, created = ARGV[18], ARGV[19], ARGV[20], tonumber(
 local callback_url, callback_events, valid_until = ARGV[22], ARGV[23], tonumber(ARGV[24])
 local key_hash, spend_limit, usage_until = ARGV[25], tonumber(ARGV[26]), ARGV[27]
 QUEUES = ARGV[28]
+local dry = ARGV[29] == '1'
 
 -- Redis's own clock: a create held up (Redis hung, the network stalled)
 -- past the time its caller waits for it never applies.
@@ -103,6 +106,7 @@ if key_hash ~= '' and spend_limit > 0 then
   local spent = tonumber(redis.call('HGET', spend_key, key_hash) or '0') or 0
   if spent + price > spend_limit then return {KEY_SPEND_LIMIT, spent} end
 end
+if dry then return {QUOTED, bal} end
 
 if with_idem then
   redis.call('HSET', idem_key, 'body', body_hash, 'task', task_id, 'state', 'creating', 'at', idem_until)
