@@ -370,8 +370,8 @@ type runner struct {
 	// Unix nanoseconds (0: not yet, or no budget).
 	lastTaken atomic.Int64
 	exhausted chan struct{} // closed when the budget's last unit is taken
-	outcomes  sync.Map // string → *atomic.Int64
-	tasks     []owned  // query mode: the tasks to query
+	outcomes  sync.Map      // string → *atomic.Int64
+	tasks     []owned       // query mode: the tasks to query
 	unique    atomic.Int64
 }
 
@@ -545,6 +545,7 @@ func (r *runner) take() bool {
 	}
 	return n <= r.cfg.Requests
 }
+
 // arrivalsEnd is how long units kept starting: the duration, or until the
 // last unit of the budget was taken, or the run was interrupted (d).
 func (r *runner) arrivalsEnd(start time.Time, d time.Duration, interrupted bool) time.Duration {

@@ -1,0 +1,159 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fixedDelayServer answers creates after a fixed service time, serving at
+// most capacity requests at once (the others wait their turn), so it
+// serves capacity/delay a second. Each request's latency as the server saw
+// it, from its arrival to its answer, is the truth loadgen is held to.
+type fixedDelayServer struct {
+	*httptest.Server
+	mu        sync.Mutex
+	latencies []time.Duration
+}
+
+func newFixedDelayServer(t *testing.T, capacity int, delay time.Duration) *fixedDelayServer {
+	t.Helper()
+	s := &fixedDelayServer{}
+	slots := make(chan struct{}, capacity)
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived := time.Now()
+		select {
+		case slots <- struct{}{}:
+		case <-r.Context().Done():
+			return
+		}
+		// The simulated service time.
+		work := time.NewTimer(delay)
+		select {
+		case <-work.C:
+		case <-r.Context().Done():
+			work.Stop()
+			<-slots
+			return
+		}
+		<-slots
+		s.mu.Lock()
+		s.latencies = append(s.latencies, time.Since(arrived))
+		s.mu.Unlock()
+		_ = json.NewEncoder(w).Encode(map[string]any{"code": 200, "msg": "success", "data": map[string]string{"task_id": "task_x"}})
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *fixedDelayServer) median() (time.Duration, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := append([]time.Duration(nil), s.latencies...)
+	sort.Slice(l, func(i, j int) bool { return l[i] < l[j] })
+	if len(l) == 0 {
+		return 0, 0
+	}
+	return l[len(l)/2], len(l)
+}
+
+func checkAccounted(t *testing.T, rep *Report) {
+	t.Helper()
+	if sum := rep.Completed + rep.Failed + rep.Dropped + rep.Unfinished; sum != rep.Offered || rep.Offered == 0 {
+		t.Errorf("offered %d, but completed %d + failed %d + dropped %d + unfinished %d = %d", rep.Offered, rep.Completed, rep.Failed, rep.Dropped, rep.Unfinished, sum)
+	}
+	if rep.Sent != rep.Offered-rep.Dropped {
+		t.Errorf("sent %d, offered %d, dropped %d", rep.Sent, rep.Offered, rep.Dropped)
+	}
+	var s Point
+	for _, p := range rep.Series {
+		s.Offered += p.Offered
+		s.Sent += p.Sent
+		s.Completed += p.Completed
+		s.Failed += p.Failed
+		s.Dropped += p.Dropped
+		s.Unfinished += p.Unfinished
+	}
+	if s.Offered != rep.Offered || s.Sent != rep.Sent || s.Completed != rep.Completed || s.Failed != rep.Failed || s.Dropped != rep.Dropped || s.Unfinished != rep.Unfinished {
+		t.Errorf("the per-second series adds up to %+v, the totals are %d/%d/%d/%d/%d/%d", s, rep.Offered, rep.Sent, rep.Completed, rep.Failed, rep.Dropped, rep.Unfinished)
+	}
+	if n := len(rep.Series); n > 0 && rep.Series[n-1].InFlight != 0 {
+		t.Errorf("%d units still in flight at the end of the series", rep.Series[n-1].InFlight)
+	}
+}
+
+// TestOverloadAccountsForEveryUnitAndMatchesTheServer: at three times a
+// fixed-delay server's capacity, every unit offered is accounted for, those
+// in flight when the arrivals end are waited for, and the median latency
+// from the scheduled moments is within 10 % of the median the server
+// measured itself. With --max-inflight the units over it are dropped,
+// counted, and their latencies kept apart from the completed ones'.
+func TestOverloadAccountsForEveryUnitAndMatchesTheServer(t *testing.T) {
+	const capacity, delay = 4, 25 * time.Millisecond // 160 a second
+	for _, tc := range []struct {
+		name        string
+		maxInflight int
+		wantDropped bool
+	}{
+		{"queueing", 0, false},
+		{"dropping over max-inflight", 40, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newFixedDelayServer(t, capacity, delay)
+			rep, err := Run(context.Background(), Config{BaseURL: srv.URL, Keys: []string{"k"}, Mode: ModeCreate,
+				Rate: 480, Duration: time.Second, MaxInflight: tc.maxInflight, Mix: []MixEntry{{Model: "m", Weight: 1}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkAccounted(t, rep)
+			truth, answered := srv.median()
+			if rep.Failed != 0 || rep.Unfinished != 0 || rep.Completed != int64(answered) {
+				t.Errorf("completed %d, failed %d %v, unfinished %d; the server answered %d", rep.Completed, rep.Failed, rep.Failures, rep.Unfinished, answered)
+			}
+			if (rep.Dropped > 0) != tc.wantDropped {
+				t.Errorf("dropped %d", rep.Dropped)
+			}
+			if tc.wantDropped && (rep.Histograms["dropped"] == "" || rep.DroppedLatency.Max >= rep.Latency.P50) {
+				t.Errorf("drops' latency %+v, completed %+v: want the drops kept apart (they are refused at once)", rep.DroppedLatency, rep.Latency)
+			}
+			got := time.Duration(rep.Latency.P50 * float64(time.Millisecond))
+			if diff := got - truth; diff > truth/10 || -diff > truth/10 {
+				t.Errorf("median %v, the server's %v: more than 10%% apart", got, truth)
+			}
+			// Three times the capacity: the achieved rate is well under
+			// the offered one.
+			if rep.Rates.Offered < 400 || rep.Rates.Achieved > rep.Rates.Offered/2 {
+				t.Errorf("rates %+v", rep.Rates)
+			}
+			t.Logf("offered %d completed %d dropped %d, p50 %v (server %v), rates %+v, lag %+v", rep.Offered, rep.Completed, rep.Dropped, got, truth, rep.Rates, rep.GeneratorLag)
+		})
+	}
+}
+
+// TestGraceEndsWithUnfinishedUnits: the units still in flight when the grace
+// period ends are counted as unfinished, not lost.
+func TestGraceEndsWithUnfinishedUnits(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	rep, err := Run(context.Background(), Config{BaseURL: srv.URL, Keys: []string{"k"}, Mode: ModeCreate,
+		Rate: 100, Requests: 20, Grace: 50 * time.Millisecond, Mix: []MixEntry{{Model: "m", Weight: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAccounted(t, rep)
+	if rep.Offered != 20 || rep.Unfinished != 20 || rep.UnfinishedLatency.Max == 0 {
+		t.Errorf("offered %d unfinished %d (latency %+v); want all 20 unfinished", rep.Offered, rep.Unfinished, rep.UnfinishedLatency)
+	}
+}
