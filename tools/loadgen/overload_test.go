@@ -3,10 +3,12 @@ package loadgen
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -14,7 +16,9 @@ import (
 // fixedDelayServer answers creates after a fixed service time, serving at
 // most capacity requests at once (the others wait their turn), so it
 // serves capacity/delay a second. Each request's latency as the server saw
-// it, from its arrival to its answer, is the truth loadgen is held to.
+// it, from its arrival to its answer, is the truth loadgen is held to: a
+// request arrives when its connection is accepted, or on a connection
+// already open, when the server reads it.
 type fixedDelayServer struct {
 	*httptest.Server
 	mu        sync.Mutex
@@ -25,8 +29,15 @@ func newFixedDelayServer(t *testing.T, capacity int, delay time.Duration) *fixed
 	t.Helper()
 	s := &fixedDelayServer{}
 	slots := make(chan struct{}, capacity)
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	type acceptedKey struct{}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		arrived := time.Now()
+		// The first request of a connection arrived when it was accepted.
+		if first, ok := r.Context().Value(acceptedKey{}).(*atomic.Pointer[time.Time]); ok {
+			if at := first.Swap(nil); at != nil {
+				arrived = *at
+			}
+		}
 		select {
 		case slots <- struct{}{}:
 		case <-r.Context().Done():
@@ -47,6 +58,13 @@ func newFixedDelayServer(t *testing.T, capacity int, delay time.Duration) *fixed
 		s.mu.Unlock()
 		_ = json.NewEncoder(w).Encode(map[string]any{"code": 200, "msg": "success", "data": map[string]string{"task_id": "task_x"}})
 	}))
+	s.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
+		now := time.Now()
+		var p atomic.Pointer[time.Time]
+		p.Store(&now)
+		return context.WithValue(ctx, acceptedKey{}, &p)
+	}
+	s.Start()
 	t.Cleanup(s.Close)
 	return s
 }
@@ -94,19 +112,22 @@ func checkAccounted(t *testing.T, rep *Report) {
 // measured itself. With --max-inflight the units over it are dropped,
 // counted, and their latencies kept apart from the completed ones'.
 func TestOverloadAccountsForEveryUnitAndMatchesTheServer(t *testing.T) {
-	const capacity, delay = 4, 25 * time.Millisecond // 160 a second
+	// 50 a second, offered 150 a second for 1.2 s: the median unit waits
+	// about 1.2 s. A low rate keeps the machine's own noise (connections,
+	// goroutines, the race detector) small beside the queueing measured.
+	const capacity, delay = 1, 20 * time.Millisecond
 	for _, tc := range []struct {
 		name        string
 		maxInflight int
 		wantDropped bool
 	}{
 		{"queueing", 0, false},
-		{"dropping over max-inflight", 40, true},
+		{"dropping over max-inflight", 20, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newFixedDelayServer(t, capacity, delay)
 			rep, err := Run(context.Background(), Config{BaseURL: srv.URL, Keys: []string{"k"}, Mode: ModeCreate,
-				Rate: 480, Duration: time.Second, MaxInflight: tc.maxInflight, Mix: []MixEntry{{Model: "m", Weight: 1}}})
+				Rate: 150, Duration: 1200 * time.Millisecond, MaxInflight: tc.maxInflight, Mix: []MixEntry{{Model: "m", Weight: 1}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -127,7 +148,7 @@ func TestOverloadAccountsForEveryUnitAndMatchesTheServer(t *testing.T) {
 			}
 			// Three times the capacity: the achieved rate is well under
 			// the offered one.
-			if rep.Rates.Offered < 400 || rep.Rates.Achieved > rep.Rates.Offered/2 {
+			if rep.Rates.Offered < 140 || rep.Rates.Achieved > rep.Rates.Offered/2 {
 				t.Errorf("rates %+v", rep.Rates)
 			}
 			t.Logf("offered %d completed %d dropped %d, p50 %v (server %v), rates %+v, lag %+v", rep.Offered, rep.Completed, rep.Dropped, got, truth, rep.Rates, rep.GeneratorLag)
