@@ -597,7 +597,10 @@ func (r *runner) openLoop(arrive, work context.Context, wg *sync.WaitGroup, s sc
 	var k int64
 	for {
 		off, ok := s.at(k)
-		if !ok {
+		if !ok || (r.cfg.Duration > 0 && off >= r.cfg.Duration) {
+			// The schedule has no more arrivals: the window still lasts
+			// its duration (a ramp down to 0 ends before it).
+			<-arrive.Done()
 			return
 		}
 		next := start.Add(off)
@@ -614,15 +617,12 @@ func (r *runner) openLoop(arrive, work context.Context, wg *sync.WaitGroup, s sc
 		// Issue every unit whose time has come (the timer may fire late).
 		for now := time.Now(); ; {
 			off, ok := s.at(k)
-			if !ok {
-				return
+			if !ok || (r.cfg.Duration > 0 && off >= r.cfg.Duration) {
+				break // the outer loop waits for the window's end
 			}
 			scheduled := start.Add(off)
 			if scheduled.After(now) {
 				break
-			}
-			if d := r.cfg.Duration; d > 0 && off >= d {
-				return
 			}
 			if !r.take() {
 				return

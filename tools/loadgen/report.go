@@ -27,7 +27,7 @@ var opOrder = []string{OpSetup, OpCreate, OpQuery, OpCompletion, OpQueueWait, Op
 
 // WriteText prints the report as a table.
 func (rep *Report) WriteText(w io.Writer) {
-	if rep.Arrivals > 0 && rep.Arrivals < rep.Elapsed {
+	if rep.Arrivals > 0 && time.Duration(rep.Elapsed-rep.Arrivals) >= 50*time.Millisecond {
 		fmt.Fprintf(w, "%s against %s, %s, %.1fs of arrivals, %.1fs in all (waiting for the units in flight, grace %s)\n", rep.Mode, rep.URL, rep.Load,
 			time.Duration(rep.Arrivals).Seconds(), time.Duration(rep.Elapsed).Seconds(), time.Duration(rep.Grace))
 	} else {
