@@ -412,11 +412,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	r := &runner{cfg: cfg, client: cfg.Client, ops: map[string]*op{}, exhausted: make(chan struct{})}
 	if r.client == nil {
+		// Keep every connection an open loop may have in flight: beyond
+		// the idle limit a connection is closed after its answer and the
+		// next unit dials a new one, which costs both sides more than the
+		// request itself.
 		conns := max(cfg.Concurrency, 64)
+		if cfg.Rate > 0 || len(cfg.Stages) > 0 {
+			conns = max(conns, min(cfg.MaxInflight, 10_000))
+		}
 		r.client = &http.Client{
 			Transport: &http.Transport{
 				MaxIdleConns:        conns * 2,
-				MaxIdleConnsPerHost: conns * 2,
+				MaxIdleConnsPerHost: conns,
 				IdleConnTimeout:     90 * time.Second,
 			},
 		}
@@ -454,7 +461,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Rate > 0 || len(cfg.Stages) > 0 {
 		s := newSchedule(cfg.Stages, cfg.Rate, cfg.Duration)
 		sched = &s
-		r.openLoop(arrive, work, &wg, s)
+		r.openLoop(ctx, work, &wg, s)
 	} else {
 		r.closedLoop(arrive, work, &wg)
 	}
@@ -588,33 +595,40 @@ func (r *runner) closedLoop(arrive, work context.Context, wg *sync.WaitGroup) {
 	}
 }
 
-// openLoop issues units on the schedule until the arrivals end; the units
-// in flight are in wg.
-func (r *runner) openLoop(arrive, work context.Context, wg *sync.WaitGroup, s schedule) {
+// openLoop offers units on the schedule until the arrivals end: every unit
+// scheduled within the duration is offered, even when the generator runs
+// late (its lag is measured); only ctx ending (the run interrupted) or the
+// request budget stops it sooner. The units in flight are in wg.
+func (r *runner) openLoop(ctx, work context.Context, wg *sync.WaitGroup, s schedule) {
 	start := r.tally.start
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	sleepUntil := func(t time.Time) bool {
+		if wait := time.Until(t); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return false
+			case <-timer.C:
+			}
+		}
+		return ctx.Err() == nil
+	}
 	var k int64
 	for {
 		off, ok := s.at(k)
 		if !ok || (r.cfg.Duration > 0 && off >= r.cfg.Duration) {
-			// The schedule has no more arrivals: the window still lasts
-			// its duration (a ramp down to 0 ends before it).
-			<-arrive.Done()
-			return
-		}
-		next := start.Add(off)
-		if wait := time.Until(next); wait > 0 {
-			timer.Reset(wait)
-			select {
-			case <-arrive.Done():
-				return
-			case <-timer.C:
+			// No more arrivals: the window still lasts its duration (a
+			// ramp down to 0 ends before it).
+			if r.cfg.Duration > 0 {
+				sleepUntil(start.Add(r.cfg.Duration))
 			}
-		} else if arrive.Err() != nil {
 			return
 		}
-		// Issue every unit whose time has come (the timer may fire late).
+		if !sleepUntil(start.Add(off)) {
+			return
+		}
+		// Offer every unit whose time has come (the timer may fire late).
 		for now := time.Now(); ; {
 			off, ok := s.at(k)
 			if !ok || (r.cfg.Duration > 0 && off >= r.cfg.Duration) {

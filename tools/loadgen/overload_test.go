@@ -178,3 +178,25 @@ func TestGraceEndsWithUnfinishedUnits(t *testing.T) {
 		t.Errorf("offered %d unfinished %d (latency %+v); want all 20 unfinished", rep.Offered, rep.Unfinished, rep.UnfinishedLatency)
 	}
 }
+
+// TestOpenLoopOffersEveryScheduledUnitWhenLate: a generator that falls
+// behind its schedule still offers every unit scheduled within the
+// duration, late (its lag says how late), instead of stopping at the
+// duration's end with units never offered.
+func TestOpenLoopOffersEveryScheduledUnitWhenLate(t *testing.T) {
+	var st atomic.Int32
+	st.Store(200)
+	srv := fakeAPI(t, &st)
+	// 100,000 a second for a tenth of a second: more than the generator
+	// keeps up with here, so it runs late; most units are dropped at once.
+	rep, err := Run(context.Background(), Config{BaseURL: srv.URL, Keys: []string{"k"}, Mode: ModeCreate,
+		Rate: 100_000, Duration: 100 * time.Millisecond, MaxInflight: 2, Mix: []MixEntry{{Model: "m", Weight: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAccounted(t, rep)
+	if rep.Offered != 10_000 || rep.Dropped == 0 {
+		t.Errorf("offered %d (dropped %d), want all 10000 scheduled", rep.Offered, rep.Dropped)
+	}
+	t.Logf("lag %+v, completed %d", rep.GeneratorLag, rep.Completed)
+}
