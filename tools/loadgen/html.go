@@ -18,7 +18,7 @@ type series struct {
 
 // lineChart draws series over the run's seconds as an inline SVG.
 func lineChart(title, unit string, ss []series) template.HTML {
-	const w, h, left, bottom, top = 720.0, 220.0, 60.0, 30.0, 24.0
+	const w, h, left, bottom, top = 720.0, 236.0, 60.0, 30.0, 40.0
 	n := 0
 	ymax := 0.0
 	for _, s := range ss {
@@ -62,7 +62,7 @@ func lineChart(title, unit string, ss []series) template.HTML {
 		}
 		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"><title>%s</title></polyline>`, s.color, strings.Join(pts, " "), html.EscapeString(s.name))
 		fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="10" height="3" fill="%s"/><text x="%.0f" y="%.0f" class="a">%s</text>`,
-			left+150+float64(k)*110, 10.0, s.color, left+164+float64(k)*110, 14.0, html.EscapeString(s.name))
+			left+float64(k)*110, 26.0, s.color, left+14+float64(k)*110, 30.0, html.EscapeString(s.name))
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
@@ -154,7 +154,7 @@ svg{display:block;margin:12px 0}svg .t{font-size:13px;font-weight:600}svg .a{fon
 <p>{{.R.URL}} · {{.R.Load}} · started {{.Started}} · {{.Arrivals}} of arrivals, {{.Elapsed}} in all</p>
 {{if .R.Thresholds}}<h2 id="verdict">SLO: <span class="{{if .Met}}ok{{else}}bad{{end}}">{{if .Met}}met{{else}}not met{{end}}</span></h2>
 <table id="thresholds"><tr><th>threshold</th><th>measured</th><th>result</th></tr>
-{{range .R.Thresholds}}<tr><td>{{.Expr}}</td><td>{{printf "%.2f" .Measured}}</td><td class="{{if .OK}}ok{{else}}bad{{end}}">{{if .OK}}met{{else}}failed{{end}}</td></tr>{{end}}
+{{range .R.Thresholds}}<tr><td>{{.Expr}}</td><td>{{printf "%.2f" .Measured}}{{.Unit}}</td><td class="{{if .OK}}ok{{else}}bad{{end}}">{{if .OK}}met{{else}}failed{{end}}</td></tr>{{end}}
 </table>{{end}}
 <h2>Units</h2>
 <table id="units"><tr><th>units</th><th>count</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>max ms</th></tr>

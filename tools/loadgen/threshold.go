@@ -128,12 +128,17 @@ func (rep *Report) Check(ts []Threshold) []ThresholdResult {
 	return failed
 }
 
-// String is "p99<500ms: 734.2ms".
-func (r ThresholdResult) String() string {
-	unit := "ms"
+// Unit is the measure's: "ms" or "%".
+func (r ThresholdResult) Unit() string {
 	if m := thresholdRE.FindStringSubmatch(r.Expr); m != nil && ratioMetrics[m[1]] {
-		unit = "%"
+		return "%"
 	}
+	return "ms"
+}
+
+// String is "p99<500ms FAILED (measured 734.20ms)".
+func (r ThresholdResult) String() string {
+	unit := r.Unit()
 	verdict := "met"
 	if !r.OK {
 		verdict = "FAILED"
