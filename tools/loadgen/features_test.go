@@ -274,8 +274,8 @@ func TestMergeAddsRunsUp(t *testing.T) {
 		t.Errorf("merged offered %d completed %d create %+v", m.Offered, m.Completed, m.Ops[OpCreate])
 	}
 	// Half the units took about 1ms, half 40ms or more: the merged p90 is
-	// a slow one, the p50 nowhere near the slow run's.
-	if m.Latency.P90 < 40 || m.Latency.P90 < reps[0].Latency.P99 || m.Latency.Max != max(reps[0].Latency.Max, reps[1].Latency.Max) {
+	// a slow one, the merged median no more than the slow run's.
+	if m.Latency.P90 < 40 || m.Latency.P50 > reps[1].Latency.P50 || m.Latency.Max != max(reps[0].Latency.Max, reps[1].Latency.Max) {
 		t.Errorf("merged latency %+v from %+v and %+v", m.Latency, reps[0].Latency, reps[1].Latency)
 	}
 	if _, err := Merge([]*Report{reps[0], {Mode: ModeLifecycle}}); err == nil {
