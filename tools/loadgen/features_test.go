@@ -146,12 +146,13 @@ type taskAPI struct {
 	mu      sync.Mutex
 	queries map[string]int
 	waits   map[string]int
+	cancels map[string]int
 	models  map[string]string
 	seq     atomic.Int64
 }
 
 func newTaskAPI(t *testing.T) *taskAPI {
-	a := &taskAPI{queries: map[string]int{}, waits: map[string]int{}, models: map[string]string{}}
+	a := &taskAPI{queries: map[string]int{}, waits: map[string]int{}, cancels: map[string]int{}, models: map[string]string{}}
 	a.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/v1/task/create":
@@ -181,6 +182,24 @@ func newTaskAPI(t *testing.T) *taskAPI {
 				rec["status"], rec["progress"], rec["complete_time"], rec["results"] = "completed", 100, 1_000_250, []string{a.URL + "/files/a.png"}
 			}
 			_ = json.NewEncoder(w).Encode(rec)
+		case "/v1/task/list":
+			_, _ = w.Write([]byte(`{"tasks":[{"task_id":"task_x","status":"pending"}]}`))
+		case "/v1/task/cancel":
+			var body struct {
+				TaskID string `json:"task_id"`
+			}
+			_ = json.NewDecoder(r.Body).Decode(&body)
+			a.mu.Lock()
+			a.cancels[body.TaskID]++
+			n := a.cancels[body.TaskID]
+			a.mu.Unlock()
+			if n > 1 || len(body.TaskID)%2 == 0 {
+				// Already ended (every other task, and any second cancel).
+				w.WriteHeader(http.StatusConflict)
+				_, _ = w.Write([]byte(`{"code":409,"msg":"the task has already ended","data":null}`))
+				return
+			}
+			_, _ = w.Write([]byte(`{"code":200,"msg":"success","data":{"status":"canceled"}}`))
 		default:
 			_, _ = w.Write([]byte("png"))
 		}
@@ -316,5 +335,61 @@ func TestCSVAndHTML(t *testing.T) {
 		if strings.Contains(rest, bad) {
 			t.Errorf("the page has %q: it must need nothing from the network", bad)
 		}
+	}
+}
+
+func TestParseScenario(t *testing.T) {
+	sc, err := ParseScenario("create=2, query=10\n# a comment\nlist=1,cancel=1 # the rest\n")
+	if err != nil || len(sc) != 4 || sc[0] != (ScenarioEntry{ActionCreate, 2}) || sc[1].Weight != 10 || sc[3] != (ScenarioEntry{ActionCancel, 1}) {
+		t.Errorf("ParseScenario = %+v, %v", sc, err)
+	}
+	for _, bad := range []string{"", "# nothing", "create", "create=0", "create=x", "stream=1", "create=1,create=2"} {
+		if _, err := ParseScenario(bad); err == nil {
+			t.Errorf("ParseScenario(%q) accepted", bad)
+		}
+	}
+}
+
+// TestScenarioMixesActionsByWeight: a scenario run's units are creates,
+// queries, lists and cancels in its weights' proportions; queries and
+// cancels go to the tasks it created (each canceled once, a 409 for a task
+// already ended being a right answer); the breakdown gives each action.
+func TestScenarioMixesActionsByWeight(t *testing.T) {
+	api := newTaskAPI(t)
+	sc, _ := ParseScenario("create=4,query=3,list=2,cancel=1")
+	rep, err := Run(context.Background(), Config{BaseURL: api.URL, Keys: []string{"k"}, Mode: ModeScenario, Scenario: sc,
+		Concurrency: 4, Requests: 1000, Mix: []MixEntry{{Model: "m", Weight: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAccounted(t, rep)
+	if rep.Completed != 1000 || rep.Failed != 0 {
+		t.Fatalf("completed %d, failed %d %v", rep.Completed, rep.Failed, rep.Failures)
+	}
+	by := rep.Breakdown["action"]
+	// Expected 400, 300, 200, 100 (queries and cancels before any task
+	// exists are creates): well within ±25 % at 1,000 units.
+	for action, want := range map[string]int64{ActionCreate: 400, ActionQuery: 300, ActionList: 200, ActionCancel: 100} {
+		if g := by[action]; g == nil || g.Completed < want*3/4 || g.Completed > want*5/4 {
+			t.Errorf("%s: %+v, want about %d", action, g, want)
+		}
+	}
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	for id, n := range api.cancels {
+		if n != 1 {
+			t.Errorf("task %s canceled %d times", id, n)
+		}
+		if _, ok := api.models[id]; !ok {
+			t.Errorf("canceled %s, which the run did not create", id)
+		}
+	}
+	for id := range api.queries {
+		if _, ok := api.models[id]; !ok {
+			t.Errorf("queried %s, which the run did not create", id)
+		}
+	}
+	if c := rep.Ops[OpCancel]; c == nil || c.Status["409"] == 0 || c.Status["200"] == 0 || c.Errors != 0 {
+		t.Errorf("cancel op %+v", c)
 	}
 }

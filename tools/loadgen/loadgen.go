@@ -35,6 +35,7 @@ const (
 	ModeCreate    = "create"
 	ModeQuery     = "query"
 	ModeLifecycle = "lifecycle"
+	ModeScenario  = "scenario" // creates, queries, lists and cancels mixed by weight
 )
 
 // Operations reported.
@@ -47,6 +48,8 @@ const (
 	OpQueueWait  = "queue_wait" // lifecycle: create answered → first seen processing
 	OpGeneration = "generation" // lifecycle: first seen processing → seen completed
 	OpTaskTime   = "task_time"  // lifecycle: the record's complete_time − create_time
+	OpList       = "list"       // scenario
+	OpCancel     = "cancel"     // scenario
 )
 
 // MixEntry is one kind of task in the mix.
@@ -80,9 +83,11 @@ type Config struct {
 	// Grace is how long the units in flight at the end of the arrivals may
 	// take to end (0: Timeout, in lifecycle mode LifecycleTimeout; < 0: no
 	// wait).
-	Grace  time.Duration
-	Mix    []MixEntry
-	Prompt string
+	Grace time.Duration
+	Mix   []MixEntry
+	// Scenario is the actions of the scenario mode and their weights.
+	Scenario []ScenarioEntry
+	Prompt   string
 	// UniquePrompts makes every prompt different (a counter is appended).
 	UniquePrompts bool
 	// QueryTasks is how many tasks a query run creates first.
@@ -148,8 +153,17 @@ func ParseMix(s string) ([]MixEntry, error) {
 func (c *Config) check() error {
 	switch c.Mode {
 	case ModeCreate, ModeQuery, ModeLifecycle:
+	case ModeScenario:
+		if len(c.Scenario) == 0 {
+			return errors.New("the scenario mode needs a scenario")
+		}
+		for _, e := range c.Scenario {
+			if e.Weight < 1 {
+				return errors.New("scenario weights must be positive")
+			}
+		}
 	default:
-		return fmt.Errorf("mode %q: want create, query or lifecycle", c.Mode)
+		return fmt.Errorf("mode %q: want create, query, lifecycle or scenario", c.Mode)
 	}
 	if len(c.BaseURLs) == 0 {
 		c.BaseURLs = []string{c.BaseURL}
@@ -368,11 +382,13 @@ type runner struct {
 	inflight atomic.Int64
 	// lastTaken is when the last unit of a request budget was taken, in
 	// Unix nanoseconds (0: not yet, or no budget).
-	lastTaken atomic.Int64
-	exhausted chan struct{} // closed when the budget's last unit is taken
-	outcomes  sync.Map      // string → *atomic.Int64
-	tasks     []owned       // query mode: the tasks to query
-	unique    atomic.Int64
+	lastTaken       atomic.Int64
+	exhausted       chan struct{} // closed when the budget's last unit is taken
+	outcomes        sync.Map      // string → *atomic.Int64
+	tasks           []owned       // query mode: the tasks to query
+	pool            taskPool      // scenario mode: the tasks created
+	scenarioWeights int
+	unique          atomic.Int64
 }
 
 // owned is a task and the key that created it (queries are scoped to the
@@ -428,11 +444,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			},
 		}
 	}
-	for _, name := range []string{OpCreate, OpQuery, OpDownload, OpCompletion, OpSetup, OpQueueWait, OpGeneration, OpTaskTime} {
+	for _, name := range []string{OpCreate, OpQuery, OpDownload, OpCompletion, OpSetup, OpQueueWait, OpGeneration, OpTaskTime, OpList, OpCancel} {
 		r.ops[name] = newOp()
 	}
 	for _, e := range cfg.Mix {
 		r.weights += e.Weight
+	}
+	for _, e := range cfg.Scenario {
+		r.scenarioWeights += e.Weight
 	}
 	if cfg.Mode == ModeQuery {
 		if err := r.setup(ctx); err != nil {
@@ -679,6 +698,8 @@ func (r *runner) unit(ctx context.Context, scheduled time.Time) {
 		body, model := r.body()
 		l.model = model
 		res = r.lifecycle(ctx, gw, key, body, scheduled)
+	case ModeScenario:
+		res = r.scenarioUnit(ctx, gw, key, scheduled, &l)
 	}
 	if len(r.cfg.BaseURLs) == 1 {
 		l.gateway = ""

@@ -23,7 +23,7 @@ func FormatStages(st []Stage) string {
 	return strings.Join(parts, ",")
 }
 
-var opOrder = []string{OpSetup, OpCreate, OpQuery, OpCompletion, OpQueueWait, OpGeneration, OpTaskTime, OpDownload}
+var opOrder = []string{OpSetup, OpCreate, OpQuery, OpList, OpCancel, OpCompletion, OpQueueWait, OpGeneration, OpTaskTime, OpDownload}
 
 // WriteText prints the report as a table.
 func (rep *Report) WriteText(w io.Writer) {

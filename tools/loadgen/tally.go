@@ -109,7 +109,7 @@ func (t *tally) send(at time.Time) {
 }
 
 // labels name a unit's model, key and gateway for the breakdown.
-type labels struct{ model, key, gateway string }
+type labels struct{ model, key, gateway, action string }
 
 // end counts a sent unit's end: outcome is unitCompleted, unitFailed (with
 // why, "status message") or unitUnfinished; latency is from its scheduled
@@ -137,7 +137,7 @@ func (t *tally) end(at time.Time, latency time.Duration, outcome, why string, l 
 	default:
 		s.unfinished++
 	}
-	for dim, v := range map[string]string{"model": l.model, "key": l.key, "gateway": l.gateway} {
+	for dim, v := range map[string]string{"model": l.model, "key": l.key, "gateway": l.gateway, "action": l.action} {
 		if v == "" {
 			continue
 		}

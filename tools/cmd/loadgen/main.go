@@ -88,13 +88,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ks := &list{}
 	urls := &list{split: true}
 	thresholds := &list{}
-	var keysFile, mix, stages, jsonOut, csvOut, htmlOut string
+	var keysFile, mix, stages, scenario, jsonOut, csvOut, htmlOut string
 	var quiet bool
 	cfg := loadgen.Config{}
 	fs.Var(urls, "url", "gateway base URL; repeat or comma-separate several to spread the units over them in turn (default http://127.0.0.1:8080)")
 	fs.Var(ks, "key", "API key (repeat for several; units spread over them at random)")
 	fs.StringVar(&keysFile, "keys-file", "", "file with one API key per line")
-	fs.StringVar(&cfg.Mode, "mode", loadgen.ModeCreate, "create, query (tasks it creates first) or lifecycle (create, follow, download)")
+	fs.StringVar(&cfg.Mode, "mode", loadgen.ModeCreate, "create, query (tasks it creates first), lifecycle (create, follow, download) or scenario")
+	fs.StringVar(&scenario, "scenario", "", "scenario mode: ACTION=WEIGHT,... of create, query, list, cancel (e.g. create=2,query=10,list=1,cancel=1), or a file of them; implies --mode scenario")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: units of work per second (latency counted from the scheduled moment)")
 	fs.StringVar(&stages, "stages", "", "open loop with a changing rate: DURATION:RATE,... each ramping from the previous rate, e.g. 30s:100,60s:500,30s:0 (replaces --rate and --duration)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 16, "closed loop: workers (ignored with --rate or --stages)")
@@ -155,6 +156,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg.Mix = m
+	if scenario != "" {
+		spec := scenario
+		if b, err := os.ReadFile(scenario); err == nil {
+			spec = string(b)
+		}
+		if cfg.Scenario, err = loadgen.ParseScenario(spec); err != nil {
+			return err
+		}
+		cfg.Mode = loadgen.ModeScenario
+	}
 	if stages != "" {
 		if cfg.Stages, err = loadgen.ParseStages(stages); err != nil {
 			return err
