@@ -21,12 +21,10 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -37,6 +35,7 @@ const (
 	ModeCreate    = "create"
 	ModeQuery     = "query"
 	ModeLifecycle = "lifecycle"
+	ModeScenario  = "scenario" // creates, queries, lists and cancels mixed by weight
 )
 
 // Operations reported.
@@ -46,6 +45,11 @@ const (
 	OpDownload   = "download"
 	OpCompletion = "completion" // create sent → task seen completed
 	OpSetup      = "setup"      // the creates before a query run
+	OpQueueWait  = "queue_wait" // lifecycle: create answered → first seen processing
+	OpGeneration = "generation" // lifecycle: first seen processing → seen completed
+	OpTaskTime   = "task_time"  // lifecycle: the record's complete_time − create_time
+	OpList       = "list"       // scenario
+	OpCancel     = "cancel"     // scenario
 )
 
 // MixEntry is one kind of task in the mix.
@@ -58,20 +62,31 @@ type MixEntry struct {
 
 // Config is a load run.
 type Config struct {
-	BaseURL string
-	Keys    []string
-	Mode    string
-	// Rate > 0 runs an open loop at Rate units a second; otherwise
-	// Concurrency workers run a closed loop.
+	// BaseURL is the gateway; BaseURLs, if set, several gateways that the
+	// units are spread over in turn (as a balancer would).
+	BaseURL  string
+	BaseURLs []string
+	Keys     []string
+	Mode     string
+	// Rate > 0 runs an open loop at Rate units a second; Stages, if set,
+	// runs an open loop whose rate follows them (Rate and Duration are then
+	// unused); otherwise Concurrency workers run a closed loop.
 	Rate        float64
+	Stages      []Stage
 	Concurrency int
 	// New units start until Duration has passed or Requests units have
 	// started, whichever comes first (0: no limit; one of them must be
-	// set). In lifecycle mode the tasks already created are then followed
-	// to their end (at most LifecycleTimeout each), unless ctx is cancelled.
+	// set). The units in flight then have Grace to end; what is still in
+	// flight after it is counted as unfinished.
 	Duration time.Duration
 	Requests int64
-	Mix      []MixEntry
+	// Grace is how long the units in flight at the end of the arrivals may
+	// take to end (0: Timeout, in lifecycle mode LifecycleTimeout; < 0: no
+	// wait).
+	Grace time.Duration
+	Mix   []MixEntry
+	// Scenario is the actions of the scenario mode and their weights.
+	Scenario []ScenarioEntry
 	Prompt   string
 	// UniquePrompts makes every prompt different (a counter is appended).
 	UniquePrompts bool
@@ -79,9 +94,14 @@ type Config struct {
 	QueryTasks int
 	// AfterSetup, if set, is called once a query run's tasks are created,
 	// before its queries start (to measure the queries alone).
-	AfterSetup       func()
+	AfterSetup func()
+	// PollWait > 0 makes lifecycle polls long-polls (query with wait=N
+	// seconds, at most 60), answered when the task changes; otherwise a
+	// task is queried every PollInterval. PollInterval also spaces the
+	// long-polls of a gateway that answers them at once.
+	PollWait         time.Duration
 	PollInterval     time.Duration
-	Timeout          time.Duration // per HTTP request
+	Timeout          time.Duration // per HTTP request (a long-poll gets its wait on top)
 	LifecycleTimeout time.Duration // per task, create to end
 	// MaxInflight caps an open loop's units in flight; beyond it units are
 	// dropped (and counted).
@@ -133,20 +153,43 @@ func ParseMix(s string) ([]MixEntry, error) {
 func (c *Config) check() error {
 	switch c.Mode {
 	case ModeCreate, ModeQuery, ModeLifecycle:
+	case ModeScenario:
+		if len(c.Scenario) == 0 {
+			return errors.New("the scenario mode needs a scenario")
+		}
+		for _, e := range c.Scenario {
+			if e.Weight < 1 {
+				return errors.New("scenario weights must be positive")
+			}
+		}
 	default:
-		return fmt.Errorf("mode %q: want create, query or lifecycle", c.Mode)
+		return fmt.Errorf("mode %q: want create, query, lifecycle or scenario", c.Mode)
 	}
-	if _, err := url.Parse(c.BaseURL); err != nil || !strings.HasPrefix(c.BaseURL, "http") {
-		return fmt.Errorf("url %q: want http(s)://host:port", c.BaseURL)
+	if len(c.BaseURLs) == 0 {
+		c.BaseURLs = []string{c.BaseURL}
 	}
+	for i, u := range c.BaseURLs {
+		if _, err := url.Parse(u); err != nil || !strings.HasPrefix(u, "http") {
+			return fmt.Errorf("url %q: want http(s)://host:port", u)
+		}
+		c.BaseURLs[i] = strings.TrimSuffix(u, "/")
+	}
+	c.BaseURL = c.BaseURLs[0]
 	if len(c.Keys) == 0 {
 		return errors.New("at least one API key is needed")
+	}
+	if len(c.Stages) > 0 {
+		c.Duration = 0
+		for _, st := range c.Stages {
+			c.Duration += st.Duration
+		}
+		c.Rate = 0
 	}
 	if c.Duration <= 0 && c.Requests <= 0 {
 		return errors.New("give a duration or a number of requests")
 	}
-	if c.Rate <= 0 && c.Concurrency <= 0 {
-		return errors.New("give a rate (open loop) or a concurrency (closed loop)")
+	if c.Rate <= 0 && len(c.Stages) == 0 && c.Concurrency <= 0 {
+		return errors.New("give a rate or stages (open loop) or a concurrency (closed loop)")
 	}
 	if len(c.Mix) == 0 {
 		return errors.New("the mix is empty")
@@ -156,23 +199,60 @@ func (c *Config) check() error {
 			return errors.New("mix weights must be positive")
 		}
 	}
+	if c.PollWait > 60*time.Second {
+		return errors.New("the poll wait is at most 60s")
+	}
 	return nil
 }
 
-// Report is what a run measured.
+// Report is what a run measured. Every unit of work offered is in exactly
+// one of Completed, Failed, Dropped and Unfinished; Sent is the units that
+// were not dropped.
 type Report struct {
 	Mode      string    `json:"mode"`
 	URL       string    `json:"url"`
 	Load      string    `json:"load"`
 	StartedAt time.Time `json:"started_at"`
 	Elapsed   Duration  `json:"elapsed"`
-	// Arrivals is how long new units were started (less than Elapsed in
-	// lifecycle mode, which then waits for the tasks it created). The
-	// create rate is over Arrivals, the other rates over Elapsed.
-	Arrivals    Duration             `json:"arrivals"`
-	Ops         map[string]*OpReport `json:"ops"`
-	Dropped     int64                `json:"dropped,omitempty"`
-	TaskOutcome map[string]int64     `json:"task_outcomes,omitempty"` // lifecycle: completed, failed:<code>, timed_out
+	// Arrivals is how long new units were started (less than Elapsed when
+	// the units in flight at the end were waited for). The create rate is
+	// over Arrivals, the other rates over Elapsed.
+	Arrivals Duration `json:"arrivals"`
+	Grace    Duration `json:"grace"`
+
+	Offered    int64            `json:"offered"`
+	Sent       int64            `json:"sent"`
+	Completed  int64            `json:"completed"`
+	Failed     int64            `json:"failed"`
+	Dropped    int64            `json:"dropped"`
+	Unfinished int64            `json:"unfinished"`
+	Failures   map[string]int64 `json:"failures"` // "status message" → failed units
+	// Latency is of the completed units, from their scheduled moments; the
+	// others' are kept apart.
+	Latency           Percentiles `json:"latency_ms"`
+	FailedLatency     Percentiles `json:"failed_latency_ms"`
+	DroppedLatency    Percentiles `json:"dropped_latency_ms"`
+	UnfinishedLatency Percentiles `json:"unfinished_latency_ms"`
+	// GeneratorLag is how late the open loop took units up after their
+	// scheduled moments (the generator's own lag; 0 in a closed loop).
+	GeneratorLag Percentiles `json:"generator_lag_ms"`
+	Rates        Rates       `json:"rates"`
+	// Histograms are HdrHistograms of microseconds (compressed V2,
+	// base64): completed, failed, dropped, unfinished, lag.
+	Histograms  map[string]string            `json:"histograms,omitempty"`
+	Series      []Point                      `json:"series"`
+	Breakdown   map[string]map[string]*Group `json:"breakdown,omitempty"` // model, key, gateway
+	Thresholds  []ThresholdResult            `json:"thresholds,omitempty"`
+	Ops         map[string]*OpReport         `json:"ops"`
+	TaskOutcome map[string]int64             `json:"task_outcomes,omitempty"` // lifecycle: completed, failed:<code>, canceled, timed_out, unfinished
+}
+
+// Rates are units a second.
+type Rates struct {
+	Target   float64 `json:"target,omitempty"` // the open loop's mean target over the arrivals
+	Offered  float64 `json:"offered"`          // offered ÷ arrivals
+	Sent     float64 `json:"sent"`             // sent ÷ arrivals
+	Achieved float64 `json:"achieved"`         // completed ÷ elapsed
 }
 
 // OpReport is one operation's figures.
@@ -182,8 +262,11 @@ type OpReport struct {
 	Errors     int64            `json:"errors"`
 	Throughput float64          `json:"ok_per_second"`
 	Latency    Latency          `json:"latency_ms"`
+	Failed     Percentiles      `json:"failed_latency_ms"`
 	Status     map[string]int64 `json:"status"`
 	ErrorTypes map[string]int64 `json:"error_types,omitempty"`
+	Hist       string           `json:"hist,omitempty"`
+	FailedHist string           `json:"failed_hist,omitempty"`
 }
 
 // Latency percentiles of successful requests, in milliseconds.
@@ -214,6 +297,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 type op struct {
 	mu       sync.Mutex
 	hist     *hdrhistogram.Histogram
+	failHist *hdrhistogram.Histogram
 	count    int64
 	ok       int64
 	status   map[string]int64
@@ -228,7 +312,17 @@ type op struct {
 var digits = regexp.MustCompile(`[0-9]+`)
 
 func newOp() *op {
-	return &op{hist: hdrhistogram.New(1, int64(time.Hour/time.Microsecond), 3), status: map[string]int64{}, errTypes: map[string]int64{}}
+	return &op{hist: newHist(), failHist: newHist(), status: map[string]int64{}, errTypes: map[string]int64{}}
+}
+
+// errorKind is a failure's description with its numbers folded, prefixed
+// with the HTTP status when there is one.
+func errorKind(status, errType string) string {
+	errType = digits.ReplaceAllString(errType, "N")
+	if _, err := strconv.Atoi(status); err == nil && errType != "" {
+		errType = status + " " + errType
+	}
+	return errType
 }
 
 // record adds one request: its latency, its status ("200", "error") and,
@@ -241,14 +335,12 @@ func (o *op) record(d time.Duration, status string, success bool, errType string
 	if success {
 		o.ok++
 		o.okNow.Add(1)
-		_ = o.hist.RecordValue(max(d.Microseconds(), 1))
+		recordHist(o.hist, d)
 		return
 	}
 	o.errNow.Add(1)
-	errType = digits.ReplaceAllString(errType, "N")
-	if _, err := strconv.Atoi(status); err == nil && errType != "" {
-		errType = status + " " + errType
-	}
+	recordHist(o.failHist, d)
+	errType = errorKind(status, errType)
 	if errType != "" && (len(o.errTypes) < 50 || o.errTypes[errType] > 0) {
 		o.errTypes[errType]++
 	}
@@ -257,14 +349,11 @@ func (o *op) record(d time.Duration, status string, success bool, errType string
 func (o *op) report(elapsed time.Duration) *OpReport {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	ms := func(v int64) float64 { return float64(v) / 1000 }
 	r := &OpReport{
 		Count: o.count, OK: o.ok, Errors: o.count - o.ok,
 		Status: o.status, ErrorTypes: o.errTypes,
-		Latency: Latency{
-			P50: ms(o.hist.ValueAtQuantile(50)), P90: ms(o.hist.ValueAtQuantile(90)), P99: ms(o.hist.ValueAtQuantile(99)),
-			Max: ms(o.hist.Max()), Mean: o.hist.Mean() / 1000,
-		},
+		Latency: latencyOf(o.hist), Failed: percentiles(o.failHist),
+		Hist: encode(o.hist), FailedHist: encode(o.failHist),
 	}
 	if elapsed > 0 {
 		r.Throughput = float64(o.ok) / elapsed.Seconds()
@@ -272,26 +361,39 @@ func (o *op) report(elapsed time.Duration) *OpReport {
 	return r
 }
 
+func latencyOf(h *hdrhistogram.Histogram) Latency {
+	p := percentiles(h)
+	l := Latency{P50: p.P50, P90: p.P90, P99: p.P99, Max: p.Max}
+	if h != nil {
+		l.Mean = h.Mean() / 1000
+	}
+	return l
+}
+
 // runner is one run's state.
 type runner struct {
 	cfg      Config
 	client   *http.Client
 	ops      map[string]*op
+	tally    *tally
 	weights  int
 	seq      atomic.Int64
+	gw       atomic.Int64
 	inflight atomic.Int64
 	// lastTaken is when the last unit of a request budget was taken, in
 	// Unix nanoseconds (0: not yet, or no budget).
-	lastTaken atomic.Int64
-	dropped   atomic.Int64
-	outcomes  sync.Map // string → *atomic.Int64
-	tasks     []owned  // query mode: the tasks to query
-	unique    atomic.Int64
+	lastTaken       atomic.Int64
+	exhausted       chan struct{} // closed when the budget's last unit is taken
+	outcomes        sync.Map      // string → *atomic.Int64
+	tasks           []owned       // query mode: the tasks to query
+	pool            taskPool      // scenario mode: the tasks created
+	scenarioWeights int
+	unique          atomic.Int64
 }
 
 // owned is a task and the key that created it (queries are scoped to the
 // key's account).
-type owned struct{ id, key string }
+type owned struct{ id, key, model, gateway string }
 
 // Run drives load until the configured end or ctx is done.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
@@ -316,24 +418,40 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Prompt == "" {
 		cfg.Prompt = "a lighthouse on a cliff at dusk, oil painting"
 	}
-	cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
-	r := &runner{cfg: cfg, client: cfg.Client, ops: map[string]*op{}}
+	switch {
+	case cfg.Grace < 0:
+		cfg.Grace = 0
+	case cfg.Grace == 0 && cfg.Mode == ModeLifecycle:
+		cfg.Grace = cfg.LifecycleTimeout + cfg.Timeout
+	case cfg.Grace == 0:
+		cfg.Grace = cfg.Timeout
+	}
+	r := &runner{cfg: cfg, client: cfg.Client, ops: map[string]*op{}, exhausted: make(chan struct{})}
 	if r.client == nil {
+		// Keep every connection an open loop may have in flight: beyond
+		// the idle limit a connection is closed after its answer and the
+		// next unit dials a new one, which costs both sides more than the
+		// request itself.
 		conns := max(cfg.Concurrency, 64)
+		if cfg.Rate > 0 || len(cfg.Stages) > 0 {
+			conns = max(conns, min(cfg.MaxInflight, 10_000))
+		}
 		r.client = &http.Client{
-			Timeout: cfg.Timeout,
 			Transport: &http.Transport{
 				MaxIdleConns:        conns * 2,
-				MaxIdleConnsPerHost: conns * 2,
+				MaxIdleConnsPerHost: conns,
 				IdleConnTimeout:     90 * time.Second,
 			},
 		}
 	}
-	for _, name := range []string{OpCreate, OpQuery, OpDownload, OpCompletion, OpSetup} {
+	for _, name := range []string{OpCreate, OpQuery, OpDownload, OpCompletion, OpSetup, OpQueueWait, OpGeneration, OpTaskTime, OpList, OpCancel} {
 		r.ops[name] = newOp()
 	}
 	for _, e := range cfg.Mix {
 		r.weights += e.Weight
+	}
+	for _, e := range cfg.Scenario {
+		r.scenarioWeights += e.Weight
 	}
 	if cfg.Mode == ModeQuery {
 		if err := r.setup(ctx); err != nil {
@@ -344,35 +462,56 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 
-	// arrive bounds when units start; work bounds the units' requests. A
-	// lifecycle follows its task after the arrivals end.
+	// arrive bounds when units start; work bounds the units' requests, a
+	// grace period past the arrivals.
 	arrive := ctx
 	var cancel context.CancelFunc
 	if cfg.Duration > 0 {
 		arrive, cancel = context.WithTimeout(ctx, cfg.Duration)
 		defer cancel()
 	}
-	work := arrive
-	if cfg.Mode == ModeLifecycle {
-		work = ctx
-	}
+	work, stopWork := context.WithCancel(ctx)
+	defer stopWork()
 	start := time.Now()
+	r.tally = newTally(start)
 	stopProgress := r.progress(work, start)
-	if cfg.Rate > 0 {
-		r.openLoop(arrive, work)
+	var wg sync.WaitGroup
+	var sched *schedule
+	if cfg.Rate > 0 || len(cfg.Stages) > 0 {
+		s := newSchedule(cfg.Stages, cfg.Rate, cfg.Duration)
+		sched = &s
+		r.openLoop(ctx, work, &wg, s)
 	} else {
-		r.closedLoop(arrive, work)
+		r.closedLoop(arrive, work, &wg)
 	}
+	arrivalsDone, interrupted := time.Now(), ctx.Err() != nil
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	grace := time.NewTimer(cfg.Grace)
+	select {
+	case <-drained:
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+	grace.Stop()
+	stopWork() // what is still in flight ends now, as unfinished
+	<-drained
 	elapsed := time.Since(start)
-	arrivals := r.arrivalsEnd(start, elapsed)
+	arrivals := r.arrivalsEnd(start, arrivalsDone.Sub(start), interrupted)
 	stopProgress()
 
-	rep := &Report{Mode: cfg.Mode, URL: cfg.BaseURL, StartedAt: start, Elapsed: Duration(elapsed), Arrivals: Duration(arrivals), Ops: map[string]*OpReport{}, Dropped: r.dropped.Load()}
-	if cfg.Rate > 0 {
-		rep.Load = fmt.Sprintf("open loop, %.0f/s", cfg.Rate)
-	} else {
+	rep := &Report{Mode: cfg.Mode, URL: strings.Join(cfg.BaseURLs, ","), StartedAt: start, Elapsed: Duration(elapsed), Arrivals: Duration(arrivals),
+		Grace: Duration(cfg.Grace), Ops: map[string]*OpReport{}}
+	switch {
+	case len(cfg.Stages) > 0:
+		rep.Load = "open loop, stages " + FormatStages(cfg.Stages)
+	case cfg.Rate > 0:
+		rep.Load = fmt.Sprintf("open loop, %g/s", cfg.Rate)
+	default:
 		rep.Load = fmt.Sprintf("closed loop, %d workers", cfg.Concurrency)
 	}
+	r.tally.summarize(rep, sched)
+	rep.Rates = rates(rep, sched)
 	for name, o := range r.ops {
 		if o.count > 0 {
 			d := elapsed
@@ -395,6 +534,31 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
+// rates works out the report's rates from its counts.
+func rates(rep *Report, sched *schedule) Rates {
+	var rt Rates
+	if a := time.Duration(rep.Arrivals).Seconds(); a > 0 {
+		rt.Offered = float64(rep.Offered) / a
+		rt.Sent = float64(rep.Sent) / a
+		if sched != nil {
+			// The mean target over the arrivals, a tenth of a second at a time.
+			var sum float64
+			n := 0
+			for t := time.Duration(0); t < time.Duration(rep.Arrivals); t += 100 * time.Millisecond {
+				sum += sched.rateAt(t + 50*time.Millisecond)
+				n++
+			}
+			if n > 0 {
+				rt.Target = sum / float64(n)
+			}
+		}
+	}
+	if e := time.Duration(rep.Elapsed).Seconds(); e > 0 {
+		rt.Achieved = float64(rep.Completed) / e
+	}
+	return rt
+}
+
 // take reserves one unit of work, false when the request budget is spent.
 func (r *runner) take() bool {
 	if r.cfg.Requests <= 0 {
@@ -403,20 +567,16 @@ func (r *runner) take() bool {
 	n := r.seq.Add(1)
 	if n == r.cfg.Requests {
 		r.lastTaken.Store(time.Now().UnixNano())
+		close(r.exhausted)
 	}
 	return n <= r.cfg.Requests
 }
 
-// arrivalsEnd is how long units kept starting: up to the duration or the
-// last unit of the budget, whichever came first; lifecycle runs then wait
-// for their tasks.
-func (r *runner) arrivalsEnd(start time.Time, elapsed time.Duration) time.Duration {
-	if r.cfg.Mode != ModeLifecycle {
-		return elapsed // requests in flight at the end count in their rate
-	}
-	d := elapsed
-	if r.cfg.Duration > 0 {
-		d = min(d, r.cfg.Duration)
+// arrivalsEnd is how long units kept starting: the duration, or until the
+// last unit of the budget was taken, or the run was interrupted (d).
+func (r *runner) arrivalsEnd(start time.Time, d time.Duration, interrupted bool) time.Duration {
+	if r.cfg.Duration > 0 && !interrupted {
+		d = r.cfg.Duration
 	}
 	if last := r.lastTaken.Load(); last > 0 {
 		d = min(d, time.Duration(last-start.UnixNano()))
@@ -424,70 +584,149 @@ func (r *runner) arrivalsEnd(start time.Time, elapsed time.Duration) time.Durati
 	return d
 }
 
-func (r *runner) closedLoop(arrive, work context.Context) {
-	var wg sync.WaitGroup
+// closedLoop starts Concurrency workers and returns when the arrivals end
+// (the duration passed, the budget's last unit was taken, or every worker
+// stopped); the units still running are in wg.
+func (r *runner) closedLoop(arrive, work context.Context, wg *sync.WaitGroup) {
+	var workers sync.WaitGroup
 	for w := 0; w < r.cfg.Concurrency; w++ {
 		wg.Add(1)
+		workers.Add(1)
 		go func() {
 			defer wg.Done()
+			defer workers.Done()
 			for arrive.Err() == nil && r.take() {
+				now := time.Now()
+				r.tally.offer(now, now)
+				r.tally.send(now)
 				r.inflight.Add(1)
-				r.unit(work, time.Now())
+				r.unit(work, now)
 				r.inflight.Add(-1)
 			}
 		}()
 	}
-	wg.Wait()
+	stopped := make(chan struct{})
+	go func() { workers.Wait(); close(stopped) }()
+	select {
+	case <-arrive.Done():
+	case <-r.exhausted:
+	case <-stopped:
+	}
 }
 
-func (r *runner) openLoop(arrive, work context.Context) {
-	var wg sync.WaitGroup
-	interval := time.Duration(float64(time.Second) / r.cfg.Rate)
-	next := time.Now()
+// openLoop offers units on the schedule until the arrivals end: every unit
+// scheduled within the duration is offered, even when the generator runs
+// late (its lag is measured); only ctx ending (the run interrupted) or the
+// request budget stops it sooner. The units in flight are in wg.
+func (r *runner) openLoop(ctx, work context.Context, wg *sync.WaitGroup, s schedule) {
+	start := r.tally.start
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	for {
-		select {
-		case <-arrive.Done():
-			wg.Wait()
-			return
-		case <-timer.C:
+	sleepUntil := func(t time.Time) bool {
+		if wait := time.Until(t); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return false
+			case <-timer.C:
+			}
 		}
-		// Issue every unit whose time has come (the timer may fire late).
-		for now := time.Now(); !next.After(now); next = next.Add(interval) {
+		return ctx.Err() == nil
+	}
+	var k int64
+	for {
+		off, ok := s.at(k)
+		if !ok || (r.cfg.Duration > 0 && off >= r.cfg.Duration) {
+			// No more arrivals: the window still lasts its duration (a
+			// ramp down to 0 ends before it).
+			if r.cfg.Duration > 0 {
+				sleepUntil(start.Add(r.cfg.Duration))
+			}
+			return
+		}
+		if !sleepUntil(start.Add(off)) {
+			return
+		}
+		// Offer every unit whose time has come (the timer may fire late).
+		for now := time.Now(); ; {
+			off, ok := s.at(k)
+			if !ok || (r.cfg.Duration > 0 && off >= r.cfg.Duration) {
+				break // the outer loop waits for the window's end
+			}
+			scheduled := start.Add(off)
+			if scheduled.After(now) {
+				break
+			}
 			if !r.take() {
-				wg.Wait()
 				return
 			}
+			k++
+			r.tally.offer(scheduled, now)
 			if r.inflight.Load() >= int64(r.cfg.MaxInflight) {
-				r.dropped.Add(1)
+				r.tally.drop(scheduled, now)
 				continue
 			}
+			r.tally.send(now)
 			r.inflight.Add(1)
 			wg.Add(1)
 			go func(scheduled time.Time) {
 				defer wg.Done()
 				r.unit(work, scheduled)
 				r.inflight.Add(-1)
-			}(next)
+			}(scheduled)
 		}
-		timer.Reset(time.Until(next))
 	}
 }
 
-// unit is one unit of work of the mode, timed from scheduled.
+// unit is one unit of work of the mode, timed from scheduled; it reports
+// its end to the tally.
 func (r *runner) unit(ctx context.Context, scheduled time.Time) {
 	key := r.cfg.Keys[rand.IntN(len(r.cfg.Keys))]
+	gw := r.cfg.BaseURLs[int(r.gw.Add(1)-1)%len(r.cfg.BaseURLs)]
+	var res result
+	l := labels{key: keyLabel(key), gateway: gw}
 	switch r.cfg.Mode {
 	case ModeCreate:
-		r.create(ctx, key, scheduled, r.ops[OpCreate])
+		body, model := r.body()
+		l.model = model
+		_, res = r.create(ctx, gw, key, body, scheduled, r.ops[OpCreate])
 	case ModeQuery:
 		t := r.tasks[rand.IntN(len(r.tasks))]
-		r.query(ctx, t.key, t.id, scheduled)
+		l.model, l.key, l.gateway = t.model, keyLabel(t.key), t.gateway
+		_, res = r.query(ctx, t.gateway, t.key, t.id, 0, scheduled)
 	case ModeLifecycle:
-		r.lifecycle(ctx, key, scheduled)
+		body, model := r.body()
+		l.model = model
+		res = r.lifecycle(ctx, gw, key, body, scheduled)
+	case ModeScenario:
+		res = r.scenarioUnit(ctx, gw, key, scheduled, &l)
 	}
+	if len(r.cfg.BaseURLs) == 1 {
+		l.gateway = ""
+	}
+	if len(r.cfg.Keys) == 1 {
+		l.key = ""
+	}
+	if len(r.cfg.Mix) == 1 {
+		l.model = ""
+	}
+	now := time.Now()
+	r.tally.end(now, now.Sub(scheduled), res.outcome, res.why, l)
 }
+
+// keyLabel names a key in a report without giving it away.
+func keyLabel(k string) string {
+	if len(k) <= 8 {
+		return k[:min(len(k), 4)] + "…"
+	}
+	return k[:8] + "…"
+}
+
+// result is how a unit or request ended: unitCompleted, unitFailed (why:
+// "status message") or unitUnfinished.
+type result struct{ outcome, why string }
+
+var completed = result{outcome: unitCompleted}
 
 type envelope struct {
 	Code int             `json:"code"`
@@ -496,23 +735,29 @@ type envelope struct {
 }
 
 type taskRecord struct {
-	Status  string   `json:"status"`
-	Results []string `json:"results"`
-	Error   *struct {
+	Status       string   `json:"status"`
+	Progress     int      `json:"progress"`
+	CreateTime   int64    `json:"create_time"`
+	CompleteTime int64    `json:"complete_time"`
+	Results      []string `json:"results"`
+	Error        *struct {
 		Code string `json:"code"`
 	} `json:"error"`
 }
 
-// do sends a request and returns the status text, the body, and an error
-// description for failures.
-func (r *runner) do(ctx context.Context, method, u, key string, body []byte) (int, []byte, string) {
+// do sends a request within timeout and returns the status code, the body,
+// and an error description for failures. interrupted is true when ctx ended
+// it (the run stopped), not the server or the timeout.
+func (r *runner) do(ctx context.Context, method, u, key string, body []byte, timeout time.Duration) (code int, b []byte, errType string, interrupted bool) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, method, u, rd)
 	if err != nil {
-		return 0, nil, err.Error()
+		return 0, nil, err.Error(), false
 	}
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
@@ -522,12 +767,12 @@ func (r *runner) do(ctx context.Context, method, u, key string, body []byte) (in
 	}
 	resp, err := r.client.Do(req)
 	if err != nil {
-		return 0, nil, describe(err)
+		return 0, nil, describe(err), ctx.Err() != nil
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	b, err = io.ReadAll(resp.Body)
 	if err != nil {
-		return resp.StatusCode, nil, describe(err)
+		return resp.StatusCode, nil, describe(err), ctx.Err() != nil
 	}
 	if resp.StatusCode/100 != 2 {
 		var env envelope
@@ -535,9 +780,9 @@ func (r *runner) do(ctx context.Context, method, u, key string, body []byte) (in
 		if json.Unmarshal(b, &env) == nil && env.Msg != "" {
 			msg = env.Msg
 		}
-		return resp.StatusCode, b, truncate(msg, 120)
+		return resp.StatusCode, b, truncate(msg, 120), false
 	}
-	return resp.StatusCode, b, ""
+	return resp.StatusCode, b, "", false
 }
 
 func describe(err error) string {
@@ -545,8 +790,11 @@ func describe(err error) string {
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return "request timed out or was cancelled"
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "request timed out"
+	}
+	if errors.Is(err, context.Canceled) {
+		return "request cancelled"
 	}
 	return truncate(err.Error(), 120)
 }
@@ -565,7 +813,8 @@ func statusText(code int) string {
 	return strconv.Itoa(code)
 }
 
-func (r *runner) body() []byte {
+// body is a create request of the mix, and its model.
+func (r *runner) body() ([]byte, string) {
 	pick := rand.IntN(r.weights)
 	e := r.cfg.Mix[0]
 	for _, m := range r.cfg.Mix {
@@ -587,14 +836,14 @@ func (r *runner) body() []byte {
 		input["aspect_ratio"] = e.AspectRatio
 	}
 	b, _ := json.Marshal(map[string]any{"model": e.Model, "task_type": "image", "input": input})
-	return b
+	return b, e.Model
 }
 
 // create sends one create; it returns the task id on success.
-func (r *runner) create(ctx context.Context, key string, scheduled time.Time, o *op) string {
-	code, b, errType := r.do(ctx, http.MethodPost, r.cfg.BaseURL+"/v1/task/create", key, r.body())
-	if ctx.Err() != nil && code == 0 {
-		return "" // the run ended mid-request: not a server error
+func (r *runner) create(ctx context.Context, gw, key string, body []byte, scheduled time.Time, o *op) (string, result) {
+	code, b, errType, interrupted := r.do(ctx, http.MethodPost, gw+"/v1/task/create", key, body, r.cfg.Timeout)
+	if interrupted {
+		return "", result{outcome: unitUnfinished} // the run ended mid-request: not a server error
 	}
 	var env envelope
 	var data struct {
@@ -606,15 +855,20 @@ func (r *runner) create(ctx context.Context, key string, scheduled time.Time, o 
 	}
 	o.record(time.Since(scheduled), statusText(code), ok, errType)
 	if !ok {
-		return ""
+		return "", result{unitFailed, errorKind(statusText(code), "create: "+errType)}
 	}
-	return data.TaskID
+	return data.TaskID, completed
 }
 
-func (r *runner) query(ctx context.Context, key, id string, scheduled time.Time) (taskRecord, bool) {
-	code, b, errType := r.do(ctx, http.MethodGet, r.cfg.BaseURL+"/v1/task/query?task_id="+url.QueryEscape(id), key, nil)
-	if ctx.Err() != nil && code == 0 {
-		return taskRecord{}, false
+// query asks for a task's record, holding for up to wait for a change.
+func (r *runner) query(ctx context.Context, gw, key, id string, wait time.Duration, scheduled time.Time) (taskRecord, result) {
+	u := gw + "/v1/task/query?task_id=" + url.QueryEscape(id)
+	if s := int(wait / time.Second); s > 0 {
+		u += "&wait=" + strconv.Itoa(s)
+	}
+	code, b, errType, interrupted := r.do(ctx, http.MethodGet, u, key, nil, r.cfg.Timeout+wait)
+	if interrupted {
+		return taskRecord{}, result{outcome: unitUnfinished}
 	}
 	var rec taskRecord
 	ok := errType == "" && json.Unmarshal(b, &rec) == nil && rec.Status != ""
@@ -622,7 +876,10 @@ func (r *runner) query(ctx context.Context, key, id string, scheduled time.Time)
 		errType = "2xx without a task record"
 	}
 	r.ops[OpQuery].record(time.Since(scheduled), statusText(code), ok, errType)
-	return rec, ok
+	if !ok {
+		return rec, result{unitFailed, errorKind(statusText(code), "query: "+errType)}
+	}
+	return rec, completed
 }
 
 func (r *runner) outcome(name string) {
@@ -630,44 +887,95 @@ func (r *runner) outcome(name string) {
 	v.(*atomic.Int64).Add(1)
 }
 
-func (r *runner) lifecycle(ctx context.Context, key string, scheduled time.Time) {
-	id := r.create(ctx, key, scheduled, r.ops[OpCreate])
+// lifecycle creates a task, follows it to its end and downloads its
+// results. The task's time is split into its queue wait (created to first
+// seen processing) and generation (then to seen completed), as the
+// client saw them: the record has no start time.
+func (r *runner) lifecycle(ctx context.Context, gw, key string, body []byte, scheduled time.Time) result {
+	id, res := r.create(ctx, gw, key, body, scheduled, r.ops[OpCreate])
 	if id == "" {
-		return
-	}
-	deadline := time.Now().Add(r.cfg.LifecycleTimeout)
-	for {
-		select {
-		case <-ctx.Done():
-			r.outcome("unfinished") // the run was interrupted
-			return
-		case <-time.After(r.cfg.PollInterval):
+		if res.outcome == unitUnfinished {
+			r.outcome("unfinished")
 		}
-		rec, ok := r.query(ctx, key, id, time.Now())
+		return res
+	}
+	created := time.Now()
+	deadline := created.Add(r.cfg.LifecycleTimeout)
+	wait := r.cfg.PollWait
+	pause := wait <= 0 // interval polling pauses before every query
+	var processing time.Time
+	lastStatus, lastProgress := "", -1
+	for {
+		if pause {
+			select {
+			case <-ctx.Done():
+				r.outcome("unfinished") // the run was interrupted
+				return result{outcome: unitUnfinished}
+			case <-time.After(r.cfg.PollInterval):
+			}
+		}
+		if w := time.Until(deadline); wait > 0 && w < wait {
+			wait = max(w.Truncate(time.Second), time.Second)
+		}
+		asked := time.Now()
+		rec, qres := r.query(ctx, gw, key, id, wait, asked)
+		if qres.outcome == unitUnfinished {
+			r.outcome("unfinished")
+			return qres
+		}
+		now := time.Now()
+		ok := qres.outcome == unitCompleted
+		if ok && rec.Status == "processing" && processing.IsZero() {
+			processing = now
+		}
 		switch {
 		case ok && rec.Status == "completed":
-			r.ops[OpCompletion].record(time.Since(scheduled), "completed", true, "")
-			r.outcome("completed")
+			r.ops[OpCompletion].record(now.Sub(scheduled), "completed", true, "")
+			if !processing.IsZero() {
+				r.ops[OpQueueWait].record(processing.Sub(created), "ok", true, "")
+				r.ops[OpGeneration].record(now.Sub(processing), "ok", true, "")
+			}
+			if rec.CreateTime > 0 && rec.CompleteTime >= rec.CreateTime {
+				r.ops[OpTaskTime].record(time.Duration(rec.CompleteTime-rec.CreateTime)*time.Millisecond, "ok", true, "")
+			}
 			for _, u := range rec.Results {
 				start := time.Now()
-				code, _, errType := r.do(ctx, http.MethodGet, u, "", nil)
+				code, _, errType, interrupted := r.do(ctx, http.MethodGet, u, "", nil, r.cfg.Timeout)
+				if interrupted {
+					r.outcome("unfinished")
+					return result{outcome: unitUnfinished}
+				}
 				r.ops[OpDownload].record(time.Since(start), statusText(code), errType == "", errType)
+				if errType != "" {
+					r.outcome("download_failed")
+					return result{unitFailed, errorKind(statusText(code), "download: "+errType)}
+				}
 			}
-			return
+			r.outcome("completed")
+			return completed
 		case ok && rec.Status == "failed":
 			codeName := "unknown"
 			if rec.Error != nil {
 				codeName = rec.Error.Code
 			}
-			r.ops[OpCompletion].record(time.Since(scheduled), "failed", false, "task failed: "+codeName)
+			r.ops[OpCompletion].record(now.Sub(scheduled), "failed", false, "task failed: "+codeName)
 			r.outcome("failed:" + codeName)
-			return
+			return result{unitFailed, "task failed: " + codeName}
+		case ok && rec.Status == "canceled":
+			r.ops[OpCompletion].record(now.Sub(scheduled), "canceled", false, "task canceled")
+			r.outcome("canceled")
+			return result{unitFailed, "task canceled"}
 		}
-		if time.Now().After(deadline) {
-			r.ops[OpCompletion].record(time.Since(scheduled), "timed_out", false, "task did not end in time")
+		if now.After(deadline) {
+			r.ops[OpCompletion].record(now.Sub(scheduled), "timed_out", false, "task did not end in time")
 			r.outcome("timed_out")
-			return
+			return result{unitFailed, "task did not end in time"}
 		}
+		// A long-poll answered at once with nothing new (an error, or a
+		// gateway that does not hold): pause before the next.
+		unchanged := rec.Status == lastStatus && rec.Progress == lastProgress
+		pause = wait <= 0 || !ok || (unchanged && now.Sub(asked) < wait/2)
+		lastStatus, lastProgress = rec.Status, rec.Progress
 	}
 }
 
@@ -680,10 +988,12 @@ func (r *runner) setup(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for n.Add(1) <= int64(r.cfg.QueryTasks) {
+			for i := n.Add(1); i <= int64(r.cfg.QueryTasks); i = n.Add(1) {
 				key := r.cfg.Keys[rand.IntN(len(r.cfg.Keys))]
-				if id := r.create(ctx, key, time.Now(), r.ops[OpSetup]); id != "" {
-					tasks <- owned{id, key}
+				gw := r.cfg.BaseURLs[int(i)%len(r.cfg.BaseURLs)]
+				body, model := r.body()
+				if id, _ := r.create(ctx, gw, key, body, time.Now(), r.ops[OpSetup]); id != "" {
+					tasks <- owned{id, key, model, gw}
 				}
 			}
 		}()
@@ -720,15 +1030,11 @@ func (r *runner) progress(ctx context.Context, start time.Time) (stop func()) {
 			case <-done:
 				fmt.Fprintln(r.cfg.Progress)
 				return
+			case <-ctx.Done():
 			case <-t.C:
 			}
 			var parts []string
-			names := make([]string, 0, len(r.ops))
-			for name := range r.ops {
-				names = append(names, name)
-			}
-			sort.Strings(names)
-			for _, name := range names {
+			for _, name := range sortedKeys(r.ops) {
 				o := r.ops[name]
 				ok, errs := o.okNow.Swap(0), o.errNow.Swap(0)
 				if ok+errs == 0 {
@@ -737,56 +1043,12 @@ func (r *runner) progress(ctx context.Context, start time.Time) (stop func()) {
 				parts = append(parts, fmt.Sprintf("%s %.0f/s err %d", name, float64(ok)/every.Seconds(), errs))
 			}
 			fmt.Fprintf(r.cfg.Progress, "\r[%5.1fs] %s | in flight %d   ", time.Since(start).Seconds(), strings.Join(parts, " | "), r.inflight.Load())
+			if ctx.Err() != nil {
+				<-done
+				fmt.Fprintln(r.cfg.Progress)
+				return
+			}
 		}
 	}()
 	return func() { close(done); <-finished }
-}
-
-// WriteText prints the report as a table.
-func (rep *Report) WriteText(w io.Writer) {
-	if rep.Arrivals > 0 && rep.Arrivals < rep.Elapsed {
-		fmt.Fprintf(w, "%s against %s, %s, %.1fs of arrivals, %.1fs in all (waiting for the tasks created)\n", rep.Mode, rep.URL, rep.Load,
-			time.Duration(rep.Arrivals).Seconds(), time.Duration(rep.Elapsed).Seconds())
-	} else {
-		fmt.Fprintf(w, "%s against %s, %s, %.1fs\n", rep.Mode, rep.URL, rep.Load, time.Duration(rep.Elapsed).Seconds())
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "op\tcount\tok\terrors\tok/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\t")
-	for _, name := range []string{OpSetup, OpCreate, OpQuery, OpCompletion, OpDownload} {
-		o, ok := rep.Ops[name]
-		if !ok {
-			continue
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", name, o.Count, o.OK, o.Errors, o.Throughput, o.Latency.P50, o.Latency.P90, o.Latency.P99, o.Latency.Max)
-	}
-	_ = tw.Flush()
-	for _, name := range []string{OpSetup, OpCreate, OpQuery, OpCompletion, OpDownload} {
-		o, ok := rep.Ops[name]
-		if !ok {
-			continue
-		}
-		fmt.Fprintf(w, "%s status: %s\n", name, counts(o.Status))
-		if len(o.ErrorTypes) > 0 {
-			fmt.Fprintf(w, "%s errors: %s\n", name, counts(o.ErrorTypes))
-		}
-	}
-	if len(rep.TaskOutcome) > 0 {
-		fmt.Fprintf(w, "task outcomes: %s\n", counts(rep.TaskOutcome))
-	}
-	if rep.Dropped > 0 {
-		fmt.Fprintf(w, "dropped (over --max-inflight): %d\n", rep.Dropped)
-	}
-}
-
-func counts(m map[string]int64) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return m[keys[i]] > m[keys[j]] || m[keys[i]] == m[keys[j]] && keys[i] < keys[j] })
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
-	}
-	return strings.Join(parts, " ")
 }
