@@ -179,15 +179,15 @@ func TestRejects(t *testing.T) {
 		t.Fatalf("the good input: %v", err)
 	}
 	for name, b := range map[string][]byte{
-		"garbage":       {0xff, 0xff, 0xff},
-		"no size":       with(func(p *jobv1.ImageInput) { p.ImageSize = "" }),
-		"no ratio":      with(func(p *jobv1.ImageInput) { p.AspectRatio = "" }),
-		"unknown ratio": with(func(p *jobv1.ImageInput) { p.AspectRatio = "7:3" }),
+		"garbage":        {0xff, 0xff, 0xff},
+		"no size":        with(func(p *jobv1.ImageInput) { p.ImageSize = "" }),
+		"no ratio":       with(func(p *jobv1.ImageInput) { p.AspectRatio = "" }),
+		"unknown ratio":  with(func(p *jobv1.ImageInput) { p.AspectRatio = "7:3" }),
 		"unknown format": with(func(p *jobv1.ImageInput) { p.OutputFormat = "gif" }),
 		"quality 101":    with(func(p *jobv1.ImageInput) { p.OutputFormat, p.OutputQuality = "jpeg", 101 }),
 		"5 images":       with(func(p *jobv1.ImageInput) { p.NumImages = 5 }),
 		"-1 images":      with(func(p *jobv1.ImageInput) { p.NumImages = -1 }),
-		"empty":         nil,
+		"empty":          nil,
 	} {
 		if _, err := DecodeInput(b, stdModel); err == nil {
 			t.Errorf("input %s: decoded", name)
