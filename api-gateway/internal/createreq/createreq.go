@@ -55,6 +55,11 @@ type wireInput struct {
 	AspectRatio *string     `json:"aspect_ratio"`
 	ImageSize   *string     `json:"image_size"`
 	ImageURLs   *[]string   `json:"image_urls"`
+	// Numbers are read as json.Number: 2.5 or 1e400 is refused by name,
+	// not rounded.
+	OutputFormat  *string      `json:"output_format"`
+	OutputQuality *json.Number `json:"output_quality"`
+	NumImages     *json.Number `json:"num_images"`
 }
 
 func invalid(format string, args ...any) error {
@@ -142,16 +147,19 @@ func jsonError(err error) error {
 
 // fieldTypes names the JSON type of each known field, for type errors.
 var fieldTypes = map[string]string{
-	"model":              "a string",
-	"task_type":          "a string",
-	"input":              "an object",
-	"input.prompt":       "a string",
-	"input.aspect_ratio": "a string",
-	"input.image_size":   "a string",
-	"input.image_urls":   "an array of strings",
-	"callback_url":       "a string",
-	"callBackUrl":        "a string",
-	"callback_events":    "an array of strings",
+	"model":                "a string",
+	"task_type":            "a string",
+	"input":                "an object",
+	"input.prompt":         "a string",
+	"input.aspect_ratio":   "a string",
+	"input.image_size":     "a string",
+	"input.image_urls":     "an array of strings",
+	"input.output_format":  "a string",
+	"input.output_quality": "an integer",
+	"input.num_images":     "an integer",
+	"callback_url":         "a string",
+	"callBackUrl":          "a string",
+	"callback_events":      "an array of strings",
 }
 
 func (d *Decoder) validate(w *wire) (task.Input, error) {
@@ -222,12 +230,56 @@ func (d *Decoder) validate(w *wire) (task.Input, error) {
 		r.ImageURLs = urls
 	}
 
+	if err := output(in, &r); err != nil {
+		return r, err
+	}
+
 	cb, err := d.callback(w)
 	if err != nil {
 		return r, err
 	}
 	r.Callback = cb
 	return r, nil
+}
+
+// output validates what is made: output_format (default png),
+// output_quality (1 to 100, default task.DefaultQuality for a lossy
+// format) and num_images (1 to task.MaxImages, default 1).
+func output(in *wireInput, r *task.Input) error {
+	if in.OutputFormat != nil && *in.OutputFormat != "" {
+		if !slices.Contains(task.Formats, *in.OutputFormat) {
+			return invalid("input.output_format %q is not supported; use one of %s (lowercase)", clip(*in.OutputFormat), strings.Join(task.Formats, ", "))
+		}
+		r.OutputFormat = *in.OutputFormat
+	}
+	if in.OutputQuality != nil {
+		q, ok := integer(*in.OutputQuality)
+		if !ok || q < task.MinQuality || q > task.MaxQuality {
+			return invalid("input.output_quality must be an integer from %d to %d", task.MinQuality, task.MaxQuality)
+		}
+		// Only a lossy format's encoding takes a quality; webp results
+		// are lossless, png too.
+		if task.Lossy(r.OutputFormat) {
+			r.OutputQuality = q
+		}
+	}
+	if in.NumImages != nil {
+		n, ok := integer(*in.NumImages)
+		if !ok || n < 1 || n > task.MaxImages {
+			return invalid("input.num_images must be an integer from 1 to %d", task.MaxImages)
+		}
+		r.NumImages = n
+	}
+	return nil
+}
+
+// integer reads a JSON number that is a whole number of int's range.
+func integer(n json.Number) (int, bool) {
+	v, err := n.Int64()
+	if err != nil || v < -1<<31 || v > 1<<31-1 {
+		return 0, false
+	}
+	return int(v), true
 }
 
 // callback validates the webhook fields: callback_url (or callBackUrl),
