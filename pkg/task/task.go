@@ -168,6 +168,10 @@ const (
 	MaxImages      = 4
 )
 
+// NoteImagesNotMade is the note of the ledger's refund of the images a
+// completed task was asked for and could not make.
+const NoteImagesNotMade = "images_not_made"
+
 // FormatMIME returns the media type of an output format ("" if f is none).
 func FormatMIME(f string) string {
 	switch f {
