@@ -42,7 +42,7 @@ run:
 # blob-store contract in pkg/blob and the S3 flow in e2e run on a private
 # MinIO, built once from the Go module proxy and cached: several minutes the
 # first time); then the end-to-end flows again on a 3-master Redis Cluster.
-CLUSTER_E2E := TestConsoleKeysOnEveryGateway|TestUpstreamPoolFailover|TestUpstreamBreakerSharedByWorkers|TestFairShareEndToEnd|TestEndToEnd|TestFailedTaskIsRefunded|TestEaselctl|TestConcurrentCreatesNeverOverdraw|TestRecoveryQueuesAndExpires|TestCancelEndToEnd|TestWaitStreamListEndToEnd
+CLUSTER_E2E := TestConsoleKeysOnEveryGateway|TestOutputsEndToEnd|TestUpstreamPoolFailover|TestUpstreamBreakerSharedByWorkers|TestFairShareEndToEnd|TestEndToEnd|TestFailedTaskIsRefunded|TestEaselctl|TestConcurrentCreatesNeverOverdraw|TestRecoveryQueuesAndExpires|TestCancelEndToEnd|TestWaitStreamListEndToEnd
 test:
 	@echo "==> MinIO for the S3 tests"
 	$(GO) run ./tools/testkit/cmd/minio-install

@@ -51,12 +51,26 @@ type taskRecord struct {
 	Status       string   `json:"status"`
 	Progress     int      `json:"progress"`
 	CreateTime   int64    `json:"create_time"`
+	StartTime    int64    `json:"start_time"`
 	CompleteTime int64    `json:"complete_time"`
 	Results      []string `json:"results"`
 	Error        *struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	} `json:"error"`
+	Price int64        `json:"price"`
+	Input *recordInput `json:"input"`
+}
+
+// recordInput is the input a task record shows.
+type recordInput struct {
+	Prompt        string   `json:"prompt"`
+	AspectRatio   string   `json:"aspect_ratio"`
+	ImageSize     string   `json:"image_size"`
+	ImageURLs     []string `json:"image_urls"`
+	OutputFormat  string   `json:"output_format"`
+	OutputQuality int      `json:"output_quality"`
+	NumImages     int      `json:"num_images"`
 }
 
 type envelope struct {
