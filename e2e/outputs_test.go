@@ -51,7 +51,7 @@ func TestOutputsEndToEnd(t *testing.T) {
 		{"pro 2K, webp, two images", createBody(pro, `{"prompt":"a tall tower","aspect_ratio":"9:16","image_size":"2K","output_format":"webp","num_images":2}`),
 			2 * 18, "webp", ".webp", 2,
 			recordInput{Prompt: "a tall tower", AspectRatio: "9:16", ImageSize: "2K", OutputFormat: "webp", NumImages: 2}},
-		{"an edit, by default png and one image", createBody(std, `{"prompt":"make it winter","image_urls":["` + src.URL + `/640x360.png"]}`),
+		{"an edit, by default png and one image", createBody(std, `{"prompt":"make it winter","image_urls":["`+src.URL+`/640x360.png"]}`),
 			4, "png", ".png", 1,
 			recordInput{Prompt: "make it winter", ImageURLs: []string{src.URL + "/640x360.png"}, OutputFormat: "png", NumImages: 1}},
 	}
