@@ -656,8 +656,8 @@ func TestContractCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	const id = "task_lumen_2170455969821192122696478843056611060"
-	record := `{"task_id":"` + id + `","task_type":"image","model":"lumen-2.5-flash-image","status":"processing","progress":40,"create_time":1795359098636,"complete_time":0,"results":[]}`
-	final := `{"task_id":"` + id + `","task_type":"image","model":"lumen-2.5-flash-image","status":"canceled","progress":40,"create_time":1795359098636,"complete_time":1795359099002,"results":[]}`
+	record := `{"task_id":"` + id + `","task_type":"image","model":"lumen-2.5-flash-image","status":"processing","progress":40,"create_time":1795359098636,"start_time":1795359098700,"price":4,"complete_time":0,"results":[]}`
+	final := `{"task_id":"` + id + `","task_type":"image","model":"lumen-2.5-flash-image","status":"canceled","progress":40,"create_time":1795359098636,"start_time":1795359098700,"price":4,"complete_time":1795359099002,"results":[]}`
 	var answer struct {
 		sync.Mutex
 		status int
