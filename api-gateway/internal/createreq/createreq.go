@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -51,15 +52,13 @@ type wire struct {
 }
 
 type wireInput struct {
-	Prompt      *promptText `json:"prompt"`
-	AspectRatio *string     `json:"aspect_ratio"`
-	ImageSize   *string     `json:"image_size"`
-	ImageURLs   *[]string   `json:"image_urls"`
-	// Numbers are read as json.Number: 2.5 or 1e400 is refused by name,
-	// not rounded.
+	Prompt        *promptText  `json:"prompt"`
+	AspectRatio   *string      `json:"aspect_ratio"`
+	ImageSize     *string      `json:"image_size"`
+	ImageURLs     *[]string    `json:"image_urls"`
 	OutputFormat  *string      `json:"output_format"`
-	OutputQuality *json.Number `json:"output_quality"`
-	NumImages     *json.Number `json:"num_images"`
+	OutputQuality *wholeNumber `json:"output_quality"`
+	NumImages     *wholeNumber `json:"num_images"`
 }
 
 func invalid(format string, args ...any) error {
@@ -273,10 +272,21 @@ func output(in *wireInput, r *task.Input) error {
 	return nil
 }
 
-// integer reads a JSON number that is a whole number of int's range.
-func integer(n json.Number) (int, bool) {
-	v, err := n.Int64()
-	if err != nil || v < -1<<31 || v > 1<<31-1 {
+// wholeNumber is a field's JSON value as sent, read as a whole number
+// when validated (integer): 2.5, 1e2, "2" or true is refused by the
+// field's name, never rounded or converted.
+type wholeNumber struct{ raw []byte }
+
+// UnmarshalJSON keeps the value for integer.
+func (w *wholeNumber) UnmarshalJSON(b []byte) error {
+	w.raw = append(w.raw[:0], b...)
+	return nil
+}
+
+// integer reads a JSON integer literal of int32's range.
+func integer(w wholeNumber) (int, bool) {
+	v, err := strconv.ParseInt(string(w.raw), 10, 32)
+	if err != nil {
 		return 0, false
 	}
 	return int(v), true

@@ -179,6 +179,8 @@ func TestDecodeInvalid(t *testing.T) {
 		{"num_images negative", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","num_images":-1}}`, "input.num_images must be an integer from 1 to 4"},
 		{"num_images fractional", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","num_images":1.5}}`, "input.num_images must be an integer from 1 to 4"},
 		{"num_images in an exponent form", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","num_images":3.0e0}}`, "input.num_images must be an integer from 1 to 4"},
+		{"num_images as a string", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","num_images":"2"}}`, "input.num_images must be an integer from 1 to 4"},
+		{"output_quality as a string", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","output_format":"jpeg","output_quality":"80"}}`, "input.output_quality must be an integer from 1 to 100"},
 		{"num_images wrong type", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","num_images":[2]}}`, "input.num_images must be an integer"},
 	}
 	d := newDecoder(t)
