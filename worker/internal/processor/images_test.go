@@ -181,19 +181,32 @@ func TestImagesNotMade(t *testing.T) {
 			return []imagegen.Image{{Data: []byte("\x89PNG" + string(rune('a'+req.Variant))), MIME: "image/png", Width: 1, Height: 1}}, nil
 		}
 	}
+	var good bytes.Buffer
+	if err := png.Encode(&good, image.NewGray(image.Rect(0, 0, 4, 4))); err != nil {
+		t.Fatal(err)
+	}
+	// The model's second image does not decode: it cannot be made a JPEG.
+	unreadable := genFunc(func(_ context.Context, req imagegen.Request, _ func(int)) ([]imagegen.Image, error) {
+		if req.Variant == 1 {
+			return []imagegen.Image{{Data: []byte("\x89PNG but not one"), MIME: "image/png", Width: 4, Height: 4}}, nil
+		}
+		return []imagegen.Image{{Data: good.Bytes(), MIME: "image/png", Width: 4, Height: 4}}, nil
+	})
 	for _, tt := range []struct {
 		name        string
 		gen         genFunc
+		format      string
 		wantStatus  task.Status
 		wantResults int
 		wantBalance int64
 	}{
-		{"one of two blocked", blocked(1), task.Completed, 1, startCredits - price/2},
-		{"both blocked", blocked(0, 1), task.Failed, 0, startCredits},
+		{"one of two blocked", blocked(1), "png", task.Completed, 1, startCredits - price/2},
+		{"both blocked", blocked(0, 1), "png", task.Failed, 0, startCredits},
+		{"one of two unreadable", unreadable, "jpeg", task.Completed, 1, startCredits - price/2},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t, tt.gen)
-			j := f.job(t, "task_lumen_two", std, func(in *task.Input) { in.NumImages = 2 })
+			j := f.job(t, "task_lumen_two", std, func(in *task.Input) { in.NumImages, in.OutputFormat = 2, tt.format })
 			if err := f.proc.Process(context.Background(), jobs.RefOf(j), Attempt{MaxRetry: 3}); err != nil {
 				t.Fatal(err)
 			}

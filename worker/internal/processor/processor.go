@@ -493,8 +493,14 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 		imgs, err := p.generate(ctx, req, func(pct int) {
 			progress(from+min(max(pct, 0), 99)*span/(100*n), false)
 		})
+		var img imagegen.Image
 		if err == nil && len(imgs) == 0 {
 			err = apperr.New(task.GenerationFailed, "the model returned no image")
+		}
+		if err == nil {
+			// One image a generation (a model that answers more than one
+			// gives the task no more than it asked), in the format asked.
+			img, err = Encode(imgs[0], in.OutputFormat, in.OutputQuality)
 		}
 		switch {
 		case err != nil && ctx.Err() != nil:
@@ -503,9 +509,7 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 			logging.From(ctx).Warn("an image of the task could not be made", zap.Int("image", i+1), zap.Int("of", n), zap.Error(err))
 			last = err
 		default:
-			// One image a generation: a model that answers more than
-			// one gives the task no more than it asked.
-			images = append(images, imgs[0])
+			images = append(images, img)
 		}
 		if i+1 < n {
 			progress(progressFetched+(i+1)*span/n, true)
@@ -520,10 +524,6 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 	start = p.Now()
 	results := make([]task.Result, 0, len(images))
 	for _, img := range images {
-		img, err := Encode(img, in.OutputFormat, in.OutputQuality)
-		if err != nil {
-			return nil, err
-		}
 		key, err := p.keep(ctx, img)
 		if err != nil {
 			return nil, apperr.Transient(err, apperr.Internal, "the result could not be stored")
