@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	cloud.google.com/go/auth v0.20.0
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
+	github.com/HugoSmits86/nativewebp v0.9.3
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/aws/aws-sdk-go-v2 v1.47.7
 	github.com/aws/aws-sdk-go-v2/config v1.33.15

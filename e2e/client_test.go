@@ -51,12 +51,26 @@ type taskRecord struct {
 	Status       string   `json:"status"`
 	Progress     int      `json:"progress"`
 	CreateTime   int64    `json:"create_time"`
+	StartTime    int64    `json:"start_time"`
 	CompleteTime int64    `json:"complete_time"`
 	Results      []string `json:"results"`
 	Error        *struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	} `json:"error"`
+	Price int64        `json:"price"`
+	Input *recordInput `json:"input"`
+}
+
+// recordInput is the input a task record shows.
+type recordInput struct {
+	Prompt        string   `json:"prompt"`
+	AspectRatio   string   `json:"aspect_ratio"`
+	ImageSize     string   `json:"image_size"`
+	ImageURLs     []string `json:"image_urls"`
+	OutputFormat  string   `json:"output_format"`
+	OutputQuality int      `json:"output_quality"`
+	NumImages     int      `json:"num_images"`
 }
 
 type envelope struct {
@@ -642,8 +656,8 @@ func TestContractCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	const id = "task_lumen_2170455969821192122696478843056611060"
-	record := `{"task_id":"` + id + `","task_type":"image","model":"lumen-2.5-flash-image","status":"processing","progress":40,"create_time":1795359098636,"complete_time":0,"results":[]}`
-	final := `{"task_id":"` + id + `","task_type":"image","model":"lumen-2.5-flash-image","status":"canceled","progress":40,"create_time":1795359098636,"complete_time":1795359099002,"results":[]}`
+	record := `{"task_id":"` + id + `","task_type":"image","model":"lumen-2.5-flash-image","status":"processing","progress":40,"create_time":1795359098636,"start_time":1795359098700,"price":4,"complete_time":0,"results":[]}`
+	final := `{"task_id":"` + id + `","task_type":"image","model":"lumen-2.5-flash-image","status":"canceled","progress":40,"create_time":1795359098636,"start_time":1795359098700,"price":4,"complete_time":1795359099002,"results":[]}`
 	var answer struct {
 		sync.Mutex
 		status int

@@ -191,13 +191,26 @@ func TestConsoleBrowser(t *testing.T) {
 			t.Errorf("task %s has no thumbnail in the gallery", id)
 		}
 	}
-	// A task's details: its JSON and its image.
+	// Each card shows its task's prompt, and its image is described by it.
+	for id, prompt := range map[string]string{ids[1]: "a lighthouse at dusk", ids[2]: "a red fox in snow"} {
+		card := `document.querySelector('#gallery li[data-task-id="` + id + `"]')`
+		if got := eval[string](t, b, `(`+card+`.querySelector('.card-prompt') || {}).textContent || ''`); got != prompt {
+			t.Errorf("task %s's card shows the prompt %q; want %q", id, got, prompt)
+		}
+		if alt := eval[string](t, b, card+`.querySelector('img').alt`); alt != prompt {
+			t.Errorf("task %s's thumbnail is described %q; want its prompt %q", id, alt, prompt)
+		}
+	}
+	// A task's details: its prompt, its JSON and its image.
 	b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(`#gallery li[data-task-id="`+ids[1]+`"] button`)), chromedp.WaitVisible(chromedp.ID("task-detail")))
 	waitFor(t, b, 20*time.Second, "the task's details with its image",
 		`document.getElementById('task-json').textContent.includes('"status": "completed"') &&
 		 [...document.querySelectorAll('#task-detail-images img')].some((i) => i.complete && i.naturalWidth > 0)`)
 	if j := eval[string](t, b, `document.getElementById('task-json').textContent`); !strings.Contains(j, ids[1]) {
 		t.Errorf("the task's JSON %q is not task %s's", j, ids[1])
+	}
+	if p := eval[string](t, b, `document.getElementById('task-detail-prompt').textContent`); p != "a lighthouse at dusk" {
+		t.Errorf("the task's details show the prompt %q; want %q", p, "a lighthouse at dusk")
 	}
 	painted(t, b)
 	b.screenshot(t, dir, "console-tasks.png")

@@ -25,6 +25,7 @@ import (
 //	"flaky ..."  429 on the first call, an image on the next
 //	"down ..."   500, always
 //	"slow ..."   an image, after 5 s
+//	"half ..."   an image on odd calls, refused by the safety filter on even ones
 //	anything else: a JPEG of the requested aspect ratio
 type fakeGemini struct {
 	t     *testing.T
@@ -68,7 +69,7 @@ func (f *fakeGemini) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(code, map[string]any{"error": map[string]any{"code": code, "status": status, "message": "upstream detail that must not reach users"}})
 	}
 	switch {
-	case strings.HasPrefix(prompt, "block"):
+	case strings.HasPrefix(prompt, "block"), strings.HasPrefix(prompt, "half") && n%2 == 0:
 		reply(200, map[string]any{"promptFeedback": map[string]any{"blockReason": "PROHIBITED_CONTENT"}})
 		return
 	case strings.HasPrefix(prompt, "flaky") && n == 1:
@@ -119,18 +120,24 @@ func TestGeminiGenerator(t *testing.T) {
 	c := newClient(t, s.base, key)
 	src := sourceServer(t)
 
+	// The provider answers JPEG: a PNG task (the default) has it encoded
+	// again, a JPEG one keeps it as it came.
 	tests := []struct {
 		name, model, input string
 		status             string
 		code               string
 		refunded           bool
+		format, ext        string
+		results            int
+		refund             int64 // credits, when refunded
 	}{
-		{"image", std, `{"prompt":"a fox","aspect_ratio":"16:9"}`, "completed", "", false},
-		{"pro edit", pro, `{"prompt":"edit it","image_size":"2K","image_urls":["` + src.URL + `/32x32.png"]}`, "completed", "", false},
-		{"safety block", std, `{"prompt":"block this"}`, "failed", "content_blocked", true},
-		{"429 then success", std, `{"prompt":"flaky once"}`, "completed", "", false},
-		{"500 forever", pro, `{"prompt":"down hard"}`, "failed", "upstream_unavailable", true},
-		{"past the deadline", std, `{"prompt":"slow as ever"}`, "failed", "timeout", true},
+		{"image", std, `{"prompt":"a fox","aspect_ratio":"16:9"}`, "completed", "", false, "png", ".png?", 1, 0},
+		{"pro edit, as JPEG", pro, `{"prompt":"edit it","image_size":"2K","image_urls":["` + src.URL + `/32x32.png"],"output_format":"jpeg"}`, "completed", "", false, "jpeg", ".jpg?", 1, 0},
+		{"safety block", std, `{"prompt":"block this"}`, "failed", "content_blocked", true, "", "", 0, 4},
+		{"429 then success", std, `{"prompt":"flaky once"}`, "completed", "", false, "png", ".png?", 1, 0},
+		{"500 forever", pro, `{"prompt":"down hard"}`, "failed", "upstream_unavailable", true, "", "", 0, 18},
+		{"past the deadline", std, `{"prompt":"slow as ever"}`, "failed", "timeout", true, "", "", 0, 4},
+		{"one image of two refused", std, `{"prompt":"half refused","num_images":2}`, "completed", "", true, "png", ".png?", 1, 4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -145,9 +152,12 @@ func TestGeminiGenerator(t *testing.T) {
 					t.Errorf("error %+v; want code %s and no upstream detail", rec.Error, tt.code)
 				}
 			} else {
+				if len(rec.Results) != tt.results {
+					t.Fatalf("%d results; want %d", len(rec.Results), tt.results)
+				}
 				cfg, format, _ := newClient(t, "", "").download(rec.Results[0])
-				if format != "jpeg" || !strings.Contains(rec.Results[0], ".jpg?") || cfg.Width == 0 {
-					t.Errorf("result %s is %s %dx%d; want the provider's JPEG", rec.Results[0], format, cfg.Width, cfg.Height)
+				if format != tt.format || !strings.Contains(rec.Results[0], tt.ext) || cfg.Width == 0 {
+					t.Errorf("result %s is %s %dx%d; want %s", rec.Results[0], format, cfg.Width, cfg.Height, tt.format)
 				}
 			}
 			entries, _ := s.accounts.Ledger(context.Background(), id, 1000)
@@ -155,6 +165,9 @@ func TestGeminiGenerator(t *testing.T) {
 			for _, e := range entries {
 				if e.Kind == account.Refund && e.TaskID == task {
 					refunds++
+					if e.Amount != tt.refund {
+						t.Errorf("refunded %d credits; want %d", e.Amount, tt.refund)
+					}
 				}
 			}
 			if want := map[bool]int{true: 1, false: 0}[tt.refunded]; refunds != want {

@@ -93,7 +93,7 @@ func (e *sweepEnv) create(t *testing.T, id string, until time.Time, cb task.Call
 	t.Helper()
 	now := time.Now()
 	j := jobs.GenerateImage{TaskID: id, AccountID: e.acct, CreateTime: now, Deadline: jobs.RunDeadline(until),
-		Input: task.Input{Model: catalog.Model{ID: "lumen-2.5-flash-image", Tier: catalog.Standard}, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}}
+		Input: task.Input{Model: catalog.Model{ID: "lumen-2.5-flash-image", Tier: catalog.Standard}, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}.WithDefaults()}
 	// The client's input, callback and all: the store keeps it without
 	// the callback (jobs.EncodeInput), which the record keeps apart.
 	sent := j.Input

@@ -105,6 +105,18 @@ var familyRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,31}$`)
 // in model ids and task ids.
 func ValidFamily(s string) bool { return familyRE.MatchString(s) }
 
+// TierOfID returns the tier of a model id of any family ("" if id is no
+// model's).
+func TierOfID(id string) Tier {
+	switch {
+	case strings.HasSuffix(id, "-"+standardSuffix):
+		return Standard
+	case strings.HasSuffix(id, "-"+proSuffix):
+		return Pro
+	}
+	return ""
+}
+
 // Catalog is the set of models for one family word.
 type Catalog struct {
 	family string

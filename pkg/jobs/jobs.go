@@ -126,6 +126,12 @@ func checkInput(in task.Input) error {
 		return fmt.Errorf("jobs: text-to-image without an aspect ratio")
 	case in.AspectRatio != "" && !catalog.ValidAspectRatio(in.AspectRatio):
 		return fmt.Errorf("jobs: aspect ratio %q", in.AspectRatio)
+	case task.FormatMIME(in.OutputFormat) == "":
+		return fmt.Errorf("jobs: output format %q", in.OutputFormat)
+	case in.OutputQuality != 0 && (in.OutputQuality < task.MinQuality || in.OutputQuality > task.MaxQuality):
+		return fmt.Errorf("jobs: output quality %d", in.OutputQuality)
+	case in.NumImages < 1 || in.NumImages > task.MaxImages:
+		return fmt.Errorf("jobs: %d images", in.NumImages)
 	}
 	return nil
 }
@@ -135,15 +141,33 @@ func checkInput(in task.Input) error {
 // model nor its callback is in it: the task record keeps them apart (the
 // model in the field its queries read), and each travels once.
 func EncodeInput(in task.Input) ([]byte, error) {
+	if in.OutputFormat == "" {
+		in.OutputFormat = task.FormatPNG
+	}
+	if in.NumImages == 0 {
+		in.NumImages = 1
+	}
 	if err := checkInput(in); err != nil {
 		return nil, err
 	}
-	b, err := proto.Marshal(&jobv1.ImageInput{
+	p := &jobv1.ImageInput{
 		Prompt:      in.Prompt,
 		AspectRatio: in.AspectRatio,
 		ImageSize:   in.ImageSize,
 		ImageUrls:   in.ImageURLs,
-	})
+	}
+	// What an input written before formats and counts reads as (PNG, one
+	// image) is left out: the common input costs no byte more.
+	if in.OutputFormat != task.FormatPNG {
+		p.OutputFormat = in.OutputFormat
+	}
+	if task.Lossy(in.OutputFormat) && in.OutputQuality != task.DefaultQuality {
+		p.OutputQuality = int32(in.OutputQuality)
+	}
+	if in.NumImages != 1 {
+		p.NumImages = int32(in.NumImages)
+	}
+	b, err := proto.Marshal(p)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: encode an input: %w", err)
 	}
@@ -155,21 +179,50 @@ func EncodeInput(in task.Input) ([]byte, error) {
 // on (QueueTier). An input an older gateway wrote, with the model inside,
 // reads the same: the model it holds is ignored.
 func DecodeInput(b []byte, model catalog.Model) (task.Input, error) {
-	var p jobv1.ImageInput
-	if err := proto.Unmarshal(b, &p); err != nil {
-		return task.Input{}, fmt.Errorf("jobs: decode an input: %w", err)
-	}
-	in := task.Input{
-		Model:       model,
-		Prompt:      p.GetPrompt(),
-		AspectRatio: p.GetAspectRatio(),
-		ImageSize:   p.GetImageSize(),
-		ImageURLs:   p.GetImageUrls(),
+	in, err := readInput(b, model)
+	if err != nil {
+		return task.Input{}, err
 	}
 	if err := checkInput(in); err != nil {
 		return task.Input{}, err
 	}
 	return in, nil
+}
+
+// readInput decodes an input (EncodeInput), its defaults applied to what
+// it leaves out.
+func readInput(b []byte, model catalog.Model) (task.Input, error) {
+	var p jobv1.ImageInput
+	if err := proto.Unmarshal(b, &p); err != nil {
+		return task.Input{}, fmt.Errorf("jobs: decode an input: %w", err)
+	}
+	in := task.Input{
+		Model:         model,
+		Prompt:        p.GetPrompt(),
+		AspectRatio:   p.GetAspectRatio(),
+		ImageSize:     p.GetImageSize(),
+		ImageURLs:     p.GetImageUrls(),
+		OutputFormat:  p.GetOutputFormat(),
+		OutputQuality: int(p.GetOutputQuality()),
+		NumImages:     int(p.GetNumImages()),
+	}
+	if in.OutputFormat == "" {
+		in.OutputFormat = task.FormatPNG
+	}
+	if in.OutputQuality == 0 && task.Lossy(in.OutputFormat) {
+		in.OutputQuality = task.DefaultQuality
+	}
+	if in.NumImages == 0 {
+		in.NumImages = 1
+	}
+	return in, nil
+}
+
+// ShownInput reads the input a task record keeps (EncodeInput) for the
+// task's record as its owner sees it: the model is the record's (modelID,
+// its tier from its id), and nothing is checked beyond the decoding.
+func ShownInput(b []byte, modelID string) (task.Input, error) {
+	return readInput(b, catalog.Model{ID: modelID, Tier: catalog.TierOfID(modelID)})
 }
 
 func (r Ref) check(run string) error {

@@ -23,11 +23,15 @@ var pro = catalog.Model{ID: "lumen-3-pro-image-preview", Tier: catalog.Pro}
 func TestRoundTrip(t *testing.T) {
 	tests := map[string]GenerateImage{
 		"edit with a ratio": {TaskID: "task_lumen_1", AccountID: "acct_x", CreateTime: time.UnixMilli(42), Deadline: time.UnixMilli(600_042),
-			Input: task.Input{Model: pro, Prompt: "p", AspectRatio: "16:9", ImageSize: "2K", ImageURLs: []string{"https://e.com/a.png"}}},
+			Input: task.Input{Model: pro, Prompt: "p", AspectRatio: "16:9", ImageSize: "2K", ImageURLs: []string{"https://e.com/a.png"}, OutputFormat: "png", NumImages: 1}},
 		"edit, ratio from the source": {TaskID: "task_lumen_2", AccountID: "acct_x", CreateTime: time.UnixMilli(43), Deadline: time.UnixMilli(600_043),
-			Input: task.Input{Model: pro, Prompt: "p", ImageSize: "1K", ImageURLs: []string{"https://e.com/a.png", "https://e.com/b.png"}}},
+			Input: task.Input{Model: pro, Prompt: "p", ImageSize: "1K", ImageURLs: []string{"https://e.com/a.png", "https://e.com/b.png"}, OutputFormat: "webp", NumImages: 4}},
 		"text-to-image": {TaskID: "task_lumen_3", AccountID: "acct_y", CreateTime: time.UnixMilli(44), Deadline: time.UnixMilli(600_044),
-			Input: task.Input{Model: catalog.Model{ID: "lumen-2.5-flash-image", Tier: catalog.Standard}, Prompt: "q", AspectRatio: "1:1", ImageSize: "1K"}},
+			Input: task.Input{Model: catalog.Model{ID: "lumen-2.5-flash-image", Tier: catalog.Standard}, Prompt: "q", AspectRatio: "1:1", ImageSize: "1K", OutputFormat: "png", NumImages: 1}},
+		"jpeg at its default quality": {TaskID: "task_lumen_4", AccountID: "acct_y", CreateTime: time.UnixMilli(45), Deadline: time.UnixMilli(600_045),
+			Input: task.Input{Model: pro, Prompt: "q", AspectRatio: "1:1", ImageSize: "1K", OutputFormat: "jpeg", OutputQuality: task.DefaultQuality, NumImages: 2}},
+		"jpeg at quality 1": {TaskID: "task_lumen_5", AccountID: "acct_y", CreateTime: time.UnixMilli(46), Deadline: time.UnixMilli(600_046),
+			Input: task.Input{Model: pro, Prompt: "q", AspectRatio: "1:1", ImageSize: "1K", OutputFormat: "jpeg", OutputQuality: 1, NumImages: 3}},
 	}
 	for name, j := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -175,11 +179,15 @@ func TestRejects(t *testing.T) {
 		t.Fatalf("the good input: %v", err)
 	}
 	for name, b := range map[string][]byte{
-		"garbage":       {0xff, 0xff, 0xff},
-		"no size":       with(func(p *jobv1.ImageInput) { p.ImageSize = "" }),
-		"no ratio":      with(func(p *jobv1.ImageInput) { p.AspectRatio = "" }),
-		"unknown ratio": with(func(p *jobv1.ImageInput) { p.AspectRatio = "7:3" }),
-		"empty":         nil,
+		"garbage":        {0xff, 0xff, 0xff},
+		"no size":        with(func(p *jobv1.ImageInput) { p.ImageSize = "" }),
+		"no ratio":       with(func(p *jobv1.ImageInput) { p.AspectRatio = "" }),
+		"unknown ratio":  with(func(p *jobv1.ImageInput) { p.AspectRatio = "7:3" }),
+		"unknown format": with(func(p *jobv1.ImageInput) { p.OutputFormat = "gif" }),
+		"quality 101":    with(func(p *jobv1.ImageInput) { p.OutputFormat, p.OutputQuality = "jpeg", 101 }),
+		"5 images":       with(func(p *jobv1.ImageInput) { p.NumImages = 5 }),
+		"-1 images":      with(func(p *jobv1.ImageInput) { p.NumImages = -1 }),
+		"empty":          nil,
 	} {
 		if _, err := DecodeInput(b, stdModel); err == nil {
 			t.Errorf("input %s: decoded", name)
@@ -204,7 +212,7 @@ func TestRejects(t *testing.T) {
 	older = protowire.AppendTag(older, 2, protowire.VarintType)
 	older = protowire.AppendVarint(older, 2)
 	older = append(older, enc(goodIn)...)
-	if in, err := DecodeInput(older, stdModel); err != nil || !reflect.DeepEqual(in, task.Input{Model: stdModel, AspectRatio: "1:1", ImageSize: "1K"}) {
+	if in, err := DecodeInput(older, stdModel); err != nil || !reflect.DeepEqual(in, task.Input{Model: stdModel, AspectRatio: "1:1", ImageSize: "1K", OutputFormat: "png", NumImages: 1}) {
 		t.Errorf("an older input read %+v, %v; want the record's model %+v with its own fields", in, err, stdModel)
 	}
 	// A job without a tier has no queue, nor one without a deadline a
@@ -253,7 +261,7 @@ func TestQueuesPerTier(t *testing.T) {
 
 func TestRuns(t *testing.T) {
 	j := GenerateImage{TaskID: "task_lumen_7", AccountID: "a", CreateTime: time.UnixMilli(1), Deadline: time.UnixMilli(2),
-		Input: task.Input{Model: pro, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}}
+		Input: task.Input{Model: pro, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}.WithDefaults()}
 	r := RefOf(j)
 	for n, want := range map[int]string{0: "task_lumen_7", 1: "task_lumen_7.r1", 2: "task_lumen_7.r2"} {
 		if got := RunID(j.TaskID, n); got != want {
@@ -302,5 +310,26 @@ func TestRunDeadline(t *testing.T) {
 		if _, err := NewGenerateImageTask(Ref{AccountID: "a", TaskID: "t", Queue: Queue(catalog.Standard), Deadline: RunDeadline(none)}, "t"); err == nil {
 			t.Errorf("built a run by the deadline of a task counted until %v", none)
 		}
+	}
+}
+
+// An input at the defaults of what came later (PNG, one image) is kept in
+// the bytes an input written before them took; what it shows is the same.
+func TestDefaultsCostNoBytes(t *testing.T) {
+	in := task.Input{Model: pro, Prompt: "a fox", AspectRatio: "1:1", ImageSize: "1K"}
+	b, err := EncodeInput(in.WithDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := proto.Marshal(&jobv1.ImageInput{Prompt: "a fox", AspectRatio: "1:1", ImageSize: "1K"})
+	if !bytes.Equal(b, before) {
+		t.Errorf("kept %x; want %x", b, before)
+	}
+	shown, err := ShownInput(b, pro.ID)
+	if err != nil || !reflect.DeepEqual(shown, in.WithDefaults()) {
+		t.Errorf("shown %+v, %v; want %+v", shown, err, in.WithDefaults())
+	}
+	if _, err := ShownInput([]byte{0xff}, pro.ID); err == nil {
+		t.Error("showed garbage")
 	}
 }

@@ -86,8 +86,13 @@ func booksOf(t *testing.T, s *stores, acct string) books {
 					t.Errorf("%s: %s and still holding %s", id, st, f)
 				}
 			}
-			if f := inputFields(m); len(f) != 0 {
-				t.Errorf("%s: %s and still holding its input %v", id, st, f)
+			// Its input stays, whole: the record shows it.
+			if n, err := strconv.Atoi(m[fTaskInPieces]); err == nil {
+				for i := 1; i < n; i++ {
+					if _, ok := m[fTaskInput+"+"+strconv.Itoa(i)]; !ok {
+						t.Errorf("%s: %s and its input lost piece %d of %d", id, st, i, n)
+					}
+				}
 			}
 		}
 		// No task keeps a job apart from its record.

@@ -291,8 +291,8 @@ func TestOnACluster(t *testing.T) {
 			if in, ok := inputOf(t, ps, id, "p3"); !ok || in != "job of p3" {
 				t.Errorf("%s: the input of p3 = %q (kept %v)", id, in, ok)
 			}
-			if in, ok := inputOf(t, ps, id, "p2"); ok {
-				t.Errorf("%s: the canceled p2 keeps its input %q", id, in)
+			if in, ok := inputOf(t, ps, id, "p2"); !ok || in != "job of p2" {
+				t.Errorf("%s: the canceled p2's input = %q (kept %v); want it kept for its record", id, in, ok)
 			}
 			checkWindow(t, ps, id)
 		}

@@ -20,7 +20,7 @@ const (
 	fTaskPrice    = "price"
 	fTaskRefunded = "refunded"
 	fTaskDeadline = "dl"      // until the task ends: when it counts no more and fails, Unix ms
-	fTaskInput    = "in"      // until the task ends: its input (jobs.EncodeInput), split over in, in+1, ...
+	fTaskInput    = "in"      // its input (jobs.EncodeInput), split over in, in+1, ...; shown while the record lives
 	fTaskInPieces = "inn"     // with it: over how many fields (none in a record an older create wrote)
 	fTaskAdmitted = "adm"     // 1 while the task holds one of its account's places
 	fTaskRun      = "run"     // the run (jobs.RunID) that owns the unfinished task

@@ -86,10 +86,10 @@ func TestCompactRecords(t *testing.T) {
 			if len(got.Results) != tt.results {
 				t.Errorf("%d results; want %d", len(got.Results), tt.results)
 			}
-			// The input is gone with the end; no field holds it, and no key
-			// apart from the record ever did.
-			if f := inputFields(s.rdb.HGetAll(ctx, key).Val()); len(f) != 0 {
-				t.Errorf("the input outlived the end: %v", f)
+			// The input outlives the end, whole, in the record (which
+			// shows it); no key apart from the record ever held it.
+			if in, _ := inputOf(t, s, "a", tk.ID); in != strings.Repeat("j", 500) {
+				t.Errorf("the ended record's input: %d bytes; want the 500 kept", len(in))
 			}
 			if n := s.rdb.Exists(ctx, separateJobKey("a", tk.ID)).Val(); n != 0 {
 				t.Error("a job key beside the record")
@@ -113,7 +113,9 @@ func checkListpack(t *testing.T, s *stores, key, when string) {
 }
 
 // A plain task's record, once completed, takes under 400 bytes of Redis
-// memory (MEMORY USAGE, every field counted): 24 hours of tasks must fit.
+// memory (MEMORY USAGE, every field counted) beside the input it shows,
+// which costs its length and at most 24 bytes a field: 24 hours of tasks
+// must fit.
 func TestRecordMemory(t *testing.T) {
 	now := time.Now()
 	s, _ := newStoreWith(t, Options{Now: func() time.Time { return now }})
@@ -135,18 +137,24 @@ func TestRecordMemory(t *testing.T) {
 	n, err := s.rdb.MemoryUsage(ctx, key, 0).Result()
 	must(t, err)
 	t.Logf("a task record: %d bytes pending, %d completed (%d fields): %v", pendingBytes, n, len(s.rdb.HGetAll(ctx, key).Val()), s.rdb.HGetAll(ctx, key).Val())
-	if n >= 400 {
-		t.Errorf("a completed task's record takes %d bytes; want under 400", n)
-	}
 	checkListpack(t, s, key, "completed")
+	in := inputFields(s.rdb.HGetAll(ctx, key).Val())
+	must(t, s.rdb.HDel(ctx, key, in...).Err())
+	rest := s.rdb.MemoryUsage(ctx, key, 0).Val()
+	if rest >= 400 {
+		t.Errorf("a completed task's record takes %d bytes beside its input; want under 400", rest)
+	}
+	if n-rest > int64(300+24*len(in)) {
+		t.Errorf("its 300-byte input in %d fields costs %d bytes; want at most %d", len(in), n-rest, 300+24*len(in))
+	}
 }
 
 // A task's input, however long, is read by its start in one command more
 // than a one-piece input's (an HMGET of its pieces, their number read with
-// the record's other fields) and removed by its end with no command more
-// (one HDEL with the rest of what only an unfinished task needs). A
-// record an older create wrote, without the number of pieces, still
-// starts with its input whole and ends with none of it left.
+// the record's other fields) and its end costs no command more (the input
+// stays: the record shows it). A record an older create wrote, without
+// the number of pieces, still starts with its input whole and ends with
+// it kept whole.
 func TestInputOneCommand(t *testing.T) {
 	s, _ := newStore(t)
 	input := func(n int) []byte {
@@ -182,8 +190,8 @@ func TestInputOneCommand(t *testing.T) {
 		c := cost{start: calls()}
 		mustOutcome(t, task.Applied)(s.tasks.Complete(ctx, "a", id, id, nil))
 		c.end = calls()
-		if f := inputFields(s.rdb.HGetAll(ctx, key).Val()); len(f) != 0 {
-			t.Errorf("%s: the input outlived the end: %v", id, f)
+		if got, _ := inputOf(t, s, "a", id); got != string(in) {
+			t.Errorf("%s: the ended record keeps %d bytes of input; want its %d whole", id, len(got), len(in))
 		}
 		return c
 	}

@@ -235,16 +235,16 @@ func TestQueueChecks(t *testing.T) {
 	if !sameEntries(got.Entries, want) {
 		t.Fatalf("Due = %+v; want the two waiting tasks' checks", got.Entries)
 	}
-	// An unfinished task keeps its input in its record (a started one for
-	// a run after a crash); an ended one no longer carries it. None keeps
-	// a job apart from its record.
+	// A task keeps its input in its record: an unfinished one (a started
+	// one for a run after a crash), and an ended one, whose record shows
+	// it. None keeps a job apart from its record.
 	for _, id := range []string{"waiting", "queued", "started"} {
 		if in, ok := inputOf(t, s, "a", id); !ok || in != "job of "+id {
 			t.Errorf("the input of %s = %q (kept %v)", id, in, ok)
 		}
 	}
-	if in, ok := inputOf(t, s, "a", "failed"); ok {
-		t.Errorf("the input of the failed task = %q; want none", in)
+	if in, ok := inputOf(t, s, "a", "failed"); !ok || in != "job of failed" {
+		t.Errorf("the input of the failed task = %q (kept %v)", in, ok)
 	}
 	for _, id := range []string{"waiting", "queued", "started", "failed"} {
 		if n := s.rdb.Exists(ctx, separateJobKey("a", id)).Val(); n != 0 {

@@ -64,6 +64,7 @@ func allowedLiterals() map[string]string {
 	add("a ledger kind", account.Debit, account.Refund, account.Credit)
 	add("an account status", string(account.Active), string(account.Disabled))
 	add("a failure code", string(task.WorkerCrashed))
+	add("a refund's note", task.NoteImagesNotMade)
 	add("the events channel", EventsChannel)
 	// The names the scripts make from a shard's prefix (keys.go's taskKey,
 	// accountKey, parkedKey; a task's input is in its record, so there is

@@ -12,6 +12,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/blob"
+	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/task"
 )
 
@@ -509,6 +510,14 @@ func decodeTask(accountID, taskID string, m map[string]string) (*task.Task, erro
 	if u := longField(m, fTaskCallback); u != "" {
 		t.Callback = task.Callback{URL: u, Events: strings.Split(m[fTaskEvents], ",")}
 	}
+	// The input, as its owner sees it. A record a create wrote before
+	// inputs were kept to the end has none once final; one that does not
+	// decode shows none rather than hiding the rest of the record.
+	if _, ok := m[fTaskInput]; ok {
+		if in, err := jobs.ShownInput([]byte(longField(m, fTaskInput)), t.Model); err == nil {
+			t.Input = &in
+		}
+	}
 	return t, nil
 }
 
@@ -671,6 +680,7 @@ type completeReply struct {
 	Code     int64         `lua:"code"`
 	Hooked   bool          `lua:"hooked"`
 	Left     string        `lua:"queue_left"`
+	Refunded int64         `lua:"refunded"`
 	Admitted []admittedRow `lua:"admitted"`
 }
 
@@ -685,6 +695,8 @@ type completeArgs struct {
 	Share     int    `lua:"share"`
 	CheckAt   int64  `lua:"check_at"`
 	Queues    string `lua:"queues"`
+	Asked     int    `lua:"asked"`
+	Keep      int64  `lua:"keep"`
 }
 
 // Complete marks the task run owns completed with its results, sets its
@@ -692,6 +704,14 @@ type completeArgs struct {
 // owns is Superseded and stays as it is. The record keeps each result's
 // blob key (its content type follows from the key).
 func (s *Tasks) Complete(ctx context.Context, accountID, taskID, run string, results []task.Result) (Change, error) {
+	return s.CompleteMade(ctx, accountID, taskID, run, results, len(results))
+}
+
+// CompleteMade completes a task asked for asked images with the results
+// it made: as Complete, and if it made fewer than asked (but some),
+// the price of the images it did not make is refunded in the same step
+// (Change.Refunded), once whatever the retries.
+func (s *Tasks) CompleteMade(ctx context.Context, accountID, taskID, run string, results []task.Result, asked int) (Change, error) {
 	keys := make([]string, len(results))
 	for i, r := range results {
 		if r.Key == "" || len(r.Key) > pieceLen || strings.ContainsAny(r.Key, "\n") {
@@ -700,16 +720,16 @@ func (s *Tasks) Complete(ctx context.Context, accountID, taskID, run string, res
 		keys[i] = r.Key
 	}
 	now := s.db.now()
-	ttl, _, hookAt, checkAt, share := s.endArgs(now)
+	ttl, keep, hookAt, checkAt, share := s.endArgs(now)
 	r, err := completeLua.run(ctx, s.db, keysOfTask(accountID, taskID), completeArgs{
 		Now: now.UnixMilli(), TTL: ttl, HookAt: hookAt, Results: strings.Join(keys, "\n"), AccountID: accountID,
-		TaskID: taskID, Run: run, Share: share, CheckAt: checkAt, Queues: s.db.queues(),
+		TaskID: taskID, Run: run, Share: share, CheckAt: checkAt, Queues: s.db.queues(), Asked: asked, Keep: keep,
 	})
 	if err != nil {
 		return Change{}, fmt.Errorf("store: complete %s: %w", taskID, err)
 	}
 	s.left(ctx, r.Left)
-	return Change{Outcome: task.Outcome(r.Code), At: now, Hooked: r.Hooked, Admitted: s.admitted(ctx, accountID, r.Admitted)}, nil
+	return Change{Outcome: task.Outcome(r.Code), At: now, Hooked: r.Hooked, Refunded: r.Refunded, Admitted: s.admitted(ctx, accountID, r.Admitted)}, nil
 }
 
 var failLua = durableScript[taskKeys, failArgs, failReply]("fail", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED"))

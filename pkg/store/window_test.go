@@ -383,8 +383,8 @@ func TestParkedTask(t *testing.T) {
 	if after, _ := balance(t, s, "a"); after != credits+std.Price {
 		t.Errorf("balance %d → %d; want the price back", credits, after)
 	}
-	if in, ok := inputOf(t, s, "a", "p"); ok {
-		t.Errorf("a canceled task keeps its input %q", in)
+	if in, ok := inputOf(t, s, "a", "p"); !ok || in != "job of p" {
+		t.Errorf("a canceled task's input = %q (kept %v); want it kept for its record", in, ok)
 	}
 	if n := s.rdb.Exists(ctx, separateJobKey("a", "p")).Val(); n != 0 {
 		t.Error("a canceled task keeps a job key")

@@ -76,6 +76,15 @@ type Input struct {
 	ImageSize string
 	// ImageURLs are the source images; present means editing.
 	ImageURLs []string
+	// OutputFormat is the result files' format: FormatPNG, FormatJPEG or
+	// FormatWebP.
+	OutputFormat string
+	// OutputQuality is the quality of a lossy format's encoding, 1 to 100
+	// (DefaultQuality when the client named none); it applies to JPEG.
+	OutputQuality int
+	// NumImages is how many images the task makes, 1 to MaxImages; each
+	// is priced.
+	NumImages int
 	// Callback, when its URL is set, is where the task's events are
 	// delivered (webhooks).
 	Callback Callback
@@ -141,8 +150,48 @@ func (in Input) Kind() string {
 	return KindTextToImage
 }
 
+// Output formats: the values of input.output_format.
+const (
+	FormatPNG  = "png"
+	FormatJPEG = "jpeg"
+	FormatWebP = "webp"
+)
+
+// Formats lists the output formats, the default first.
+var Formats = []string{FormatPNG, FormatJPEG, FormatWebP}
+
+// The bounds and defaults of input.output_quality and input.num_images.
+const (
+	MinQuality     = 1
+	MaxQuality     = 100
+	DefaultQuality = 90
+	MaxImages      = 4
+)
+
+// NoteImagesNotMade is the note of the ledger's refund of the images a
+// completed task was asked for and could not make.
+const NoteImagesNotMade = "images_not_made"
+
+// FormatMIME returns the media type of an output format ("" if f is none).
+func FormatMIME(f string) string {
+	switch f {
+	case FormatPNG:
+		return "image/png"
+	case FormatJPEG:
+		return "image/jpeg"
+	case FormatWebP:
+		return "image/webp"
+	}
+	return ""
+}
+
+// Lossy reports whether an output format's encoding takes a quality:
+// JPEG. (WebP results are lossless.)
+func Lossy(f string) bool { return f == FormatJPEG }
+
 // WithDefaults returns in with what the client left out filled in: image size
-// 1K, and aspect ratio 1:1 for text-to-image. An edit that names no ratio
+// 1K, aspect ratio 1:1 for text-to-image, PNG, quality DefaultQuality for a
+// lossy format, one image. An edit that names no ratio
 // keeps "": its ratio follows its first source image, known only once the
 // worker has fetched it (OutputAspectRatio). This and OutputAspectRatio are
 // the only places defaults are decided.
@@ -152,6 +201,15 @@ func (in Input) WithDefaults() Input {
 	}
 	if in.AspectRatio == "" && len(in.ImageURLs) == 0 {
 		in.AspectRatio = catalog.DefaultAspectRatio
+	}
+	if in.OutputFormat == "" {
+		in.OutputFormat = FormatPNG
+	}
+	if in.OutputQuality == 0 && Lossy(in.OutputFormat) {
+		in.OutputQuality = DefaultQuality
+	}
+	if in.NumImages == 0 {
+		in.NumImages = 1
 	}
 	return in
 }
@@ -201,11 +259,17 @@ type Task struct {
 	CompleteTime time.Time
 	Results      []Result
 	Failure      *Failure
-	// Price is what the task cost, in credits, debited at creation and
-	// refunded if the task fails.
+	// Price is what the task cost, in credits (its model's price per
+	// image × Input.NumImages), debited at creation and refunded if the
+	// task fails; a completed task's images not made are refunded.
 	Price int64
-	// Refunded is true once a failed task's price has been returned.
+	// Refunded is true once credits of the task have been given back: a
+	// failed task's price, or the price of the images a completed one
+	// could not make. Either happens once.
 	Refunded bool
+	// Input is what the task was asked, its defaults applied; nil when its
+	// record keeps none.
+	Input *Input
 	// Callback is where the task's webhooks go (none when its URL is "").
 	Callback Callback
 	// Queue and QueueSeq are the queue a pending task waits in and its

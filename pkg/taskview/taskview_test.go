@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/task"
 )
 
@@ -24,17 +25,26 @@ func TestRecord(t *testing.T) {
 		want string
 	}{
 		{"pending", func(t *task.Task) { t.Status = task.Pending },
-			`{"task_id":"task_lumen_1","task_type":"image","model":"lumen-2.5-flash-image","status":"pending","progress":0,"create_time":1795000000000,"complete_time":0,"results":[]}`},
+			`{"task_id":"task_lumen_1","task_type":"image","model":"lumen-2.5-flash-image","status":"pending","progress":0,"create_time":1795000000000,"start_time":0,"complete_time":0,"results":[],"price":0}`},
 		{"completed: results signed to expire 24 h after completion", func(t *task.Task) {
 			t.Status, t.Progress, t.CompleteTime = task.Completed, 100, ended
 			t.Results = []task.Result{{Key: "2026112214/ab.png"}}
-		}, `{"task_id":"task_lumen_1","task_type":"image","model":"lumen-2.5-flash-image","status":"completed","progress":100,"create_time":1795000000000,"complete_time":1795000003000,"results":["https://img.example.com/v1/files/2026112214/ab.png?expires=20261119T110643"]}`},
+		}, `{"task_id":"task_lumen_1","task_type":"image","model":"lumen-2.5-flash-image","status":"completed","progress":100,"create_time":1795000000000,"start_time":0,"complete_time":1795000003000,"results":["https://img.example.com/v1/files/2026112214/ab.png?expires=20261119T110643"],"price":0}`},
 		{"failed without a recorded failure", func(t *task.Task) { t.Status, t.CompleteTime, t.Progress = task.Failed, ended, 40 },
-			`{"task_id":"task_lumen_1","task_type":"image","model":"lumen-2.5-flash-image","status":"failed","progress":40,"create_time":1795000000000,"complete_time":1795000003000,"results":[],"error":{"code":"internal","message":"the task failed"}}`},
+			`{"task_id":"task_lumen_1","task_type":"image","model":"lumen-2.5-flash-image","status":"failed","progress":40,"create_time":1795000000000,"start_time":0,"complete_time":1795000003000,"results":[],"error":{"code":"internal","message":"the task failed"},"price":0}`},
 		{"canceled: no results, no error", func(t *task.Task) {
 			t.Status, t.CompleteTime = task.Canceled, ended
 			t.Results = []task.Result{{Key: "x.png"}}
-		}, `{"task_id":"task_lumen_1","task_type":"image","model":"lumen-2.5-flash-image","status":"canceled","progress":0,"create_time":1795000000000,"complete_time":1795000003000,"results":[]}`},
+		}, `{"task_id":"task_lumen_1","task_type":"image","model":"lumen-2.5-flash-image","status":"canceled","progress":0,"create_time":1795000000000,"start_time":0,"complete_time":1795000003000,"results":[],"price":0}`},
+		{"its input, price and start: a pro edit to jpeg", func(t *task.Task) {
+			t.Model, t.Status, t.Progress, t.Price, t.StartTime = "lumen-3-pro-image-preview", task.Processing, 40, 36, created.Add(1500*time.Millisecond)
+			t.Input = &task.Input{Model: catalog.Model{ID: t.Model, Tier: catalog.Pro}, Prompt: "a fox", ImageSize: "2K",
+				ImageURLs: []string{"https://e.com/a.png"}, OutputFormat: "jpeg", OutputQuality: 90, NumImages: 3}
+		}, `{"task_id":"task_lumen_1","task_type":"image","model":"lumen-3-pro-image-preview","status":"processing","progress":40,"create_time":1795000000000,"start_time":1795000001500,"complete_time":0,"results":[],"price":36,"input":{"prompt":"a fox","image_size":"2K","image_urls":["https://e.com/a.png"],"output_format":"jpeg","output_quality":90,"num_images":3}}`},
+		{"the standard model's input: no size, no quality for png", func(t *task.Task) {
+			t.Status, t.Price = task.Pending, 4
+			t.Input = &task.Input{Model: catalog.Model{ID: t.Model, Tier: catalog.Standard}, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K", OutputFormat: "png", NumImages: 1}
+		}, `{"task_id":"task_lumen_1","task_type":"image","model":"lumen-2.5-flash-image","status":"pending","progress":0,"create_time":1795000000000,"start_time":0,"complete_time":0,"results":[],"price":4,"input":{"prompt":"p","aspect_ratio":"1:1","output_format":"png","num_images":1}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tk := base

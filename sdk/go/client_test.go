@@ -130,9 +130,9 @@ func TestCreate(t *testing.T) {
 		{"minimal", CreateRequest{Model: ModelStandard, Prompt: "a cat"},
 			`{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"a cat"}}`},
 		{"everything", CreateRequest{Model: ModelPro, Prompt: "p", AspectRatio: "16:9", ImageSize: "2K",
-			ImageURLs: []string{"https://example.com/a.png"}, CallbackURL: "https://example.com/hook",
-			CallbackEvents: []string{EventCompleted, EventProgress}, IdempotencyKey: "order-17"},
-			`{"model":"lumen-3-pro-image-preview","task_type":"image","input":{"prompt":"p","aspect_ratio":"16:9","image_size":"2K","image_urls":["https://example.com/a.png"]},"callback_url":"https://example.com/hook","callback_events":["task.completed","task.progress"]}`},
+			ImageURLs: []string{"https://example.com/a.png"}, OutputFormat: FormatJPEG, OutputQuality: 75, NumImages: 3,
+			CallbackURL: "https://example.com/hook", CallbackEvents: []string{EventCompleted, EventProgress}, IdempotencyKey: "order-17"},
+			`{"model":"lumen-3-pro-image-preview","task_type":"image","input":{"prompt":"p","aspect_ratio":"16:9","image_size":"2K","image_urls":["https://example.com/a.png"],"output_format":"jpeg","output_quality":75,"num_images":3},"callback_url":"https://example.com/hook","callback_events":["task.completed","task.progress"]}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

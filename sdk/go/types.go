@@ -60,6 +60,15 @@ type CreateRequest struct {
 	ImageSize string
 	// ImageURLs makes the task an edit of 1 to 10 public http(s) images.
 	ImageURLs []string
+	// OutputFormat is the result files' format: FormatPNG (the default),
+	// FormatJPEG or FormatWebP (lossless).
+	OutputFormat string
+	// OutputQuality is the JPEG encoding's quality, 1 to 100 (0: the
+	// server's default, 90).
+	OutputQuality int
+	// NumImages is how many images the task makes, 1 to 4 (0: 1); the
+	// price is per image.
+	NumImages int
 	// CallbackURL receives the task's webhooks; CallbackEvents chooses
 	// them (default: completed, failed and canceled).
 	CallbackURL    string
@@ -80,21 +89,34 @@ type createBody struct {
 }
 
 type createInput struct {
-	Prompt      string   `json:"prompt"`
-	AspectRatio string   `json:"aspect_ratio,omitempty"`
-	ImageSize   string   `json:"image_size,omitempty"`
-	ImageURLs   []string `json:"image_urls,omitempty"`
+	Prompt        string   `json:"prompt"`
+	AspectRatio   string   `json:"aspect_ratio,omitempty"`
+	ImageSize     string   `json:"image_size,omitempty"`
+	ImageURLs     []string `json:"image_urls,omitempty"`
+	OutputFormat  string   `json:"output_format,omitempty"`
+	OutputQuality int      `json:"output_quality,omitempty"`
+	NumImages     int      `json:"num_images,omitempty"`
 }
+
+// Output formats, for CreateRequest.OutputFormat.
+const (
+	FormatPNG  = "png"
+	FormatJPEG = "jpeg"
+	FormatWebP = "webp"
+)
 
 func (r CreateRequest) body() createBody {
 	return createBody{
 		Model:    r.Model,
 		TaskType: "image",
 		Input: createInput{
-			Prompt:      r.Prompt,
-			AspectRatio: r.AspectRatio,
-			ImageSize:   r.ImageSize,
-			ImageURLs:   r.ImageURLs,
+			Prompt:        r.Prompt,
+			AspectRatio:   r.AspectRatio,
+			ImageSize:     r.ImageSize,
+			ImageURLs:     r.ImageURLs,
+			OutputFormat:  r.OutputFormat,
+			OutputQuality: r.OutputQuality,
+			NumImages:     r.NumImages,
 		},
 		CallbackURL:    r.CallbackURL,
 		CallbackEvents: r.CallbackEvents,
@@ -109,15 +131,24 @@ type Task struct {
 	Model    string `json:"model"`
 	Status   Status `json:"status"`
 	Progress int    `json:"progress"` // 0 to 100
-	// CreateTime and CompleteTime are Unix milliseconds; CompleteTime is 0
-	// until the task is final. See Created and Completed.
+	// CreateTime, StartTime and CompleteTime are Unix milliseconds;
+	// StartTime (when a worker began generating) is 0 until then,
+	// CompleteTime until the task is final. See Created, Started and
+	// Completed.
 	CreateTime   int64 `json:"create_time"`
+	StartTime    int64 `json:"start_time"`
 	CompleteTime int64 `json:"complete_time"`
-	// Results holds one signed URL per image of a completed task; download
+	// Results holds one signed URL per image a completed task made
+	// (Input.NumImages, or fewer: those not made were refunded); download
 	// them with Client.Download.
 	Results []string `json:"results"`
 	// Error is set on a failed task.
 	Error *TaskError `json:"error,omitempty"`
+	// Price is the credits charged at creation (per image × NumImages).
+	Price int64 `json:"price"`
+	// Input is what the task was asked, its defaults applied (nil from a
+	// server that does not show it).
+	Input *TaskInput `json:"input,omitempty"`
 	// QueuePosition (1: next) and EtaMs (estimated milliseconds until a
 	// worker starts it) are set only on a pending task's query, and EtaMs
 	// only while there is an estimate.
@@ -125,8 +156,30 @@ type Task struct {
 	EtaMs         *int64 `json:"eta_ms,omitempty"`
 }
 
+// TaskInput is a task's input as its record shows it.
+type TaskInput struct {
+	Prompt string `json:"prompt"`
+	// AspectRatio is empty for an edit that named none (its first source
+	// image's nearest ratio).
+	AspectRatio string   `json:"aspect_ratio,omitempty"`
+	ImageSize   string   `json:"image_size,omitempty"` // pro models only
+	ImageURLs   []string `json:"image_urls,omitempty"`
+	// OutputFormat is png, jpeg or webp; OutputQuality is set for jpeg.
+	OutputFormat  string `json:"output_format"`
+	OutputQuality int    `json:"output_quality,omitempty"`
+	NumImages     int    `json:"num_images"`
+}
+
 // Created is the task's creation time.
 func (t *Task) Created() time.Time { return time.UnixMilli(t.CreateTime) }
+
+// Started is when a worker began generating; zero before.
+func (t *Task) Started() time.Time {
+	if t.StartTime == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(t.StartTime)
+}
 
 // Completed is when the task became final; zero before.
 func (t *Task) Completed() time.Time {

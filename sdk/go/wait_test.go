@@ -66,7 +66,7 @@ var lifecycle = []string{
 	rec("processing", 10, ""),
 	rec("processing", 10, ""), // nothing changed
 	rec("processing", 60, ""),
-	`{"task_id":"task_lumen_1","task_type":"image","model":"lumen-2.5-flash-image","status":"completed","progress":100,"create_time":1,"complete_time":2,"results":["http://x/v1/files/a.png"]}`,
+	`{"task_id":"task_lumen_1","task_type":"image","model":"lumen-2.5-flash-image","status":"completed","progress":100,"create_time":1,"start_time":1,"complete_time":2,"results":["http://x/v1/files/a.png"],"price":8,"input":{"prompt":"x","aspect_ratio":"1:1","output_format":"jpeg","output_quality":90,"num_images":2}}`,
 }
 
 // updates describes what OnUpdate saw.

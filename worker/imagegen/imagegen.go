@@ -46,6 +46,10 @@ type Request struct {
 	// Sources are the images to edit, in image_urls order; empty for
 	// text-to-image.
 	Sources []Source
+	// Variant is which of the task's images this generation makes (0 for
+	// the first, up to its num_images - 1): a generator that paints the
+	// same request the same way makes each variant its own image.
+	Variant int
 }
 
 // ErrThrottled is in the chain of a generator's error when the upstream

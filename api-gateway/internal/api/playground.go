@@ -9,6 +9,7 @@ import (
 
 	"github.com/easelhq/easel/api-gateway/internal/web"
 	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/task"
 )
 
 // playgroundFiles are the playground page's files: plain HTML, CSS and
@@ -72,6 +73,10 @@ type PlaygroundForm struct {
 	AspectRatios []string
 	ImageSizes   []string
 	DefaultRatio string
+	// Formats are the output formats, the default first; Counts the
+	// numbers of images a task may make.
+	Formats []string
+	Counts  []int
 }
 
 // PlaygroundModel is a model as the form's select offers it.
@@ -85,7 +90,11 @@ type PlaygroundModel struct {
 // NewPlaygroundForm is the form for the models of cat (nil: none), its
 // element ids starting with prefix.
 func NewPlaygroundForm(cat *catalog.Catalog, prefix string) PlaygroundForm {
-	f := PlaygroundForm{Prefix: prefix, AspectRatios: catalog.AspectRatios, ImageSizes: catalog.ImageSizes, DefaultRatio: catalog.DefaultAspectRatio}
+	f := PlaygroundForm{Prefix: prefix, AspectRatios: catalog.AspectRatios, ImageSizes: catalog.ImageSizes, DefaultRatio: catalog.DefaultAspectRatio,
+		Formats: task.Formats}
+	for n := 1; n <= task.MaxImages; n++ {
+		f.Counts = append(f.Counts, n)
+	}
 	if cat != nil {
 		for _, m := range cat.Models() {
 			f.Models = append(f.Models, PlaygroundModel{ID: m.ID, Tier: m.Tier, ImageSize: m.SupportsImageSize()})

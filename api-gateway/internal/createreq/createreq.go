@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -51,10 +52,13 @@ type wire struct {
 }
 
 type wireInput struct {
-	Prompt      *promptText `json:"prompt"`
-	AspectRatio *string     `json:"aspect_ratio"`
-	ImageSize   *string     `json:"image_size"`
-	ImageURLs   *[]string   `json:"image_urls"`
+	Prompt        *promptText  `json:"prompt"`
+	AspectRatio   *string      `json:"aspect_ratio"`
+	ImageSize     *string      `json:"image_size"`
+	ImageURLs     *[]string    `json:"image_urls"`
+	OutputFormat  *string      `json:"output_format"`
+	OutputQuality *wholeNumber `json:"output_quality"`
+	NumImages     *wholeNumber `json:"num_images"`
 }
 
 func invalid(format string, args ...any) error {
@@ -142,16 +146,19 @@ func jsonError(err error) error {
 
 // fieldTypes names the JSON type of each known field, for type errors.
 var fieldTypes = map[string]string{
-	"model":              "a string",
-	"task_type":          "a string",
-	"input":              "an object",
-	"input.prompt":       "a string",
-	"input.aspect_ratio": "a string",
-	"input.image_size":   "a string",
-	"input.image_urls":   "an array of strings",
-	"callback_url":       "a string",
-	"callBackUrl":        "a string",
-	"callback_events":    "an array of strings",
+	"model":                "a string",
+	"task_type":            "a string",
+	"input":                "an object",
+	"input.prompt":         "a string",
+	"input.aspect_ratio":   "a string",
+	"input.image_size":     "a string",
+	"input.image_urls":     "an array of strings",
+	"input.output_format":  "a string",
+	"input.output_quality": "an integer",
+	"input.num_images":     "an integer",
+	"callback_url":         "a string",
+	"callBackUrl":          "a string",
+	"callback_events":      "an array of strings",
 }
 
 func (d *Decoder) validate(w *wire) (task.Input, error) {
@@ -222,12 +229,67 @@ func (d *Decoder) validate(w *wire) (task.Input, error) {
 		r.ImageURLs = urls
 	}
 
+	if err := output(in, &r); err != nil {
+		return r, err
+	}
+
 	cb, err := d.callback(w)
 	if err != nil {
 		return r, err
 	}
 	r.Callback = cb
 	return r, nil
+}
+
+// output validates what is made: output_format (default png),
+// output_quality (1 to 100, default task.DefaultQuality for a lossy
+// format) and num_images (1 to task.MaxImages, default 1).
+func output(in *wireInput, r *task.Input) error {
+	if in.OutputFormat != nil && *in.OutputFormat != "" {
+		if !slices.Contains(task.Formats, *in.OutputFormat) {
+			return invalid("input.output_format %q is not supported; use one of %s (lowercase)", clip(*in.OutputFormat), strings.Join(task.Formats, ", "))
+		}
+		r.OutputFormat = *in.OutputFormat
+	}
+	if in.OutputQuality != nil {
+		q, ok := integer(*in.OutputQuality)
+		if !ok || q < task.MinQuality || q > task.MaxQuality {
+			return invalid("input.output_quality must be an integer from %d to %d", task.MinQuality, task.MaxQuality)
+		}
+		// Only a lossy format's encoding takes a quality; webp results
+		// are lossless, png too.
+		if task.Lossy(r.OutputFormat) {
+			r.OutputQuality = q
+		}
+	}
+	if in.NumImages != nil {
+		n, ok := integer(*in.NumImages)
+		if !ok || n < 1 || n > task.MaxImages {
+			return invalid("input.num_images must be an integer from 1 to %d", task.MaxImages)
+		}
+		r.NumImages = n
+	}
+	return nil
+}
+
+// wholeNumber is a field's JSON value as sent, read as a whole number
+// when validated (integer): 2.5, 1e2, "2" or true is refused by the
+// field's name, never rounded or converted.
+type wholeNumber struct{ raw []byte }
+
+// UnmarshalJSON keeps the value for integer.
+func (w *wholeNumber) UnmarshalJSON(b []byte) error {
+	w.raw = append(w.raw[:0], b...)
+	return nil
+}
+
+// integer reads a JSON integer literal of int32's range.
+func integer(w wholeNumber) (int, bool) {
+	v, err := strconv.ParseInt(string(w.raw), 10, 32)
+	if err != nil {
+		return 0, false
+	}
+	return int(v), true
 }
 
 // callback validates the webhook fields: callback_url (or callBackUrl),

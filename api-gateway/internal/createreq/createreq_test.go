@@ -73,6 +73,39 @@ func TestDecodeValid(t *testing.T) {
 	}
 }
 
+// What is made: the format (png unless named), a lossy format's quality
+// (90 unless named; none for a lossless one) and how many images (1 unless
+// named).
+func TestDecodeOutput(t *testing.T) {
+	tests := []struct {
+		name        string
+		input       string
+		wantFormat  string
+		wantQuality int
+		wantImages  int
+	}{
+		{"defaults", `{"prompt":"p"}`, "png", 0, 1},
+		{"null fields are absent", `{"prompt":"p","output_format":null,"output_quality":null,"num_images":null}`, "png", 0, 1},
+		{"jpeg at its default quality", `{"prompt":"p","output_format":"jpeg"}`, "jpeg", 90, 1},
+		{"jpeg at quality 1", `{"prompt":"p","output_format":"jpeg","output_quality":1}`, "jpeg", 1, 1},
+		{"jpeg at quality 100, four images", `{"prompt":"p","output_format":"jpeg","output_quality":100,"num_images":4}`, "jpeg", 100, 4},
+		{"webp is lossless: a quality is ignored", `{"prompt":"p","output_format":"webp","output_quality":50,"num_images":2}`, "webp", 0, 2},
+		{"png takes no quality", `{"prompt":"p","output_format":"png","output_quality":70}`, "png", 0, 1},
+	}
+	d := newDecoder(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := d.Decode([]byte(`{"model":"` + std + `","task_type":"image","input":` + tt.input + `}`))
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if r.OutputFormat != tt.wantFormat || r.OutputQuality != tt.wantQuality || r.NumImages != tt.wantImages {
+				t.Errorf("got format %q quality %d images %d; want %q %d %d", r.OutputFormat, r.OutputQuality, r.NumImages, tt.wantFormat, tt.wantQuality, tt.wantImages)
+			}
+		})
+	}
+}
+
 func repeatURL(n int) string {
 	parts := make([]string, n)
 	for i := range parts {
@@ -132,6 +165,23 @@ func TestDecodeInvalid(t *testing.T) {
 		{"metadata literal", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","image_urls":["http://169.254.169.254/latest/meta-data/"]}}`, "input.image_urls[0] points to a link-local address"},
 		{"ipv6 loopback literal", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","image_urls":["http://[::1]/a.png"]}}`, "loopback"},
 		{"port not allowed", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","image_urls":["http://example.com:8080/a.png"]}}`, "port 8080"},
+		{"unknown output_format", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","output_format":"gif"}}`, `input.output_format "gif" is not supported; use one of png, jpeg, webp`},
+		{"output_format jpg", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","output_format":"jpg"}}`, `input.output_format "jpg" is not supported`},
+		{"uppercase output_format", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","output_format":"PNG"}}`, `input.output_format "PNG" is not supported`},
+		{"output_format wrong type", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","output_format":1}}`, "input.output_format must be a string"},
+		{"output_quality 0", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","output_format":"jpeg","output_quality":0}}`, "input.output_quality must be an integer from 1 to 100"},
+		{"output_quality 101", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","output_format":"jpeg","output_quality":101}}`, "input.output_quality must be an integer from 1 to 100"},
+		{"output_quality fractional", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","output_format":"jpeg","output_quality":80.5}}`, "input.output_quality must be an integer"},
+		{"output_quality huge", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","output_quality":1e400}}`, "input.output_quality must be an integer"},
+		{"output_quality wrong type", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","output_quality":true}}`, "input.output_quality must be an integer"},
+		{"num_images 0", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","num_images":0}}`, "input.num_images must be an integer from 1 to 4"},
+		{"num_images 5", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","num_images":5}}`, "input.num_images must be an integer from 1 to 4"},
+		{"num_images negative", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","num_images":-1}}`, "input.num_images must be an integer from 1 to 4"},
+		{"num_images fractional", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","num_images":1.5}}`, "input.num_images must be an integer from 1 to 4"},
+		{"num_images in an exponent form", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","num_images":3.0e0}}`, "input.num_images must be an integer from 1 to 4"},
+		{"num_images as a string", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","num_images":"2"}}`, "input.num_images must be an integer from 1 to 4"},
+		{"output_quality as a string", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","output_format":"jpeg","output_quality":"80"}}`, "input.output_quality must be an integer from 1 to 100"},
+		{"num_images wrong type", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","num_images":[2]}}`, "input.num_images must be an integer"},
 	}
 	d := newDecoder(t)
 	for _, tt := range tests {

@@ -24,6 +24,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"p"},"callBackUrl":"http://127.0.0.1/x","callback_events":[]}`))
 	f.Add([]byte(`{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"p"},"callback_url":"https://a.example/","callBackUrl":"https://b.example/","callback_events":["task.failed","task.failed"]}`))
 	f.Add([]byte(`{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"\ud83d\udc08 \u00e9"}}`))
+	f.Add([]byte(`{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"p","output_format":"jpeg","output_quality":75,"num_images":4}}`))
+	f.Add([]byte(`{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"p","output_format":"webp","output_quality":1e3,"num_images":0}}`))
+	f.Add([]byte(`{"model":"lumen-2.5-flash-image","task_type":"image","input":{"prompt":"p","output_format":"GIF","num_images":"2"}}`))
 	f.Add([]byte(`[]`))
 	f.Add([]byte(``))
 	d := newDecoder(f)
@@ -48,6 +51,12 @@ func FuzzDecode(f *testing.F) {
 		}
 		if !catalog.ValidImageSize(r.ImageSize) || (!r.Model.SupportsImageSize() && r.ImageSize != catalog.Size1K) {
 			t.Fatalf("accepted image size %q for %s", r.ImageSize, r.Model.ID)
+		}
+		if !slices.Contains(task.Formats, r.OutputFormat) || r.NumImages < 1 || r.NumImages > task.MaxImages {
+			t.Fatalf("accepted format %q, %d images", r.OutputFormat, r.NumImages)
+		}
+		if task.Lossy(r.OutputFormat) != (r.OutputQuality != 0) || r.OutputQuality != 0 && (r.OutputQuality < task.MinQuality || r.OutputQuality > task.MaxQuality) {
+			t.Fatalf("accepted quality %d for %s", r.OutputQuality, r.OutputFormat)
 		}
 		if len(r.ImageURLs) > MaxImageURLs {
 			t.Fatalf("accepted %d urls", len(r.ImageURLs))

@@ -98,6 +98,12 @@ func NewService(d Deps, cfg Config) *Service {
 	return &Service{Deps: d, cfg: cfg, stats: map[string]cachedStats{}}
 }
 
+// PriceOf is what a task of input in costs: its model's price at its
+// size for each image it makes (in has its defaults applied).
+func PriceOf(p Prices, in task.Input) int64 {
+	return p.Price(in.Model.Tier, in.ImageSize) * int64(max(in.NumImages, 1))
+}
+
 // Create records a pending task for an account (by: the caller, whose API
 // key, if any, is charged the price too, within its spend limit:
 // *apperr.SpendLimitError past it), charging its price, and
@@ -197,7 +203,7 @@ func (s *Service) Create(ctx context.Context, by task.Caller, in task.Input, ide
 // limits.
 func (s *Service) charge(by task.Caller, in task.Input, now time.Time) task.Charge {
 	return task.Charge{
-		Price:       s.Prices.Price(in.Model.Tier, in.ImageSize),
+		Price:       PriceOf(s.Prices, in),
 		Tier:        string(in.Model.Tier),
 		MaxInflight: s.cfg.MaxInflight,
 		// A task no worker ever finishes stops counting a little after its

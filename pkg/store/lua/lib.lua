@@ -239,17 +239,10 @@ local function get_input(key, first, n)
 end
 
 -- del_unfinished removes from a task's record what only an unfinished
--- task needs: its input, its deadline, the run that owns it, its crashes.
+-- task needs: its deadline, the run that owns it, its crashes. Its input
+-- stays: the record shows it (the task's "input") as long as it lives.
 local function del_unfinished(key)
-  local f = {'run', 'live', 'crashes', 'dl', 'in', 'inn'}
-  local n = tonumber(redis.call('HGET', key, 'inn'))
-  if n then
-    redis.call('HDEL', key, unpack(input_pieces(f, n)))
-    return
-  end
-  redis.call('HDEL', key, unpack(f))
-  local i = 1
-  while redis.call('HDEL', key, 'in' .. '+' .. i) == 1 do i = i + 1 end
+  redis.call('HDEL', key, 'run', 'live', 'crashes', 'dl')
 end
 
 -- wanted reports whether a callback (cb, its cbev: the task's fields of
@@ -283,22 +276,29 @@ end
 -- to the account, to what its API key has spent, and out of the usage of
 -- the day it was made (while that is kept). The keys of the account's
 -- slot it names are the account's ("a:<account>:" and spend or use:<day>,
--- as store/keys.go makes them).
-local function refund(K, now, keep, task_id, note)
+-- as store/keys.go makes them). With missing and asked (a completed
+-- task that made fewer images than it was asked), it gives back the
+-- price of the missing images alone, missing/asked of it, and the task
+-- stays in the day's count of tasks; once either refund is made no other
+-- is ('refunded').
+local function refund(K, now, keep, task_id, note, missing, asked)
+  missing, asked = missing or 1, asked or 1
   local v = redis.call('HMGET', K.task, 'price', 'refunded', 'key', 'model', 'ctime')
   local price = tonumber(v[1] or '0') or 0
-  if price <= 0 or v[2] == '1' or redis.call('EXISTS', K.account) == 0 then return 0 end
-  local bal = redis.call('HINCRBY', K.account, 'credits', price)
+  if price <= 0 or v[2] == '1' or missing <= 0 or asked <= 0 or redis.call('EXISTS', K.account) == 0 then return 0 end
+  local amount = math.floor(price * math.min(missing, asked) / asked)
+  if amount <= 0 then return 0 end
+  local bal = redis.call('HINCRBY', K.account, 'credits', int(amount))
   redis.call('HSET', K.task, 'refunded', 1)
-  ledger(K.ledger, now, keep, 'refund', price, bal, task_id, note)
+  ledger(K.ledger, now, keep, 'refund', amount, bal, task_id, note)
   local base = string.sub(K.account, 1, -5) -- "...:a:<account>:" of "...:a:<account>:acct"
-  if v[3] and v[3] ~= '' then redis.call('HINCRBY', base .. 'spend', v[3], int(-price)) end
+  if v[3] and v[3] ~= '' then redis.call('HINCRBY', base .. 'spend', v[3], int(-amount)) end
   local use = base .. 'use:' .. int(math.floor((tonumber(v[5] or '0') or 0) / 86400000))
   if v[4] and redis.call('HEXISTS', use, v[4] .. '|c') == 1 then
-    redis.call('HINCRBY', use, v[4] .. '|n', -1)
-    redis.call('HINCRBY', use, v[4] .. '|c', int(-price))
+    if amount == price then redis.call('HINCRBY', use, v[4] .. '|n', -1) end
+    redis.call('HINCRBY', use, v[4] .. '|c', int(-amount))
   end
-  return price
+  return amount
 end
 
 -- left takes the task off its queue's books: on one server (QUEUES) it
@@ -405,8 +405,8 @@ end
 
 -- ended moves a task to a final status: it stops counting as in flight,
 -- gives its place back, its due check goes, and it is kept ttl more. What
--- only an unfinished task needs (its input, the run that owns it, its
--- crashes) goes: a final record is the least it can be.
+-- only an unfinished task needs (the run that owns it, its crashes) goes:
+-- a final record keeps what it shows.
 -- Returns whether a webhook event went on the due work (1) and the queue
 -- it left ('' for none).
 local function ended(K, status, ev, now, ttl, hook_at, account_id, task_id)

@@ -205,6 +205,11 @@ func (g *Generator) paint(ctx context.Context, req imagegen.Request) (picture, e
 func identity(req imagegen.Request) [32]byte {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%dx%d\x00", req.Model.Tier, req.Prompt, req.AspectRatio, req.ImageSize, req.Size.Width, req.Size.Height)
+	if req.Variant > 0 {
+		// The first variant is the picture a request made before there
+		// were variants.
+		fmt.Fprintf(h, "variant %d\x00", req.Variant)
+	}
 	for _, s := range req.Sources {
 		sum := sha256.Sum256(s.Data)
 		h.Write(sum[:])

@@ -34,7 +34,9 @@ type Store interface {
 	Start(ctx context.Context, accountID, taskID, run string) (store.Started, error)
 	Release(ctx context.Context, accountID, taskID, run string) error
 	Progress(ctx context.Context, accountID, taskID, run string, pct int) (hook bool, err error)
-	Complete(ctx context.Context, accountID, taskID, run string, results []task.Result) (store.Change, error)
+	// CompleteMade completes a task asked for asked images with those it
+	// made, refunding the others.
+	CompleteMade(ctx context.Context, accountID, taskID, run string, results []task.Result, asked int) (store.Change, error)
 	Fail(ctx context.Context, accountID, taskID, run string, f task.Failure) (store.Change, error)
 	// Get reads a task back: whether a run stopped by its context was
 	// canceled by its owner.
@@ -221,6 +223,8 @@ type running struct {
 	at         Attempt
 	started    time.Time
 	pace       pacer
+	// asked is how many images the task was asked for.
+	asked int
 }
 
 // start starts the task for this run, and returns what it runs: nil when
@@ -276,6 +280,7 @@ func (p *Processor) start(ctx context.Context, ref jobs.Ref, at Attempt) (*runni
 		return nil, job, nil
 	}
 	job = jobs.GenerateImage{TaskID: id, AccountID: acct, Input: in, CreateTime: st.Created, Deadline: jobs.RunDeadline(st.Deadline)}
+	r.asked = max(in.NumImages, 1)
 	r.log.Debug("task processing", zap.String("model", r.model))
 	r.started = p.Now()
 	r.pace.at = r.started // the start wrote progress 0
@@ -311,7 +316,7 @@ func (r *running) progress(pct int, milestone bool) {
 func (r *running) finish(results []task.Result, err error) error {
 	p, ctx, log := r.p, r.ctx, r.log
 	if err == nil {
-		c, err := p.store.Complete(context.WithoutCancel(ctx), r.acct, r.id, r.run, results)
+		c, err := p.store.CompleteMade(context.WithoutCancel(ctx), r.acct, r.id, r.run, results, max(r.asked, len(results)))
 		if err != nil {
 			log.Error("could not mark the task completed", zap.Error(err))
 			r.handBack()
@@ -319,6 +324,10 @@ func (r *running) finish(results []task.Result, err error) error {
 		}
 		if c.Outcome == task.Applied {
 			p.Metrics.Finished(r.model, Completed, "")
+			if c.Refunded > 0 {
+				p.Metrics.Refunded(r.model, c.Refunded)
+				log.Warn("the task made fewer images than asked; the others were refunded", zap.Int("made", len(results)), zap.Int("asked", r.asked), zap.Int64("refunded", c.Refunded))
+			}
 			r.notifyEnd(c, task.EventCompleted)
 			r.admit(c)
 		}
@@ -468,16 +477,46 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 	req.Size = size
 	progress(progressFetched, true)
 
+	// One generation an image, each with its own retries, each its share
+	// of the progress. An image that cannot be made is left out (the
+	// store refunds it when the task completes); the task fails only if
+	// none is made, or the task itself ends (its deadline, a cancel, a
+	// shutdown).
+	n := max(in.NumImages, 1)
 	span := progressGenerated - progressFetched
 	start := p.Now()
-	images, err := p.generate(ctx, req, func(pct int) {
-		progress(progressFetched+min(max(pct, 0), 99)*span/100, false)
-	})
-	if err != nil {
-		return nil, err
+	images := make([]imagegen.Image, 0, n)
+	var last error
+	for i := range n {
+		req.Variant = i
+		from := progressFetched + i*span/n
+		imgs, err := p.generate(ctx, req, func(pct int) {
+			progress(from+min(max(pct, 0), 99)*span/(100*n), false)
+		})
+		var img imagegen.Image
+		if err == nil && len(imgs) == 0 {
+			err = apperr.New(task.GenerationFailed, "the model returned no image")
+		}
+		if err == nil {
+			// One image a generation (a model that answers more than one
+			// gives the task no more than it asked), in the format asked.
+			img, err = Encode(imgs[0], in.OutputFormat, in.OutputQuality)
+		}
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, err
+		case err != nil:
+			logging.From(ctx).Warn("an image of the task could not be made", zap.Int("image", i+1), zap.Int("of", n), zap.Error(err))
+			last = err
+		default:
+			images = append(images, img)
+		}
+		if i+1 < n {
+			progress(progressFetched+(i+1)*span/n, true)
+		}
 	}
 	if len(images) == 0 {
-		return nil, apperr.New(task.GenerationFailed, "the model returned no image")
+		return nil, last
 	}
 	p.Metrics.Stage(model.ID, StageGenerate, p.Now().Sub(start))
 	progress(progressGenerated, true)

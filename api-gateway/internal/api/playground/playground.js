@@ -146,6 +146,8 @@ window.EaselPlayground = (() => {
       sizeField: part('image-size-field'),
       size: part('image-size'),
       urls: part('image-urls'),
+      format: part('output-format'),
+      count: part('num-images'),
       submit: part('submit'),
       cancel: part('cancel'),
       task: part('task'),
@@ -191,6 +193,8 @@ window.EaselPlayground = (() => {
       const input = { prompt: els.prompt.value };
       if (els.ratio.value) input.aspect_ratio = els.ratio.value;
       if (takesImageSize()) input.image_size = els.size.value;
+      if (els.format && els.format.value && els.format.value !== 'png') input.output_format = els.format.value;
+      if (els.count && Number(els.count.value) > 1) input.num_images = Number(els.count.value);
       const urls = sourceURLs();
       if (urls.length > 0) input.image_urls = urls;
       return JSON.stringify({ model: els.model.value, task_type: 'image', input });

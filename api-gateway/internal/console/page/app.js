@@ -789,12 +789,19 @@
     return t.status === 'completed' && Array.isArray(t.results) && t.results.length ? safeURL(t.results[0]) : null;
   }
 
+  // promptOf is the prompt a task's record shows ('' for a record that
+  // shows no input).
+  function promptOf(t) {
+    return (t && t.input && typeof t.input.prompt === 'string') ? t.input.prompt : '';
+  }
+
   // taskCard is one task in the gallery: a button opening its details.
   function taskCard(t) {
     const src = firstResult(t);
+    const prompt = promptOf(t);
     const thumb = el('span', { class: 'thumb', dataset: { status: t.status } });
     if (src) {
-      const img = el('img', { alt: '', loading: 'lazy', decoding: 'async' });
+      const img = el('img', { alt: prompt, loading: 'lazy', decoding: 'async' });
       img.addEventListener('error', () => thumb.replaceChildren(el('span', { class: 'thumb-text' }, 'image unavailable')), { once: true });
       img.src = src;
       thumb.append(img);
@@ -802,9 +809,10 @@
       thumb.append(el('span', { class: 'thumb-text' },
         t.status === 'processing' ? `${Number(t.progress) || 0} %` : t.status));
     }
-    const btn = el('button', { type: 'button', class: 'card', 'aria-label': `${t.model}, ${t.status}, ${fmtTime(t.create_time)}` },
+    const btn = el('button', { type: 'button', class: 'card', 'aria-label': `${prompt ? `${prompt}, ` : ''}${t.model}, ${t.status}, ${fmtTime(t.create_time)}` },
       thumb,
       el('span', { class: 'card-meta' },
+        prompt ? el('span', { class: 'card-prompt', title: prompt }, prompt) : null,
         el('span', { class: 'card-model mono' }, t.model),
         el('span', { class: 'card-line' }, badge(t.status), el('span', { class: 'muted' }, fmtTime(t.create_time)))));
     if (state.detail && state.detail.id === t.task_id) btn.setAttribute('aria-current', 'true');
@@ -840,6 +848,9 @@
     const panel = $('task-detail');
     panel.hidden = false;
     $('task-detail-id').textContent = id;
+    $('task-detail-prompt').textContent = promptOf(rec);
+    $('task-detail-prompt').hidden = !promptOf(rec);
+    $('task-detail-facts').textContent = rec ? taskFacts(rec) : '';
     $('task-json').textContent = rec ? JSON.stringify(rec, null, 2) : 'Loading…';
     $('task-detail-images').replaceChildren();
     $('task-cancel').hidden = true;
@@ -865,13 +876,30 @@
     }
   }
 
+  // taskFacts is what a task was asked and what it cost, in words.
+  function taskFacts(t) {
+    const in_ = t.input || {};
+    const parts = [];
+    if (in_.num_images) parts.push(`${in_.num_images} image${in_.num_images > 1 ? 's' : ''}`);
+    if (in_.output_format) parts.push(in_.output_format + (in_.output_quality ? ` (quality ${in_.output_quality})` : ''));
+    if (in_.aspect_ratio) parts.push(in_.aspect_ratio);
+    if (in_.image_size) parts.push(in_.image_size);
+    if (Array.isArray(in_.image_urls) && in_.image_urls.length) parts.push(`editing ${in_.image_urls.length} image${in_.image_urls.length > 1 ? 's' : ''}`);
+    if (typeof t.price === 'number') parts.push(`${fmtNum(t.price)} credits`);
+    if (t.start_time && t.create_time) parts.push(`queued ${fmtNum(Math.max(0, t.start_time - t.create_time))} ms`);
+    return parts.join(' · ');
+  }
+
   function renderTaskDetail(t) {
+    $('task-detail-prompt').textContent = promptOf(t);
+    $('task-detail-prompt').hidden = !promptOf(t);
+    $('task-detail-facts').textContent = taskFacts(t);
     $('task-json').textContent = JSON.stringify(t, null, 2);
     $('task-cancel').hidden = !ACTIVE.has(t.status);
     const box = $('task-detail-images');
     const urls = t.status === 'completed' && Array.isArray(t.results) ? t.results : [];
     if (box.childElementCount === urls.length) return;
-    box.replaceChildren(...urls.map((u, i) => resultFigure(u, i, urls.length, `${t.model} result`)));
+    box.replaceChildren(...urls.map((u, i) => resultFigure(u, i, urls.length, promptOf(t) || `${t.model} result`)));
   }
 
   function resultFigure(u, i, n, what) {

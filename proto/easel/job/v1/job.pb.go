@@ -76,9 +76,9 @@ func (x *ImageRun) GetAccountId() string {
 }
 
 // ImageInput is what a client asked of an image task, its defaults
-// applied: kept with the task record while the task is unfinished. The
-// model is not in it: the record keeps it (its "model" field, which the
-// task's queries read), and the run's queue is its tier.
+// applied: kept with the task record, which shows it (the task's "input").
+// The model is not in it: the record keeps it (its "model" field, which
+// the task's queries read), and the run's queue is its tier.
 type ImageInput struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Prompt, trimmed of surrounding white space.
@@ -89,7 +89,15 @@ type ImageInput struct {
 	// "1K", "2K" or "4K"; always "1K" for the standard tier.
 	ImageSize string `protobuf:"bytes,5,opt,name=image_size,json=imageSize,proto3" json:"image_size,omitempty"`
 	// Source images; non-empty means the task is an edit.
-	ImageUrls     []string `protobuf:"bytes,6,rep,name=image_urls,json=imageUrls,proto3" json:"image_urls,omitempty"`
+	ImageUrls []string `protobuf:"bytes,6,rep,name=image_urls,json=imageUrls,proto3" json:"image_urls,omitempty"`
+	// The result files' format: "png", "jpeg" or "webp"; empty (an input
+	// written before formats were offered) means "png".
+	OutputFormat string `protobuf:"bytes,7,opt,name=output_format,json=outputFormat,proto3" json:"output_format,omitempty"`
+	// The quality of a lossy format's encoding, 1 to 100; 0 means the
+	// default.
+	OutputQuality int32 `protobuf:"varint,8,opt,name=output_quality,json=outputQuality,proto3" json:"output_quality,omitempty"`
+	// How many images to make, 1 to 4; 0 means 1.
+	NumImages     int32 `protobuf:"varint,9,opt,name=num_images,json=numImages,proto3" json:"num_images,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -150,6 +158,27 @@ func (x *ImageInput) GetImageUrls() []string {
 		return x.ImageUrls
 	}
 	return nil
+}
+
+func (x *ImageInput) GetOutputFormat() string {
+	if x != nil {
+		return x.OutputFormat
+	}
+	return ""
+}
+
+func (x *ImageInput) GetOutputQuality() int32 {
+	if x != nil {
+		return x.OutputQuality
+	}
+	return 0
+}
+
+func (x *ImageInput) GetNumImages() int32 {
+	if x != nil {
+		return x.NumImages
+	}
+	return 0
 }
 
 // DeliverWebhook is the payload of a "webhook:deliver" job: one event of a
@@ -236,7 +265,7 @@ const file_easel_job_v1_job_proto_rawDesc = "" +
 	"\x16easel/job/v1/job.proto\x12\feasel.job.v1\")\n" +
 	"\bImageRun\x12\x1d\n" +
 	"\n" +
-	"account_id\x18\x01 \x01(\tR\taccountId\"\x9e\x01\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\"\x89\x02\n" +
 	"\n" +
 	"ImageInput\x12\x16\n" +
 	"\x06prompt\x18\x03 \x01(\tR\x06prompt\x12!\n" +
@@ -244,7 +273,11 @@ const file_easel_job_v1_job_proto_rawDesc = "" +
 	"\n" +
 	"image_size\x18\x05 \x01(\tR\timageSize\x12\x1d\n" +
 	"\n" +
-	"image_urls\x18\x06 \x03(\tR\timageUrlsJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03R\x05modelR\x04tier\"p\n" +
+	"image_urls\x18\x06 \x03(\tR\timageUrls\x12#\n" +
+	"\routput_format\x18\a \x01(\tR\foutputFormat\x12%\n" +
+	"\x0eoutput_quality\x18\b \x01(\x05R\routputQuality\x12\x1d\n" +
+	"\n" +
+	"num_images\x18\t \x01(\x05R\tnumImagesJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03R\x05modelR\x04tier\"p\n" +
 	"\x0eDeliverWebhook\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x17\n" +

@@ -96,7 +96,21 @@ func (a *app) printTask(t *easel.Task) {
 	w := a.stdout
 	fmt.Fprintf(w, "%s  %s %d%%\n", t.ID, t.Status, t.Progress)
 	fmt.Fprintf(w, "  model      %s\n", t.Model)
+	if in := t.Input; in != nil {
+		fmt.Fprintf(w, "  prompt     %s\n", in.Prompt)
+		asked := fmt.Sprintf("%d %s", in.NumImages, in.OutputFormat)
+		if in.OutputQuality != 0 {
+			asked += fmt.Sprintf(" (quality %d)", in.OutputQuality)
+		}
+		fmt.Fprintf(w, "  images     %s\n", asked)
+	}
+	if t.Price != 0 {
+		fmt.Fprintf(w, "  price      %d credits\n", t.Price)
+	}
 	fmt.Fprintf(w, "  created    %s\n", t.Created().Local().Format(time.DateTime))
+	if !t.Started().IsZero() {
+		fmt.Fprintf(w, "  started    %s (queued %s)\n", t.Started().Local().Format(time.DateTime), t.Started().Sub(t.Created()).Round(time.Millisecond))
+	}
 	if !t.Completed().IsZero() {
 		fmt.Fprintf(w, "  ended      %s (%s)\n", t.Completed().Local().Format(time.DateTime), t.Completed().Sub(t.Created()).Round(time.Millisecond))
 	}

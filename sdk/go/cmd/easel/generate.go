@@ -19,6 +19,8 @@ import (
 func (a *app) generateCmd(g *globals) *cobra.Command {
 	var (
 		model, size, ratio, output string
+		format                     string
+		quality, count             int
 		images                     []string
 		timeout, waitOnCreate      time.Duration
 		noWait                     bool
@@ -31,9 +33,13 @@ while it waits for a worker, then a bar), downloads the image and prints where
 it wrote it. The bar is drawn only when stdout is a terminal.
 
 --image makes the task an edit of images given by URL (repeat it for up to 10).
+-n makes several images (up to 4, each priced): they are written as FILE-1,
+FILE-2... --format picks png (default), jpeg (--quality 1-100, default 90)
+or webp (lossless).
 The API takes images by URL only: a local file is refused.`,
 		Example: `  easel generate "a lighthouse at dusk" --model pro --size 2K --ratio 16:9 -o lighthouse.png
   easel generate "make it winter" --image https://example.com/photo.jpg -o winter.png
+  easel generate "a cat" -n 4 --format jpeg --quality 80 -o cat.jpg
   easel generate "a cat" --json
   easel generate "a cat" --wait-on-create 60s -o cat.png
   ID=$(easel generate "a cat" --no-wait) && easel task wait "$ID" -o cat.png`,
@@ -56,6 +62,10 @@ The API takes images by URL only: a local file is refused.`,
 				AspectRatio: ratio,
 				ImageSize:   strings.ToUpper(size),
 				ImageURLs:   images,
+				// Zero values are left out: the server's defaults.
+				OutputFormat:  strings.ToLower(format),
+				OutputQuality: quality,
+				NumImages:     count,
 			}
 			var taskID string
 			if waitOnCreate > 0 && !noWait {
@@ -86,6 +96,9 @@ The API takes images by URL only: a local file is refused.`,
 	f.StringVar(&size, "size", "", "1K, 2K or 4K (pro only; default 1K)")
 	f.StringVar(&ratio, "ratio", "", "aspect ratio: 1:1 2:3 3:2 3:4 4:3 4:5 5:4 9:16 16:9 21:9 (default 1:1, or the source image's)")
 	f.StringArrayVar(&images, "image", nil, "the http(s) URL of a source image to edit (repeatable)")
+	f.StringVar(&format, "format", "", "the images' format: png, jpeg or webp (default png)")
+	f.IntVar(&quality, "quality", 0, "jpeg quality, 1 to 100 (default 90)")
+	f.IntVarP(&count, "num-images", "n", 0, "how many images to make, 1 to 4 (default 1; each is priced)")
 	f.StringVarP(&output, "output", "o", "", "the file (or directory) to write the image to (default <task id>.png here)")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up waiting after this long (the task goes on)")
 	f.DurationVar(&waitOnCreate, "wait-on-create", 0, "have the server hold the create until the image is made, up to this long (at most 60s; Prefer: wait), before following the task")

@@ -88,7 +88,8 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.ids = append(f.ids, id)
 		f.fails[id] = body["input"].(map[string]any)["prompt"] == "fail"
 		f.recs[id] = map[string]any{"task_id": id, "task_type": "image", "model": body["model"], "status": "pending", "progress": 0,
-			"create_time": 1795359098636, "complete_time": 0, "results": []string{}, "queue_position": 1, "eta_ms": 2000}
+			"create_time": 1795359098636, "start_time": 0, "complete_time": 0, "results": []string{}, "queue_position": 1, "eta_ms": 2000,
+			"price": 4, "input": map[string]any{"prompt": body["input"].(map[string]any)["prompt"], "aspect_ratio": "1:1", "output_format": "png", "num_images": 1}}
 		_ = json.NewEncoder(w).Encode(map[string]any{"code": 200, "msg": "success", "data": map[string]string{"task_id": id}})
 	case "/v1/task/query":
 		rec, ok := f.recs[q.Get("task_id")]
@@ -103,7 +104,7 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			delete(rec, "eta_ms")
 			switch {
 			case rec["status"] == "pending":
-				rec["status"], rec["progress"] = "processing", 50
+				rec["status"], rec["progress"], rec["start_time"] = "processing", 50, 1795359099136
 			case f.fails[id]:
 				rec["status"], rec["complete_time"] = "failed", 1795359100975
 				rec["error"] = map[string]string{"code": "content_blocked", "message": "PROHIBITED_CONTENT"}
@@ -207,6 +208,10 @@ func TestGenerate(t *testing.T) {
 			`{"prompt":"x"}`, "lumen-2.5-flash-image", "{dir}/m.png", "wrote", ""},
 		{"an edit by URL", nil, []string{"generate", "make it winter", "--image", "https://example.com/a.jpg", "--image", "http://example.com/b.png", "-o", "{dir}/e.png"},
 			`{"image_urls":["https://example.com/a.jpg","http://example.com/b.png"],"prompt":"make it winter"}`, "lumen-2.5-flash-image", "{dir}/e.png", "wrote", ""},
+		{"jpeg at a quality", nil, []string{"generate", "x", "--format", "JPEG", "--quality", "80", "-o", "{dir}/q.png"},
+			`{"output_format":"jpeg","output_quality":80,"prompt":"x"}`, "lumen-2.5-flash-image", "{dir}/q.png", "wrote", ""},
+		{"webp, two images asked", nil, []string{"generate", "x", "--format", "webp", "-n", "2", "-o", "{dir}/w.png"},
+			`{"num_images":2,"output_format":"webp","prompt":"x"}`, "lumen-2.5-flash-image", "{dir}/w.png", "wrote", ""},
 		{"JSON for scripts", nil, []string{"generate", "x", "--json", "-o", "{dir}/j.png"},
 			`{"prompt":"x"}`, "lumen-2.5-flash-image", "{dir}/j.png", `"status": "completed"`, ""},
 		{"a failed task", nil, []string{"generate", "fail", "-o", "{dir}/f.png"},
@@ -353,7 +358,7 @@ func TestTaskCommands(t *testing.T) {
 		stdout []string // substrings
 		err    string
 	}{
-		{"get", []string{"task", "get", "task_lumen_1"}, []string{"task_lumen_1  completed 100%", "model      lumen-2.5-flash-image", "result     " + f.url + "/v1/files/"}, ""},
+		{"get", []string{"task", "get", "task_lumen_1"}, []string{"task_lumen_1  completed 100%", "model      lumen-2.5-flash-image", "prompt     one", "images     1 png", "price      4 credits", "queued 500ms", "result     " + f.url + "/v1/files/"}, ""},
 		{"get, JSON", []string{"task", "get", "task_lumen_1", "--json"}, []string{`"task_id": "task_lumen_1"`, `"progress": 100`}, ""},
 		{"get, unknown", []string{"task", "get", "task_lumen_9"}, nil, "404 Not Found: task task_lumen_9 not found"},
 		{"list", []string{"task", "list"}, []string{"TASK", "task_lumen_3  processing", "task_lumen_2  pending", "task_lumen_1  completed"}, ""},
