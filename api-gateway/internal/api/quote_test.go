@@ -37,6 +37,8 @@ func TestQuote(t *testing.T) {
 	}{
 		{"standard", key, "dry_run=true", okBody, 200, 4, 21, ""},
 		{"pro 2K, dry_run=1", key, "dry_run=1", pro2K, 200, 18, 21, ""},
+		{"three images, priced each", key, "dry_run=true", `{"model":"` + std + `","task_type":"image","input":{"prompt":"p","num_images":3}}`, 200, 12, 21, ""},
+		{"more images than the balance", key, "dry_run=true", `{"model":"` + pro + `","task_type":"image","input":{"prompt":"p","num_images":2}}`, 402, 0, 0, "this task costs 36 credits and the balance is 21"},
 		{"more than the balance", key, "dry_run=true", pro4K, 402, 0, 0, "this task costs 24 credits and the balance is 21"},
 		{"a model the account may not use", proOnly, "dry_run=true", okBody, 403, 0, 0, "this account may not use model " + std},
 		{"a model the key may not use", stdOnly, "dry_run=true", pro2K, 403, 0, 0, ""},
