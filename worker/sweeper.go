@@ -140,7 +140,7 @@ func (s *sweeper) takeOverOrphans(ctx context.Context) (takenOver, poisoned int)
 			}
 			if c.Outcome == task.Applied {
 				takenOver++
-				log.Warn("recovery: the worker running this task died; a new run takes it over", zap.String("new_run", run))
+				log.Warn("recovery: the run's lease ran out (its worker died, hung, or lost Redis); a new run takes it over", zap.String("new_run", run))
 			}
 		case task.Poisoned:
 			poisoned++
