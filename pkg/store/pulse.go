@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -49,10 +51,14 @@ const (
 	pulseStoppedValue = "stopped"
 )
 
-// NewPulse returns the liveness of the worker id (a process's own:
-// service.InstanceID).
-func NewPulse(db *DB, id string) *Pulse {
-	return &Pulse{db: db, id: id, every: PulseEvery, ttl: PulseTTL, now: time.Now}
+// NewPulse returns the liveness of a new worker process named name
+// (service.InstanceID). Its id is name and a random suffix: a process
+// restarted in a container has the host and pid of the one before, and
+// is a worker of its own.
+func NewPulse(db *DB, name string) *Pulse {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return &Pulse{db: db, id: name + ":" + hex.EncodeToString(b[:]), every: PulseEvery, ttl: PulseTTL, now: time.Now}
 }
 
 // ID is the worker's id.
