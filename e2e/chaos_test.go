@@ -38,7 +38,8 @@ import (
 // Then it waits for the recovery bound and checks: every task a client was
 // told about (200) exists and has ended; no task a client was told was not
 // created (503) exists: during the hang, every task made was answered 200
-// or 504 with its id; no task, told about or not, is stuck; every failed task was refunded exactly once and no completed one
+// or 504 with its id; no task, told about or not, is stuck; none failed
+// worker_crashed (no task's worker died twice); every failed task was refunded exactly once and no completed one
 // was; every task was charged exactly once; the balance is exact. It prints
 // the figures docs/security.md quotes.
 func TestChaos(t *testing.T) {
@@ -284,6 +285,12 @@ func TestChaos(t *testing.T) {
 				t.Errorf("failed task %s refunded %d times", id, refunds[id])
 			}
 		}
+	}
+	// One worker dies once (kill -9); the SIGTERM, the Redis kill and the
+	// hang kill none: no task's worker died twice, so none may fail
+	// worker_crashed.
+	if n := failed[string(task.WorkerCrashed)]; n != 0 {
+		t.Errorf("%d tasks failed %s, though no task's worker died twice", n, task.WorkerCrashed)
 	}
 	a, err := accounts.Get(context.Background(), acct.ID)
 	if err != nil {
