@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/easelhq/easel/pkg/account"
+	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/redisconn"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
@@ -21,7 +24,7 @@ import (
 // crashes, so the one death that follows is each task's first. The real
 // gateway and worker binaries, on a redis-server with AOF: 30 tasks of
 // 3 s on one worker of 10 slots, Redis stopped for 5 s while they run,
-// then the worker killed once as soon as it completes tasks again, and
+// then the worker killed once the runs the outage cut run again, and
 // restarted.
 func TestRedisOutageThenOneWorkerDeathFailsNoTask(t *testing.T) {
 	if testing.Short() {
@@ -113,10 +116,23 @@ func TestRedisOutageThenOneWorkerDeathFailsNoTask(t *testing.T) {
 	if err := rp.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	_, before := count()
-	waitUntil("the worker completes tasks again after the outage", 60*time.Second, func() bool {
-		p, n := count()
-		return n > before && p > 0
+	// The runs the outage cut go back to their queue (Asynq's retry set)
+	// and run again: the kill comes once they all run again, so that it
+	// cuts them a second time.
+	ins := asynq.NewInspectorFromRedisClient(rdb)
+	queued := func() (retry, active int) {
+		for _, q := range jobs.Queues() {
+			if qi, err := ins.GetQueueInfo(q); err == nil {
+				retry, active = retry+qi.Retry, active+qi.Active
+			}
+		}
+		return retry, active
+	}
+	sawRetry := false
+	waitUntil("the runs the outage cut run again", 60*time.Second, func() bool {
+		retry, active := queued()
+		sawRetry = sawRetry || retry > 0
+		return sawRetry && retry == 0 && active > 0
 	})
 	w.signal(t, syscall.SIGKILL)
 	w.restart(t, "EASEL_WORKER_HTTP_ADDR="+freeAddr(t))

@@ -382,6 +382,7 @@ func newPool(ctx context.Context, cfg Config, rdb redis.UniversalClient, meter *
 	if err := p.Load(ctx, pl, data); err != nil {
 		return nil, fmt.Errorf("EASEL_UPSTREAMS_FILE: %w", err)
 	}
+	p.LoadedFrom(ctx, cfg.UpstreamsFile)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
