@@ -82,19 +82,15 @@ func (l *createLoad) firstOKSent(t time.Time) time.Time {
 	return first
 }
 
-// slowestRefusal is the longest a create answered other than 200 took,
-// and what it was answered.
-func (l *createLoad) slowestRefusal() (time.Duration, int) {
+// slowest is the longest a create took to be answered, by status.
+func (l *createLoad) slowest() map[int]time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var d time.Duration
-	status := 0
+	out := map[int]time.Duration{}
 	for _, a := range l.answers {
-		if a.status != http.StatusOK && a.at.Sub(a.sent) > d {
-			d, status = a.at.Sub(a.sent), a.status
-		}
+		out[a.status] = max(out[a.status], a.at.Sub(a.sent))
 	}
-	return d, status
+	return out
 }
 
 func (l *createLoad) summary() string {
@@ -109,9 +105,12 @@ func (l *createLoad) summary() string {
 
 // Creates are answered 200 again within 2 s of Redis answering after a
 // hang (SIGSTOP, SIGCONT) and after a kill and a restart from its AOF,
-// and no create is refused slower than twice the documented request
-// budget (2 × EASEL_REDIS_TIMEOUT, 800 ms) while Redis is away: the real
-// gateway, with the load of 8 clients creating back to back.
+// and no create is refused slower than its documented time allows while
+// Redis is away (docs/api.md, "An unknown outcome"): a create cut short
+// mid-way is answered once its undo is confirmed or its window closes, at
+// most store.UndoWindow past the request's budget (2 × EASEL_REDIS_TIMEOUT,
+// 800 ms): 2.8 s, allowed half as much again on a loaded machine. The real
+// gateway, with the load of 64 clients creating back to back.
 func TestCreatesRecoverWhenRedisReturns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("faults on the real gateway")
@@ -156,7 +155,8 @@ func TestCreatesRecoverWhenRedisReturns(t *testing.T) {
 
 	const (
 		recoverWithin = 2 * time.Second
-		refuseWithin  = 2 * 800 * time.Millisecond
+		budget        = 800 * time.Millisecond
+		refuseWithin  = (budget + store.UndoWindow) * 3 / 2
 	)
 	// waitOK waits for a create sent after t to be answered 200, and
 	// returns how long after t it was.
@@ -199,7 +199,7 @@ func TestCreatesRecoverWhenRedisReturns(t *testing.T) {
 	}
 	for _, f := range faults {
 		t.Run(f.name, func(t *testing.T) {
-			load := startCreateLoad(base, key, 8)
+			load := startCreateLoad(base, key, 64)
 			defer load.close()
 			waitOK(load, time.Now(), "before the fault")
 			f.fault(t)
@@ -210,13 +210,15 @@ func TestCreatesRecoverWhenRedisReturns(t *testing.T) {
 			}
 			took := waitOK(load, back, "after the fault")
 			load.close()
-			slow, status := load.slowestRefusal()
-			t.Logf("first 200 %s after Redis answered; slowest refusal %s (%d); answers %s", took.Round(10*time.Millisecond), slow.Round(10*time.Millisecond), status, load.summary())
+			slow := load.slowest()
+			t.Logf("first 200 %s after Redis answered; slowest answers by status %v; answers %s", took.Round(10*time.Millisecond), slow, load.summary())
 			if took > recoverWithin {
 				t.Errorf("creates answered 200 again %s after Redis answered; want within %s", took, recoverWithin)
 			}
-			if slow > refuseWithin {
-				t.Errorf("a create was refused (%d) after %s; want every refusal within %s", status, slow, refuseWithin)
+			for status, d := range slow {
+				if status != http.StatusOK && d > refuseWithin {
+					t.Errorf("a create was refused (%d) after %s; want every refusal within %s", status, d, refuseWithin)
+				}
 			}
 		})
 	}
