@@ -428,7 +428,6 @@ func allTasks(t *testing.T, tasks *store.Tasks, acct string) map[string]*task.Ta
 	return out
 }
 
-
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
 		return v

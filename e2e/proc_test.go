@@ -83,4 +83,3 @@ func (p *proc) tail() string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return strings.Join(lines[max(0, len(lines)-20):], "\n")
 }
-
