@@ -87,7 +87,7 @@ type hookNotifier interface {
 
 // sweepStore is what the orphans' recovery needs of the task store.
 type sweepStore interface {
-	Takeover(ctx context.Context, accountID, taskID, orphan string, next func(crashes int) string) (store.Change, string, error)
+	Takeover(ctx context.Context, accountID, taskID, orphan string, next func(runs int) string) (store.Change, string, error)
 }
 
 // sweepQueue is what the orphans' recovery needs of the queues.

@@ -67,7 +67,7 @@ func (s *Tasks) dead(ctx context.Context, holder string) (string, error) {
 
 // outcomeHeld is a script's reply that a run's worker is to be judged
 // first (lib.lua's HELD): never a task.Outcome a caller sees.
-const outcomeHeld = 6
+var outcomeHeld = outcomeCodes["HELD"]
 
 // taskKeys are the keys a task's state changes touch, all in its
 // account's shard's slot, in the order of the scripts' headers.
@@ -1013,14 +1013,16 @@ type takeoverArgs struct {
 	Dead         string `lua:"dead"`
 }
 
-// Takeover gives a task whose run died (orphan: its worker stopped
+// Takeover gives a task whose run was orphaned (its worker stopped
 // extending its lease) to the next run, and reports which run owns the
-// task now. Applied: the new run (next(crashes), a jobs.RunID) owns it,
+// task now; it counts a crash only if the orphan's worker died holding the
+// task (WithPulse). Applied: the new run (next(runs), a jobs.RunID, named
+// after the takeovers so far) owns it,
 // and is to be queued. Superseded: a later run owns it already
 // (returned), and may need queueing again. AlreadyFinal and Missing:
 // nothing to run. Poisoned: the task had crashed its workers too often
 // and was failed (Change.Refunded, Change.Hooked, Change.Admitted).
-func (s *Tasks) Takeover(ctx context.Context, accountID, taskID, orphan string, next func(crashes int) string) (Change, string, error) {
+func (s *Tasks) Takeover(ctx context.Context, accountID, taskID, orphan string, next func(runs int) string) (Change, string, error) {
 	v, err := s.db.rdb.HMGet(ctx, taskKey(accountID, taskID), fTaskCrashes, fTaskRuns).Result()
 	if err != nil {
 		return Change{}, "", fmt.Errorf("store: takeover %s: %w", taskID, err)
