@@ -3,8 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -63,7 +65,7 @@ func TestRedisOutageThenOneWorkerDeathFailsNoTask(t *testing.T) {
 		"EASEL_REDIS_URL="+rp.URL,
 		"EASEL_BLOB_URL=file://"+filepath.Join(dir, "blobs"),
 		"EASEL_SIGNING_SECRET="+secret,
-		"EASEL_LOG_LEVEL=warn",
+		"EASEL_LOG_LEVEL=warn", // the recovery's takeovers are warnings
 		"EASEL_SIM_DELAY=3s",
 		"EASEL_WORKER_CONCURRENCY=10",
 		"EASEL_TASK_CHECK_INTERVAL=50ms",
@@ -117,9 +119,11 @@ func TestRedisOutageThenOneWorkerDeathFailsNoTask(t *testing.T) {
 	if err := rp.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	// The runs the outage cut go back to their queue (Asynq's retry set)
-	// and run again: the kill comes once they all run again, so that it
-	// cuts them a second time.
+	// The runs the outage cut run again: handed back to their queue
+	// (Asynq's retry set), or, their Asynq lease lapsed while Redis was
+	// away, taken over by a new run by the recovery (the worker logs it).
+	// The kill comes once they run again, so that it cuts them a second
+	// time.
 	ins := asynq.NewInspectorFromRedisClient(rdb)
 	queued := func() (retry, active int) {
 		for _, q := range jobs.Queues() {
@@ -129,11 +133,15 @@ func TestRedisOutageThenOneWorkerDeathFailsNoTask(t *testing.T) {
 		}
 		return retry, active
 	}
+	takenOver := func() bool {
+		b, _ := os.ReadFile(w.log.Name())
+		return strings.Contains(string(b), "a new run takes it over")
+	}
 	sawRetry := false
-	waitUntil("the runs the outage cut run again", 60*time.Second, func() bool {
+	waitUntil("the runs the outage cut run again", 90*time.Second, func() bool {
 		retry, active := queued()
 		sawRetry = sawRetry || retry > 0
-		return sawRetry && retry == 0 && active > 0
+		return (sawRetry || takenOver()) && retry == 0 && active > 0
 	})
 	w.signal(t, syscall.SIGKILL)
 	w.restart(t, "EASEL_WORKER_HTTP_ADDR="+freeAddr(t))
