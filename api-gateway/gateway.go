@@ -135,6 +135,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	}
 	// The workers' upstream pool, as they recorded it.
 	upstreams := func(ctx context.Context) ([]upstream.Status, error) { return upstream.Statuses(ctx, rdb) }
+	upstreamsFile := func(ctx context.Context) (*upstream.FileState, error) { return upstream.ReadFileState(ctx, rdb) }
 	signer := signedurl.New(secret, cfg.PublicURL)
 	edge := web.New(web.Config{
 		Log:     log,
@@ -170,11 +171,11 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		Pages:      pages,
 	})
 	if cfg.AdminToken != "" {
-		admin.Register(edge, admin.Deps{Token: cfg.AdminToken, Accounts: accounts, Secrets: hooks, Catalog: cat, Users: people, Upstreams: upstreams})
+		admin.Register(edge, admin.Deps{Token: cfg.AdminToken, Accounts: accounts, Secrets: hooks, Catalog: cat, Users: people, Upstreams: upstreams, UpstreamsFile: upstreamsFile})
 	}
 	if cfg.Console {
 		console.Register(edge, console.Deps{Users: people, Accounts: accounts, Directory: userStore, Secrets: hooks, Catalog: cat,
-			Tasks: public, Upstreams: upstreams, Pages: pages, UsageDays: store.UsageDays,
+			Tasks: public, Upstreams: upstreams, UpstreamsFile: upstreamsFile, Pages: pages, UsageDays: store.UsageDays,
 			SecureCookie: strings.HasPrefix(cfg.PublicURL, "https://"), Origins: []string{originOf(cfg.PublicURL)}, KeyCacheTTL: cfg.AuthCacheTTL})
 	}
 	handler := edge.Handler()

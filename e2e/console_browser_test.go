@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -320,6 +321,15 @@ func TestConsoleBrowser(t *testing.T) {
 	if r := rows[1]; r.Breaker != "closed" || !strings.Contains(r.Text, "throttled") || !strings.Contains(r.Text, "standard") {
 		t.Errorf("main's row %+v: want its breaker closed, cooling after a 429", r)
 	}
+	// The breaker in the workers' words (as easelctl upstream list says
+	// it), and the file's refused change above the table.
+	if r := rows[0]; !strings.Contains(r.Text, "open, probe due at ") {
+		t.Errorf("backup's row %+v: want its breaker's probe time", r)
+	}
+	if f := eval[string](t, b, `document.getElementById('upstreams-file').hidden ? '' : document.getElementById('upstreams-file').textContent`); !strings.Contains(f, "/etc/easel/upstreams.json") ||
+		!strings.Contains(f, `refused`) || !strings.Contains(f, `upstream "spare": provider is required`) {
+		t.Errorf("the upstreams file's state reads %q; want its path and the refused change with why", f)
+	}
 	if cooling := eval[string](t, b, `document.querySelector('#upstreams-table tr[data-upstream="main"] td[data-label="Cooling until"]').textContent`); cooling == "—" || cooling == "" {
 		t.Errorf("main's cooling until reads %q; want a time", cooling)
 	}
@@ -464,6 +474,14 @@ func publishPool(t *testing.T, s *stack) {
 		if _, _, err := br.Report(ctx, byName["backup"], upstream.Failure, fmt.Sprintf("upstream answered 503: the model is overloaded (try %d)", i+1)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The file loaded an hour ago; a change of it refused since.
+	loaded := time.Now().Add(-time.Hour)
+	if err := upstream.RecordLoaded(ctx, rdb, "/etc/easel/upstreams.json", loaded); err != nil {
+		t.Fatal(err)
+	}
+	if err := upstream.RecordRefused(ctx, rdb, "/etc/easel/upstreams.json", loaded.Add(30*time.Minute), errors.New(`upstream "spare": provider is required`)); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -87,7 +87,7 @@ type hookNotifier interface {
 
 // sweepStore is what the orphans' recovery needs of the task store.
 type sweepStore interface {
-	Takeover(ctx context.Context, accountID, taskID, orphan string, next func(crashes int) string) (store.Change, string, error)
+	Takeover(ctx context.Context, accountID, taskID, orphan string, next func(runs int) string) (store.Change, string, error)
 }
 
 // sweepQueue is what the orphans' recovery needs of the queues.
@@ -140,7 +140,7 @@ func (s *sweeper) takeOverOrphans(ctx context.Context) (takenOver, poisoned int)
 			}
 			if c.Outcome == task.Applied {
 				takenOver++
-				log.Warn("recovery: the worker running this task died; a new run takes it over", zap.String("new_run", run))
+				log.Warn("recovery: the run's lease ran out (its worker died, hung, or lost Redis); a new run takes it over", zap.String("new_run", run))
 			}
 		case task.Poisoned:
 			poisoned++

@@ -104,7 +104,11 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	// (which the gateway uses) costs the worker more in hand-offs to its
 	// flush goroutine than it saves (BENCHMARKS.md, "End-to-end drain").
 	db := store.NewDB(rdb, cfg.StoreOptions())
-	tasks, leases := store.NewTasks(db), store.NewLeases(db)
+	// The runs this worker starts name it, and its liveness key tells a
+	// run it never let go because it died from one cut short by Redis
+	// being away: only a death counts toward a task's crashes.
+	pulse := store.NewPulse(db, instance)
+	tasks, leases := store.NewTasks(db).WithPulse(pulse), store.NewLeases(db)
 	retry := processor.Retry{
 		MaxAttempts: cfg.RetryMaxAttempts,
 		MaxElapsed:  cfg.RetryMaxElapsed,
@@ -184,6 +188,14 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		_ = health.Close()
 		return err
 	}
+	// Alive before it takes a job, until it has stopped taking them.
+	pulseCtx, stopPulse := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPulse()
+	pulseDone := make(chan struct{})
+	go func() {
+		defer close(pulseDone)
+		pulse.Run(pulseCtx)
+	}()
 	if err := srv.Start(mux); err != nil {
 		_ = health.Close()
 		return fmt.Errorf("start asynq server: %w", err)
@@ -234,8 +246,15 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	shutdown(srv, hooksSrv) // waits for running jobs up to ShutdownTimeout
 	stopBackground()
 	backgroundDone.Wait()
+	stopPulse()
+	<-pulseDone
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	// Stopped, not dead: a run the shutdown ran out of time for is no
+	// crash when it runs again.
+	if err := pulse.Stop(shutdownCtx); err != nil {
+		log.Warn("could not record the worker's stop", zap.Error(err))
+	}
 	// The counts of tasks out of their queues a cluster's store holds to
 	// batch them (store.DB.FlushQueueCounts): written before it goes.
 	_ = db.FlushQueueCounts(shutdownCtx)
@@ -363,6 +382,7 @@ func newPool(ctx context.Context, cfg Config, rdb redis.UniversalClient, meter *
 	if err := p.Load(ctx, pl, data); err != nil {
 		return nil, fmt.Errorf("EASEL_UPSTREAMS_FILE: %w", err)
 	}
+	p.LoadedFrom(ctx, cfg.UpstreamsFile)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {

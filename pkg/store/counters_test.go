@@ -105,8 +105,10 @@ func TestCountersNeverDrift(t *testing.T) {
 		{"expire all in a batch", []op{startOp("p1", "p1", task.Applied), expireAll("p1", "p2", "k1", "k2", "p1")}},
 		{"busy start of a parked task", []op{startOp("k1", "k1", task.Busy), startOp("k2", "k2", task.Busy)}},
 		{"poisoned start", []op{startOp("p1", "p1", task.Applied), startOp("p1", "p1", task.Applied), startOp("p1", "p1", task.Poisoned)}},
-		{"poisoned takeover", []op{startOp("p1", "p1", task.Applied), takeover("p1", "p1", task.Applied), takeover("p1", "p1.r1", task.Poisoned)}},
-		{"poisoned takeover while pending", []op{takeover("p2", "p2", task.Applied), takeover("p2", "p2.r1", task.Poisoned)}},
+		{"poisoned takeover", []op{startOp("p1", "p1", task.Applied), takeover("p1", "p1", task.Applied),
+			startOp("p1", "p1.r1", task.Applied), takeover("p1", "p1.r1", task.Poisoned)}},
+		// A run that never started took no worker down with it.
+		{"takeovers while pending count no crash", []op{takeover("p2", "p2", task.Applied), takeover("p2", "p2.r1", task.Applied), takeover("p2", "p2.r2", task.Applied)}},
 		{"takeover, then the new run", []op{startOp("p1", "p1", task.Applied), takeover("p1", "p1", task.Applied),
 			startOp("p1", "p1.r1", task.Applied), complete("p1.r1x")}},
 		{"release and start again", []op{startOp("p1", "p1", task.Applied), release("p1", "p1"), startOp("p1", "p1", task.Applied), release("p1", "other")}},

@@ -24,8 +24,9 @@ const (
 	fTaskInPieces = "inn"     // with it: over how many fields (none in a record an older create wrote)
 	fTaskAdmitted = "adm"     // 1 while the task holds one of its account's places
 	fTaskRun      = "run"     // the run (jobs.RunID) that owns the unfinished task
-	fTaskLive     = "live"    // 1 while the owning run has not let go
+	fTaskLive     = "live"    // while the owning run has not let go: the worker that started it (Pulse's id; 1 from one that names none)
 	fTaskCrashes  = "crashes" // runs whose worker died holding the unfinished task
+	fTaskRuns     = "tkn"     // takeovers: the runs the unfinished task was given to after its first (names the next)
 	fTaskCallback = "cb"      // the webhook URL, if any
 	fTaskEvents   = "cbev"    // the webhook event types, comma separated
 	fTaskQueue    = "q"       // the queue a pending task waits in
@@ -36,7 +37,7 @@ const (
 
 var taskFields = []string{fTaskType, fTaskModel, fTaskStatus, fTaskProgress, fTaskCreated, fTaskStarted, fTaskEnded,
 	fTaskResult, fTaskErrCode, fTaskErrMsg, fTaskPrice, fTaskRefunded, fTaskDeadline, fTaskInput, fTaskInPieces, fTaskAdmitted, fTaskRun, fTaskLive,
-	fTaskCrashes, fTaskCallback, fTaskEvents, fTaskQueue, fTaskQueueSeq, fTaskVoid, fTaskKey}
+	fTaskCrashes, fTaskRuns, fTaskCallback, fTaskEvents, fTaskQueue, fTaskQueueSeq, fTaskVoid, fTaskKey}
 
 // A value longer than pieceLen is kept over several fields, field, field+1,
 // field+2... (lib.lua's hset_long), so that every field of a record fits

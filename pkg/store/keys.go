@@ -139,6 +139,9 @@ func probeKey(tag, instance string) string {
 	return prefix + "probe:{" + tag + "}:" + instance
 }
 
+// workerKey is the key of a worker process's liveness (Pulse).
+func workerKey(id string) string { return prefix + "worker:" + id }
+
 // lockKey is the key of a named lease.
 func lockKey(name string) string { return prefix + "lock:" + name }
 

@@ -84,6 +84,7 @@ func TestLedgerRetention(t *testing.T) {
 			mustOutcome(t, task.Applied)(start(s, "r", "t", "t"))
 			c, _, err := s.tasks.Takeover(ctx, "r", "t", "t", runName)
 			mustOutcome(t, task.Applied)(c, err)
+			mustOutcome(t, task.Applied)(start(s, "r", "t", "t.r1"))
 		}, func(t *testing.T, s *stores) int64 {
 			c, _, err := s.tasks.Takeover(ctx, "r", "t", "t.r1", runName)
 			return mustOutcome(t, task.Poisoned)(c, err).Refunded

@@ -77,6 +77,7 @@ func TestQueueBookkeeping(t *testing.T) {
 			mustOutcome(t, task.Applied)(start(s, "a", id, id))
 			c, _, err := s.tasks.Takeover(ctx, "a", id, id, runName)
 			mustOutcome(t, task.Applied)(c, err)
+			mustOutcome(t, task.Applied)(start(s, "a", id, "t.r1"))
 			c, _, err = s.tasks.Takeover(ctx, "a", id, "t.r1", runName)
 			mustOutcome(t, task.Poisoned)(c, err)
 		}, true, false, false},
@@ -104,15 +105,22 @@ func TestQueueBookkeeping(t *testing.T) {
 			mustOutcome(t, task.Applied)(s.tasks.Expire(ctx, "a", id))
 			mustOutcome(t, task.AlreadyFinal)(s.tasks.Expire(ctx, "a", id))
 		}, true, false, false},
-		{"a poisoned takeover while pending", func(t *testing.T, s *stores, id string) {
-			// The worker dies before it starts the task, twice.
-			c, run, err := s.tasks.Takeover(ctx, "a", id, id, runName)
-			mustOutcome(t, task.Applied)(c, err)
-			if tk, _ := s.tasks.Get(ctx, "a", id); tk.Status != task.Pending || tk.Queue != queue {
-				t.Fatalf("after a takeover: %+v; want it still pending in %s", tk, queue)
+		{"takeovers while pending, then a start", func(t *testing.T, s *stores, id string) {
+			// The worker dies before it starts the task, twice: no crash,
+			// for it never ran the task.
+			run := id
+			for range 2 {
+				c, next, err := s.tasks.Takeover(ctx, "a", id, run, runName)
+				mustOutcome(t, task.Applied)(c, err)
+				if tk, _ := s.tasks.Get(ctx, "a", id); tk.Status != task.Pending || tk.Queue != queue {
+					t.Fatalf("after a takeover: %+v; want it still pending in %s", tk, queue)
+				}
+				if next == run {
+					t.Fatalf("the takeover gave the task to its orphan %s again", run)
+				}
+				run = next
 			}
-			c, _, err = s.tasks.Takeover(ctx, "a", id, run, runName)
-			mustOutcome(t, task.Poisoned)(c, err)
+			mustOutcome(t, task.Applied)(start(s, "a", id, run))
 		}, true, false, false},
 		{"abort", func(t *testing.T, s *stores, id string) {
 			if ok, _, err := s.tasks.Abort(ctx, "a", id, ""); err != nil || !ok {
@@ -340,6 +348,7 @@ func TestChangesReportWhatTheyDid(t *testing.T) {
 			started(t, s)
 			c, _, err := s.tasks.Takeover(ctx, "a", "t", "t", next)
 			mustOutcome(t, task.Applied)(c, err)
+			mustOutcome(t, task.Applied)(start(s, "a", "t", "t.r1"))
 		}, func(s *stores) (Change, error) {
 			c, _, err := s.tasks.Takeover(ctx, "a", "t", "t.r1", next)
 			return c, err
@@ -348,6 +357,7 @@ func TestChangesReportWhatTheyDid(t *testing.T) {
 			started(t, s)
 			c, _, err := s.tasks.Takeover(ctx, "a", "t", "t", next)
 			mustOutcome(t, task.Applied)(c, err)
+			mustOutcome(t, task.Applied)(start(s, "a", "t", "t.r1"))
 		}, func(s *stores) (Change, error) {
 			c, _, err := s.tasks.Takeover(ctx, "a", "t", "t.r1", next)
 			return c, err

@@ -49,6 +49,8 @@ func durableScript[K, A, R any](name string, codes map[string]int64) script[K, A
 // values, by their names in lib.lua.
 var outcomeCodes = map[string]int64{
 	"APPLIED": 0, "FINAL": 1, "MISSING": 2, "SUPERSEDED": 3, "POISONED": 4, "BUSY": 5,
+	// The store's own: a run's worker is to be judged (Pulse.Dead) first.
+	"HELD": 6,
 }
 
 // outcomes are the outcome codes a script returns.

@@ -26,10 +26,49 @@ import (
 // frees one returns the tasks it admitted, Change.Admitted, for the caller
 // to queue). Accounts with work waiting are so served in weighted
 // round-robin by the queues' order.
-type Tasks struct{ db *DB }
+type Tasks struct {
+	db *DB
+	// pulse is the liveness of the worker process using the store (nil:
+	// a process that runs no tasks, or names no worker: a run it started
+	// and did not let go always counts as a crash).
+	pulse *Pulse
+}
 
 // NewTasks returns the task store on db.
 func NewTasks(db *DB) *Tasks { return &Tasks{db: db} }
+
+// WithPulse returns the task store of the worker whose liveness p is: the
+// runs it starts name it, and a run that never let go counts as a crash
+// only when p finds the worker that started it dead.
+func (s *Tasks) WithPulse(p *Pulse) *Tasks {
+	c := *s
+	c.pulse = p
+	return &c
+}
+
+// holder is the worker the runs this store starts name.
+func (s *Tasks) holder() string {
+	if s.pulse == nil {
+		return "1"
+	}
+	return s.pulse.ID()
+}
+
+// dead judges the worker holder of a run that never let go.
+func (s *Tasks) dead(ctx context.Context, holder string) (string, error) {
+	if s.pulse == nil {
+		return "1", nil
+	}
+	d, err := s.pulse.Dead(ctx, holder)
+	if err != nil || !d {
+		return "0", err
+	}
+	return "1", nil
+}
+
+// outcomeHeld is a script's reply that a run's worker is to be judged
+// first (lib.lua's HELD): never a task.Outcome a caller sees.
+var outcomeHeld = outcomeCodes["HELD"]
 
 // taskKeys are the keys a task's state changes touch, all in its
 // account's shard's slot, in the order of the scripts' headers.
@@ -555,7 +594,7 @@ func (s *Tasks) endArgs(now time.Time) (ttl, keep, hookAt, checkAt int64, share 
 	return db.ttl.Milliseconds(), db.keepMs(), now.Add(HookGrace).UnixMilli(), now.Add(FirstQueueCheck).UnixMilli(), db.share
 }
 
-var startLua = durableScript[taskKeys, startArgs, startReply]("start", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED", "POISONED", "BUSY"))
+var startLua = durableScript[taskKeys, startArgs, startReply]("start", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED", "POISONED", "BUSY", "HELD"))
 
 type startReply struct {
 	Code     int64         `lua:"code"`
@@ -566,6 +605,7 @@ type startReply struct {
 	Created  int64         `lua:"created"`
 	Deadline int64         `lua:"deadline"`
 	Model    string        `lua:"model"`
+	Holder   string        `lua:"holder"`
 	Admitted []admittedRow `lua:"admitted"`
 }
 
@@ -582,12 +622,16 @@ type startArgs struct {
 	Share        int    `lua:"share"`
 	CheckAt      int64  `lua:"check_at"`
 	Queues       string `lua:"queues"`
+	Me           string `lua:"me"`
+	Judged       string `lua:"judged"`
+	Dead         string `lua:"dead"`
 }
 
 // Start gives a task to a run (jobs.RunID) and moves it to processing,
 // recording when (the first time). A task already processing for the same
 // run (a retry) stays processing and keeps its progress; if that run never
-// let go (Release), its worker died holding it: a crash, and past
+// let go (Release) and the worker that started it is dead (WithPulse), it
+// died holding it: a crash, and past
 // task.MaxCrashes the task fails (Poisoned, refunded). A task another run
 // owns is Superseded. A parked task (not admitted: its job should not have
 // been queued) is Busy: nothing changes, and its job is to be dropped.
@@ -596,11 +640,23 @@ type startArgs struct {
 func (s *Tasks) Start(ctx context.Context, accountID, taskID, run string) (Started, error) {
 	now := s.db.now()
 	ttl, keep, hookAt, checkAt, share := s.endArgs(now)
-	r, err := startLua.run(ctx, s.db, keysOfTask(accountID, taskID), startArgs{
+	args := startArgs{
 		Now: now.UnixMilli(), Run: run, MaxCrashes: task.MaxCrashes, TTL: ttl, Keep: keep, HookAt: hookAt,
 		CrashMessage: crashMessage, AccountID: accountID, TaskID: taskID, Share: share, CheckAt: checkAt,
-		Queues: s.db.queues(),
-	})
+		Queues: s.db.queues(), Me: s.holder(),
+	}
+	r, err := startLua.run(ctx, s.db, keysOfTask(accountID, taskID), args)
+	if err == nil && r.Code == outcomeHeld {
+		// The run never let go, and another worker started it: judged,
+		// then asked again (held by yet another: an error, retried).
+		args.Judged = r.Holder
+		if args.Dead, err = s.dead(ctx, r.Holder); err == nil {
+			r, err = startLua.run(ctx, s.db, keysOfTask(accountID, taskID), args)
+		}
+		if err == nil && r.Code == outcomeHeld {
+			err = errors.New("its run changed hands")
+		}
+	}
 	if err != nil {
 		return Started{}, fmt.Errorf("store: start %s: %w", taskID, err)
 	}
@@ -982,7 +1038,7 @@ func (s *Tasks) IdempotencyDone(ctx context.Context, accountID, key, taskID stri
 	return nil
 }
 
-var takeoverLua = durableScript[taskKeys, takeoverArgs, takeoverReply]("takeover", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED", "POISONED"))
+var takeoverLua = durableScript[taskKeys, takeoverArgs, takeoverReply]("takeover", outcomes("APPLIED", "FINAL", "MISSING", "SUPERSEDED", "POISONED", "HELD"))
 
 type takeoverReply struct {
 	Code     int64         `lua:"code"`
@@ -991,6 +1047,7 @@ type takeoverReply struct {
 	Hooked   bool          `lua:"hooked"`
 	Left     string        `lua:"queue_left"`
 	Model    string        `lua:"model"`
+	Holder   string        `lua:"holder"`
 	Admitted []admittedRow `lua:"admitted"`
 }
 
@@ -1005,33 +1062,53 @@ type takeoverArgs struct {
 	CrashMessage string `lua:"crash_message"`
 	AccountID    string `lua:"account_id"`
 	TaskID       string `lua:"task_id"`
-	CrashesSeen  int    `lua:"crashes_seen"`
+	RunsSeen     int    `lua:"runs_seen"`
 	Share        int    `lua:"share"`
 	CheckAt      int64  `lua:"check_at"`
 	Queues       string `lua:"queues"`
+	Me           string `lua:"me"`
+	Judged       string `lua:"judged"`
+	Dead         string `lua:"dead"`
 }
 
-// Takeover gives a task whose run died (orphan: its worker stopped
+// Takeover gives a task whose run was orphaned (its worker stopped
 // extending its lease) to the next run, and reports which run owns the
-// task now. Applied: the new run (next(crashes), a jobs.RunID) owns it,
+// task now; it counts a crash only if the orphan's worker died holding the
+// task (WithPulse). Applied: the new run (next(runs), a jobs.RunID, named
+// after the takeovers so far) owns it,
 // and is to be queued. Superseded: a later run owns it already
 // (returned), and may need queueing again. AlreadyFinal and Missing:
 // nothing to run. Poisoned: the task had crashed its workers too often
 // and was failed (Change.Refunded, Change.Hooked, Change.Admitted).
-func (s *Tasks) Takeover(ctx context.Context, accountID, taskID, orphan string, next func(crashes int) string) (Change, string, error) {
-	v, err := s.db.rdb.HMGet(ctx, taskKey(accountID, taskID), fTaskCrashes).Result()
+func (s *Tasks) Takeover(ctx context.Context, accountID, taskID, orphan string, next func(runs int) string) (Change, string, error) {
+	v, err := s.db.rdb.HMGet(ctx, taskKey(accountID, taskID), fTaskCrashes, fTaskRuns).Result()
 	if err != nil {
 		return Change{}, "", fmt.Errorf("store: takeover %s: %w", taskID, err)
 	}
+	// The runs so far name the next: a record from before they were
+	// counted has had as many takeovers as crashes at most.
 	c, _ := v[0].(string)
-	crashes, _ := strconv.Atoi(c)
+	runs, _ := strconv.Atoi(c)
+	if tk, ok := v[1].(string); ok {
+		runs, _ = strconv.Atoi(tk)
+	}
 	now := s.db.now()
 	ttl, keep, hookAt, checkAt, share := s.endArgs(now)
-	r, err := takeoverLua.run(ctx, s.db, keysOfTask(accountID, taskID), takeoverArgs{
-		Orphan: orphan, NewRun: next(crashes + 1), MaxCrashes: task.MaxCrashes, Now: now.UnixMilli(), TTL: ttl, Keep: keep,
-		HookAt: hookAt, CrashMessage: crashMessage, AccountID: accountID, TaskID: taskID, CrashesSeen: crashes,
-		Share: share, CheckAt: checkAt, Queues: s.db.queues(),
-	})
+	args := takeoverArgs{
+		Orphan: orphan, NewRun: next(runs + 1), MaxCrashes: task.MaxCrashes, Now: now.UnixMilli(), TTL: ttl, Keep: keep,
+		HookAt: hookAt, CrashMessage: crashMessage, AccountID: accountID, TaskID: taskID, RunsSeen: runs,
+		Share: share, CheckAt: checkAt, Queues: s.db.queues(), Me: s.holder(),
+	}
+	r, err := takeoverLua.run(ctx, s.db, keysOfTask(accountID, taskID), args)
+	if err == nil && r.Code == outcomeHeld {
+		args.Judged = r.Holder
+		if args.Dead, err = s.dead(ctx, r.Holder); err == nil {
+			r, err = takeoverLua.run(ctx, s.db, keysOfTask(accountID, taskID), args)
+		}
+		if err == nil && r.Code == outcomeHeld {
+			err = errors.New("its run changed hands")
+		}
+	}
 	if err != nil {
 		return Change{}, "", fmt.Errorf("store: takeover %s: %w", taskID, err)
 	}

@@ -110,6 +110,7 @@ func TestWindowFreesAPlace(t *testing.T) {
 			if len(mustOutcome(t, task.Applied)(c, err).Admitted) != 0 {
 				t.Errorf("a takeover admitted %+v", c.Admitted)
 			}
+			mustOutcome(t, task.Applied)(start(s, "a", id, id+".r1"))
 			c, _, err = s.tasks.Takeover(ctx, "a", id, id+".r1", next)
 			return mustOutcome(t, task.Poisoned)(c, err).Admitted
 		}, true, task.Failed, true},

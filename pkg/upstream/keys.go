@@ -31,6 +31,10 @@ func MinuteKey(name string, t time.Time) string {
 
 func minuteKey(name string, t time.Time) string { return MinuteKey(name, t) }
 
+// fileKey is the hash of the upstreams file's state as the workers last
+// read it (FileState's fields), for operators.
+const fileKey = "easel:upstreams:file"
+
 // poolKey is the hash of the pool's upstreams as the workers last loaded
 // it (name → Public JSON), for operators.
 const poolKey = "easel:upstreams"
@@ -45,8 +49,15 @@ const (
 	fStreak = "streak" // 429s in a row
 )
 
+// The breaker hash's counts since the upstream was first called: its
+// calls, and per outcome other than success fTotalPrefix + the outcome.
+const (
+	fTotalCalls  = "calls"
+	fTotalPrefix = "t:"
+)
+
 // breakerFields are the breaker's hash fields.
-var breakerFields = []string{fState, fFails, fUntil, fProbe, fCool, fStreak}
+var breakerFields = []string{fState, fFails, fUntil, fProbe, fCool, fStreak, fTotalCalls}
 
 // fCalls is the minute hash's count of calls.
 const fCalls = "calls"

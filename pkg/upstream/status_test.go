@@ -105,23 +105,52 @@ func TestStatuses(t *testing.T) {
 		t.Errorf("revoked: nil maps or lists (JSON null) %+v", r)
 	}
 
-	// Counts are of the last whole minute: move this minute's back one to
-	// read them without waiting for the clock.
-	for _, u := range []Upstream{healthy, down} {
-		now := time.Now()
-		if err := rdb.Rename(ctx, minuteKey(u.Name, now), minuteKey(u.Name, now.Add(-time.Minute))).Err(); err != nil {
-			t.Fatalf("the minute moved on while the test ran (%v); run it again", err)
+	// The counts of the last 60 s show at once, and the totals.
+	if h.CallsLastMinute != 3 || h.ErrorsLastMinute["final"] != 1 || len(h.ErrorsLastMinute) != 1 ||
+		h.CallsTotal != 3 || h.ErrorsTotal["final"] != 1 || len(h.ErrorsTotal) != 1 {
+		t.Errorf("healthy: %d calls in 60 s, errors %v, %d in all, errors %v; want 3 calls, 1 final", h.CallsLastMinute, h.ErrorsLastMinute, h.CallsTotal, h.ErrorsTotal)
+	}
+	if d.CallsLastMinute != 2 || d.ErrorsLastMinute["failure"] != 2 || d.CallsTotal != 2 || d.ErrorsTotal["failure"] != 2 {
+		t.Errorf("down: %d calls in 60 s, errors %v, %d in all, errors %v; want 2 calls, 2 failures", d.CallsLastMinute, d.ErrorsLastMinute, d.CallsTotal, d.ErrorsTotal)
+	}
+
+	// The last 60 s roll: a minute's counts fade as the next goes by, and
+	// the totals stay. Eight calls in the minute before: 15 s into this
+	// one, 6 of them count (three quarters of that minute is within 60 s);
+	// 45 s in, 2.
+	minute0 := time.Unix(start.Unix()/60*60, 0).Add(time.Hour)
+	rdb.HSet(ctx, minuteKey("healthy", minute0.Add(-time.Minute)), "calls", 8, "failure", 4)
+	for _, tt := range []struct {
+		at          time.Duration
+		calls, errs int64
+	}{{15 * time.Second, 6, 3}, {45 * time.Second, 2, 1}, {61 * time.Second, 0, 0}} {
+		st, err := statuses(ctx, rdb, minute0.Add(tt.at))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range st {
+			if s.Name == "healthy" && (s.CallsLastMinute != tt.calls || s.ErrorsLastMinute["failure"] != tt.errs || s.CallsTotal != 3) {
+				t.Errorf("healthy %s into a minute: %d calls in 60 s, errors %v, %d in all; want %d calls, %d failures, 3 in all",
+					tt.at, s.CallsLastMinute, s.ErrorsLastMinute, s.CallsTotal, tt.calls, tt.errs)
+			}
 		}
 	}
-	st, _ = Statuses(ctx, rdb)
+
+	// An open breaker tells when its probe is due, and once that is past
+	// on an idle system (no call came to probe), that the next call
+	// probes: the same words in every view.
+	at := d.OpenUntil.UTC().Format("15:04:05Z")
+	if d.BreakerText != "open, probe due at "+at {
+		t.Errorf("down's breaker %q; want open, probe due at %s", d.BreakerText, at)
+	}
+	st, _ = statuses(ctx, rdb, d.OpenUntil.Add(5*time.Minute))
 	for _, s := range st {
-		byName[s.Name] = s
+		if s.Name == "down" && (s.Breaker != Open || s.OpenUntil == nil || s.BreakerText != "open, probe due now (since "+at+"): the next call probes") {
+			t.Errorf("down, idle past its probe time: %s %v %q", s.Breaker, s.OpenUntil, s.BreakerText)
+		}
 	}
-	if h := byName["healthy"]; h.CallsLastMinute != 3 || h.ErrorsLastMinute["final"] != 1 || len(h.ErrorsLastMinute) != 1 {
-		t.Errorf("healthy's last minute: %d calls, errors %v; want 3 calls, 1 final", h.CallsLastMinute, h.ErrorsLastMinute)
-	}
-	if d := byName["down"]; d.CallsLastMinute != 2 || d.ErrorsLastMinute["failure"] != 2 {
-		t.Errorf("down's last minute: %d calls, errors %v; want 2 calls, 2 failures", d.CallsLastMinute, d.ErrorsLastMinute)
+	if h.BreakerText != "closed" {
+		t.Errorf("healthy's breaker %q", h.BreakerText)
 	}
 
 	// The file gives "revoked" a new key: no longer disabled.

@@ -57,6 +57,10 @@ type Users interface {
 // (upstream.Statuses).
 type Upstreams func(ctx context.Context) ([]upstream.Status, error)
 
+// UpstreamsFile reads the state of the workers' upstreams file
+// (upstream.ReadFileState): nil without a pool.
+type UpstreamsFile func(ctx context.Context) (*upstream.FileState, error)
+
 // Deps enables the admin API.
 type Deps struct {
 	// Token is the Bearer token every admin request must carry.
@@ -68,6 +72,8 @@ type Deps struct {
 	Users Users
 	// Upstreams, when not nil, adds GET /upstreams.
 	Upstreams Upstreams
+	// UpstreamsFile, when not nil, adds GET /upstreams/file.
+	UpstreamsFile UpstreamsFile
 }
 
 // Path is where the admin API's routes are.
@@ -99,6 +105,9 @@ func Register(s *web.Server, d Deps) {
 	g.PATCH("/keys/:prefix", a.updateKey)
 	if d.Upstreams != nil {
 		web.Get(g, "/upstreams", a.upstreams)
+	}
+	if d.UpstreamsFile != nil {
+		web.Get(g, "/upstreams/file", a.upstreamsFile)
 	}
 	if d.Users != nil {
 		g.POST("/users", a.createUser)
@@ -339,6 +348,16 @@ func (a *admin) upstreams(c echo.Context) error {
 		return err
 	}
 	return web.OK(c, list)
+}
+
+// upstreamsFile tells the upstreams file's state: its path, when the pool
+// was loaded from it, the last change refused and why (null: no pool).
+func (a *admin) upstreamsFile(c echo.Context) error {
+	f, err := a.UpstreamsFile(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return web.OK(c, f)
 }
 
 type userRequest struct {

@@ -20,6 +20,7 @@ import (
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/upstream"
 	"github.com/easelhq/easel/pkg/webhook"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
@@ -255,5 +256,40 @@ func TestWrongAdminTokensThrottledAtOnce(t *testing.T) {
 	most := 20 + int(took.Seconds()*5) + 1
 	if got[401] > most || got[401]+got[429] != total {
 		t.Errorf("%d wrong admin tokens, %d at once, in %s: %v; want at most %d answered 401, the rest 429", total, atOnce, took, got, most)
+	}
+}
+
+// GET /upstreams/file tells the upstreams file's state as the workers
+// recorded it: null without a pool, then where it was loaded from and
+// when, and a change they refused, with why.
+func TestAdminUpstreamsFile(t *testing.T) {
+	e := newEnv(t, func(e *gatewaytest.Env, d *gatewaytest.Deps) {
+		d.Admin.UpstreamsFile = func(ctx context.Context) (*upstream.FileState, error) { return upstream.ReadFileState(ctx, e.RDB) }
+	})
+	if got := string(data(t, admin(e, "GET", "/upstreams/file", gatewaytest.AdminToken, ""))); got != "null" {
+		t.Errorf("without a pool: %s; want null", got)
+	}
+	ctx := context.Background()
+	loaded := time.Date(2026, 11, 27, 9, 30, 0, 0, time.UTC)
+	if err := upstream.RecordLoaded(ctx, e.RDB, "/etc/easel/upstreams.json", loaded); err != nil {
+		t.Fatal(err)
+	}
+	if err := upstream.RecordRefused(ctx, e.RDB, "/etc/easel/upstreams.json", loaded.Add(time.Hour), fmt.Errorf("upstreams file: unknown field %q", "wieght")); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"path":"/etc/easel/upstreams.json","loaded_at":"2026-11-27T09:30:00Z","refused_at":"2026-11-27T10:30:00Z","refusal":"upstreams file: unknown field \"wieght\""}`
+	if got := string(data(t, admin(e, "GET", "/upstreams/file", gatewaytest.AdminToken, ""))); got != want {
+		t.Errorf("after a refused change: %s; want %s", got, want)
+	}
+	// A load after it: the refusal no longer stands.
+	if err := upstream.RecordLoaded(ctx, e.RDB, "/etc/easel/upstreams.json", loaded.Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	want = `{"path":"/etc/easel/upstreams.json","loaded_at":"2026-11-27T11:30:00Z"}`
+	if got := string(data(t, admin(e, "GET", "/upstreams/file", gatewaytest.AdminToken, ""))); got != want {
+		t.Errorf("after a load: %s; want %s", got, want)
+	}
+	if r := admin(e, "GET", "/upstreams/file", "wrong-token", ""); r.Status != 401 {
+		t.Errorf("a wrong token: %d", r.Status)
 	}
 }

@@ -89,6 +89,10 @@ type Secrets interface {
 // (upstream.Statuses).
 type Upstreams func(ctx context.Context) ([]upstream.Status, error)
 
+// UpstreamsFile reads the state of the workers' upstreams file
+// (upstream.ReadFileState): nil without a pool.
+type UpstreamsFile func(ctx context.Context) (*upstream.FileState, error)
+
 // Tasks are the public API's task handlers (api.Handlers): the console
 // serves them for the session's account, for its gallery and its
 // playground.
@@ -112,6 +116,9 @@ type Deps struct {
 	// Upstreams reads the upstream pool's state, for the operator view
 	// (nil: none).
 	Upstreams Upstreams
+	// UpstreamsFile reads the upstreams file's state, for the same view
+	// (nil: none).
+	UpstreamsFile UpstreamsFile
 	// Pages serves the console's page (web.NewPages with the public API's
 	// image sources: the gallery shows results).
 	Pages *web.Pages
@@ -193,7 +200,8 @@ func Register(s *web.Server, d Deps) {
 	web.Get(op, "/upstreams", cs.opUpstreams)
 }
 
-// opUpstreams lists the upstream pool's state ([] without a pool).
+// opUpstreams lists the upstream pool's state ([] without a pool) and its
+// file's (null without one).
 func (cs *console) opUpstreams(c echo.Context) error {
 	list := []upstream.Status{}
 	if cs.Upstreams != nil {
@@ -202,7 +210,14 @@ func (cs *console) opUpstreams(c echo.Context) error {
 			return err
 		}
 	}
-	return web.OK(c, map[string]any{"upstreams": list})
+	var file *upstream.FileState
+	if cs.UpstreamsFile != nil {
+		var err error
+		if file, err = cs.UpstreamsFile(c.Request().Context()); err != nil {
+			return err
+		}
+	}
+	return web.OK(c, map[string]any{"upstreams": list, "file": file})
 }
 
 // noStore keeps every console answer out of caches.

@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -71,7 +72,8 @@ func newConsoleEnvWith(t *testing.T, cfg users.Config, edit func(*gatewaytest.De
 		}
 		cat, _ := catalog.New("lumen")
 		d.Console = &console.Deps{Users: ce.people, Accounts: e.Accounts, Directory: store.NewUsers(e.DB), Secrets: e.Hooks, Catalog: cat,
-			Upstreams: func(ctx context.Context) ([]upstream.Status, error) { return upstream.Statuses(ctx, e.RDB) }}
+			Upstreams:     func(ctx context.Context) ([]upstream.Status, error) { return upstream.Statuses(ctx, e.RDB) },
+			UpstreamsFile: func(ctx context.Context) (*upstream.FileState, error) { return upstream.ReadFileState(ctx, e.RDB) }}
 		if edit != nil {
 			edit(d)
 		}
@@ -845,6 +847,22 @@ func TestConsoleOperatorView(t *testing.T) {
 	consoleData(t, r, &ups)
 	if len(ups.Upstreams) != 1 || ups.Upstreams[0].Name != "main" || ups.Upstreams[0].Breaker != upstream.Closed || strings.Contains(string(r.Body), "secret-key-1") {
 		t.Errorf("upstreams %s", r.Body)
+	}
+	// The file's state: a change the workers refused shows, with why.
+	loaded := time.Now().Add(-time.Hour).Truncate(time.Millisecond).UTC()
+	if err := upstream.RecordLoaded(context.Background(), ce.RDB, "/etc/easel/upstreams.json", loaded); err != nil {
+		t.Fatal(err)
+	}
+	if err := upstream.RecordRefused(context.Background(), ce.RDB, "/etc/easel/upstreams.json", loaded.Add(time.Minute), errors.New("upstream \"x\": provider is required")); err != nil {
+		t.Fatal(err)
+	}
+	var withFile struct {
+		File *upstream.FileState `json:"file"`
+	}
+	consoleData(t, b.send("GET", "/console/api/admin/upstreams", nil, ""), &withFile)
+	if f := withFile.File; f == nil || f.Path != "/etc/easel/upstreams.json" || !f.LoadedAt.Equal(loaded) || f.RefusedAt == nil ||
+		!f.RefusedAt.Equal(loaded.Add(time.Minute)) || f.Refusal != `upstream "x": provider is required` {
+		t.Errorf("the upstreams file's state %+v", f)
 	}
 	var detail struct {
 		Account account.Account `json:"account"`

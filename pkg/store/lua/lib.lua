@@ -16,8 +16,10 @@
 -- (QUEUES) are touched undeclared only on one server, where there are no
 -- slots.
 
--- Outcomes of a change of a task's state (task.Outcome).
-local APPLIED, FINAL, MISSING, SUPERSEDED, POISONED, BUSY = 0, 1, 2, 3, 4, 5
+-- Outcomes of a change of a task's state (task.Outcome). HELD is the
+-- store's own: the run holding the task names a worker the caller is to
+-- judge (alive or dead) before it calls again (died).
+local APPLIED, FINAL, MISSING, SUPERSEDED, POISONED, BUSY, HELD = 0, 1, 2, 3, 4, 5, 6
 
 -- final reports whether a status is an end state.
 local function final(st)
@@ -242,7 +244,7 @@ end
 -- task needs: its deadline, the run that owns it, its crashes. Its input
 -- stays: the record shows it (the task's "input") as long as it lives.
 local function del_unfinished(key)
-  redis.call('HDEL', key, 'run', 'live', 'crashes', 'dl')
+  redis.call('HDEL', key, 'run', 'live', 'crashes', 'tkn', 'dl')
 end
 
 -- wanted reports whether a callback (cb, its cbev: the task's fields of
@@ -429,6 +431,22 @@ local function fail(K, now, ttl, keep, hook_at, code, msg, account_id, task_id)
   redis.call('HSET', K.task, unpack(f))
   local hooked, q = ended(K, 'failed', 'task.failed', now, ttl, hook_at, account_id, task_id)
   return hooked, refund(K, now, keep, task_id, code), q
+end
+
+-- died tells whether the run holding a task ended with its worker's
+-- death, the only thing that counts as a crash. live is the task's live
+-- field: the worker that started the run ('1' from a worker that names
+-- none; '0' or none: the run let go, or never started). A run let go, or
+-- started by the worker asking (me: its Release was lost, Redis being
+-- away), or by a worker the caller judged alive (judged, dead '0': it
+-- lives, or it stopped gracefully) did not crash. Returns true, false, or
+-- nil when live names a worker the caller has yet to judge.
+local function died(live, me, judged, dead)
+  if not live or live == '' or live == '0' then return false end
+  if live == '1' then return true end
+  if live == me then return false end
+  if live == judged then return dead == '1' end
+  return nil
 end
 
 -- crashed counts a crash of the task's run; past max crashes it fails the

@@ -3,7 +3,9 @@
 --
 -- KEYS[1] -> breaker: hash: state (closed, open, half), fails (failures in
 --            a row), until (open until, ms), probe (the half-open probe's
---            lease, ms), cool (429: no call until, ms), streak (429s in a row)
+--            lease, ms), cool (429: no call until, ms), streak (429s in a row),
+--            and the counts since the upstream was first called: calls, and
+--            t:<op> per report other than success
 -- KEYS[2] -> minute: hash of this minute's calls and errors by class
 -- KEYS[3] -> errors: list of the recent errors (JSON), newest first
 -- KEYS[4] -> disabled: the fingerprint of a credential the provider refused
@@ -62,6 +64,8 @@ end
 redis.call('HINCRBY', minute_key, 'calls', 1)
 if op ~= 'success' then redis.call('HINCRBY', minute_key, op, 1) end
 redis.call('PEXPIRE', minute_key, 180000)
+redis.call('HINCRBY', breaker_key, 'calls', 1)
+if op ~= 'success' then redis.call('HINCRBY', breaker_key, 't:' .. op, 1) end
 if err_json ~= '' then
   redis.call('LPUSH', errors_key, err_json)
   redis.call('LTRIM', errors_key, 0, 19)

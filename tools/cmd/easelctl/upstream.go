@@ -55,7 +55,7 @@ func (c *cli) upstreamCommands() *cobra.Command {
 	cmd := &cobra.Command{Use: "upstream", Short: "Show the pool of upstream credentials (EASEL_UPSTREAMS_FILE) as the workers share it"}
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List the pool's upstreams: breaker, cooling, disabled credential, calls and errors in the last whole minute, the newest error (times in UTC)",
+		Short: "List the pool's upstreams: breaker, cooling, disabled credential, calls and errors in the last 60 s and in all, the newest error; and the upstreams file's state: when the pool was loaded from it, the last change refused (times in UTC)",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rdb, err := c.redisClient(cmd.Context())
@@ -73,6 +73,11 @@ func (c *cli) upstreamCommands() *cobra.Command {
 				fmt.Fprintln(c.out, noPool)
 				return nil
 			}
+			file, err := upstream.ReadFileState(cmd.Context(), rdb)
+			if err != nil {
+				return err
+			}
+			writeFileState(c.out, file)
 			return writeUpstreams(c.out, all)
 		},
 	}
@@ -80,10 +85,24 @@ func (c *cli) upstreamCommands() *cobra.Command {
 	return cmd
 }
 
+// writeFileState writes the upstreams file's state above the table: the
+// file the pool was loaded from and when, and a change refused since
+// (the pool is still the one loaded). Nothing when no worker recorded it.
+func writeFileState(out io.Writer, f *upstream.FileState) {
+	if f == nil {
+		return
+	}
+	fmt.Fprintf(out, "file %s: loaded at %s\n", f.Path, f.LoadedAt.UTC().Format(time.RFC3339))
+	if f.RefusedAt != nil {
+		reason := strings.Join(strings.Fields(f.Refusal), " ")
+		fmt.Fprintf(out, "REFUSED at %s, the pool below is the one loaded before: %s\n", f.RefusedAt.UTC().Format(time.RFC3339), reason)
+	}
+}
+
 // writeUpstreams writes the pool as a table.
 func writeUpstreams(out io.Writer, all []upstream.Status) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tPROVIDER\tWEIGHT\tMODELS\tBREAKER\tCOOLING\tDISABLED\tQUOTA\tCALLS/MIN\tERRORS/MIN\tRECENT ERROR")
+	fmt.Fprintln(w, "NAME\tPROVIDER\tWEIGHT\tMODELS\tBREAKER\tCOOLING\tDISABLED\tQUOTA\tCALLS 60S/ALL\tERRORS 60S\tERRORS ALL\tRECENT ERROR")
 	for _, s := range all {
 		models := "all"
 		if len(s.Models) > 0 {
@@ -97,8 +116,8 @@ func writeUpstreams(out io.Writer, all []upstream.Status) error {
 		if s.Disabled {
 			disabled = "yes"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.Name, s.Provider, s.Weight, models, breakerText(s), cooling, disabled,
-			quotaText(s), s.CallsLastMinute, errorsText(s.ErrorsLastMinute), recentError(s.RecentErrors))
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", s.Name, s.Provider, s.Weight, models, s.BreakerText, cooling, disabled,
+			quotaText(s), s.CallsLastMinute, s.CallsTotal, errorsText(s.ErrorsLastMinute), errorsText(s.ErrorsTotal), recentError(s.RecentErrors))
 	}
 	return w.Flush()
 }
@@ -126,19 +145,6 @@ func quotaText(s upstream.Status) string {
 // clock writes a time of day in UTC: the pool's times are minutes ahead
 // at most.
 func clock(t time.Time) string { return t.UTC().Format("15:04:05") + "Z" }
-
-func breakerText(s upstream.Status) string {
-	switch s.Breaker {
-	case upstream.Open:
-		if s.OpenUntil != nil {
-			return "open until " + clock(*s.OpenUntil)
-		}
-		return "open (probe due)" // its cool-down is over: the next call probes
-	case upstream.HalfOpen:
-		return "half-open"
-	}
-	return string(s.Breaker)
-}
 
 // errorsText writes the errors by class, "failure=3 throttled=1"; "-" for
 // none.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,11 +37,6 @@ func TestUpstreamList(t *testing.T) {
 	}
 	first, spare := pool.Upstreams[0], pool.Upstreams[1]
 
-	// Calls and errors are shown for the last whole minute: keep the
-	// reports in one minute (not within 5 s of its end).
-	if s := time.Now().Second(); s >= 55 {
-		time.Sleep(time.Duration(61-s) * time.Second)
-	}
 	if err := upstream.Publish(ctx, rdb, pool); err != nil {
 		t.Fatal(err)
 	}
@@ -59,12 +55,7 @@ func TestUpstreamList(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The reports went to this minute's counts; the list shows the last
-	// whole minute's. Give that minute the same counts, so that the list
-	// shows them whether or not the minute turns before it reads.
-	prev := time.Now().Add(-time.Minute)
-	rdb.HSet(ctx, upstream.MinuteKey("main", prev), "calls", 3, "failure", 3)
-	rdb.HSet(ctx, upstream.MinuteKey("spare", prev), "calls", 3, "throttled", 1, "refused", 1)
+	// The reports count in the last 60 s (rolling) and in all.
 
 	// As JSON: the statuses, without the keys.
 	r := ctl(t, srv.URL, "upstream", "list", "--json")
@@ -81,12 +72,13 @@ func TestUpstreamList(t *testing.T) {
 	m, s := all[0], all[1]
 	if m.Name != "main" || m.Provider != upstream.Gemini || m.Weight != 3 || m.RPM != 60 || m.Breaker != upstream.Open || m.OpenUntil == nil ||
 		m.OpenUntil.Before(time.Now().Add(50*time.Second)) || m.Disabled || m.FailuresInARow != 3 || m.CallsLastMinute != 3 ||
-		m.ErrorsLastMinute["failure"] != 3 || len(m.RecentErrors) != 3 || m.RecentErrors[0].Message != "HTTP 503: the model is overloaded (2)" ||
+		m.ErrorsLastMinute["failure"] != 3 || m.CallsTotal != 3 || m.ErrorsTotal["failure"] != 3 || len(m.RecentErrors) != 3 || m.RecentErrors[0].Message != "HTTP 503: the model is overloaded (2)" ||
 		m.Credential != first.Fingerprint() {
 		t.Errorf("main: %+v", m)
 	}
 	if s.Name != "spare" || s.Host != "proxy.example.com" || s.Weight != 1 || s.Breaker != upstream.Closed || s.OpenUntil != nil || !s.Disabled ||
 		s.CoolingUntil == nil || s.CallsLastMinute != 3 || s.ErrorsLastMinute["throttled"] != 1 || s.ErrorsLastMinute["refused"] != 1 ||
+		s.CallsTotal != 3 || s.ErrorsTotal["refused"] != 1 ||
 		len(s.RecentErrors) != 2 || s.RecentErrors[0].Outcome != upstream.Refused {
 		t.Errorf("spare: %+v", s)
 	}
@@ -101,13 +93,13 @@ func TestUpstreamList(t *testing.T) {
 	if !strings.Contains(lines[1]+lines[2], "60 rpm") {
 		t.Errorf("the table does not show main's quota (60 rpm):\n%s", r.stdout)
 	}
-	for _, col := range []string{"NAME", "PROVIDER", "WEIGHT", "MODELS", "BREAKER", "COOLING", "DISABLED", "QUOTA", "CALLS/MIN", "ERRORS/MIN", "RECENT ERROR"} {
+	for _, col := range []string{"NAME", "PROVIDER", "WEIGHT", "MODELS", "BREAKER", "COOLING", "DISABLED", "QUOTA", "CALLS 60S/ALL", "ERRORS 60S", "ERRORS ALL", "RECENT ERROR"} {
 		if !strings.Contains(lines[0], col) {
 			t.Errorf("the header lacks %s: %q", col, lines[0])
 		}
 	}
-	for _, want := range []string{"main ", "gemini", " 3 ", "standard,pro", "open until " + m.OpenUntil.UTC().Format("15:04:05") + "Z", " no ",
-		"failure=3", "failure: HTTP 503: the model is overloaded (2)"} {
+	for _, want := range []string{"main ", "gemini", " 3 ", "standard,pro", "open, probe due at " + m.OpenUntil.UTC().Format("15:04:05") + "Z", " no ",
+		" 3/3 ", "failure=3", "failure: HTTP 503: the model is overloaded (2)"} {
 		if !strings.Contains(lines[1], want) {
 			t.Errorf("main's line lacks %q: %q", want, lines[1])
 		}
@@ -122,6 +114,26 @@ func TestUpstreamList(t *testing.T) {
 	}
 	if strings.Contains(lines[2], "details details") || strings.Contains(lines[2], "\t") {
 		t.Errorf("spare's newest error is not clipped to one line: %q", lines[2])
+	}
+
+	// The file's state, as the workers record it: loaded, then a change
+	// refused: shown above the table, the pool below the one loaded.
+	loaded := time.Date(2026, 11, 27, 9, 30, 0, 0, time.UTC)
+	if err := upstream.RecordLoaded(ctx, rdb, file, loaded); err != nil {
+		t.Fatal(err)
+	}
+	r = ctl(t, srv.URL, "upstream", "list")
+	if want := "file " + file + ": loaded at 2026-11-27T09:30:00Z\n"; r.code != 0 || !strings.HasPrefix(r.stdout, want) || strings.Contains(r.stdout, "REFUSED") {
+		t.Errorf("upstream list after a load: %+v; want it to begin %q", r, want)
+	}
+	if err := upstream.RecordRefused(ctx, rdb, file, loaded.Add(time.Hour), errors.New("upstream \"broken\": provider is required")); err != nil {
+		t.Fatal(err)
+	}
+	r = ctl(t, srv.URL, "upstream", "list")
+	lines = strings.Split(r.stdout, "\n")
+	if r.code != 0 || len(lines) < 3 || lines[1] != `REFUSED at 2026-11-27T10:30:00Z, the pool below is the one loaded before: upstream "broken": provider is required` ||
+		!strings.HasPrefix(lines[2], "NAME") {
+		t.Errorf("upstream list after a refused change:\n%s", r.stdout)
 	}
 }
 

@@ -35,6 +35,8 @@ import (
 type Observer interface {
 	UpstreamCall(name string, o upstream.Outcome, d time.Duration)
 	UpstreamBreaker(name string, s upstream.State)
+	// UpstreamRemoved: the file no longer has the upstream; its figures go.
+	UpstreamRemoved(name string)
 }
 
 // NewGenerator makes the generator of one upstream (a Gemini or Vertex AI
@@ -118,7 +120,18 @@ func (p *Pool) Load(ctx context.Context, pl *upstream.Pool, content []byte) erro
 		// throttle, no longer.
 		l.quota = quota.New(p.rdb, limits, quota.Options{Cooldown: time.Duration(pl.Breaker.Throttle), MaxCooldown: time.Duration(pl.Breaker.MaxThrottle)})
 	}
-	p.cur.Store(l)
+	prev := p.cur.Swap(l)
+	if prev != nil {
+		kept := map[string]bool{}
+		for _, u := range pl.Upstreams {
+			kept[u.Name] = true
+		}
+		for _, m := range prev.members {
+			if !kept[m.up.Name] {
+				p.obs.UpstreamRemoved(m.up.Name)
+			}
+		}
+	}
 	if err := upstream.Publish(ctx, p.rdb, pl); err != nil {
 		p.log.Warn("could not record the upstreams for operators", zap.Error(err))
 	}
@@ -157,6 +170,7 @@ func (p *Pool) Watch(ctx context.Context, path string, getenv func(string) strin
 		data, err := os.ReadFile(path)
 		if err != nil {
 			p.log.Error("upstreams file: cannot read it; keeping the pool as it is", zap.String("path", path), zap.Error(err))
+			p.refusedFile(ctx, path, err)
 			continue
 		}
 		cur := p.cur.Load()
@@ -173,7 +187,26 @@ func (p *Pool) Watch(ctx context.Context, path string, getenv func(string) strin
 		if err != nil {
 			p.log.Error("upstreams file changed but is not usable; keeping the pool as it is", zap.String("path", path), zap.Error(err))
 			badSum, badAt = sha256.Sum256(data), time.Now()
+			p.refusedFile(ctx, path, err)
+			continue
 		}
+		p.LoadedFrom(ctx, path)
+	}
+}
+
+// LoadedFrom records, for operators, that the pool was loaded from the
+// file at path now.
+func (p *Pool) LoadedFrom(ctx context.Context, path string) {
+	if err := upstream.RecordLoaded(ctx, p.rdb, path, time.Now()); err != nil {
+		p.log.Warn("could not record the upstreams file's state for operators", zap.Error(err))
+	}
+}
+
+// refusedFile records, for operators, that a change of the file was
+// refused, and why.
+func (p *Pool) refusedFile(ctx context.Context, path string, reason error) {
+	if err := upstream.RecordRefused(ctx, p.rdb, path, time.Now(), reason); err != nil {
+		p.log.Warn("could not record the upstreams file's state for operators", zap.Error(err))
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -198,6 +199,8 @@ type obs struct {
 	mu     sync.Mutex
 	calls  map[string]int // "name/outcome"
 	states map[string]upstream.State
+	// removed: the upstreams a reload dropped, in order.
+	removed []string
 }
 
 func (o *obs) UpstreamCall(name string, oc upstream.Outcome, _ time.Duration) {
@@ -210,6 +213,12 @@ func (o *obs) UpstreamBreaker(name string, s upstream.State) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.states[name] = s
+}
+
+func (o *obs) UpstreamRemoved(name string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.removed = append(o.removed, name)
 }
 
 func (o *obs) get(key string) int {
@@ -714,12 +723,35 @@ func TestWatchReloadUnderLoad(t *testing.T) {
 	if strings.Join(names, ",") != "r-b,r-c" {
 		t.Errorf("published upstreams %v; want r-b, r-c", names)
 	}
+	// The upstream the file dropped leaves the metrics.
+	e.obs.mu.Lock()
+	removed := slices.Clone(e.obs.removed)
+	e.obs.mu.Unlock()
+	if !slices.Equal(removed, []string{"r-a"}) {
+		t.Errorf("removed from the metrics: %v; want r-a", removed)
+	}
+	fileState := func() *upstream.FileState {
+		t.Helper()
+		f, err := upstream.ReadFileState(context.Background(), e.rdb)
+		if err != nil || f == nil {
+			t.Fatalf("the file's state: %+v, %v", f, err)
+		}
+		return f
+	}
+	if f := fileState(); f.Path != path || time.Since(f.LoadedAt) > 10*time.Second || f.RefusedAt != nil {
+		t.Errorf("the file's state after the reload: %+v; want %s loaded just now, nothing refused", f, path)
+	}
 
 	// A file that does not parse is logged and the pool kept.
 	writeFile(t, path, []byte(`{"upstreams":[{"name":"broken"}]}`))
 	time.Sleep(200 * time.Millisecond)
 	if e.logs.FilterMessageSnippet("not usable").Len() == 0 {
 		t.Error("a broken file was not logged")
+	}
+	// ... and shown to operators: the pool they see is the one loaded
+	// before, and the change was refused, with why.
+	if f := fileState(); f.RefusedAt == nil || !strings.Contains(f.Refusal, "broken") || f.LoadedAt.After(*f.RefusedAt) {
+		t.Errorf("the file's state after a refused change: %+v; want the refusal and its reason", f)
 	}
 	before := c.count() + b.count()
 	e.mustGenerate(5)

@@ -145,6 +145,14 @@ func (m *Metrics) UpstreamBreaker(name string, s upstream.State) {
 	m.poolBreaker.WithLabelValues(name).Set(v)
 }
 
+// UpstreamRemoved drops the figures of an upstream the pool's file no
+// longer has: a series per upstream ever loaded would stay until restart.
+func (m *Metrics) UpstreamRemoved(name string) {
+	m.poolCalls.DeletePartialMatch(prometheus.Labels{"upstream": name})
+	m.poolDuration.DeleteLabelValues(name)
+	m.poolBreaker.DeleteLabelValues(name)
+}
+
 // Generator wraps gen so that each of its calls is counted and timed under
 // provider (EASEL_GENERATOR's value).
 func Generator(gen imagegen.Generator, provider string, m *Metrics) imagegen.Generator {

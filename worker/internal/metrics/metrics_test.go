@@ -13,6 +13,7 @@ import (
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/prom/promtest"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/upstream"
 	"github.com/easelhq/easel/worker/imagegen"
 )
 
@@ -47,6 +48,14 @@ func TestRecordings(t *testing.T) {
 		{Name: "upstream", Record: func(m *Metrics) { m.Upstream("gemini", "upstream_unavailable", 250*time.Millisecond) },
 			Want: map[string]float64{`easel_upstream_requests_total{outcome="upstream_unavailable",provider="gemini"}`: 1,
 				`easel_upstream_request_duration_seconds_count{provider="gemini"}`: 1, `easel_upstream_request_duration_seconds_sum{provider="gemini"}`: 0.25}},
+		{Name: "an upstream the pool's file dropped leaves the metrics", Record: func(m *Metrics) {
+			m.UpstreamCall("gone", upstream.Failure, time.Second)
+			m.UpstreamCall("gone", upstream.Success, time.Second)
+			m.UpstreamBreaker("gone", upstream.Open)
+			m.UpstreamCall("kept", upstream.Success, 2*time.Second)
+			m.UpstreamRemoved("gone")
+		}, Want: map[string]float64{`easel_upstream_pool_calls_total{outcome="success",upstream="kept"}`: 1,
+			`easel_upstream_pool_call_duration_seconds_count{upstream="kept"}`: 1, `easel_upstream_pool_call_duration_seconds_sum{upstream="kept"}`: 2}},
 	})
 
 }

@@ -1283,6 +1283,7 @@
       const data = await api.get('/admin/upstreams');
       const list = (data && Array.isArray(data.upstreams)) ? data.upstreams : [];
       $('upstreams-table').tBodies[0].replaceChildren(...list.map(upstreamRow));
+      showUpstreamsFile(data && data.file);
       $('upstreams-wrap').hidden = list.length === 0;
       $('upstreams-empty').hidden = list.length > 0;
       $('upstreams-updated').textContent = `Read at ${dateTimeFmt.format(new Date())}.`;
@@ -1293,6 +1294,21 @@
     }
   }
 
+  // showUpstreamsFile says which file the pool was loaded from and when,
+  // and a change of it the workers refused since: the pool shown is then
+  // the one loaded before.
+  function showUpstreamsFile(f) {
+    const p = $('upstreams-file');
+    p.hidden = !f;
+    p.classList.toggle('neg', !!(f && f.refused_at));
+    if (!f) return;
+    const parts = [`File ${f.path || '—'}, loaded at `, fmtShort(f.loaded_at), '.'];
+    if (f.refused_at) {
+      parts.push(' A change was refused at ', fmtShort(f.refused_at), `: ${f.refusal || 'no reason recorded'}. The pool below is the one loaded before.`);
+    }
+    p.replaceChildren(...parts);
+  }
+
   // sub is a second, smaller line of a cell.
   function sub(text) {
     return el('span', { class: 'sub' }, text);
@@ -1300,8 +1316,10 @@
 
   function upstreamRow(u) {
     const br = BREAKER_TEXT[u.breaker] ? u.breaker : 'closed';
+    // The breaker's words are the workers' (upstream.Status.BreakerText),
+    // as easelctl upstream list shows them.
     const breaker = [badge(BREAKER_TEXT[br], `breaker-${br}`)];
-    if (br === 'open' && toDate(u.open_until)) breaker.push(sub(['probe after ', fmtShort(u.open_until)]));
+    if (u.breaker_text && u.breaker_text !== BREAKER_TEXT[br]) breaker.push(sub(u.breaker_text));
     const fails = Number(u.failures_in_a_row) || 0;
     if (fails > 0) breaker.push(sub(`${fmtNum(fails)} failure${fails === 1 ? '' : 's'} in a row`));
 
@@ -1318,6 +1336,8 @@
     const errTotal = errs.reduce((s, [, n]) => s + Number(n), 0);
     const errCell = [fmtNum(errTotal)];
     if (errs.length) errCell.push(sub(errs.map(([k, n]) => `${k} ${fmtNum(n)}`).join(', ')));
+    const errsEver = Object.values(u.errors_total || {}).reduce((s, n) => s + (Number(n) || 0), 0);
+    errCell.push(sub(`${fmtNum(errsEver)} in all`));
 
     const recent = Array.isArray(u.recent_errors) ? u.recent_errors : [];
     const newest = recent[0];
@@ -1341,8 +1361,8 @@
       td('Breaker', breaker),
       td('Cooling until', fmtShort(u.cooling_until)),
       td('Disabled', u.disabled ? badge('disabled', 'disabled') : 'no'),
-      td('Calls / min', fmtNum(u.calls_last_minute || 0), 'num'),
-      td('Errors / min', errCell, `num${errTotal > 0 ? ' neg' : ''}`),
+      td('Calls 60 s / all', `${fmtNum(u.calls_last_minute || 0)} / ${fmtNum(u.calls_total || 0)}`, 'num'),
+      td('Errors 60 s', errCell, `num${errTotal > 0 ? ' neg' : ''}`),
       td('Newest error', newestCell, 'up-newest'));
   }
 
