@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -41,6 +42,7 @@ func TestFailedAuthenticationsLimitedPerAddress(t *testing.T) {
 		return e.Do("GET", "/v1/task/query?task_id=task_lumen_1", map[string]string{"Authorization": "Bearer " + key, "X-Forwarded-For": addr}, "")
 	}
 	codes := map[int]int{}
+	start := time.Now()
 	for i := 0; i < 1000; i++ {
 		r := from("203.0.113.7", fmt.Sprintf("esk_guess%035d", i))
 		codes[r.Status]++
@@ -50,8 +52,11 @@ func TestFailedAuthenticationsLimitedPerAddress(t *testing.T) {
 			}
 		}
 	}
-	if n := lookups.calls.Load(); n > 40 || codes[401] > 40 || codes[429] < 950 {
-		t.Errorf("1,000 random keys from one address: %d lookups, statuses %v; want at most a burst's worth of lookups and the rest 429", n, codes)
+	// A burst (4 s of the rate), and the tries earned while the requests
+	// ran: on a loaded machine the thousand take seconds.
+	allowed := int64(20 + 5*time.Since(start).Seconds() + 1)
+	if n := lookups.calls.Load(); n > allowed || int64(codes[401]) > allowed || int64(codes[429]) < 1000-allowed {
+		t.Errorf("1,000 random keys from one address: %d lookups, statuses %v; want at most %d (a burst and the tries earned meanwhile) and the rest 429", n, codes, allowed)
 	}
 	// Another address still gets its answers; a valid key from the blocked
 	// address too is refused only until the address earns a try back, and
