@@ -154,6 +154,11 @@ func tasksIndexKey(accountID string) string { return tag(accountID) + "tasks" }
 // webhookLogKey is the key of the record of a task's webhook deliveries.
 func webhookLogKey(accountID, taskID string) string { return tag(accountID) + "wh:" + taskID }
 
+// webhookRecentKey is the key of an account's recent webhook deliveries
+// ("<task>|<event>:<seq>" → when listed, Unix ms), the newest
+// RecentDeliveries, kept as long as a task's delivery log.
+func webhookRecentKey(accountID string) string { return tag(accountID) + "whrecent" }
+
 // queueKey is the key of a queue's sequence numbers (a hash: enqueued,
 // dequeued and the dequeue rate's samples), for queue positions. The
 // queue's own hash tag keeps it on one slot.

@@ -259,10 +259,36 @@ local function wanted(cb, cbev, ev)
   if not cb or cb == '' then return false end
   return string.find(',' .. (cbev or '') .. ',', ',' .. ev .. ',', 1, true) ~= nil
 end
--- wants reports whether the task's callback wants events of type ev.
-local function wants(task_key, ev)
-  local v = redis.call('HMGET', task_key, 'cb', 'cbev')
-  return wanted(v[1], v[2], ev)
+-- take_endpoint gives a task without a callback of its own its
+-- account's default webhook endpoint, if the account has one (the account
+-- record's 'whu', split as put_long splits it over 'whn' fields, and
+-- 'whev'): copied into the task's 'cb' and 'cbev' when the task starts
+-- (start.lua), or at its first event after if it had none then (a task
+-- ended before it started, an endpoint set meanwhile), so that its events,
+-- their delivery and its delivery log read the task alone. Returns the
+-- endpoint's URL and events, or nil.
+local function take_endpoint(K)
+  local a = redis.call('HMGET', K.account, 'whu', 'whn', 'whev')
+  if not a[1] or a[1] == '' then return nil end
+  local url, n = {a[1]}, tonumber(a[2] or '1') or 1
+  if n > 1 then
+    local names = {}
+    for i = 1, n - 1 do names[i] = 'whu' .. '+' .. i end
+    for _, more in ipairs(redis.call('HMGET', K.account, unpack(names))) do url[#url + 1] = more or '' end
+  end
+  local f = {}
+  put_long(f, 'cb', table.concat(url))
+  f[#f + 1] = 'cbev'; f[#f + 1] = a[3] or ''
+  redis.call('HSET', K.task, unpack(f))
+  return a[1], a[3]
+end
+-- wants reports whether the task's callback (its own, else its account's
+-- default endpoint) wants events of type ev.
+local function wants(K, ev)
+  local v = redis.call('HMGET', K.task, 'cb', 'cbev')
+  if v[1] then return wanted(v[1], v[2], ev) end
+  local url, events = take_endpoint(K)
+  return wanted(url, events, ev)
 end
 
 -- due members: a task's next check ('t|<account>|<task>') and a webhook
@@ -274,7 +300,7 @@ local function hook_due(account_id, task_id, ev) return 'h|' .. account_id .. '|
 -- hook_at (the queueing's recovery), when its callback wants it; it
 -- reports whether it did (1) or not (0).
 local function hook(K, ev, hook_at, account_id, task_id)
-  if not wants(K.task, ev) then return 0 end
+  if not wants(K, ev) then return 0 end
   redis.call('ZADD', K.due, 'NX', hook_at, hook_due(account_id, task_id, ev))
   return 1
 end
