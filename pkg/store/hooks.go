@@ -182,6 +182,7 @@ type hookAttemptArgs struct {
 	Attempt  string `lua:"attempt"`
 	Message  string `lua:"message"`
 	TTL      int64  `lua:"ttl"`
+	Again    bool   `lua:"again"`
 }
 
 // attemptLine is an attempt as the log keeps it.
@@ -197,6 +198,17 @@ type attemptLine struct {
 // It reports false, recording nothing, when the delivery had ended
 // already (another attempt of a duplicate job ended it).
 func (s *Hooks) RecordAttempt(ctx context.Context, accountID, taskID, event string, seq int, a webhook.Attempt, state webhook.State, msg webhook.Outgoing) (bool, error) {
+	return s.recordAttempt(ctx, accountID, taskID, event, seq, a, state, msg, false)
+}
+
+// Redelivered adds the attempt of a redelivery the account asked for to a
+// delivery, ended or not, and moves it to state (delivered or failed).
+func (s *Hooks) Redelivered(ctx context.Context, accountID, taskID, event string, seq int, a webhook.Attempt, state webhook.State) error {
+	_, err := s.recordAttempt(ctx, accountID, taskID, event, seq, a, state, webhook.Outgoing{}, true)
+	return err
+}
+
+func (s *Hooks) recordAttempt(ctx context.Context, accountID, taskID, event string, seq int, a webhook.Attempt, state webhook.State, msg webhook.Outgoing, again bool) (bool, error) {
 	line, err := json.Marshal(attemptLine{Time: a.Time.UnixMilli(), Status: a.StatusCode, Latency: a.Latency.Milliseconds(), Error: a.Error})
 	if err != nil {
 		return false, err
@@ -207,7 +219,7 @@ func (s *Hooks) RecordAttempt(ctx context.Context, accountID, taskID, event stri
 	}
 	r, err := hookAttemptLua.run(ctx, s.db, hookLogKeys{Log: webhookLogKey(accountID, taskID)}, hookAttemptArgs{
 		Delivery: hookID(event, seq), State: string(state), Now: s.db.now().UnixMilli(), Attempt: string(line) + "\n",
-		Message: m, TTL: webhook.LogTTL.Milliseconds(),
+		Message: m, TTL: webhook.LogTTL.Milliseconds(), Again: again,
 	})
 	if err != nil {
 		return false, fmt.Errorf("store: webhook %s of %s: %w", event, taskID, err)

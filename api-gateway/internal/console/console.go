@@ -99,6 +99,12 @@ type Tasks interface {
 	Cancel(c echo.Context) error
 	Webhooks(c echo.Context) error
 	Stream(c echo.Context) error
+	AccountWebhook(c echo.Context) error
+	SetAccountWebhook(c echo.Context) error
+	DeleteAccountWebhook(c echo.Context) error
+	TestAccountWebhook(c echo.Context) error
+	Redeliver(c echo.Context) error
+	AccountDeliveries(c echo.Context) error
 }
 
 // Deps enables the console.
@@ -179,6 +185,14 @@ func Register(s *web.Server, d Deps) {
 	web.Get(own, "/task/list", d.Tasks.List, query)
 	own.POST("/task/cancel", d.Tasks.Cancel, query)
 	web.Get(own, "/task/webhooks", d.Tasks.Webhooks, query)
+	// The account's default webhook endpoint and its deliveries: the
+	// public API's handlers.
+	web.Get(own, "/account/webhook", d.Tasks.AccountWebhook, query)
+	own.PUT("/account/webhook", d.Tasks.SetAccountWebhook, query)
+	own.DELETE("/account/webhook", d.Tasks.DeleteAccountWebhook, query)
+	own.POST("/account/webhook/test", d.Tasks.TestAccountWebhook, query)
+	own.POST("/account/webhook/redeliver", d.Tasks.Redeliver, query)
+	web.Get(own, "/account/webhook/deliveries", d.Tasks.AccountDeliveries, query)
 	// The operator view: admin users only.
 	// Its changes are the admin API's own handlers.
 	op := in.Group("/admin", cs.adminOnly)

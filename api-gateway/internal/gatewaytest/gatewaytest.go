@@ -31,10 +31,12 @@ import (
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/egress"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/signedurl"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/webhook"
 )
 
 // AdminToken is the admin API's token in an Env.
@@ -196,6 +198,9 @@ func New(t *testing.T, rdb *redis.Client, queue tasks.Queue, log *zap.Logger, o 
 			Signer:  e.Signer,
 			Blobs:   e.Blobs,
 			Ready:   func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+			// Test events and redeliveries reach receivers on loopback.
+			AccountHooks: e.Hooks,
+			HookSender:   webhook.NewClient(webhook.Options{Policy: egress.Policy{AllowPrivate: true}}),
 		},
 		Admin: &admin.Deps{Token: AdminToken, Accounts: e.Accounts, Secrets: e.Hooks, Catalog: cat},
 	}
