@@ -305,6 +305,11 @@ local function hook(K, ev, hook_at, account_id, task_id)
   return 1
 end
 
+-- usage_key_tag names an API key (by its hash) in a day's usage: the
+-- hash's first 12 hex digits, "<model>|<tag>|n" beside "<model>|n", so a
+-- field stays well under 64 bytes.
+local function usage_key_tag(key_hash) return string.sub(key_hash, 1, 12) end
+
 -- refund gives a task's price back, once, and returns the credits given:
 -- to the account, to what its API key has spent, and out of the usage of
 -- the day it was made (while that is kept). The keys of the account's
@@ -321,8 +326,14 @@ local function refund(K, now, keep, task_id, note)
   if v[3] and v[3] ~= '' then redis.call('HINCRBY', base .. 'spend', v[3], int(-price)) end
   local use = base .. 'use:' .. int(math.floor((tonumber(v[5] or '0') or 0) / 86400000))
   if v[4] and redis.call('HEXISTS', use, v[4] .. '|c') == 1 then
-    redis.call('HINCRBY', use, v[4] .. '|n', -1)
-    redis.call('HINCRBY', use, v[4] .. '|c', int(-price))
+    local of = {v[4] .. '|'}
+    if v[3] and v[3] ~= '' then of[2] = v[4] .. '|' .. usage_key_tag(v[3]) .. '|' end
+    for _, f in ipairs(of) do
+      redis.call('HINCRBY', use, f .. 'n', -1)
+      redis.call('HINCRBY', use, f .. 'c', int(-price))
+      redis.call('HINCRBY', use, f .. 'r', 1)
+      redis.call('HINCRBY', use, f .. 'rc', int(price))
+    end
   end
   return price
 end
@@ -497,8 +508,9 @@ end
 
 -- charge debits a task's price (bal: the account's credits before) with
 -- its ledger entry, charges it to the API key that created it (key_hash;
--- '' for none) and counts it in the day's usage of its model (refund
--- takes a refunded task out again; a free task is no one's usage).
+-- '' for none) and counts it in the day's usage of its model, and of its
+-- model and key (refund takes a refunded task out again and counts it
+-- refunded; a free task is no one's usage).
 -- Returns the credits left.
 local function charge(K, spend_key, usage_key, usage_until, now, keep, price, bal, task_id, key_hash, model)
   if price <= 0 then return bal end
@@ -507,6 +519,11 @@ local function charge(K, spend_key, usage_key, usage_until, now, keep, price, ba
   if key_hash ~= '' then redis.call('HINCRBY', spend_key, key_hash, int(price)) end
   if redis.call('HINCRBY', usage_key, model .. '|n', 1) == 1 then redis.call('PEXPIREAT', usage_key, usage_until) end
   redis.call('HINCRBY', usage_key, model .. '|c', int(price))
+  if key_hash ~= '' then
+    local f = model .. '|' .. usage_key_tag(key_hash) .. '|'
+    redis.call('HINCRBY', usage_key, f .. 'n', 1)
+    redis.call('HINCRBY', usage_key, f .. 'c', int(price))
+  end
   return bal
 end
 
