@@ -173,6 +173,8 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		// deliveries: through the egress policy.
 		AccountHooks: hooks,
 		HookSender:   webhook.NewClient(webhook.Options{Policy: cfg.EgressPolicy()}),
+		Usage:        accounts,
+		UsageDays:    store.UsageDays,
 		Pages:        pages,
 	})
 	if cfg.AdminToken != "" {
@@ -180,7 +182,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	}
 	if cfg.Console {
 		console.Register(edge, console.Deps{Users: people, Accounts: accounts, Directory: userStore, Secrets: hooks, Catalog: cat,
-			Tasks: public, Upstreams: upstreams, Pages: pages, UsageDays: store.UsageDays,
+			Tasks: public, Upstreams: upstreams, Pages: pages,
 			SecureCookie: strings.HasPrefix(cfg.PublicURL, "https://"), Origins: []string{originOf(cfg.PublicURL)}, KeyCacheTTL: cfg.AuthCacheTTL})
 	}
 	handler := edge.Handler()

@@ -493,8 +493,14 @@ func TestOnACluster(t *testing.T) {
 			}
 		}
 		days, err := s.accounts.Usage(ctx, a.id, 1)
-		if err != nil || days[0].Models[testModel] != (account.Usage{Tasks: 1, Credits: 4}) {
-			t.Errorf("usage %+v %v; want one task of 4 credits (one refunded)", days, err)
+		want := account.Usage{Tasks: 1, Credits: 4, Refunds: 1, RefundedCredits: 4}
+		if err != nil || days[0].Models[testModel] != want || len(days[0].Keys) != 1 {
+			t.Errorf("usage %+v %v; want one task of 4 credits (one refunded), all of one key", days, err)
+		}
+		for _, k := range keys {
+			if k.Name == "capped" && days[0].Keys[k.Prefix][testModel] != want {
+				t.Errorf("usage of key %s: %+v; want %+v", k.Prefix, days[0].Keys, want)
+			}
 		}
 		users := NewUsers(s.db)
 		u, err := users.CreateUser(ctx, a.id, "c0@example.com", "hash", false)

@@ -78,6 +78,12 @@ type Deps struct {
 	// HookSender sends an account's test events and redeliveries, through
 	// the egress policy of deliveries.
 	HookSender HookSender
+	// Usage reads accounts' daily usage (/v1/account/usage); nil: those
+	// routes answer 503.
+	Usage UsageReader
+	// UsageDays is the most days a usage request may ask for (the days
+	// the store keeps, store.UsageDays); 0: 31.
+	UsageDays int
 	// Watch wakes requests waiting on a task (query's wait, the stream);
 	// nil: a hub nothing feeds (waits run to their end).
 	Watch *watch.Hub
@@ -109,6 +115,9 @@ func Register(s *web.Server, d Deps) *Handlers {
 	if d.Watch == nil {
 		d.Watch = watch.New()
 	}
+	if d.UsageDays == 0 {
+		d.UsageDays = 31
+	}
 	if d.Pages == nil {
 		d.Pages = web.NewPages(ImageSources(d.Signer, d.Redirect != nil, s.Now())...)
 	}
@@ -134,6 +143,8 @@ func Register(s *web.Server, d Deps) *Handlers {
 	v1.POST("/account/webhook/test", h.TestAccountWebhook, s.Deadline, s.Authenticate, query)
 	v1.POST("/account/webhook/redeliver", h.Redeliver, s.Deadline, s.Authenticate, query)
 	web.Get(v1, "/account/webhook/deliveries", h.AccountDeliveries, s.Deadline, s.Authenticate, query)
+	web.Get(v1, "/account/usage", h.AccountUsage, s.Deadline, s.Authenticate, query)
+	web.Get(v1, "/account/usage.csv", h.AccountUsageCSV, s.Deadline, s.Authenticate, query)
 	web.Get(v1, "/files/*", h.download)
 	if d.MetricsHandler != nil {
 		web.Get(e, "/metrics", echo.WrapHandler(d.MetricsHandler))

@@ -58,8 +58,8 @@ type Deps struct {
 	api.Deps
 	// Admin, when not nil, adds the admin API.
 	Admin *admin.Deps
-	// Console, when not nil, adds the console. Its task routes, pages and
-	// usage days default to the gateway's.
+	// Console, when not nil, adds the console. Its task routes and pages
+	// default to the gateway's.
 	Console *console.Deps
 }
 
@@ -78,9 +78,6 @@ func Server(d Deps) *web.Server {
 		}
 		if c.Pages == nil {
 			c.Pages = public.Pages
-		}
-		if c.UsageDays == 0 {
-			c.UsageDays = store.UsageDays
 		}
 		console.Register(s, c)
 	}
@@ -201,6 +198,8 @@ func New(t *testing.T, rdb *redis.Client, queue tasks.Queue, log *zap.Logger, o 
 			// Test events and redeliveries reach receivers on loopback.
 			AccountHooks: e.Hooks,
 			HookSender:   webhook.NewClient(webhook.Options{Policy: egress.Policy{AllowPrivate: true}}),
+			Usage:        e.Accounts,
+			UsageDays:    store.UsageDays,
 		},
 		Admin: &admin.Deps{Token: AdminToken, Accounts: e.Accounts, Secrets: e.Hooks, Catalog: cat},
 	}
