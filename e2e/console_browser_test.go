@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -240,6 +241,20 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	waitFor(t, b, 10*time.Second, "the ledger's rows", `document.querySelectorAll('#ledger-table tbody tr').length >= 4`)
 	b.screenshot(t, dir, "console-usage.png")
+	// Filtered by the first key (the standard model's only): its usage alone.
+	if keys := eval[[]string](t, b, `[...document.querySelectorAll('#usage-key option')].map((o) => o.value)`); !slices.Contains(keys, prefix) || !slices.Contains(keys, account.VisibleOf(k2)) {
+		t.Errorf("the key filter offers %q; want both keys that made tasks", keys)
+	}
+	b.do(t, 10*time.Second, chromedp.Evaluate[chromedp.Void](`(() => { const s = document.getElementById('usage-key'); s.value = '`+prefix+`'; s.dispatchEvent(new Event('change')); })()`))
+	waitFor(t, b, 10*time.Second, "the chart of the first key's usage alone",
+		`document.getElementById('usage-csv').href.includes('key=`+prefix+`') && document.getElementById('usage-legend').textContent.includes('`+std+`') && !document.getElementById('usage-legend').textContent.includes('`+pro+`')`)
+	csvText := eval[string](t, b, `(async () => (await fetch(document.getElementById('usage-csv').href)).text())()`, chromedp.EvalAwaitPromise)
+	if !strings.HasPrefix(csvText, "date,model,key,tasks,credits,refunds,refunded_credits\n") || !strings.Contains(csvText, ","+std+","+prefix+",2,") || strings.Contains(csvText, pro) {
+		t.Errorf("the first key's usage CSV:\n%s", csvText)
+	}
+	b.screenshot(t, dir, "console-usage-key.png")
+	b.do(t, 10*time.Second, chromedp.Evaluate[chromedp.Void](`(() => { const s = document.getElementById('usage-key'); s.value = ''; s.dispatchEvent(new Event('change')); })()`))
+	waitFor(t, b, 10*time.Second, "the chart of every task again", `document.getElementById('usage-legend').textContent.includes('`+pro+`')`)
 
 	// ---- tasks: the gallery ---------------------------------------------
 	b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(`#nav a[data-section="tasks"]`)), chromedp.WaitVisible(chromedp.ID("tasks")))

@@ -625,13 +625,25 @@
 
   async function loadUsage() {
     const days = $('usage-days').value;
-    $('usage-csv').href = `${API}/usage.csv?days=${enc(days)}`;
+    const key = $('usage-key').value;
+    const q = `days=${enc(days)}${key ? `&key=${enc(key)}` : ''}`;
+    $('usage-csv').href = `${API}/usage.csv?${q}`;
     try {
-      state.usage = await api.get(`/usage?days=${enc(days)}`);
+      state.usage = await api.get(`/usage?${q}`);
+      showUsageKeys(state.usage.keys || [], key);
       drawUsage();
     } catch (e) {
       report(e);
     }
+  }
+
+  // showUsageKeys lists the keys used in the period in the key filter,
+  // keeping the one chosen.
+  function showUsageKeys(keys, chosen) {
+    const all = chosen && !keys.includes(chosen) ? [...keys, chosen] : keys;
+    $('usage-key').replaceChildren(el('option', { value: '' }, 'All tasks'),
+      ...all.map((k) => el('option', { value: k }, k)));
+    $('usage-key').value = chosen;
   }
 
   // niceStep is a 1, 2 or 5 × 10^n step giving about `ticks` ticks to max.
@@ -1454,6 +1466,7 @@
     $('rename-form').addEventListener('submit', onRename);
 
     $('usage-days').addEventListener('change', loadUsage);
+    $('usage-key').addEventListener('change', loadUsage);
     $('ledger-more').addEventListener('click', () => loadLedger(false));
     let pending = 0;
     new ResizeObserver(() => {
