@@ -41,6 +41,7 @@ import (
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/upstream"
 	"github.com/easelhq/easel/pkg/users"
+	"github.com/easelhq/easel/pkg/webhook"
 )
 
 // Run serves the API until ctx is done, then drains in-flight requests for up
@@ -168,14 +169,21 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		Watch:          hub,
 		// A task's webhook deliveries (GET /v1/task/webhooks).
 		Deliveries: hooks,
-		Pages:      pages,
+		// The accounts' default endpoints, their test events and
+		// redeliveries (/v1/account/webhook), sent as the workers send
+		// deliveries: through the egress policy.
+		AccountHooks: hooks,
+		HookSender:   webhook.NewClient(webhook.Options{Policy: cfg.EgressPolicy()}),
+		Usage:        accounts,
+		UsageDays:    store.UsageDays,
+		Pages:        pages,
 	})
 	if cfg.AdminToken != "" {
 		admin.Register(edge, admin.Deps{Token: cfg.AdminToken, Accounts: accounts, Secrets: hooks, Catalog: cat, Users: people, Upstreams: upstreams, UpstreamsFile: upstreamsFile})
 	}
 	if cfg.Console {
 		console.Register(edge, console.Deps{Users: people, Accounts: accounts, Directory: userStore, Secrets: hooks, Catalog: cat,
-			Tasks: public, Upstreams: upstreams, UpstreamsFile: upstreamsFile, Pages: pages, UsageDays: store.UsageDays,
+			Tasks: public, Upstreams: upstreams, UpstreamsFile: upstreamsFile, Pages: pages,
 			SecureCookie: strings.HasPrefix(cfg.PublicURL, "https://"), Origins: []string{originOf(cfg.PublicURL)}, KeyCacheTTL: cfg.AuthCacheTTL})
 	}
 	handler := edge.Handler()

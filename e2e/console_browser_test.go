@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/redisconn"
 	"github.com/easelhq/easel/pkg/upstream"
+	"github.com/easelhq/easel/pkg/webhook"
 )
 
 // noUpstreamPool is what the operator view says when the workers run with
@@ -131,6 +133,63 @@ func TestConsoleBrowser(t *testing.T) {
 			t.Errorf("pro create with the standard-only key: %d %s; want 403", st, body)
 		}
 	}
+	// ---- the account's default webhook endpoint -----------------------
+	// Set in the Webhooks section, tested with a signed test event; a task
+	// created without a callback_url then delivers there, and its delivery
+	// is on the account's log, redelivered from it.
+	sink := newHookSink(t, nil)
+	b.do(t, 10*time.Second,
+		chromedp.Evaluate[chromedp.Void](`location.hash = '#webhooks'`),
+		chromedp.WaitVisible(chromedp.ID("endpoint-form")),
+	)
+	waitFor(t, b, 10*time.Second, "the endpoint loaded, none set", `document.getElementById('endpoint-state').textContent.startsWith('No endpoint')`)
+	b.do(t, 10*time.Second,
+		chromedp.SendKeys(chromedp.ID("endpoint-url"), sink.srv.URL+"/account"),
+		chromedp.Click(chromedp.ID("endpoint-save")),
+	)
+	waitFor(t, b, 10*time.Second, "the endpoint saved", `document.getElementById('endpoint-state').textContent.startsWith('Tasks without')`)
+	b.do(t, 10*time.Second, chromedp.Click(chromedp.ID("endpoint-test")))
+	waitFor(t, b, 15*time.Second, "the test event's answer", `!document.getElementById('endpoint-test-result').hidden`)
+	if got := eval[string](t, b, `document.getElementById('endpoint-test-result').textContent`); !strings.Contains(got, "Delivered: HTTP 200") {
+		t.Errorf("the test event's answer reads %q; want delivered", got)
+	}
+	secret := adminSecret(t, s.base, acct)
+	test := sink.waitCalls(t, "/account", 1, nil)[0]
+	if err := webhook.Verify(secret, test.header, test.body, time.Now()); err != nil || !strings.Contains(string(test.body), `"type":"webhook.test"`) {
+		t.Errorf("the test event %s: %v; want a webhook.test signed with the account's secret", test.body, err)
+	}
+	var hooked string
+	{
+		st, body := post(t, s.base+"/v1/task/create", key, createBody(std, `{"prompt":"to the account's endpoint"}`))
+		var env struct {
+			Data struct {
+				TaskID string `json:"task_id"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal([]byte(body), &env); st != 200 || err != nil {
+			t.Fatalf("create without a callback: %d %s", st, body)
+		}
+		hooked = env.Data.TaskID
+	}
+	done := sink.waitCalls(t, "/account", 1, func(c hookCall) bool {
+		return c.header.Get("webhook-id") == webhook.MessageID(hooked, "task.completed", 0)
+	})[0]
+	if err := webhook.Verify(secret, done.header, done.body, time.Now()); err != nil {
+		t.Errorf("the completion at the account's endpoint: %v", err)
+	}
+	hookRow := `#deliveries-table tr[data-webhook-id="` + webhook.MessageID(hooked, "task.completed", 0) + `"]`
+	b.do(t, 10*time.Second, chromedp.Click(chromedp.ID("deliveries-refresh")))
+	waitFor(t, b, 10*time.Second, "the delivery on the account's log, delivered",
+		`!!document.querySelector('`+hookRow+`') && document.querySelector('`+hookRow+`').textContent.includes('delivered')`)
+	b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(hookRow+` button`)))
+	sink.waitCalls(t, "/account", 2, func(c hookCall) bool {
+		return c.header.Get("webhook-id") == webhook.MessageID(hooked, "task.completed", 0)
+	})
+	waitFor(t, b, 10*time.Second, "the redelivery's attempt on the log",
+		`!!document.querySelector('`+hookRow+`') && document.querySelector('`+hookRow+` td[data-label="Attempts"]').textContent === '2'`)
+	b.screenshot(t, dir, "console-webhooks.png")
+	b.do(t, 10*time.Second, chromedp.Evaluate[chromedp.Void](`location.hash = '#keys'`), chromedp.WaitVisible(chromedp.ID("keys")))
+
 	b.do(t, 10*time.Second,
 		chromedp.Click(chromedp.CSS(row+` .revoke`)),
 		chromedp.WaitVisible(chromedp.ID("revoke-confirm")),
@@ -183,6 +242,20 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	waitFor(t, b, 10*time.Second, "the ledger's rows", `document.querySelectorAll('#ledger-table tbody tr').length >= 4`)
 	b.screenshot(t, dir, "console-usage.png")
+	// Filtered by the first key (the standard model's only): its usage alone.
+	if keys := eval[[]string](t, b, `[...document.querySelectorAll('#usage-key option')].map((o) => o.value)`); !slices.Contains(keys, prefix) || !slices.Contains(keys, account.VisibleOf(k2)) {
+		t.Errorf("the key filter offers %q; want both keys that made tasks", keys)
+	}
+	b.do(t, 10*time.Second, chromedp.Evaluate[chromedp.Void](`(() => { const s = document.getElementById('usage-key'); s.value = '`+prefix+`'; s.dispatchEvent(new Event('change')); })()`))
+	waitFor(t, b, 10*time.Second, "the chart of the first key's usage alone",
+		`document.getElementById('usage-csv').href.includes('key=`+prefix+`') && document.getElementById('usage-legend').textContent.includes('`+std+`') && !document.getElementById('usage-legend').textContent.includes('`+pro+`')`)
+	csvText := eval[string](t, b, `(async () => (await fetch(document.getElementById('usage-csv').href)).text())()`, chromedp.EvalAwaitPromise)
+	if !strings.HasPrefix(csvText, "date,model,key,tasks,credits,refunds,refunded_credits\n") || !strings.Contains(csvText, ","+std+","+prefix+",2,") || strings.Contains(csvText, pro) {
+		t.Errorf("the first key's usage CSV:\n%s", csvText)
+	}
+	b.screenshot(t, dir, "console-usage-key.png")
+	b.do(t, 10*time.Second, chromedp.Evaluate[chromedp.Void](`(() => { const s = document.getElementById('usage-key'); s.value = ''; s.dispatchEvent(new Event('change')); })()`))
+	waitFor(t, b, 10*time.Second, "the chart of every task again", `document.getElementById('usage-legend').textContent.includes('`+pro+`')`)
 
 	// ---- tasks: the gallery ---------------------------------------------
 	b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(`#nav a[data-section="tasks"]`)), chromedp.WaitVisible(chromedp.ID("tasks")))

@@ -311,6 +311,11 @@ func TestSDKMatchesOpenAPI(t *testing.T) {
 		{"get", "/v1/task/query", []string{"task_id", "wait"}},
 		{"post", "/v1/task/cancel", nil},
 		{"get", "/v1/task/list", []string{"status", "model", "limit", "cursor"}},
+		{"get", "/v1/account/usage", []string{"days", "key"}},
+		{"get", "/v1/account/webhook", nil},
+		{"put", "/v1/account/webhook", nil},
+		{"delete", "/v1/account/webhook", nil},
+		{"post", "/v1/account/webhook/test", nil},
 	} {
 		params := o.params(op.method, op.path)
 		for _, p := range op.params {
@@ -334,6 +339,13 @@ func TestSDKMatchesOpenAPI(t *testing.T) {
 	o.sameFields("a listed task", o.resolve(o.resolve(o.props(list)["tasks"])["items"]), reflect.TypeFor[easel.Task]())
 	cancelData := o.resolve(o.props(o.response("post", "/v1/task/cancel"))["data"])
 	o.sameFields("the cancel's data", cancelData, reflect.TypeFor[easel.CancelResult]())
+	usage := o.resolve(o.props(o.response("get", "/v1/account/usage"))["data"])
+	o.sameFields("the usage", usage, reflect.TypeFor[easel.Usage]())
+	usageDay := o.resolve(o.resolve(o.props(usage)["days"])["items"])
+	o.sameFields("a usage day", usageDay, reflect.TypeFor[easel.UsageDay]())
+	o.sameFields("a usage figure", o.resolve(o.resolve(o.props(usageDay)["models"])["additionalProperties"]), reflect.TypeFor[easel.UsageCount]())
+	o.sameFields("the account's webhook endpoint", o.resolve(o.props(o.response("get", "/v1/account/webhook"))["data"]), reflect.TypeFor[easel.WebhookEndpoint]())
+	o.sameFields("a test event's answer", o.resolve(o.props(o.response("post", "/v1/account/webhook/test"))["data"]), reflect.TypeFor[easel.WebhookSend]())
 
 	// What the SDK sends in a create: every field of the body the document
 	// has.

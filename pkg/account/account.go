@@ -200,10 +200,18 @@ type LedgerEntry struct {
 type Usage struct {
 	Tasks   int64 `json:"tasks"`
 	Credits int64 `json:"credits"`
+	// Refunds is how many of the day's tasks were refunded since (taken
+	// out of Tasks), RefundedCredits their credits (out of Credits).
+	Refunds         int64 `json:"refunds"`
+	RefundedCredits int64 `json:"refunded_credits"`
 }
 
 // UsageDay is an account's usage on one UTC day, by model id.
 type UsageDay struct {
 	Date   string           `json:"date"` // YYYY-MM-DD
 	Models map[string]Usage `json:"models"`
+	// Keys is the usage of each API key (by its visible prefix), by model
+	// id: the tasks created with the key. Tasks made without a key (the
+	// console's) are in Models only.
+	Keys map[string]map[string]Usage `json:"keys"`
 }

@@ -459,6 +459,26 @@ func TestOnACluster(t *testing.T) {
 		}
 	})
 
+	t.Run("the account's default webhook endpoint and recent deliveries", func(t *testing.T) {
+		a := accts[1]
+		url := "https://hooks.example.com/" + strings.Repeat("c", 90)
+		must(t, s.hooks.SetEndpoint(ctx, a.id, task.Callback{URL: url, Events: task.DefaultEvents}))
+		create(t, s, a.id, "hooked")
+		mustOutcome(t, task.Applied)(start(s, a.id, "hooked", "hooked"))
+		ch, err := s.tasks.Complete(ctx, a.id, "hooked", "hooked", nil)
+		if err != nil || !ch.Hooked {
+			t.Fatalf("complete = %+v, %v; want hooked by the account's endpoint", ch, err)
+		}
+		if tk, err := s.tasks.Get(ctx, a.id, "hooked"); err != nil || tk.Callback.URL != url {
+			t.Errorf("the task's callback %+v, %v; want the account's endpoint", tk, err)
+		}
+		must(t, s.hooks.Queued(ctx, a.id, "hooked", task.EventCompleted, 0))
+		if got, err := s.hooks.Recent(ctx, a.id, 10); err != nil || len(got) != 1 || got[0].TaskID != "hooked" {
+			t.Errorf("recent deliveries %+v, %v; want the completion", got, err)
+		}
+		must(t, s.hooks.SetEndpoint(ctx, a.id, task.Callback{}))
+	})
+
 	t.Run("key limits, spend, usage and console users", func(t *testing.T) {
 		a := accts[0]
 		key, _, err := s.accounts.NewKey(ctx, a.id, account.KeySpec{Name: "capped", KeyLimits: account.KeyLimits{SpendLimit: 8, Models: []catalog.Tier{catalog.Standard}}})
@@ -493,8 +513,14 @@ func TestOnACluster(t *testing.T) {
 			}
 		}
 		days, err := s.accounts.Usage(ctx, a.id, 1)
-		if err != nil || days[0].Models[testModel] != (account.Usage{Tasks: 1, Credits: 4}) {
-			t.Errorf("usage %+v %v; want one task of 4 credits (one refunded)", days, err)
+		want := account.Usage{Tasks: 1, Credits: 4, Refunds: 1, RefundedCredits: 4}
+		if err != nil || days[0].Models[testModel] != want || len(days[0].Keys) != 1 {
+			t.Errorf("usage %+v %v; want one task of 4 credits (one refunded), all of one key", days, err)
+		}
+		for _, k := range keys {
+			if k.Name == "capped" && days[0].Keys[k.Prefix][testModel] != want {
+				t.Errorf("usage of key %s: %+v; want %+v", k.Prefix, days[0].Keys, want)
+			}
 		}
 		users := NewUsers(s.db)
 		u, err := users.CreateUser(ctx, a.id, "c0@example.com", "hash", false)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -35,8 +36,48 @@ func TestUsageCountsChargedTasks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := days[0].Models; len(got) != 1 || got[testModel] != (account.Usage{Tasks: 1, Credits: std.Price}) {
-		t.Errorf("usage %+v; want the paid task alone", got)
+	if got := days[0].Models; len(got) != 1 || got[testModel] != (account.Usage{Tasks: 1, Credits: std.Price, Refunds: 1, RefundedCredits: std.Price}) {
+		t.Errorf("usage %+v; want the paid task alone, and the refunded one as refunded", got)
+	}
+	if len(days[0].Keys) != 0 {
+		t.Errorf("usage by key %+v; want none (no task came with a key)", days[0].Keys)
+	}
+}
+
+// The usage of each API key is counted in the same step as the account's,
+// named by the key's visible prefix, its refunds taken out of it too.
+func TestUsageByKey(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	k1, info1, err := s.accounts.CreateKey(ctx, "a")
+	must(t, err)
+	_, info2, err := s.accounts.CreateKey(ctx, "a")
+	must(t, err)
+	today := func(id string) *task.Task { tk := pending("a", id); tk.CreateTime = time.Now(); return tk }
+	withKey := std
+	withKey.KeyHash = account.HashKey(k1)
+	for i, c := range []task.Charge{withKey, withKey, withKey, std} {
+		if _, err := s.tasks.Create(ctx, today(fmt.Sprintf("t%d", i)), c, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.tasks.Cancel(ctx, "a", "t0"); err != nil {
+		t.Fatal(err)
+	}
+	days, err := s.accounts.Usage(ctx, "a", 2)
+	must(t, err)
+	d := days[1]
+	if got := d.Models[testModel]; got != (account.Usage{Tasks: 3, Credits: 3 * std.Price, Refunds: 1, RefundedCredits: std.Price}) {
+		t.Errorf("the model's usage %+v", got)
+	}
+	if got := d.Keys[info1.Prefix][testModel]; got != (account.Usage{Tasks: 2, Credits: 2 * std.Price, Refunds: 1, RefundedCredits: std.Price}) {
+		t.Errorf("key %s's usage %+v; want two tasks, one refunded (all %+v)", info1.Prefix, got, d.Keys)
+	}
+	if _, ok := d.Keys[info2.Prefix]; ok || len(d.Keys) != 1 {
+		t.Errorf("usage by key %+v; want the first key's alone", d.Keys)
+	}
+	if len(days[0].Keys) != 0 || len(days[0].Models) != 0 {
+		t.Errorf("yesterday's usage %+v; want none", days[0])
 	}
 }
 

@@ -22,6 +22,7 @@
 //	easel:{s<n>}:a:<account>:keys          set     hashes of the account's API keys
 //	easel:{s<n>}:a:<account>:idem:<sha256> hash    an Idempotency-Key's create
 //	easel:{s<n>}:a:<account>:wh:<task id>  hash    a task's webhook deliveries: state, attempts, the message while retried (48-hour TTL)
+//	easel:{s<n>}:a:<account>:whrecent      zset    the account's newest webhook deliveries ("<task>|<event>:<seq>" → when listed), RecentDeliveries at most (48-hour TTL)
 //	easel:{s<n>}:a:<account>:whsec         hash    the account's webhook signing secret, and the one it replaced while still valid
 //	easel:{s<n>}:due                       zset    the shard's due work: each unfinished task's next check ("t|<account>|<task>") and final webhook events not yet queued ("h|<account>|<task>|<event>"), by when due
 //	easel:{s<n>}:lease                     string  which worker does the shard's due work

@@ -60,10 +60,17 @@ const (
 	// those of them holding a place (queued or running).
 	fAcctUnfinished = "infl"
 	fAcctAdmitted   = "adm"
+	// The default webhook endpoint of the account's tasks without a
+	// callback: its URL split over whu, whu+1, ... (at most 64 bytes a
+	// field, as a task record's long values), over how many fields, and
+	// its event types, comma separated. None while unset.
+	fAcctHookURL    = "whu"
+	fAcctHookPieces = "whn"
+	fAcctHookEvents = "whev"
 )
 
 var accountFields = []string{fAcctName, fAcctStatus, fAcctCreated, fAcctCredits, fAcctModels, fAcctRate, fAcctQRate, fAcctInflight,
-	fAcctWeight, fAcctUnfinished, fAcctAdmitted}
+	fAcctWeight, fAcctUnfinished, fAcctAdmitted, fAcctHookURL, fAcctHookPieces, fAcctHookEvents}
 
 // API key record fields.
 const (

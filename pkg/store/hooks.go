@@ -134,8 +134,9 @@ func hookID(event string, seq int) string { return event + ":" + strconv.Itoa(se
 var hookQueuedLua = newScript[hookQueuedKeys, hookQueuedArgs, codeReply]("hook_queued", map[string]int64{"LISTED": 1})
 
 type hookQueuedKeys struct {
-	Log string `lua:"log"`
-	Due string `lua:"due"`
+	Log    string `lua:"log"`
+	Due    string `lua:"due"`
+	Recent string `lua:"recent"`
 }
 
 type hookQueuedArgs struct {
@@ -143,18 +144,25 @@ type hookQueuedArgs struct {
 	Now      int64  `lua:"now"`
 	TTL      int64  `lua:"ttl"`
 	Member   string `lua:"member"`
+	Task     string `lua:"task"`
+	Keep     int    `lua:"keep"`
 }
+
+// RecentDeliveries is how many of an account's newest webhook deliveries
+// its account-wide log lists (Recent).
+const RecentDeliveries = 100
 
 // Queued records that the delivery of an event of a task is queued: a
 // final event leaves the shard's due work, and the delivery is
-// listed pending until its first attempt. seq tells apart the progress
-// events (their percent; never in the outbox), 0 for the others.
+// listed pending until its first attempt, and on the account's recent
+// deliveries. seq tells apart the progress events (their percent; never
+// in the outbox), 0 for the others.
 func (s *Hooks) Queued(ctx context.Context, accountID, taskID, event string, seq int) error {
-	a := hookQueuedArgs{Delivery: hookID(event, seq), Now: s.db.now().UnixMilli(), TTL: webhook.LogTTL.Milliseconds()}
+	a := hookQueuedArgs{Delivery: hookID(event, seq), Now: s.db.now().UnixMilli(), TTL: webhook.LogTTL.Milliseconds(), Task: taskID, Keep: RecentDeliveries}
 	if event != task.EventProgress {
 		a.Member = hookDue(accountID, taskID, event)
 	}
-	k := hookQueuedKeys{Log: webhookLogKey(accountID, taskID), Due: dueOf(accountID)}
+	k := hookQueuedKeys{Log: webhookLogKey(accountID, taskID), Due: dueOf(accountID), Recent: webhookRecentKey(accountID)}
 	if _, err := hookQueuedLua.run(ctx, s.db, k, a); err != nil {
 		return fmt.Errorf("store: webhook %s of %s: %w", event, taskID, err)
 	}
@@ -174,6 +182,7 @@ type hookAttemptArgs struct {
 	Attempt  string `lua:"attempt"`
 	Message  string `lua:"message"`
 	TTL      int64  `lua:"ttl"`
+	Again    bool   `lua:"again"`
 }
 
 // attemptLine is an attempt as the log keeps it.
@@ -189,6 +198,17 @@ type attemptLine struct {
 // It reports false, recording nothing, when the delivery had ended
 // already (another attempt of a duplicate job ended it).
 func (s *Hooks) RecordAttempt(ctx context.Context, accountID, taskID, event string, seq int, a webhook.Attempt, state webhook.State, msg webhook.Outgoing) (bool, error) {
+	return s.recordAttempt(ctx, accountID, taskID, event, seq, a, state, msg, false)
+}
+
+// Redelivered adds the attempt of a redelivery the account asked for to a
+// delivery, ended or not, and moves it to state (delivered or failed).
+func (s *Hooks) Redelivered(ctx context.Context, accountID, taskID, event string, seq int, a webhook.Attempt, state webhook.State) error {
+	_, err := s.recordAttempt(ctx, accountID, taskID, event, seq, a, state, webhook.Outgoing{}, true)
+	return err
+}
+
+func (s *Hooks) recordAttempt(ctx context.Context, accountID, taskID, event string, seq int, a webhook.Attempt, state webhook.State, msg webhook.Outgoing, again bool) (bool, error) {
 	line, err := json.Marshal(attemptLine{Time: a.Time.UnixMilli(), Status: a.StatusCode, Latency: a.Latency.Milliseconds(), Error: a.Error})
 	if err != nil {
 		return false, err
@@ -199,7 +219,7 @@ func (s *Hooks) RecordAttempt(ctx context.Context, accountID, taskID, event stri
 	}
 	r, err := hookAttemptLua.run(ctx, s.db, hookLogKeys{Log: webhookLogKey(accountID, taskID)}, hookAttemptArgs{
 		Delivery: hookID(event, seq), State: string(state), Now: s.db.now().UnixMilli(), Attempt: string(line) + "\n",
-		Message: m, TTL: webhook.LogTTL.Milliseconds(),
+		Message: m, TTL: webhook.LogTTL.Milliseconds(), Again: again,
 	})
 	if err != nil {
 		return false, fmt.Errorf("store: webhook %s of %s: %w", event, taskID, err)
@@ -260,19 +280,9 @@ func (s *Hooks) Deliveries(ctx context.Context, accountID, taskID string) ([]web
 		}
 		switch kind + ":" {
 		case fHookState:
-			st, ms, _ := strings.Cut(v, " ")
-			d.State = webhook.State(st)
-			if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
-				d.Created = time.UnixMilli(n)
-			}
+			d.State, d.Created = parseHookState(v)
 		case fHookAttempts:
-			for _, line := range strings.Split(strings.TrimSuffix(v, "\n"), "\n") {
-				var a attemptLine
-				if json.Unmarshal([]byte(line), &a) != nil {
-					continue
-				}
-				d.Attempts = append(d.Attempts, webhook.Attempt{Time: time.UnixMilli(a.Time), StatusCode: a.Status, Latency: time.Duration(a.Latency) * time.Millisecond, Error: a.Error})
-			}
+			d.Attempts = parseAttempts(v)
 		}
 	}
 	for i, ev := range finals {
@@ -301,4 +311,129 @@ func (s *Hooks) Deliveries(ctx context.Context, accountID, taskID string) ([]web
 		return a.Seq < b.Seq
 	})
 	return out, nil
+}
+
+// parseHookState reads a delivery's state field: its state and when it
+// was listed.
+func parseHookState(v string) (webhook.State, time.Time) {
+	st, ms, _ := strings.Cut(v, " ")
+	var created time.Time
+	if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
+		created = time.UnixMilli(n)
+	}
+	return webhook.State(st), created
+}
+
+// parseAttempts reads a delivery's attempts field, oldest first.
+func parseAttempts(v string) []webhook.Attempt {
+	var out []webhook.Attempt
+	for _, line := range strings.Split(strings.TrimSuffix(v, "\n"), "\n") {
+		var a attemptLine
+		if json.Unmarshal([]byte(line), &a) != nil {
+			continue
+		}
+		out = append(out, webhook.Attempt{Time: time.UnixMilli(a.Time), StatusCode: a.Status, Latency: time.Duration(a.Latency) * time.Millisecond, Error: a.Error})
+	}
+	return out
+}
+
+// Recent returns an account's newest webhook deliveries, newest first, at
+// most limit (and RecentDeliveries), each with its task, state and
+// attempts. A delivery whose task's log has expired is left out. It reads
+// the list and then the deliveries' logs, pipelined: two round trips.
+func (s *Hooks) Recent(ctx context.Context, accountID string, limit int) ([]webhook.Delivery, error) {
+	limit = min(max(limit, 1), RecentDeliveries)
+	entries, err := s.db.rdb.ZRevRangeWithScores(ctx, webhookRecentKey(accountID), 0, int64(limit-1)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: recent webhooks of %s: %w", accountID, err)
+	}
+	type row struct {
+		d   webhook.Delivery
+		cmd *redis.SliceCmd
+	}
+	rows := make([]row, 0, len(entries))
+	for _, e := range entries {
+		m, _ := e.Member.(string)
+		taskID, id, ok := strings.Cut(m, "|")
+		event, seqText, _ := strings.Cut(id, ":")
+		seq, err := strconv.Atoi(seqText)
+		if !ok || err != nil {
+			continue
+		}
+		rows = append(rows, row{d: webhook.Delivery{TaskID: taskID, Event: event, Seq: seq, State: webhook.StatePending, Created: time.UnixMilli(int64(e.Score))}})
+	}
+	if len(rows) == 0 {
+		return []webhook.Delivery{}, nil
+	}
+	if _, err := s.db.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range rows {
+			id := hookID(rows[i].d.Event, rows[i].d.Seq)
+			rows[i].cmd = p.HMGet(ctx, webhookLogKey(accountID, rows[i].d.TaskID), fHookState+id, fHookAttempts+id)
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("store: recent webhooks of %s: %w", accountID, err)
+	}
+	out := make([]webhook.Delivery, 0, len(rows))
+	for _, r := range rows {
+		v := r.cmd.Val()
+		st, _ := v[0].(string)
+		if st == "" {
+			continue // its task's log expired
+		}
+		d := r.d
+		d.State, _ = parseHookState(st)
+		if a, _ := v[1].(string); a != "" {
+			d.Attempts = parseAttempts(a)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+var accountWebhookLua = newScript[accountWebhookKeys, accountWebhookArgs, codeReply]("account_webhook", map[string]int64{"SET": 1, "NO_ACCOUNT": 0})
+
+type accountWebhookKeys struct {
+	Account string `lua:"account"`
+}
+
+type accountWebhookArgs struct {
+	URL    string `lua:"url"`
+	Events string `lua:"events"`
+}
+
+// SetEndpoint sets an account's default webhook endpoint, where the events
+// of its tasks without a callback go (validated by the caller); an empty
+// URL clears it. A task takes the endpoint of its first event that wants
+// delivering. An unknown account is *apperr.NotFoundError.
+func (s *Hooks) SetEndpoint(ctx context.Context, accountID string, cb task.Callback) error {
+	a := accountWebhookArgs{URL: cb.URL}
+	if cb.URL != "" {
+		a.Events = strings.Join(cb.Events, ",")
+	}
+	r, err := accountWebhookLua.run(ctx, s.db, accountWebhookKeys{Account: accountKey(accountID)}, a)
+	if err != nil {
+		return fmt.Errorf("store: webhook endpoint of %s: %w", accountID, err)
+	}
+	if r.Code != 1 {
+		return &apperr.NotFoundError{Kind: "account", ID: accountID}
+	}
+	return nil
+}
+
+// Endpoint returns an account's default webhook endpoint (its URL "" when
+// none is set). It reads the account record once.
+func (s *Hooks) Endpoint(ctx context.Context, accountID string) (task.Callback, error) {
+	m, err := s.db.rdb.HGetAll(ctx, accountKey(accountID)).Result()
+	if err != nil {
+		return task.Callback{}, fmt.Errorf("store: webhook endpoint of %s: %w", accountID, err)
+	}
+	if len(m) == 0 {
+		return task.Callback{}, &apperr.NotFoundError{Kind: "account", ID: accountID}
+	}
+	u := longField(m, fAcctHookURL)
+	if u == "" {
+		return task.Callback{}, nil
+	}
+	return task.Callback{URL: u, Events: strings.Split(m[fAcctHookEvents], ",")}, nil
 }

@@ -98,7 +98,8 @@ func spendKey(accountID string) string { return tag(accountID) + spendPart }
 
 // usageKey is the key of an account's usage on a UTC day (days since
 // 1970-01-01): "<model>|n" tasks and "<model>|c" credits, refunds taken
-// out. lib.lua's refund names it too ("use:<day>").
+// out, "<model>|r" and "<model>|rc" the tasks refunded and their credits;
+// and the same of each API key, "<model>|<key tag>|n" .... lib.lua's refund names it too ("use:<day>").
 func usageKey(accountID string, day int64) string {
 	return tag(accountID) + usagePart + strconv.FormatInt(day, 10)
 }
@@ -111,6 +112,12 @@ const (
 	usagePart       = "use:"
 	usageTasks      = "|n"
 	usageCredits    = "|c"
+	// Of tasks refunded: how many, and their credits.
+	usageRefunds       = "|r"
+	usageRefundCredits = "|rc"
+	// usageKeyTag is how many hex digits of a key's hash name it in a
+	// day's usage ("<model>|<tag>|n": lib.lua's usage_key_tag).
+	usageKeyTag = 12
 )
 
 // dayOf is the UTC day of a time, in days since 1970-01-01.
@@ -156,6 +163,11 @@ func tasksIndexKey(accountID string) string { return tag(accountID) + "tasks" }
 
 // webhookLogKey is the key of the record of a task's webhook deliveries.
 func webhookLogKey(accountID, taskID string) string { return tag(accountID) + "wh:" + taskID }
+
+// webhookRecentKey is the key of an account's recent webhook deliveries
+// ("<task>|<event>:<seq>" → when listed, Unix ms), the newest
+// RecentDeliveries, kept as long as a task's delivery log.
+func webhookRecentKey(accountID string) string { return tag(accountID) + "whrecent" }
 
 // queueKey is the key of a queue's sequence numbers (a hash: enqueued,
 // dequeued and the dequeue rate's samples), for queue positions. The

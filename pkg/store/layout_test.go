@@ -19,7 +19,7 @@ import (
 var shardKeyPattern = regexp.MustCompile(`^easel:\{s(\d+)\}:(.+)$`)
 
 // accountKeyParts are what follows "a:<account>:" in an account's keys.
-var accountKeyParts = []string{"acct", "t:", "j:", "parked", "ledger", "ledger" + ledgerShortPart, "keys", "tasks", "idem:", "wh:", "whsec", spendPart, usagePart, "users"}
+var accountKeyParts = []string{"acct", "t:", "j:", "parked", "ledger", "ledger" + ledgerShortPart, "keys", "tasks", "idem:", "wh:", "whsec", "whrecent", spendPart, usagePart, "users"}
 
 // globalKeys are the prefixes of the keys that belong to no account.
 var globalKeys = []string{"easel:accounts", "easel:up:{", "easel:upstreams", "easel:key:", "easel:user:", "easel:email:", "easel:session:", "easel:signin:", "easel:accountnames", "easel:keyprefix:", "easel:lock:", "easel:probe:", "easel:q:{",

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/easelhq/easel/pkg/account"
@@ -74,7 +75,10 @@ func allowedLiterals() map[string]string {
 	// The end of a queue's key (keys.go's queueKey), after lib.lua's
 	// QUEUES and the queue's name.
 	add("a queue key's end", "}")
-	add("a usage field's suffix", usageTasks, usageCredits)
+	add("a usage field's suffix", usageTasks, usageCredits, usageRefunds, usageRefundCredits)
+	for _, f := range []string{usageTasks, usageCredits, usageRefunds, usageRefundCredits} {
+		add("a usage field's suffix after a key's tag", strings.TrimPrefix(f, "|"))
+	}
 	for _, k := range []DueKind{DueCheck, DueExpire, DueHook} {
 		add("a kind of due work", string(k))
 	}
@@ -90,4 +94,4 @@ func allowedLiterals() map[string]string {
 }
 
 var redisCommands = []string{"DECR", "DEL", "EXISTS", "GET", "HDEL", "HEXISTS", "HGET", "HGETALL", "HINCRBY", "HMGET", "HSET", "HSETNX", "INCR", "PEXPIRE", "PEXPIREAT", "PTTL",
-	"PUBLISH", "SET", "TIME", "XADD", "XRANGE", "XREVRANGE", "ZADD", "ZCARD", "ZPOPMIN", "ZRANGE", "ZRANGEBYSCORE", "ZREM", "ZREMRANGEBYSCORE"}
+	"PUBLISH", "SET", "TIME", "XADD", "XRANGE", "XREVRANGE", "ZADD", "ZCARD", "ZPOPMIN", "ZRANGE", "ZRANGEBYSCORE", "ZREM", "ZREMRANGEBYRANK", "ZREMRANGEBYSCORE"}

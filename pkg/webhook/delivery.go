@@ -36,7 +36,10 @@ type Attempt struct {
 
 // Delivery is the delivery of one event of a task.
 type Delivery struct {
-	Event string
+	// TaskID is the task's id where the list is not one task's (an
+	// account's recent deliveries); "" otherwise.
+	TaskID string
+	Event  string
 	// Seq tells apart the progress events (their percent); 0 otherwise.
 	Seq     int
 	State   State

@@ -71,6 +71,19 @@ type Deps struct {
 	MetricsHandler http.Handler
 	// Deliveries reads tasks' webhook deliveries (GET /v1/task/webhooks).
 	Deliveries WebhookLog
+	// AccountHooks keeps accounts' default webhook endpoints and their
+	// recent deliveries (/v1/account/webhook); nil: those routes answer
+	// 503.
+	AccountHooks AccountHooks
+	// HookSender sends an account's test events and redeliveries, through
+	// the egress policy of deliveries.
+	HookSender HookSender
+	// Usage reads accounts' daily usage (/v1/account/usage); nil: those
+	// routes answer 503.
+	Usage UsageReader
+	// UsageDays is the most days a usage request may ask for (the days
+	// the store keeps, store.UsageDays); 0: 31.
+	UsageDays int
 	// Watch wakes requests waiting on a task (query's wait, the stream);
 	// nil: a hub nothing feeds (waits run to their end).
 	Watch *watch.Hub
@@ -102,6 +115,9 @@ func Register(s *web.Server, d Deps) *Handlers {
 	if d.Watch == nil {
 		d.Watch = watch.New()
 	}
+	if d.UsageDays == 0 {
+		d.UsageDays = 31
+	}
 	if d.Pages == nil {
 		d.Pages = web.NewPages(ImageSources(d.Signer, d.Redirect != nil, s.Now())...)
 	}
@@ -121,6 +137,14 @@ func Register(s *web.Server, d Deps) *Handlers {
 	v1.POST("/task/cancel", h.Cancel, s.Deadline, s.Authenticate, query)
 	web.Get(v1, "/task/list", h.List, s.Deadline, s.Authenticate, query)
 	web.Get(v1, "/task/stream", h.Stream, s.Deadline, s.Authenticate, query)
+	web.Get(v1, "/account/webhook", h.AccountWebhook, s.Deadline, s.Authenticate, query)
+	v1.PUT("/account/webhook", h.SetAccountWebhook, s.Deadline, s.Authenticate, query)
+	v1.DELETE("/account/webhook", h.DeleteAccountWebhook, s.Deadline, s.Authenticate, query)
+	v1.POST("/account/webhook/test", h.TestAccountWebhook, s.Deadline, s.Authenticate, query)
+	v1.POST("/account/webhook/redeliver", h.Redeliver, s.Deadline, s.Authenticate, query)
+	web.Get(v1, "/account/webhook/deliveries", h.AccountDeliveries, s.Deadline, s.Authenticate, query)
+	web.Get(v1, "/account/usage", h.AccountUsage, s.Deadline, s.Authenticate, query)
+	web.Get(v1, "/account/usage.csv", h.AccountUsageCSV, s.Deadline, s.Authenticate, query)
 	web.Get(v1, "/files/*", h.download)
 	if d.MetricsHandler != nil {
 		web.Get(e, "/metrics", echo.WrapHandler(d.MetricsHandler))

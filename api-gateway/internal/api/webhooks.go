@@ -80,13 +80,19 @@ func (h *Handlers) Webhooks(c echo.Context) error {
 			return err
 		}
 		for _, d := range ds {
-			out := webhookDelivery{WebhookID: webhook.MessageID(id, d.Event, d.Seq), Type: d.Event, State: string(d.State), Attempts: make([]webhookAttempt, len(d.Attempts))}
-			for i, a := range d.Attempts {
-				out.Attempts[i] = webhookAttempt{Time: a.Time.UnixMilli(), StatusCode: a.StatusCode, LatencyMs: a.Latency.Milliseconds(), Error: a.Error}
-			}
-			reply.Deliveries = append(reply.Deliveries, out)
+			reply.Deliveries = append(reply.Deliveries, deliveryOf(id, d))
 		}
 	}
 	c.Response().Header().Set("Cache-Control", "no-store")
 	return c.JSON(http.StatusOK, reply)
+}
+
+// deliveryOf is a delivery of an event of task taskID as the replies show
+// it.
+func deliveryOf(taskID string, d webhook.Delivery) webhookDelivery {
+	out := webhookDelivery{WebhookID: webhook.MessageID(taskID, d.Event, d.Seq), Type: d.Event, State: string(d.State), Attempts: make([]webhookAttempt, len(d.Attempts))}
+	for i, a := range d.Attempts {
+		out.Attempts[i] = webhookAttempt{Time: a.Time.UnixMilli(), StatusCode: a.StatusCode, LatencyMs: a.Latency.Milliseconds(), Error: a.Error}
+	}
+	return out
 }

@@ -12,7 +12,6 @@ import (
 	"context"
 	"crypto/subtle"
 	"embed"
-	"encoding/csv"
 	"errors"
 	"html/template"
 	"net/http"
@@ -63,7 +62,6 @@ type Accounts interface {
 	UpdateKey(ctx context.Context, accountID, keyOrPrefix string, u account.KeyUpdate) (*account.Key, error)
 	RevokeKeyOf(ctx context.Context, accountID, keyOrPrefix string) (*account.Key, error)
 	LedgerPage(ctx context.Context, id, before string, limit int64) ([]account.LedgerEntry, string, error)
-	Usage(ctx context.Context, accountID string, days int) ([]account.UsageDay, error)
 	// The operator view.
 	Page(ctx context.Context, cursor string, limit int) ([]*account.Account, string, error)
 	SearchNames(ctx context.Context, q string, limit int) ([]*account.Account, error)
@@ -103,6 +101,14 @@ type Tasks interface {
 	Cancel(c echo.Context) error
 	Webhooks(c echo.Context) error
 	Stream(c echo.Context) error
+	AccountWebhook(c echo.Context) error
+	SetAccountWebhook(c echo.Context) error
+	DeleteAccountWebhook(c echo.Context) error
+	TestAccountWebhook(c echo.Context) error
+	Redeliver(c echo.Context) error
+	AccountDeliveries(c echo.Context) error
+	AccountUsage(c echo.Context) error
+	AccountUsageCSV(c echo.Context) error
 }
 
 // Deps enables the console.
@@ -122,9 +128,6 @@ type Deps struct {
 	// Pages serves the console's page (web.NewPages with the public API's
 	// image sources: the gallery shows results).
 	Pages *web.Pages
-	// UsageDays is how many days of usage the store keeps
-	// (store.UsageDays): the most a usage request may ask for.
-	UsageDays int
 	// SecureCookie marks the session cookie Secure (the gateway is
 	// reached over TLS: EASEL_PUBLIC_URL is https). A request that came
 	// over TLS gets it Secure anyway.
@@ -173,8 +176,8 @@ func Register(s *web.Server, d Deps) {
 	own.PATCH("/keys/:prefix", cs.renameKey)
 	own.POST("/keys/:prefix/revoke", cs.revokeKey)
 	web.Get(own, "/ledger", cs.ledger)
-	web.Get(own, "/usage", cs.usage)
-	web.Get(own, "/usage.csv", cs.usageCSV)
+	web.Get(own, "/usage", d.Tasks.AccountUsage)
+	web.Get(own, "/usage.csv", d.Tasks.AccountUsageCSV)
 	web.Get(own, "/webhook-secret", cs.webhookSecret)
 	own.POST("/webhook-secret/rotate", cs.rotateWebhookSecret)
 	// The public API's task routes, for the session's account: the
@@ -186,6 +189,14 @@ func Register(s *web.Server, d Deps) {
 	web.Get(own, "/task/list", d.Tasks.List, query)
 	own.POST("/task/cancel", d.Tasks.Cancel, query)
 	web.Get(own, "/task/webhooks", d.Tasks.Webhooks, query)
+	// The account's default webhook endpoint and its deliveries: the
+	// public API's handlers.
+	web.Get(own, "/account/webhook", d.Tasks.AccountWebhook, query)
+	own.PUT("/account/webhook", d.Tasks.SetAccountWebhook, query)
+	own.DELETE("/account/webhook", d.Tasks.DeleteAccountWebhook, query)
+	own.POST("/account/webhook/test", d.Tasks.TestAccountWebhook, query)
+	own.POST("/account/webhook/redeliver", d.Tasks.Redeliver, query)
+	web.Get(own, "/account/webhook/deliveries", d.Tasks.AccountDeliveries, query)
 	// The operator view: admin users only.
 	// Its changes are the admin API's own handlers.
 	op := in.Group("/admin", cs.adminOnly)
@@ -520,72 +531,6 @@ func (cs *console) ledger(c echo.Context) error {
 		return err
 	}
 	return web.OK(c, map[string]any{"entries": entries, "next": next})
-}
-
-func (cs *console) daysParam(c echo.Context) (int, error) {
-	days := 30
-	if s := c.QueryParam("days"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > cs.UsageDays {
-			return 0, apperr.Errorf(apperr.Invalid, "days must be 1 to %d", cs.UsageDays)
-		}
-		days = n
-	}
-	return days, nil
-}
-
-// usageOf reads the session's account's usage of the days asked for.
-func (cs *console) usageOf(c echo.Context) ([]account.UsageDay, error) {
-	days, err := cs.daysParam(c)
-	if err != nil {
-		return nil, err
-	}
-	return cs.Accounts.Usage(c.Request().Context(), web.AccountOf(c).ID, days)
-}
-
-// usedModels are the models of days' usage, sorted.
-func usedModels(days ...account.UsageDay) []string {
-	models := []string{}
-	for _, d := range days {
-		for m := range d.Models {
-			if !slices.Contains(models, m) {
-				models = append(models, m)
-			}
-		}
-	}
-	slices.Sort(models)
-	return models
-}
-
-func (cs *console) usage(c echo.Context) error {
-	list, err := cs.usageOf(c)
-	if err != nil {
-		return err
-	}
-	return web.OK(c, map[string]any{"days": list, "models": usedModels(list...)})
-}
-
-// usageCSV answers the usage as CSV: date, model, tasks, credits, a row
-// per day and model used.
-func (cs *console) usageCSV(c echo.Context) error {
-	list, err := cs.usageOf(c)
-	if err != nil {
-		return err
-	}
-	hdr := c.Response().Header()
-	hdr.Set(echo.HeaderContentType, "text/csv; charset=utf-8")
-	hdr.Set(echo.HeaderContentDisposition, `attachment; filename="easel-usage.csv"`)
-	c.Response().WriteHeader(http.StatusOK)
-	w := csv.NewWriter(c.Response())
-	_ = w.Write([]string{"date", "model", "tasks", "credits"})
-	for _, d := range list {
-		for _, m := range usedModels(d) {
-			u := d.Models[m]
-			_ = w.Write([]string{d.Date, m, strconv.FormatInt(u.Tasks, 10), strconv.FormatInt(u.Credits, 10)})
-		}
-	}
-	w.Flush()
-	return w.Error()
 }
 
 func (cs *console) webhookSecret(c echo.Context) error {

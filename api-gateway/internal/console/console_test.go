@@ -774,9 +774,22 @@ func TestConsoleUsageAndLedger(t *testing.T) {
 	if today.Date != time.Now().UTC().Format(time.DateOnly) || today.Models[std] != (account.Usage{Tasks: 3, Credits: 12}) {
 		t.Errorf("today %+v; want 3 tasks, 12 credits of %s", today, std)
 	}
+	prefix := account.VisibleOf(ce.KeyA)
+	if got := today.Keys[prefix][std]; got != (account.Usage{Tasks: 3, Credits: 12}) {
+		t.Errorf("today's usage of key %s: %+v; want 3 tasks, 12 credits", prefix, today.Keys)
+	}
 	csv := b.send("GET", "/console/api/usage.csv?days=7", nil, "")
-	if !strings.HasPrefix(csv.Header.Get("Content-Type"), "text/csv") || string(csv.Body) != "date,model,tasks,credits\n"+today.Date+","+std+",3,12\n" {
+	if !strings.HasPrefix(csv.Header.Get("Content-Type"), "text/csv") || string(csv.Body) != "date,model,key,tasks,credits,refunds,refunded_credits\n"+today.Date+","+std+","+prefix+",3,12,0,0\n" {
 		t.Errorf("CSV %s %q", csv.Header.Get("Content-Type"), csv.Body)
+	}
+	// Filtered by another key: nothing used.
+	var other struct {
+		Days []account.UsageDay `json:"days"`
+		Keys []string           `json:"keys"`
+	}
+	consoleData(t, b.send("GET", "/console/api/usage?days=1&key=esk_nothing1", nil, ""), &other)
+	if len(other.Days) != 1 || len(other.Days[0].Models) != 0 || strings.Join(other.Keys, ",") != prefix {
+		t.Errorf("usage of a key that made nothing: %+v", other)
 	}
 	gatewaytest.AssertEnvelope(t, b.send("GET", "/console/api/usage?days=99", nil, ""), 400, "days must be")
 

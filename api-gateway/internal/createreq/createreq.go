@@ -343,6 +343,24 @@ func (d *Decoder) callback(w *wire) (task.Callback, error) {
 	return cb, nil
 }
 
+// Endpoint validates an account's default webhook endpoint, a JSON
+// object {"callback_url", "callback_events"}, by the rules of a create's
+// fields of those names (callback_events default: task.DefaultEvents); the
+// URL is required.
+func (d *Decoder) Endpoint(body []byte) (task.Callback, error) {
+	var w struct {
+		CallbackURL    *string   `json:"callback_url"`
+		CallbackEvents *[]string `json:"callback_events"`
+	}
+	if err := json.Unmarshal(body, &w); err != nil {
+		return task.Callback{}, invalid(`the body must be a JSON object: {"callback_url": "https://...", "callback_events": [...]}`)
+	}
+	if deref(w.CallbackURL) == "" {
+		return task.Callback{}, invalid("callback_url is required")
+	}
+	return d.callback(&wire{CallbackURL: w.CallbackURL, CallbackEvents: w.CallbackEvents})
+}
+
 func deref(p *string) string {
 	if p == nil {
 		return ""

@@ -88,3 +88,40 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzEndpoint checks that no body makes the account endpoint's decoder
+// panic or return anything but a 400, and that what it accepts is a URL
+// the callback rules take, with distinct known events.
+func FuzzEndpoint(f *testing.F) {
+	f.Add([]byte(`{"callback_url":"https://hooks.example.com/x"}`))
+	f.Add([]byte(`{"callback_url":"https://hooks.example.com/x","callback_events":["task.progress","task.completed"]}`))
+	f.Add([]byte(`{"callback_url":"http://127.0.0.1/x"}`))
+	f.Add([]byte(`{"callback_events":["task.failed"]}`))
+	f.Add([]byte(`{"callback_url":"https://a.example/","callback_events":["task.failed","task.failed"]}`))
+	f.Add([]byte(`{"callback_url":"https://a.example/","callback_events":[]}`))
+	f.Add([]byte(`[]`))
+	f.Add([]byte(``))
+	d := newDecoder(f)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		cb, err := d.Endpoint(body)
+		if err != nil {
+			e, ok := apperr.As(err)
+			if !ok || e.Code != apperr.Invalid || e.Message == "" {
+				t.Fatalf("error %v: want an Invalid apperr with a message", err)
+			}
+			return
+		}
+		u, err := url.Parse(cb.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || len(cb.URL) > MaxURLLen || d.Egress.CheckURL(u) != "" {
+			t.Fatalf("accepted bad url %q", cb.URL)
+		}
+		if len(cb.Events) == 0 {
+			t.Fatalf("accepted %q with no events", cb.URL)
+		}
+		for i, ev := range cb.Events {
+			if !slices.Contains(task.Events, ev) || slices.Contains(cb.Events[:i], ev) {
+				t.Fatalf("accepted events %q", cb.Events)
+			}
+		}
+	})
+}

@@ -31,10 +31,12 @@ import (
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/egress"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/signedurl"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/webhook"
 )
 
 // AdminToken is the admin API's token in an Env.
@@ -56,8 +58,8 @@ type Deps struct {
 	api.Deps
 	// Admin, when not nil, adds the admin API.
 	Admin *admin.Deps
-	// Console, when not nil, adds the console. Its task routes, pages and
-	// usage days default to the gateway's.
+	// Console, when not nil, adds the console. Its task routes and pages
+	// default to the gateway's.
 	Console *console.Deps
 }
 
@@ -76,9 +78,6 @@ func Server(d Deps) *web.Server {
 		}
 		if c.Pages == nil {
 			c.Pages = public.Pages
-		}
-		if c.UsageDays == 0 {
-			c.UsageDays = store.UsageDays
 		}
 		console.Register(s, c)
 	}
@@ -196,6 +195,11 @@ func New(t *testing.T, rdb *redis.Client, queue tasks.Queue, log *zap.Logger, o 
 			Signer:  e.Signer,
 			Blobs:   e.Blobs,
 			Ready:   func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+			// Test events and redeliveries reach receivers on loopback.
+			AccountHooks: e.Hooks,
+			HookSender:   webhook.NewClient(webhook.Options{Policy: egress.Policy{AllowPrivate: true}}),
+			Usage:        e.Accounts,
+			UsageDays:    store.UsageDays,
 		},
 		Admin: &admin.Deps{Token: AdminToken, Accounts: e.Accounts, Secrets: e.Hooks, Catalog: cat},
 	}

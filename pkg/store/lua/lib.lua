@@ -254,10 +254,36 @@ local function wanted(cb, cbev, ev)
   if not cb or cb == '' then return false end
   return string.find(',' .. (cbev or '') .. ',', ',' .. ev .. ',', 1, true) ~= nil
 end
--- wants reports whether the task's callback wants events of type ev.
-local function wants(task_key, ev)
-  local v = redis.call('HMGET', task_key, 'cb', 'cbev')
-  return wanted(v[1], v[2], ev)
+-- take_endpoint gives a task without a callback of its own its
+-- account's default webhook endpoint, if the account has one (the account
+-- record's 'whu', split as put_long splits it over 'whn' fields, and
+-- 'whev'): copied into the task's 'cb' and 'cbev' when the task starts
+-- (start.lua), or at its first event after if it had none then (a task
+-- ended before it started, an endpoint set meanwhile), so that its events,
+-- their delivery and its delivery log read the task alone. Returns the
+-- endpoint's URL and events, or nil.
+local function take_endpoint(K)
+  local a = redis.call('HMGET', K.account, 'whu', 'whn', 'whev')
+  if not a[1] or a[1] == '' then return nil end
+  local url, n = {a[1]}, tonumber(a[2] or '1') or 1
+  if n > 1 then
+    local names = {}
+    for i = 1, n - 1 do names[i] = 'whu' .. '+' .. i end
+    for _, more in ipairs(redis.call('HMGET', K.account, unpack(names))) do url[#url + 1] = more or '' end
+  end
+  local f = {}
+  put_long(f, 'cb', table.concat(url))
+  f[#f + 1] = 'cbev'; f[#f + 1] = a[3] or ''
+  redis.call('HSET', K.task, unpack(f))
+  return a[1], a[3]
+end
+-- wants reports whether the task's callback (its own, else its account's
+-- default endpoint) wants events of type ev.
+local function wants(K, ev)
+  local v = redis.call('HMGET', K.task, 'cb', 'cbev')
+  if v[1] then return wanted(v[1], v[2], ev) end
+  local url, events = take_endpoint(K)
+  return wanted(url, events, ev)
 end
 
 -- due members: a task's next check ('t|<account>|<task>') and a webhook
@@ -269,10 +295,15 @@ local function hook_due(account_id, task_id, ev) return 'h|' .. account_id .. '|
 -- hook_at (the queueing's recovery), when its callback wants it; it
 -- reports whether it did (1) or not (0).
 local function hook(K, ev, hook_at, account_id, task_id)
-  if not wants(K.task, ev) then return 0 end
+  if not wants(K, ev) then return 0 end
   redis.call('ZADD', K.due, 'NX', hook_at, hook_due(account_id, task_id, ev))
   return 1
 end
+
+-- usage_key_tag names an API key (by its hash) in a day's usage: the
+-- hash's first 12 hex digits, "<model>|<tag>|n" beside "<model>|n", so a
+-- field stays well under 64 bytes.
+local function usage_key_tag(key_hash) return string.sub(key_hash, 1, 12) end
 
 -- refund gives a task's price back, once, and returns the credits given:
 -- to the account, to what its API key has spent, and out of the usage of
@@ -297,8 +328,18 @@ local function refund(K, now, keep, task_id, note, missing, asked)
   if v[3] and v[3] ~= '' then redis.call('HINCRBY', base .. 'spend', v[3], int(-amount)) end
   local use = base .. 'use:' .. int(math.floor((tonumber(v[5] or '0') or 0) / 86400000))
   if v[4] and redis.call('HEXISTS', use, v[4] .. '|c') == 1 then
-    if amount == price then redis.call('HINCRBY', use, v[4] .. '|n', -1) end
-    redis.call('HINCRBY', use, v[4] .. '|c', int(-amount))
+    local of = {v[4] .. '|'}
+    if v[3] and v[3] ~= '' then of[2] = v[4] .. '|' .. usage_key_tag(v[3]) .. '|' end
+    for _, f in ipairs(of) do
+      -- A task refunded whole leaves the day's count of tasks, and counts
+      -- as refunded; the images it did not make, only their credits.
+      if amount == price then
+        redis.call('HINCRBY', use, f .. 'n', -1)
+        redis.call('HINCRBY', use, f .. 'r', 1)
+      end
+      redis.call('HINCRBY', use, f .. 'c', int(-amount))
+      redis.call('HINCRBY', use, f .. 'rc', int(amount))
+    end
   end
   return amount
 end
@@ -489,8 +530,9 @@ end
 
 -- charge debits a task's price (bal: the account's credits before) with
 -- its ledger entry, charges it to the API key that created it (key_hash;
--- '' for none) and counts it in the day's usage of its model (refund
--- takes a refunded task out again; a free task is no one's usage).
+-- '' for none) and counts it in the day's usage of its model, and of its
+-- model and key (refund takes a refunded task out again and counts it
+-- refunded; a free task is no one's usage).
 -- Returns the credits left.
 local function charge(K, spend_key, usage_key, usage_until, now, keep, price, bal, task_id, key_hash, model)
   if price <= 0 then return bal end
@@ -499,6 +541,11 @@ local function charge(K, spend_key, usage_key, usage_until, now, keep, price, ba
   if key_hash ~= '' then redis.call('HINCRBY', spend_key, key_hash, int(price)) end
   if redis.call('HINCRBY', usage_key, model .. '|n', 1) == 1 then redis.call('PEXPIREAT', usage_key, usage_until) end
   redis.call('HINCRBY', usage_key, model .. '|c', int(price))
+  if key_hash ~= '' then
+    local f = model .. '|' .. usage_key_tag(key_hash) .. '|'
+    redis.call('HINCRBY', usage_key, f .. 'n', 1)
+    redis.call('HINCRBY', usage_key, f .. 'c', int(price))
+  end
   return bal
 end
 

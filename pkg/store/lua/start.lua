@@ -44,7 +44,7 @@ local share, check_at = tonumber(ARGV[10]), ARGV[11]
 QUEUES = ARGV[12]
 local me, judged, dead = ARGV[13], ARGV[14], ARGV[15]
 
-local v = redis.call('HMGET', K.task, 'status', 'run', 'live', 'crashes', 'dl', 'adm', 'model', 'ctime', 'inn', 'in')
+local v = redis.call('HMGET', K.task, 'status', 'run', 'live', 'crashes', 'dl', 'adm', 'model', 'ctime', 'inn', 'in', 'cb')
 local st = v[1]
 local model = v[7] or ''
 if not st then return {MISSING, 0, 0, '', '', 0, 0, model, ''} end
@@ -68,6 +68,9 @@ end
 local q = ''
 if st == 'pending' then
   redis.call('HSET', K.task, 'status', 'processing', 'stime', now)
+  -- A task without a callback takes its account's default endpoint now:
+  -- its progress writes read only the record.
+  if not v[11] then take_endpoint(K) end
   q = left(K, now)
   -- No more queue checks: due again only at its deadline.
   if v[5] then redis.call('ZADD', K.due, 'XX', v[5], task_due(account_id, task_id)) end

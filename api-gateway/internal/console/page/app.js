@@ -202,6 +202,7 @@
     get: (path, opts) => request('GET', path, undefined, opts),
     post: (path, body, opts) => request('POST', path, body, opts),
     patch: (path, body, opts) => request('PATCH', path, body, opts),
+    put: (path, body, opts) => request('PUT', path, body, opts),
     del: (path, opts) => request('DELETE', path, undefined, opts),
   };
 
@@ -332,7 +333,7 @@
     keys: () => loadKeys(),
     usage: () => { renderAccountFacts(); refreshAccount(); loadUsage(); loadLedger(true); },
     tasks: () => loadTasks(true),
-    webhooks: () => {},
+    webhooks: () => { loadEndpoint(); loadDeliveries(); },
     playground: () => {},
     operator: () => { if (!$('operator-results').tBodies[0].rows.length) searchAccounts(true); loadUpstreams(); },
   };
@@ -624,13 +625,25 @@
 
   async function loadUsage() {
     const days = $('usage-days').value;
-    $('usage-csv').href = `${API}/usage.csv?days=${enc(days)}`;
+    const key = $('usage-key').value;
+    const q = `days=${enc(days)}${key ? `&key=${enc(key)}` : ''}`;
+    $('usage-csv').href = `${API}/usage.csv?${q}`;
     try {
-      state.usage = await api.get(`/usage?days=${enc(days)}`);
+      state.usage = await api.get(`/usage?${q}`);
+      showUsageKeys(state.usage.keys || [], key);
       drawUsage();
     } catch (e) {
       report(e);
     }
+  }
+
+  // showUsageKeys lists the keys used in the period in the key filter,
+  // keeping the one chosen.
+  function showUsageKeys(keys, chosen) {
+    const all = chosen && !keys.includes(chosen) ? [...keys, chosen] : keys;
+    $('usage-key').replaceChildren(el('option', { value: '' }, 'All tasks'),
+      ...all.map((k) => el('option', { value: k }, k)));
+    $('usage-key').value = chosen;
   }
 
   // niceStep is a 1, 2 or 5 × 10^n step giving about `ticks` ticks to max.
@@ -1018,6 +1031,109 @@
     });
   }
 
+  // ---- the account's default endpoint and its deliveries ---------------------------------------
+
+  const endpointEvents = () => [...document.querySelectorAll('#endpoint-form input[type=checkbox]')];
+
+  function showEndpoint(data) {
+    const url = (data && data.callback_url) || '';
+    $('endpoint-url').value = url;
+    const evs = url ? data.callback_events : ['task.completed', 'task.failed', 'task.canceled'];
+    for (const c of endpointEvents()) c.checked = evs.includes(c.value);
+    $('endpoint-state').textContent = url ? 'Tasks without a callback_url send their events to this endpoint.' : 'No endpoint set: tasks without a callback_url send no events.';
+    $('endpoint-test').disabled = !url;
+    $('endpoint-clear').disabled = !url;
+  }
+
+  async function loadEndpoint() {
+    try {
+      showEndpoint(await api.get('/account/webhook'));
+    } catch (e) {
+      report(e);
+    }
+  }
+
+  async function saveEndpoint(ev) {
+    ev.preventDefault();
+    const events = endpointEvents().filter((c) => c.checked).map((c) => c.value);
+    try {
+      showEndpoint(await api.put('/account/webhook', { callback_url: $('endpoint-url').value.trim(), callback_events: events }));
+      toast('Endpoint saved.');
+    } catch (e) {
+      report(e);
+    }
+  }
+
+  async function clearEndpoint() {
+    try {
+      showEndpoint(await api.del('/account/webhook'));
+      toast('Endpoint removed.');
+    } catch (e) {
+      report(e);
+    }
+  }
+
+  function answerText(r) {
+    if (r.delivered) return `Delivered: HTTP ${r.status_code} in ${fmtNum(r.latency_ms)} ms (${r.webhook_id}).`;
+    return `Not delivered: ${r.error || (r.status_code ? `HTTP ${r.status_code}` : 'no answer')} (${r.webhook_id}).`;
+  }
+
+  async function testEndpoint() {
+    const btn = $('endpoint-test');
+    const out = $('endpoint-test-result');
+    btn.disabled = true;
+    try {
+      const r = await api.post('/account/webhook/test');
+      out.textContent = `Test event: ${answerText(r)}`;
+      out.className = r.delivered ? 'help ok' : 'help bad';
+      out.hidden = false;
+    } catch (e) {
+      report(e);
+    } finally {
+      btn.disabled = false;
+    }
+  }
+
+  async function loadDeliveries() {
+    try {
+      const data = await api.get('/account/webhook/deliveries?limit=100');
+      const list = (data && data.deliveries) || [];
+      $('deliveries-table').tBodies[0].replaceChildren(...list.map(deliveryRow));
+      $('deliveries-empty').hidden = list.length > 0;
+    } catch (e) {
+      report(e);
+    }
+  }
+
+  function deliveryRow(d) {
+    const attempts = d.attempts || [];
+    const last = attempts[attempts.length - 1];
+    const answer = !last ? '—' : (last.status_code ? `HTTP ${last.status_code}` : 'no answer') + (last.error ? ` · ${last.error}` : '');
+    const again = el('button', { type: 'button', class: 'small' }, 'Redeliver');
+    again.addEventListener('click', () => redeliver(d, again));
+    return el('tr', { dataset: { webhookId: d.webhook_id } },
+      td('Created', fmtTime(attempts.length ? attempts[0].time : null)),
+      td('Task', el('code', { class: 'mono small-text' }, d.task_id)),
+      td('Event', d.type),
+      td('Status', badge(d.state)),
+      td('Attempts', fmtNum(attempts.length)),
+      td('Last answer', answer),
+      td('', again));
+  }
+
+  async function redeliver(d, btn) {
+    btn.disabled = true;
+    try {
+      const r = await api.post('/account/webhook/redeliver', { task_id: d.task_id, type: d.type, seq: d.seq });
+      toast(`Redelivery: ${answerText(r)}`, r.delivered ? 'info' : 'error');
+      loadDeliveries();
+    } catch (e) {
+      report(e);
+    } finally {
+      btn.disabled = false;
+    }
+  }
+
   // ---- playground -------------------------------------------------------------------------------
 
   // The playground is the /playground page's own (its form, rendered in
@@ -1398,6 +1514,7 @@
     $('rename-form').addEventListener('submit', onRename);
 
     $('usage-days').addEventListener('change', loadUsage);
+    $('usage-key').addEventListener('change', loadUsage);
     $('ledger-more').addEventListener('click', () => loadLedger(false));
     let pending = 0;
     new ResizeObserver(() => {
@@ -1415,6 +1532,10 @@
     $('show-secret').addEventListener('click', toggleSecret);
     $('copy-secret').addEventListener('click', async () => toast(await copyText($('webhook-secret').textContent, $('webhook-secret'))));
     $('rotate-secret').addEventListener('click', askRotate);
+    $('endpoint-form').addEventListener('submit', saveEndpoint);
+    $('endpoint-test').addEventListener('click', testEndpoint);
+    $('endpoint-clear').addEventListener('click', clearEndpoint);
+    $('deliveries-refresh').addEventListener('click', loadDeliveries);
 
     mountPlayground();
 
