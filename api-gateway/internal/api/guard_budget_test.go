@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -26,11 +27,13 @@ func TestFailedAuthenticationBudgetsHoldUnderConcurrency(t *testing.T) {
 		requests    int
 		maxLookups  int64
 		minRefusals int
+		// refill is the tightest budget's tries a second.
+		refill float64
 	}{
-		{"one address, 100 at once", auth.GuardLimits{PerAddress: 5}, func(int) string { return "203.0.113.7" }, 100, 25, 75},
-		{"50 addresses of one /24", auth.GuardLimits{PerAddress: 5, PerPrefix: 2}, func(i int) string { return fmt.Sprintf("203.0.113.%d", i%50) }, 1000, 20, 980},
-		{"50 addresses of one /64", auth.GuardLimits{PerAddress: 5, PerPrefix: 2}, func(i int) string { return fmt.Sprintf("2001:db8::%x", i%50) }, 1000, 20, 980},
-		{"500 networks", auth.GuardLimits{PerAddress: 5, PerPrefix: 20, Global: 5}, func(i int) string { return fmt.Sprintf("10.%d.%d.1", i%250, i/250%2) }, 1000, 30, 970},
+		{"one address, 100 at once", auth.GuardLimits{PerAddress: 5}, func(int) string { return "203.0.113.7" }, 100, 25, 75, 5},
+		{"50 addresses of one /24", auth.GuardLimits{PerAddress: 5, PerPrefix: 2}, func(i int) string { return fmt.Sprintf("203.0.113.%d", i%50) }, 1000, 20, 980, 2},
+		{"50 addresses of one /64", auth.GuardLimits{PerAddress: 5, PerPrefix: 2}, func(i int) string { return fmt.Sprintf("2001:db8::%x", i%50) }, 1000, 20, 980, 2},
+		{"500 networks", auth.GuardLimits{PerAddress: 5, PerPrefix: 20, Global: 5}, func(i int) string { return fmt.Sprintf("10.%d.%d.1", i%250, i/250%2) }, 1000, 30, 970, 5},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var lookups *countingAuth
@@ -44,6 +47,7 @@ func TestFailedAuthenticationBudgetsHoldUnderConcurrency(t *testing.T) {
 			codes := map[int]int{}
 			var wg sync.WaitGroup
 			sem := make(chan struct{}, 100)
+			start := time.Now()
 			for i := range tt.requests {
 				wg.Add(1)
 				sem <- struct{}{}
@@ -59,9 +63,11 @@ func TestFailedAuthenticationBudgetsHoldUnderConcurrency(t *testing.T) {
 			}
 			wg.Wait()
 			// The budgets refill while the requests run (a second or two):
-			// allow a few tries more than the bursts.
-			if n := lookups.calls.Load(); n > tt.maxLookups || codes[429] < tt.minRefusals || codes[401]+codes[429] != tt.requests {
-				t.Errorf("%d bad keys: %d lookups, statuses %v; want at most %d lookups, the rest 429", tt.requests, n, codes, tt.maxLookups)
+			// allow a few tries more than the bursts, and on a loaded
+			// machine, where they take longer, the tries earned meanwhile.
+			extra := int64(tt.refill * max(time.Since(start).Seconds()-2, 0))
+			if n := lookups.calls.Load(); n > tt.maxLookups+extra || codes[429] < tt.minRefusals-int(extra) || codes[401]+codes[429] != tt.requests {
+				t.Errorf("%d bad keys: %d lookups, statuses %v; want at most %d lookups, the rest 429", tt.requests, n, codes, tt.maxLookups+extra)
 			}
 		})
 	}
