@@ -77,6 +77,8 @@ type Deps struct {
 	// Pages serves the playground (nil: pages whose images come from
 	// the gateway and the result URLs' origin, ImageSources).
 	Pages *web.Pages
+	// Uploads takes images for image_urls (POST /v1/uploads).
+	Uploads Uploads
 }
 
 // Paths.
@@ -122,6 +124,11 @@ func Register(s *web.Server, d Deps) *Handlers {
 	web.Get(v1, "/task/list", h.List, s.Deadline, s.Authenticate, query)
 	web.Get(v1, "/task/stream", h.Stream, s.Deadline, s.Authenticate, query)
 	web.Get(v1, "/files/*", h.download)
+	if d.Uploads.Counter != nil && d.Uploads.Blobs != nil {
+		// Reading the body may take longer than a request's budget: past
+		// it, the handler gives its calls budgets of their own.
+		v1.POST("/uploads", h.upload, s.Deadline, s.Authenticate, s.Limit(ratelimit.Create))
+	}
 	if d.MetricsHandler != nil {
 		web.Get(e, "/metrics", echo.WrapHandler(d.MetricsHandler))
 	}
