@@ -124,11 +124,9 @@ func Register(s *web.Server, d Deps) *Handlers {
 	web.Get(v1, "/task/list", h.List, s.Deadline, s.Authenticate, query)
 	web.Get(v1, "/task/stream", h.Stream, s.Deadline, s.Authenticate, query)
 	web.Get(v1, "/files/*", h.download)
-	if d.Uploads.Counter != nil && d.Uploads.Blobs != nil {
-		// Reading the body may take longer than a request's budget: past
-		// it, the handler gives its calls budgets of their own.
-		v1.POST("/uploads", h.upload, s.Deadline, s.Authenticate, s.Limit(ratelimit.Create))
-	}
+	// Reading the body may take longer than a request's budget: past it,
+	// the handler gives its calls budgets of their own.
+	v1.POST("/uploads", h.upload, s.Deadline, s.Authenticate, s.Limit(ratelimit.Create))
 	if d.MetricsHandler != nil {
 		web.Get(e, "/metrics", echo.WrapHandler(d.MetricsHandler))
 	}

@@ -39,7 +39,7 @@ type UploadBlobs interface {
 }
 
 // Uploads configures POST /v1/uploads; without a Counter and Blobs the
-// route is not served.
+// route answers 404.
 type Uploads struct {
 	Counter UploadCounter
 	Blobs   UploadBlobs
@@ -72,6 +72,9 @@ const putTimeout = time.Minute
 // limit), counted against the account's bytes of the day, stored, and
 // answered with a signed URL of this service that image_urls takes.
 func (h *Handlers) upload(c echo.Context) error {
+	if h.Uploads.Counter == nil || h.Uploads.Blobs == nil {
+		return apperr.New(apperr.NotFound, "uploads are not enabled on this gateway")
+	}
 	r := c.Request()
 	if r.ContentLength > upload.MaxBytes+multipartOverhead {
 		return uploadTooLarge()
