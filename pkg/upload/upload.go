@@ -35,7 +35,9 @@ const TTL = 24 * time.Hour
 const MaxBytes = 20 << 20
 
 // Key returns a new blob key for an upload of media type contentType made
-// at at: uploads/<UTC hour>/<32 random hex digits><extension>.
+// at at: uploads/<UTC hour>/<32 random hex digits><extension>. The name
+// has a result key's shape (blob.ContentHash), so the janitors remove
+// uploads as they do results.
 func Key(at time.Time, contentType string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
