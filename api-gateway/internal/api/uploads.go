@@ -95,9 +95,10 @@ func (h *Handlers) upload(c echo.Context) error {
 	// The body has been read, however long that took: the Redis call and
 	// the write get budgets of their own.
 	base := web.BaseContext(c)
-	ctx, cancel := context.WithTimeout(base, h.s.RequestTimeout)
-	if h.s.RequestTimeout <= 0 {
-		ctx, cancel = context.WithCancel(base)
+	ctx, cancel := context.WithCancel(base)
+	if h.s.RequestTimeout > 0 {
+		cancel()
+		ctx, cancel = context.WithTimeout(base, h.s.RequestTimeout)
 	}
 	used, ok, err := h.Uploads.Counter.Count(ctx, web.AccountOf(c).ID, int64(len(data)), budget, now)
 	cancel()
