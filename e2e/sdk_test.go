@@ -311,6 +311,7 @@ func TestSDKMatchesOpenAPI(t *testing.T) {
 		{"get", "/v1/task/query", []string{"task_id", "wait"}},
 		{"post", "/v1/task/cancel", nil},
 		{"get", "/v1/task/list", []string{"status", "model", "limit", "cursor"}},
+		{"post", "/v1/uploads", nil},
 	} {
 		params := o.params(op.method, op.path)
 		for _, p := range op.params {
@@ -334,6 +335,8 @@ func TestSDKMatchesOpenAPI(t *testing.T) {
 	o.sameFields("a listed task", o.resolve(o.resolve(o.props(list)["tasks"])["items"]), reflect.TypeFor[easel.Task]())
 	cancelData := o.resolve(o.props(o.response("post", "/v1/task/cancel"))["data"])
 	o.sameFields("the cancel's data", cancelData, reflect.TypeFor[easel.CancelResult]())
+	uploadData := o.resolve(o.props(o.response("post", "/v1/uploads"))["data"])
+	o.sameFields("the upload's data", uploadData, reflect.TypeFor[easel.Upload]())
 
 	// What the SDK sends in a create: every field of the body the document
 	// has.
