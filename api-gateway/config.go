@@ -54,6 +54,12 @@ type Config struct {
 	RateLimit      int `env:"EASEL_RATE_LIMIT" envDefault:"10"`
 	QueryRateLimit int `env:"EASEL_QUERY_RATE_LIMIT" envDefault:"50"`
 	MaxInflight    int `env:"EASEL_MAX_INFLIGHT" envDefault:"20"`
+	// UploadMBPerDay is each account's budget of uploaded megabytes a UTC
+	// day (POST /v1/uploads).
+	UploadMBPerDay int `env:"EASEL_UPLOAD_MB_PER_DAY" envDefault:"500"`
+	// FetchMaxMegapix is the workers' pixel limit on a source image, which
+	// uploads are held to as well.
+	FetchMaxMegapix int `env:"EASEL_FETCH_MAX_MEGAPIXELS" envDefault:"50"`
 	// RateLimitFailOpen: while the rate limiter cannot reach Redis, let
 	// requests through unlimited (true) or refuse them with 503 (false).
 	RateLimitFailOpen bool `env:"EASEL_RATE_LIMIT_FAIL_OPEN" envDefault:"false"`
@@ -196,10 +202,13 @@ func (c *Config) Validate() error {
 	for _, l := range []struct {
 		name string
 		v    int
-	}{{"EASEL_RATE_LIMIT", c.RateLimit}, {"EASEL_QUERY_RATE_LIMIT", c.QueryRateLimit}, {"EASEL_MAX_INFLIGHT", c.MaxInflight}} {
+	}{{"EASEL_RATE_LIMIT", c.RateLimit}, {"EASEL_QUERY_RATE_LIMIT", c.QueryRateLimit}, {"EASEL_MAX_INFLIGHT", c.MaxInflight}, {"EASEL_UPLOAD_MB_PER_DAY", c.UploadMBPerDay}} {
 		if l.v < 1 || l.v > 1_000_000 {
 			errs = append(errs, fmt.Errorf("%s %d: want 1 to 1000000", l.name, l.v))
 		}
+	}
+	if c.FetchMaxMegapix < 1 || c.FetchMaxMegapix > 1000 {
+		errs = append(errs, fmt.Errorf("EASEL_FETCH_MAX_MEGAPIXELS %d: want 1 to 1000", c.FetchMaxMegapix))
 	}
 	if c.AuthCacheTTL < 0 || c.AuthCacheTTL > 5*time.Second {
 		errs = append(errs, fmt.Errorf("EASEL_AUTH_CACHE_TTL %s: want 0 to 5s (revocations must take effect within 5s)", c.AuthCacheTTL))

@@ -159,8 +159,10 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	// come from the result URLs' origin, or the bucket's.
 	pages := web.NewPages(api.ImageSources(signer, redirect != nil, time.Now())...)
 	public := api.Register(edge, api.Deps{
-		Tasks:          svc,
-		Decoder:        &createreq.Decoder{Catalog: cat, Egress: cfg.EgressPolicy()},
+		Tasks: svc,
+		// Uploads' URLs are this service's, read by the workers from the
+		// blob store: the decoder tells them by path and signature.
+		Decoder:        &createreq.Decoder{Catalog: cat, Egress: cfg.EgressPolicy(), Uploads: signer},
 		Signer:         signer,
 		Blobs:          blobs,
 		Redirect:       redirect,
@@ -177,6 +179,8 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		Usage:        accounts,
 		UsageDays:    store.UsageDays,
 		Pages:        pages,
+		Uploads: api.Uploads{Counter: store.NewUploads(db), Blobs: blobs,
+			BytesPerDay: int64(cfg.UploadMBPerDay) << 20, MaxPixels: int64(cfg.FetchMaxMegapix) * 1_000_000},
 	})
 	if cfg.AdminToken != "" {
 		admin.Register(edge, admin.Deps{Token: cfg.AdminToken, Accounts: accounts, Secrets: hooks, Catalog: cat, Users: people, Upstreams: upstreams, UpstreamsFile: upstreamsFile})

@@ -147,6 +147,22 @@ func TestCLI(t *testing.T) {
 		}
 	})
 
+	t.Run("generate an edit of a local file", func(t *testing.T) {
+		local := filepath.Join(dir, "local-640x360.png")
+		if err := os.WriteFile(local, pngBytes(t, 640, 360), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(dir, "local-winter.png")
+		stdout, stderr, code := c.run("generate", "make it winter", "--image", local, "-o", out)
+		if code != 0 || stdout != "wrote "+out+"\n" {
+			t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+		// Uploaded, then read by the worker: the file's ratio, 16:9.
+		if cfg, _ := decodeImage(t, out); cfg.Width != 1344 || cfg.Height != 768 {
+			t.Errorf("%dx%d; want 1344x768", cfg.Width, cfg.Height)
+		}
+	})
+
 	t.Run("generate in a terminal", func(t *testing.T) {
 		occupy(t, sdk) // so the task waits in the queue first
 		out := filepath.Join(dir, "tty.png")
@@ -239,7 +255,7 @@ func TestCLI(t *testing.T) {
 			args   []string
 			stderr string
 		}{
-			{"a local image", c, []string{"generate", "x", "--image", local}, "local files cannot be sent: the API takes source images by URL only"},
+			{"a local file that is not an image", c, []string{"generate", "x", "--image", local}, "--image " + local + ": upload: 415 Unsupported Media Type: the file is not a PNG, JPEG, WebP or GIF image"},
 			{"no key", noKey, []string{"generate", "x"}, "no API key: pass --api-key or set EASEL_API_KEY"},
 			{"a wrong key", c, []string{"task", "list", "--api-key", "esk_unknownunknownunknownunknownunknown00"}, "easel: 401 Unauthorized"},
 			{"a size on the standard model", c, []string{"generate", "x", "--size", "2K"}, "input.image_size is not supported by model lumen-2.5-flash-image"},

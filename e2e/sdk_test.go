@@ -316,6 +316,7 @@ func TestSDKMatchesOpenAPI(t *testing.T) {
 		{"put", "/v1/account/webhook", nil},
 		{"delete", "/v1/account/webhook", nil},
 		{"post", "/v1/account/webhook/test", nil},
+		{"post", "/v1/uploads", nil},
 	} {
 		params := o.params(op.method, op.path)
 		for _, p := range op.params {
@@ -346,6 +347,8 @@ func TestSDKMatchesOpenAPI(t *testing.T) {
 	o.sameFields("a usage figure", o.resolve(o.resolve(o.props(usageDay)["models"])["additionalProperties"]), reflect.TypeFor[easel.UsageCount]())
 	o.sameFields("the account's webhook endpoint", o.resolve(o.props(o.response("get", "/v1/account/webhook"))["data"]), reflect.TypeFor[easel.WebhookEndpoint]())
 	o.sameFields("a test event's answer", o.resolve(o.props(o.response("post", "/v1/account/webhook/test"))["data"]), reflect.TypeFor[easel.WebhookSend]())
+	uploadData := o.resolve(o.props(o.response("post", "/v1/uploads"))["data"])
+	o.sameFields("the upload's data", uploadData, reflect.TypeFor[easel.Upload]())
 
 	// What the SDK sends in a create: every field of the body the document
 	// has.

@@ -90,7 +90,11 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	defer deps.Close()
 	rdb, blobs := deps.Redis, deps.Blobs
 
+	signer := signedurl.New(resultSecret(cfg, log), cfg.PublicURL)
 	fetcher := fetch.New(fetch.Options{
+		// Uploaded images are read from the blob store, never fetched.
+		Uploads:        signer,
+		Blobs:          blobs,
 		Policy:         cfg.EgressPolicy(),
 		MaxBytes:       int64(cfg.FetchMaxImageMB) << 20,
 		MaxTotalBytes:  int64(cfg.FetchMaxTotalMB) << 20,
@@ -119,7 +123,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	enq := jobs.NewEnqueuer(rdb)
 	hk := newHooks(store.NewHooks(db), tasks, enq,
 		webhook.NewClient(webhook.Options{Policy: cfg.EgressPolicy(), Timeout: cfg.WebhookTimeout}),
-		signedurl.New(resultSecret(cfg, log), cfg.PublicURL),
+		signer,
 		webhook.DefaultSchedule(cfg.WebhookRetryInitial), log)
 	popts := processor.Options{Retry: retry, Metrics: meter, Hooks: hk, Admitter: enq,
 		Pacing: processor.Pacing{Step: cfg.ProgressStep, Interval: cfg.ProgressInterval}}

@@ -74,9 +74,30 @@ func (s *Signer) Sign(path string, expires time.Time) string {
 // the form Sign writes, and apperr.Expired for a genuine URL past its
 // expiry.
 func (s *Signer) Verify(path, expires, sig string, now time.Time) error {
+	exp, err := s.signed(path, expires, sig)
+	if err != nil {
+		return err
+	}
+	if now.Unix() >= exp {
+		return apperr.New(apperr.Expired, "this download URL has expired: result URLs are valid for 24 hours after the task completes")
+	}
+	return nil
+}
+
+// Signed checks that path, expires and sig are a URL this signer made,
+// whether or not it has expired since: for a reader handed the URL by one
+// that checked its expiry (a worker reading the uploads of a task the
+// gateway accepted). It returns apperr.Forbidden as Verify does.
+func (s *Signer) Signed(path, expires, sig string) error {
+	_, err := s.signed(path, expires, sig)
+	return err
+}
+
+// signed checks the signature and returns the expiry it covers.
+func (s *Signer) signed(path, expires, sig string) (int64, error) {
 	exp, ok := parseExpires(expires)
 	if !ok || len(sig) != sigLen {
-		return apperr.New(apperr.Forbidden, "invalid or missing URL signature")
+		return 0, apperr.New(apperr.Forbidden, "invalid or missing URL signature")
 	}
 	// Compare the encodings, not the decoded bytes: base64 decoding ignores
 	// the unused low bits of the last character (and newlines), so several
@@ -84,12 +105,9 @@ func (s *Signer) Verify(path, expires, sig string, now time.Time) error {
 	var want [sigLen]byte
 	base64.RawURLEncoding.Encode(want[:], s.mac(path, exp))
 	if !hmac.Equal([]byte(sig), want[:]) {
-		return apperr.New(apperr.Forbidden, "invalid or missing URL signature")
+		return 0, apperr.New(apperr.Forbidden, "invalid or missing URL signature")
 	}
-	if now.Unix() >= exp {
-		return apperr.New(apperr.Expired, "this download URL has expired: result URLs are valid for 24 hours after the task completes")
-	}
-	return nil
+	return exp, nil
 }
 
 // parseExpires reads expires in the one form Sign writes: decimal digits,

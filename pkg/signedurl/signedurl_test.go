@@ -146,3 +146,33 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	}
 }
+
+// Signed holds a URL to its signature alone: an expired URL the signer
+// made passes, an altered one does not.
+func TestSignedIgnoresOnlyTheExpiry(t *testing.T) {
+	s := New(secret, "https://img.example.com")
+	now := time.Unix(1_800_000_000, 0)
+	u, err := url.Parse(s.Sign("/v1/files/uploads/2026112214/0123456789abcdef0123456789abcdef.png", now.Add(-time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, exp, sig := u.Path, u.Query().Get("expires"), u.Query().Get("sig")
+	for _, tt := range []struct {
+		name               string
+		path, expires, sig string
+		want               apperr.Code
+	}{
+		{"expired but genuine", path, exp, sig, ""},
+		{"path changed", strings.Replace(path, "uploads", "upload", 1), exp, sig, apperr.Forbidden},
+		{"expiry extended", path, "9999999999", sig, apperr.Forbidden},
+		{"signature flipped", path, exp, flip(sig), apperr.Forbidden},
+		{"no signature", path, exp, "", apperr.Forbidden},
+	} {
+		if got := apperr.CodeOf(s.Signed(tt.path, tt.expires, tt.sig)); got != tt.want {
+			t.Errorf("%s: Signed = %q; want %q", tt.name, got, tt.want)
+		}
+	}
+	if apperr.CodeOf(s.Verify(path, exp, sig, now)) != apperr.Expired {
+		t.Error("Verify took the expired URL")
+	}
+}

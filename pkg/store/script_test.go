@@ -93,5 +93,5 @@ func allowedLiterals() map[string]string {
 	return allowed
 }
 
-var redisCommands = []string{"DECR", "DEL", "EXISTS", "GET", "HDEL", "HEXISTS", "HGET", "HGETALL", "HINCRBY", "HMGET", "HSET", "HSETNX", "INCR", "PEXPIRE", "PEXPIREAT", "PTTL",
+var redisCommands = []string{"DECR", "DEL", "EXISTS", "GET", "HDEL", "HEXISTS", "HGET", "HGETALL", "HINCRBY", "HMGET", "HSET", "HSETNX", "INCR", "INCRBY", "PEXPIRE", "PEXPIREAT", "PTTL",
 	"PUBLISH", "SET", "TIME", "XADD", "XRANGE", "XREVRANGE", "ZADD", "ZCARD", "ZPOPMIN", "ZRANGE", "ZRANGEBYSCORE", "ZREM", "ZREMRANGEBYRANK", "ZREMRANGEBYSCORE"}

@@ -11,8 +11,10 @@ import (
 	"io"
 	"iter"
 	mrand "math/rand/v2"
+	"mime/multipart"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -181,6 +183,49 @@ func (c *Client) create(ctx context.Context, r CreateRequest, wait time.Duration
 	return out.Data.TaskID, out.Data.Task, nil
 }
 
+// MaxUploadBytes is the largest image Upload sends.
+const MaxUploadBytes = 20 << 20
+
+// Upload stores an image for CreateRequest.ImageURLs (POST /v1/uploads)
+// and returns its URL, valid 24 hours. The image is a PNG, JPEG, WebP or
+// GIF of at most MaxUploadBytes (the server reads its type from its bytes;
+// else ErrUnsupportedMediaType or ErrTooLarge, see APIError); name is the
+// file name sent with it, for the server's logs only. Uploads count
+// against the account's bytes of the day (429, not retried past the
+// client's longest wait). It is not repeated after a network error: a
+// repeat would count twice.
+func (c *Client) Upload(ctx context.Context, name string, image []byte) (*Upload, error) {
+	if len(image) > MaxUploadBytes {
+		return nil, fmt.Errorf("easel: the image is %d bytes; the largest upload is %d MB", len(image), MaxUploadBytes>>20)
+	}
+	if name == "" {
+		name = "image"
+	}
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	fw, err := mw.CreateFormFile("file", filepath.Base(name))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := fw.Write(image); err != nil {
+		return nil, err
+	}
+	if err := mw.Close(); err != nil {
+		return nil, err
+	}
+	var out struct {
+		Data Upload `json:"data"`
+	}
+	k := call{method: http.MethodPost, path: "/v1/uploads", body: body.Bytes(), contentType: mw.FormDataContentType()}
+	if err := c.call(ctx, k, &out); err != nil {
+		return nil, err
+	}
+	if out.Data.URL == "" {
+		return nil, errors.New("easel: the upload answered no url")
+	}
+	return &out.Data, nil
+}
+
 // Get returns a task's current record (GET /v1/task/query).
 func (c *Client) Get(ctx context.Context, taskID string) (*Task, error) {
 	var t Task
@@ -277,7 +322,9 @@ type call struct {
 	url    *url.URL
 	query  url.Values
 	body   []byte
-	header http.Header
+	// contentType is the body's type (default application/json).
+	contentType string
+	header      http.Header
 	// anonymous: no Authorization (signed result URLs go to no one else
 	// with the key).
 	anonymous bool
@@ -351,7 +398,11 @@ func (c *Client) attempt(ctx context.Context, k call, u *url.URL, out any, attem
 	}
 	req.Header.Set("User-Agent", c.userAgent)
 	if k.body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		ct := k.contentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		req.Header.Set("Content-Type", ct)
 	}
 	if !k.anonymous {
 		req.Header.Set("Authorization", "Bearer "+c.key)

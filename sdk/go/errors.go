@@ -56,17 +56,19 @@ func (s statusError) Error() string {
 
 // Kinds of APIError, for errors.Is.
 var (
-	ErrBadRequest          error = statusError(http.StatusBadRequest)          // 400: an invalid request
-	ErrUnauthorized        error = statusError(http.StatusUnauthorized)        // 401: a missing, unknown or revoked key
-	ErrInsufficientCredits error = statusError(http.StatusPaymentRequired)     // 402: not enough credits
-	ErrForbidden           error = statusError(http.StatusForbidden)           // 403: a disabled account, a model not allowed
-	ErrNotFound            error = statusError(http.StatusNotFound)            // 404: an unknown task, or another account's
-	ErrConflict            error = statusError(http.StatusConflict)            // 409: a task already final; an Idempotency-Key in use
-	ErrGone                error = statusError(http.StatusGone)                // 410: a result URL past its expiry
-	ErrRateLimited         error = statusError(http.StatusTooManyRequests)     // 429: over a rate limit (after the client's retries)
-	ErrUnavailable         error = statusError(http.StatusServiceUnavailable)  // 503: the service is unavailable (after the client's retries)
-	ErrIdempotencyMismatch error = statusError(http.StatusUnprocessableEntity) // 422: an Idempotency-Key used with another body
-	ErrOutcomeUnknown      error = statusError(http.StatusGatewayTimeout)      // 504: a create that may have been made (APIError.TaskID; after the client's retries)
+	ErrBadRequest           error = statusError(http.StatusBadRequest)            // 400: an invalid request
+	ErrUnauthorized         error = statusError(http.StatusUnauthorized)          // 401: a missing, unknown or revoked key
+	ErrInsufficientCredits  error = statusError(http.StatusPaymentRequired)       // 402: not enough credits
+	ErrForbidden            error = statusError(http.StatusForbidden)             // 403: a disabled account, a model not allowed
+	ErrNotFound             error = statusError(http.StatusNotFound)              // 404: an unknown task, or another account's
+	ErrConflict             error = statusError(http.StatusConflict)              // 409: a task already final; an Idempotency-Key in use
+	ErrGone                 error = statusError(http.StatusGone)                  // 410: a result URL past its expiry
+	ErrTooLarge             error = statusError(http.StatusRequestEntityTooLarge) // 413: a body, or an uploaded image, over its limit
+	ErrUnsupportedMediaType error = statusError(http.StatusUnsupportedMediaType)  // 415: an upload that is not an image the API reads
+	ErrRateLimited          error = statusError(http.StatusTooManyRequests)       // 429: over a rate limit or the day's upload bytes (after the client's retries)
+	ErrUnavailable          error = statusError(http.StatusServiceUnavailable)    // 503: the service is unavailable (after the client's retries)
+	ErrIdempotencyMismatch  error = statusError(http.StatusUnprocessableEntity)   // 422: an Idempotency-Key used with another body
+	ErrOutcomeUnknown       error = statusError(http.StatusGatewayTimeout)        // 504: a create that may have been made (APIError.TaskID; after the client's retries)
 )
 
 // apiError reads an error response. A body that is not the API's own (a

@@ -232,3 +232,20 @@ type TaskPage struct {
 	Tasks      []Task `json:"tasks"`
 	NextCursor string `json:"next_cursor,omitempty"`
 }
+
+// Upload is an image stored for CreateRequest.ImageURLs (Client.Upload).
+type Upload struct {
+	// URL is a signed URL of the API for the image, valid until
+	// ExpiresAt (24 hours): pass it in CreateRequest.ImageURLs.
+	URL string `json:"url"`
+	// ExpiresAt is Unix seconds; see Expires.
+	ExpiresAt int64 `json:"expires_at"`
+	// ContentType is the image's type as the server read it from its
+	// bytes: image/png, image/jpeg, image/webp or image/gif.
+	ContentType string `json:"content_type"`
+	Width       int    `json:"width"`
+	Height      int    `json:"height"`
+}
+
+// Expires is when the upload's URL stops working.
+func (u *Upload) Expires() time.Time { return time.Unix(u.ExpiresAt, 0) }

@@ -90,6 +90,8 @@ type Deps struct {
 	// Pages serves the playground (nil: pages whose images come from
 	// the gateway and the result URLs' origin, ImageSources).
 	Pages *web.Pages
+	// Uploads takes images for image_urls (POST /v1/uploads).
+	Uploads Uploads
 }
 
 // Paths.
@@ -146,6 +148,9 @@ func Register(s *web.Server, d Deps) *Handlers {
 	web.Get(v1, "/account/usage", h.AccountUsage, s.Deadline, s.Authenticate, query)
 	web.Get(v1, "/account/usage.csv", h.AccountUsageCSV, s.Deadline, s.Authenticate, query)
 	web.Get(v1, "/files/*", h.download)
+	// Reading the body may take longer than a request's budget: past it,
+	// the handler gives its calls budgets of their own.
+	v1.POST("/uploads", h.upload, s.Deadline, s.Authenticate, s.Limit(ratelimit.Create))
 	if d.MetricsHandler != nil {
 		web.Get(e, "/metrics", echo.WrapHandler(d.MetricsHandler))
 	}

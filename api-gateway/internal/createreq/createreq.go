@@ -14,12 +14,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/egress"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/upload"
 )
 
 // Limits.
@@ -36,6 +38,14 @@ type Decoder struct {
 	// Egress refuses source URLs whose host is a literal address in a
 	// refused range.
 	Egress egress.Policy
+	// Uploads, when set, tells the URLs of images uploaded to this
+	// service (upload.FromURL): by path and signature, whatever their
+	// host, they skip the address rules (the workers read them from the
+	// blob store), and one whose signature is wrong or has expired is
+	// refused. Now is the time their expiry is checked at (nil: the
+	// clock).
+	Uploads upload.Checker
+	Now     func() time.Time
 }
 
 // wire is the JSON shape. Pointers tell a missing (or null) field from an
@@ -375,6 +385,18 @@ func (d *Decoder) checkURL(i int, s string) error {
 	u, err := url.Parse(s)
 	if err != nil || !u.IsAbs() || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.Opaque != "" {
 		return invalid("input.image_urls[%d] must be an absolute http or https URL", i)
+	}
+	if d.Uploads != nil {
+		now := time.Now()
+		if d.Now != nil {
+			now = d.Now()
+		}
+		if _, ok, err := upload.FromURL(d.Uploads, s, now); ok {
+			if err != nil {
+				return invalid("input.image_urls[%d] %s", i, apperr.MessageOf(err))
+			}
+			return nil
+		}
 	}
 	if why := d.Egress.CheckURL(u); why != "" {
 		return invalid("input.image_urls[%d] %s", i, why)

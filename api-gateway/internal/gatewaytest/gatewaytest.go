@@ -191,7 +191,7 @@ func New(t *testing.T, rdb *redis.Client, queue tasks.Queue, log *zap.Logger, o 
 				Store: e.Store, Queues: store.NewQueues(db), Outbox: e.Hooks, Queue: queue,
 				IDs: taskid.New("lumen"), Prices: prices,
 			}, tasks.Config{Deadline: 10 * time.Minute, MaxInflight: 100}),
-			Decoder: &createreq.Decoder{Catalog: cat},
+			Decoder: &createreq.Decoder{Catalog: cat, Uploads: e.Signer, Now: func() time.Time { return e.Now }},
 			Signer:  e.Signer,
 			Blobs:   e.Blobs,
 			Ready:   func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
@@ -200,6 +200,7 @@ func New(t *testing.T, rdb *redis.Client, queue tasks.Queue, log *zap.Logger, o 
 			HookSender:   webhook.NewClient(webhook.Options{Policy: egress.Policy{AllowPrivate: true}}),
 			Usage:        e.Accounts,
 			UsageDays:    store.UsageDays,
+			Uploads:      api.Uploads{Counter: store.NewUploads(db), Blobs: e.Blobs},
 		},
 		Admin: &admin.Deps{Token: AdminToken, Accounts: e.Accounts, Secrets: e.Hooks, Catalog: cat},
 	}

@@ -5,7 +5,6 @@
 package fetch
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,15 +14,17 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/egress"
+	"github.com/easelhq/easel/pkg/imagecheck"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/upload"
 	"github.com/easelhq/easel/worker/imagegen"
 )
 
@@ -38,13 +39,23 @@ type Options struct {
 	Timeout        time.Duration // per image, whole exchange; default 30s
 	MaxRedirects   int           // default 3
 	UserAgent      string
+	// Uploads, when set, tells the URLs of images uploaded to the gateway
+	// (upload.FromURL), which are read from Blobs, never fetched: they
+	// count against the same limits.
+	Uploads upload.Checker
+	Blobs   Opener
+}
+
+// Opener opens stored blobs: the blob store uploads are kept in.
+type Opener interface {
+	Open(ctx context.Context, key string) (blob.Object, blob.Info, error)
 }
 
 // Defaults.
 const (
 	DefaultMaxBytes      = 20 << 20
 	DefaultMaxTotalBytes = 100 << 20
-	DefaultMaxPixels     = 50_000_000
+	DefaultMaxPixels     = imagecheck.DefaultMaxPixels
 	DefaultMaxDecoded    = 400 << 20
 )
 
@@ -117,6 +128,15 @@ func (f *Fetcher) fetchOne(ctx context.Context, i int, rawURL string, total, dec
 	fail := func(code apperr.Code, err error, format string, args ...any) (imagegen.Source, error) {
 		return imagegen.Source{}, apperr.Wrap(err, code, fmt.Sprintf("image_urls[%d] ", i)+fmt.Sprintf(format, args...))
 	}
+	if f.opts.Uploads != nil && f.opts.Blobs != nil {
+		key, ok, err := upload.FromURL(f.opts.Uploads, rawURL, time.Time{})
+		if err != nil {
+			return fail(task.SourceFetchFailed, err, "%s", apperr.MessageOf(err))
+		}
+		if ok {
+			return f.readUpload(ctx, i, key, total, decoded)
+		}
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fail(task.SourceFetchFailed, err, "is not an http or https URL")
@@ -149,24 +169,34 @@ func (f *Fetcher) fetchOne(ctx context.Context, i int, rawURL string, total, dec
 	case int64(len(data)) > f.opts.MaxBytes:
 		return fail(task.InvalidSourceImage, nil, "is larger than the %d MB limit", f.opts.MaxBytes>>20)
 	}
-	mime := http.DetectContentType(data)
-	switch mime {
-	case "image/png", "image/jpeg", "image/webp", "image/gif":
-	default:
-		return fail(task.InvalidSourceImage, nil, "is not a PNG, JPEG, WebP or GIF image (got %s)", strings.SplitN(mime, ";", 2)[0])
+	return f.check(i, data, decoded)
+}
+
+// check holds a source's bytes to the image rules (imagecheck: the
+// gateway's rules for uploads too) and the task's decoded budget.
+func (f *Fetcher) check(i int, data []byte, decoded *atomic.Int64) (imagegen.Source, error) {
+	fail := func(code apperr.Code, err error, format string, args ...any) (imagegen.Source, error) {
+		return imagegen.Source{}, apperr.Wrap(err, code, fmt.Sprintf("image_urls[%d] ", i)+fmt.Sprintf(format, args...))
 	}
 	// The header alone gives the dimensions: refuse a decompression bomb
 	// before any pixel is decoded.
-	cfg, _, err := image.DecodeConfig(bytes.NewReader(data))
+	info, err := imagecheck.Check(data, f.opts.MaxPixels)
+	var refused *imagecheck.Error
+	if errors.As(err, &refused) {
+		switch {
+		case errors.Is(err, imagecheck.ErrNotImage):
+			return fail(task.InvalidSourceImage, nil, "is not a PNG, JPEG, WebP or GIF image (%s)", refused.Detail)
+		case errors.Is(err, imagecheck.ErrDamaged):
+			return fail(task.InvalidSourceImage, err, "could not be decoded: the file is damaged")
+		case errors.Is(err, imagecheck.ErrNoPixels):
+			return fail(task.InvalidSourceImage, nil, "has no pixels")
+		}
+		return fail(task.InvalidSourceImage, nil, "is %s", refused.Detail)
+	}
 	if err != nil {
-		return fail(task.InvalidSourceImage, err, "could not be decoded: the file is damaged")
+		return fail(task.InvalidSourceImage, err, "could not be checked")
 	}
-	if cfg.Width <= 0 || cfg.Height <= 0 {
-		return fail(task.InvalidSourceImage, nil, "has no pixels")
-	}
-	if int64(cfg.Width)*int64(cfg.Height) > f.opts.MaxPixels {
-		return fail(task.InvalidSourceImage, nil, "is %dx%d pixels; the limit is %d megapixels", cfg.Width, cfg.Height, f.opts.MaxPixels/1_000_000)
-	}
+	mime, cfg := info.MIME, image.Config{ColorModel: info.Model, Width: info.Width, Height: info.Height}
 	// What the pixels will take once decoded, from the header: ten small
 	// files can hold gigabytes of 16-bit pixels. The task's images together
 	// must fit, before any is decoded.
@@ -185,6 +215,34 @@ func (f *Fetcher) fetchOne(ctx context.Context, i int, rawURL string, total, dec
 			f.opts.MaxDecoded>>20, cfg.Width, cfg.Height, bytesPerPixel(cfg.ColorModel))
 	}
 	return imagegen.Source{Index: i, Data: data, MIME: mime, Width: cfg.Width, Height: cfg.Height, DecodedBytes: size}, nil
+}
+
+// readUpload reads an uploaded source image from the blob store.
+func (f *Fetcher) readUpload(ctx context.Context, i int, key string, total, decoded *atomic.Int64) (imagegen.Source, error) {
+	fail := func(code apperr.Code, err error, format string, args ...any) (imagegen.Source, error) {
+		return imagegen.Source{}, apperr.Wrap(err, code, fmt.Sprintf("image_urls[%d] ", i)+fmt.Sprintf(format, args...))
+	}
+	obj, info, err := f.opts.Blobs.Open(ctx, key)
+	switch {
+	case apperr.CodeOf(err) == apperr.NotFound:
+		return fail(task.InvalidSourceImage, err, "is an upload that has expired: upload the image again")
+	case err != nil:
+		return fail(task.SourceFetchFailed, err, "is an upload that could not be read")
+	}
+	defer obj.Close()
+	if info.Size > f.opts.MaxBytes {
+		return fail(task.InvalidSourceImage, nil, "is larger than the %d MB limit", f.opts.MaxBytes>>20)
+	}
+	data, err := io.ReadAll(&budgetReader{r: io.LimitReader(obj, f.opts.MaxBytes+1), total: total, max: f.opts.MaxTotalBytes})
+	switch {
+	case errors.Is(err, errOverTotal):
+		return fail(task.InvalidSourceImage, nil, "brings the source images over the %d MB total limit", f.opts.MaxTotalBytes>>20)
+	case err != nil:
+		return fail(task.SourceFetchFailed, err, "is an upload that could not be read")
+	case int64(len(data)) > f.opts.MaxBytes:
+		return fail(task.InvalidSourceImage, nil, "is larger than the %d MB limit", f.opts.MaxBytes>>20)
+	}
+	return f.check(i, data, decoded)
 }
 
 var errOverTotal = errors.New("over the task's total of source bytes")

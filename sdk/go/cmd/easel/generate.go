@@ -32,13 +32,15 @@ func (a *app) generateCmd(g *globals) *cobra.Command {
 while it waits for a worker, then a bar), downloads the image and prints where
 it wrote it. The bar is drawn only when stdout is a terminal.
 
---image makes the task an edit of images given by URL (repeat it for up to 10).
+--image makes the task an edit of images (repeat it for up to 10): an http(s)
+URL, or a local file, which is uploaded first (POST /v1/uploads: a PNG, JPEG,
+WebP or GIF of at most 20 MB; its URL is valid 24 hours).
 -n makes several images (up to 4, each priced): they are written as FILE-1,
 FILE-2... --format picks png (default), jpeg (--quality 1-100, default 90)
-or webp (lossless).
-The API takes images by URL only: a local file is refused.`,
+or webp (lossless).`,
 		Example: `  easel generate "a lighthouse at dusk" --model pro --size 2K --ratio 16:9 -o lighthouse.png
   easel generate "make it winter" --image https://example.com/photo.jpg -o winter.png
+  easel generate "make it winter" --image ./photo.jpg -o winter.png
   easel generate "a cat" -n 4 --format jpeg --quality 80 -o cat.jpg
   easel generate "a cat" --json
   easel generate "a cat" --wait-on-create 60s -o cat.png
@@ -56,12 +58,16 @@ The API takes images by URL only: a local file is refused.`,
 			if err != nil {
 				return err
 			}
+			urls, err := uploadImages(cmd.Context(), c, images)
+			if err != nil {
+				return err
+			}
 			req := easel.CreateRequest{
 				Model:       id,
 				Prompt:      args[0],
 				AspectRatio: ratio,
 				ImageSize:   strings.ToUpper(size),
-				ImageURLs:   images,
+				ImageURLs:   urls,
 				// Zero values are left out: the server's defaults.
 				OutputFormat:  strings.ToLower(format),
 				OutputQuality: quality,
@@ -95,7 +101,7 @@ The API takes images by URL only: a local file is refused.`,
 	f.StringVarP(&model, "model", "m", "standard", "standard, pro, or a model id")
 	f.StringVar(&size, "size", "", "1K, 2K or 4K (pro only; default 1K)")
 	f.StringVar(&ratio, "ratio", "", "aspect ratio: 1:1 2:3 3:2 3:4 4:3 4:5 5:4 9:16 16:9 21:9 (default 1:1, or the source image's)")
-	f.StringArrayVar(&images, "image", nil, "the http(s) URL of a source image to edit (repeatable)")
+	f.StringArrayVar(&images, "image", nil, "a source image to edit: an http(s) URL, or a local file to upload (repeatable)")
 	f.StringVar(&format, "format", "", "the images' format: png, jpeg or webp (default png)")
 	f.IntVar(&quality, "quality", 0, "jpeg quality, 1 to 100 (default 90)")
 	f.IntVarP(&count, "num-images", "n", 0, "how many images to make, 1 to 4 (default 1; each is priced)")
@@ -106,20 +112,53 @@ The API takes images by URL only: a local file is refused.`,
 	return cmd
 }
 
-// checkImages refuses --image values that are not http(s) URLs, with a
-// word for local files: the API has no upload route.
+// checkImages refuses --image values that are neither http(s) URLs nor
+// regular files, before anything is sent.
 func checkImages(images []string) error {
 	for _, s := range images {
-		u, err := url.Parse(s)
-		if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		if isURL(s) {
 			continue
 		}
-		if _, serr := os.Stat(s); serr == nil {
-			return fmt.Errorf("--image %s: local files cannot be sent: the API takes source images by URL only (it has no upload route); put the image at a public http(s) URL and pass that", s)
+		st, err := os.Stat(s)
+		switch {
+		case err == nil && st.Mode().IsRegular():
+			if st.Size() > easel.MaxUploadBytes {
+				return fmt.Errorf("--image %s is %d bytes: the largest upload is %d MB", s, st.Size(), easel.MaxUploadBytes>>20)
+			}
+			continue
+		case err == nil:
+			return fmt.Errorf("--image %s is not a regular file", s)
 		}
-		return fmt.Errorf("--image %q is not an http(s) URL", s)
+		return fmt.Errorf("--image %q is not an http(s) URL or a file", s)
 	}
 	return nil
+}
+
+func isURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// uploadImages returns the URLs of the --image values: a URL as it is, a
+// local file uploaded (POST /v1/uploads) and its upload's URL.
+func uploadImages(ctx context.Context, c *easel.Client, images []string) ([]string, error) {
+	var out []string
+	for _, s := range images {
+		if isURL(s) {
+			out = append(out, s)
+			continue
+		}
+		data, err := os.ReadFile(s)
+		if err != nil {
+			return nil, fmt.Errorf("--image %s: %w", s, err)
+		}
+		up, err := c.Upload(ctx, s, data)
+		if err != nil {
+			return nil, fmt.Errorf("--image %s: upload: %w", s, err)
+		}
+		out = append(out, up.URL)
+	}
+	return out, nil
 }
 
 // follow waits for a task with a progress display, downloads its images

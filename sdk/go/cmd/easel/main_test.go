@@ -8,6 +8,7 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -37,6 +38,8 @@ type fakeAPI struct {
 	fails   map[string]bool
 	// prefers holds the creates' Prefer headers.
 	prefers []string
+	// uploads holds the images uploaded.
+	uploads [][]byte
 }
 
 func newFakeAPI(t *testing.T) *fakeAPI {
@@ -76,6 +79,20 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	switch r.URL.Path {
+	case "/v1/uploads":
+		file, _, err := r.FormFile("file")
+		if err != nil {
+			f.fail(w, 400, `the multipart/form-data body has no "file" field`)
+			return
+		}
+		data, _ := io.ReadAll(file)
+		if !bytes.HasPrefix(data, []byte("\x89PNG")) {
+			f.fail(w, 415, "the file is not a PNG, JPEG, WebP or GIF image (got text/plain)")
+			return
+		}
+		f.uploads = append(f.uploads, data)
+		u := fmt.Sprintf("https://uploads.example/v1/files/uploads/%d.png?expires=1795446000&sig=s", len(f.uploads))
+		_ = json.NewEncoder(w).Encode(map[string]any{"code": 200, "msg": "success", "data": map[string]any{"url": u, "expires_at": 1795446000, "content_type": "image/png", "width": 3, "height": 2}})
 	case "/v1/task/create":
 		var body map[string]any
 		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
@@ -185,7 +202,11 @@ func (f *fakeAPI) run(t *testing.T, env map[string]string, tty bool, args ...str
 func TestGenerate(t *testing.T) {
 	dir := t.TempDir()
 	local := filepath.Join(dir, "photo.png")
-	if err := os.WriteFile(local, []byte("x"), 0o644); err != nil {
+	if err := os.WriteFile(local, []byte("\x89PNG\r\n\x1a\n a picture"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	text := filepath.Join(dir, "notes.png")
+	if err := os.WriteFile(text, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -216,9 +237,12 @@ func TestGenerate(t *testing.T) {
 			`{"prompt":"x"}`, "lumen-2.5-flash-image", "{dir}/j.png", `"status": "completed"`, ""},
 		{"a failed task", nil, []string{"generate", "fail", "-o", "{dir}/f.png"},
 			`{"prompt":"fail"}`, "lumen-2.5-flash-image", "", "failed 50%", "task task_lumen_1 failed: content_blocked: PROHIBITED_CONTENT"},
-		{"a local image is refused", nil, []string{"generate", "x", "--image", local},
-			"", "", "", "", "local files cannot be sent: the API takes source images by URL only"},
-		{"not a URL", nil, []string{"generate", "x", "--image", "nowhere.png"}, "", "", "", "", `--image "nowhere.png" is not an http(s) URL`},
+		{"a local image is uploaded and its URL sent, a URL as it is", nil, []string{"generate", "x", "--image", local, "--image", "https://example.com/a.jpg", "-o", "{dir}/u.png"},
+			`{"image_urls":["https://uploads.example/v1/files/uploads/1.png?expires=1795446000\u0026sig=s","https://example.com/a.jpg"],"prompt":"x"}`, "lumen-2.5-flash-image", "{dir}/u.png", "wrote", ""},
+		{"a local file that is not an image", nil, []string{"generate", "x", "--image", text},
+			"", "", "", "", "--image " + text + ": upload: easel: 415 Unsupported Media Type"},
+		{"a directory", nil, []string{"generate", "x", "--image", dir}, "", "", "", "", "--image " + dir + " is not a regular file"},
+		{"not a URL", nil, []string{"generate", "x", "--image", "nowhere.png"}, "", "", "", "", `--image "nowhere.png" is not an http(s) URL or a file`},
 		{"an unknown model", nil, []string{"generate", "x", "--model", "turbo"}, "", "", "", "", `unknown model "turbo": use standard, pro or a model id`},
 		{"no key", map[string]string{"EASEL_API_KEY": ""}, []string{"generate", "x"}, "", "", "", "", "no API key: pass --api-key or set EASEL_API_KEY"},
 		{"a wrong key", nil, []string{"generate", "x", "--api-key", "esk_wrong"}, "", "", "", "", "easel: 401 Unauthorized: invalid API key"},
