@@ -14,7 +14,7 @@ func TestDrainRunCountsLife(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the gateway and the worker")
 	}
-	res := runPart(t, 3*time.Minute, "--only", "drain", "--rounds", "1", "--drain", "100", "--worker-concurrency", "2")
+	res := runPart(t, 3*time.Minute, "--only", "drain", "--rounds", "1", "--drain", "300", "--worker-concurrency", "2")
 	if !slices.Equal(res.Parts, []string{"drain"}) || len(res.DrainReal) != 1 || len(res.DrainBaseline) != 1 {
 		t.Fatalf("parts %v, drain %v / %v", res.Parts, res.DrainReal, res.DrainBaseline)
 	}
@@ -27,8 +27,8 @@ func TestDrainRunCountsLife(t *testing.T) {
 	if real == nil || base == nil {
 		t.Fatalf("whole-life counts real %+v, baseline %+v", real, base)
 	}
-	if real.Tasks != 100 || base.Tasks != 100 {
-		t.Errorf("counted %d real, %d baseline tasks; want 100", real.Tasks, base.Tasks)
+	if real.Tasks != 300 || base.Tasks != 300 {
+		t.Errorf("counted %d real, %d baseline tasks; want 300", real.Tasks, base.Tasks)
 	}
 	if real.PeakParked == nil || *real.PeakParked < 1 {
 		t.Errorf("peak parked %v: the backlog was not over the share", real.PeakParked)
