@@ -67,14 +67,14 @@ func TestCancelledProbeGivesItsLeaseBack(t *testing.T) {
 	e.load(fileJSON(t, `{"failures":1,"cooldown":"1s"}`, up.spec("k", 1)))
 	_, _ = e.generate(context.Background(), stdModel, "a fox") // opens it
 	up.setMode("ok")
-	up.delay = time.Second
+	up.delay.Store(int64(time.Second))
 	time.Sleep(1100 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	if _, err := e.generate(ctx, stdModel, "a fox"); err == nil {
 		t.Fatal("the probe cut short succeeded")
 	}
 	cancel()
-	up.delay = 0
+	up.delay.Store(0)
 	if _, err := e.generate(context.Background(), stdModel, "a fox"); err != nil {
 		t.Fatalf("the next call after a probe cut short: %v (breaker %s)", err, e.status("only").Breaker)
 	}

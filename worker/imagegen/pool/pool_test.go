@@ -71,7 +71,9 @@ type fakeUpstream struct {
 	url     string
 	mode    atomic.Value // string
 	goodKey string
-	delay   time.Duration
+	// delay holds each answer back (a time.Duration): set while calls
+	// may be under way.
+	delay atomic.Int64
 
 	mu    sync.Mutex
 	calls int
@@ -119,9 +121,9 @@ func (f *fakeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.paths = append(f.paths, r.URL.Path)
 	f.auths = append(f.auths, r.Header.Get("Authorization"))
 	f.mu.Unlock()
-	if f.delay > 0 {
+	if d := time.Duration(f.delay.Load()); d > 0 {
 		select {
-		case <-time.After(f.delay):
+		case <-time.After(d):
 		case <-r.Context().Done():
 			return
 		}
@@ -397,7 +399,7 @@ func TestFailoverConcurrent(t *testing.T) {
 	e := newEnv(t)
 	down, busy, revoked, healthy := newFake(t, "c-down", "500"), newFake(t, "c-busy", "429"), newFake(t, "c-revoked", "401"), newFake(t, "c-healthy", "ok")
 	for _, f := range []*fakeUpstream{down, busy, revoked, healthy} {
-		f.delay = 5 * time.Millisecond
+		f.delay.Store(int64(5 * time.Millisecond))
 	}
 	e.load(fileJSON(t, `{"failures":3,"cooldown":"30s","throttle":"30s"}`, down.spec("k", 1), busy.spec("k", 1), revoked.spec("k", 1), healthy.spec("k", 1)))
 	const workers, each = 8, 15
@@ -638,7 +640,7 @@ func TestWatchReloadUnderLoad(t *testing.T) {
 	e := newEnv(t)
 	a, b, c := newFake(t, "r-a", "ok"), newFake(t, "r-b", "ok"), newFake(t, "r-c", "ok")
 	for _, f := range []*fakeUpstream{a, b, c} {
-		f.delay = 10 * time.Millisecond
+		f.delay.Store(int64(10 * time.Millisecond))
 	}
 	path := filepath.Join(t.TempDir(), "upstreams.json")
 	first := fileJSON(t, "", a.spec("k", 1), b.spec("k", 1))
@@ -850,7 +852,7 @@ func TestThrottleMatchesQuotaCooldown(t *testing.T) {
 func TestCancelled(t *testing.T) {
 	e := newEnv(t)
 	slow := newFake(t, "slow", "ok")
-	slow.delay = 2 * time.Second
+	slow.delay.Store(int64(2 * time.Second))
 	e.load(fileJSON(t, `{"failures":1}`, slow.spec("k", 1)))
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
