@@ -80,8 +80,9 @@ func TestWorkerStartsBeforeRedis(t *testing.T) {
 	}
 	addr := runWorker(t, srv.URL, map[string]string{"EASEL_REDIS_START_TIMEOUT": "60s"})
 	localnet.WaitStatus(t, "http://"+addr+"/healthz", 200, 10*time.Second)
-	time.Sleep(2500 * time.Millisecond) // past go-redis's first dial retries (about 1.9 s)
-	localnet.WaitStatus(t, "http://"+addr+"/readyz", 503, time.Second)
+	// Not ready all through go-redis's first dial retries (about 1.9 s)
+	// and past them.
+	localnet.HoldsStatus(t, "http://"+addr+"/readyz", 503, 2500*time.Millisecond)
 	if err := srv.Proc.Restart(); err != nil {
 		t.Fatal(err)
 	}

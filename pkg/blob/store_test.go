@@ -361,18 +361,24 @@ func contractTouchSweep(t *testing.T, s Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// S3 dates have a resolution of a second: Touch must come a second
-	// later to show.
-	time.Sleep(1100 * time.Millisecond)
-	if ok, err := s.Touch(ctx, contractKey); !ok || err != nil {
-		t.Fatalf("Touch = %v, %v", ok, err)
-	}
-	_, touched, err := s.Open(ctx, contractKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !touched.ModTime.After(info.ModTime) {
-		t.Errorf("modified %v after Touch; was %v", touched.ModTime, info.ModTime)
+	// S3 dates have a resolution of a second: a Touch shows once the
+	// second has turned, so it is tried until it does (at most 5 s).
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var touched Info
+	for deadline := time.Now().Add(5 * time.Second); ; <-tick.C {
+		if ok, err := s.Touch(ctx, contractKey); !ok || err != nil {
+			t.Fatalf("Touch = %v, %v", ok, err)
+		}
+		if _, touched, err = s.Open(ctx, contractKey); err != nil {
+			t.Fatal(err)
+		}
+		if touched.ModTime.After(info.ModTime) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("modified %v after Touch; was %v", touched.ModTime, info.ModTime)
+		}
 	}
 	if got := readAll(t, s, contractKey); !bytes.Equal(got, data) {
 		t.Error("Touch changed the content")

@@ -42,3 +42,23 @@ func WaitStatus(tb testing.TB, url string, want int, within time.Duration) *http
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// HoldsStatus asks url every 50 ms for d and fails the test at the first
+// answer that is not want: a state that must last, checked all along
+// rather than once after a wait.
+func HoldsStatus(tb testing.TB, url string, want int, d time.Duration) {
+	tb.Helper()
+	client := &http.Client{Timeout: 2 * time.Second}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for end := time.Now().Add(d); time.Now().Before(end); <-tick.C {
+		resp, err := client.Get(url)
+		if err != nil {
+			tb.Fatalf("%s: %v; want %d throughout %s", url, err, want, d)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			tb.Fatalf("%s: %d; want %d throughout %s", url, resp.StatusCode, want, d)
+		}
+	}
+}
