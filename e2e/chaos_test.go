@@ -19,10 +19,8 @@ import (
 	"time"
 
 	"github.com/easelhq/easel/pkg/account"
-	"github.com/easelhq/easel/pkg/redisconn"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
-	"github.com/easelhq/easel/tools/testkit/redisproc"
 )
 
 // TestChaos (make chaos) runs the real binaries, one gateway and three
@@ -43,21 +41,7 @@ import (
 // was; every task was charged exactly once; the balance is exact. It prints
 // the figures docs/security.md quotes.
 func TestChaos(t *testing.T) {
-	bin, err := buildBinaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	rp, err := redisproc.Start(dir, "--appendonly", "yes", "--appendfsync", "everysec")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rp.Stop()
-	rdb, err := redisconn.Open(context.Background(), rp.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rdb.Close()
+	bin, dir, rp, rdb := faultStack(t)
 	db := store.NewDB(rdb, store.Options{})
 	accounts, tasksStore := store.NewAccounts(db), store.NewTasks(db)
 	const credits = 10_000_000

@@ -15,10 +15,8 @@ import (
 
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/jobs"
-	"github.com/easelhq/easel/pkg/redisconn"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
-	"github.com/easelhq/easel/tools/testkit/redisproc"
 )
 
 // A Redis outage followed by one worker kill -9 fails no task
@@ -33,22 +31,8 @@ func TestRedisOutageThenOneWorkerDeathFailsNoTask(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute of faults on the real binaries")
 	}
-	bin, err := buildBinaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	rp, err := redisproc.Start(dir, "--appendonly", "yes", "--appendfsync", "everysec")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rp.Stop()
+	bin, dir, rp, rdb := faultStack(t)
 	ctx := context.Background()
-	rdb, err := redisconn.Open(ctx, rp.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rdb.Close()
 	db := store.NewDB(rdb, store.Options{})
 	accounts, tasks := store.NewAccounts(db), store.NewTasks(db)
 	acct, err := accounts.Create(ctx, account.Spec{Name: "faults", Credits: 1_000_000, RateLimit: 100_000, MaxInflight: 100_000})

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,7 +10,34 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/easelhq/easel/pkg/redisconn"
+	"github.com/easelhq/easel/tools/testkit/redisproc"
 )
+
+// faultStack is what the fault tests run the real programs on: the
+// binaries, a directory, and a private redis-server with AOF (it comes
+// back from a kill with what it wrote) and a client of it, both stopped
+// when the test ends.
+func faultStack(t *testing.T) (bin, dir string, rp *redisproc.Proc, rdb redis.UniversalClient) {
+	t.Helper()
+	bin, err := buildBinaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir = t.TempDir()
+	if rp, err = redisproc.Start(dir, "--appendonly", "yes", "--appendfsync", "everysec"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rp.Stop)
+	if rdb, err = redisconn.Open(context.Background(), rp.URL); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	return bin, dir, rp, rdb
+}
 
 // proc is one of the stack's processes, restartable.
 type proc struct {

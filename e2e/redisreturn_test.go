@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/easelhq/easel/pkg/account"
-	"github.com/easelhq/easel/pkg/redisconn"
 	"github.com/easelhq/easel/pkg/store"
-	"github.com/easelhq/easel/tools/testkit/redisproc"
 )
 
 // answer is one create's reply as a client saw it.
@@ -115,22 +113,8 @@ func TestCreatesRecoverWhenRedisReturns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("faults on the real gateway")
 	}
-	bin, err := buildBinaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	rp, err := redisproc.Start(dir, "--appendonly", "yes", "--appendfsync", "everysec")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rp.Stop()
+	bin, dir, rp, rdb := faultStack(t)
 	ctx := context.Background()
-	rdb, err := redisconn.Open(ctx, rp.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rdb.Close()
 	accounts := store.NewAccounts(store.NewDB(rdb, store.Options{}))
 	acct, err := accounts.Create(ctx, account.Spec{Name: "returns", Credits: 100_000_000, RateLimit: 100_000, MaxInflight: 1_000_000})
 	if err != nil {
