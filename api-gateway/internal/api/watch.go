@@ -59,22 +59,44 @@ func changed(a, b *task.Task) bool { return a.Status != b.Status || a.Progress !
 
 // waitQuery answers GET /v1/task/query?wait=N: at once if the task is final,
 // else when its status or progress changes, or after N seconds with the
-// record as it is. The wait is woken by the store's task events (one
-// subscription per gateway), never by polling Redis.
+// record as it is.
 func (h *Handlers) waitQuery(c echo.Context, accountID, id string, wait time.Duration) error {
 	base := web.BaseContext(c)
+	t, pos, err := h.waitUntil(base, accountID, id, wait, changed)
+	if err != nil {
+		return h.readFailed(base, err)
+	}
+	return h.answerTask(c, t, pos)
+}
+
+// waitEnd waits until a task just created ends, for at most wait, and
+// returns it as it then is, with its queue position (Prefer: wait=N).
+func (h *Handlers) waitEnd(c echo.Context, accountID, id string, wait time.Duration) (*task.Task, *task.QueuePosition, error) {
+	base := web.BaseContext(c)
+	if wait <= 0 {
+		return h.read(base, accountID, id)
+	}
+	return h.waitUntil(base, accountID, id, wait, func(_, now *task.Task) bool { return now.Status.Final() })
+}
+
+// waitUntil returns a task, with its queue position, once it is final,
+// once done(first, now) holds of the task as first read and as it is
+// now, after wait, or at once when the gateway is closing. The wait is
+// woken by the store's task events (one subscription per gateway), never
+// by polling Redis. A client gone ends it with base's error.
+func (h *Handlers) waitUntil(base context.Context, accountID, id string, wait time.Duration, done func(first, now *task.Task) bool) (*task.Task, *task.QueuePosition, error) {
 	w := h.Watch.Watch(accountID, id)
 	defer w.Stop()
 	// Read after registering: a change between the two is not missed. The
 	// plain read (no queue position): a waiting request keeps the stack
 	// its first read grew, and ten thousand of them add up
 	// (BENCHMARKS.md); the answer reads the position.
-	t, err := h.readPlain(base, accountID, id)
+	first, err := h.readPlain(base, accountID, id)
 	if err != nil {
-		return h.readFailed(base, err)
+		return nil, nil, err
 	}
-	if t.Status.Final() || w.Closed() {
-		return h.answerNow(c, base, accountID, id)
+	if first.Status.Final() || w.Closed() {
+		return h.read(base, accountID, id)
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -82,53 +104,15 @@ func (h *Handlers) waitQuery(c echo.Context, accountID, id string, wait time.Dur
 		select {
 		case <-w.C:
 			now, pos, err := h.read(base, accountID, id)
-			if err != nil {
-				return h.readFailed(base, err)
-			}
-			if changed(t, now) || w.Closed() {
-				return h.answerTask(c, now, pos)
+			if err != nil || now.Status.Final() || done(first, now) || w.Closed() {
+				return now, pos, err
 			}
 		case <-timer.C:
-			return h.answerNow(c, base, accountID, id)
+			return h.read(base, accountID, id)
 		case <-base.Done():
-			return nil // the client went away
+			return nil, nil, base.Err()
 		}
 	}
-}
-
-// waitEnd waits until a task just created ends, for at most wait, and
-// returns it as it then is, with its queue position. Woken by the store's
-// task events, as waitQuery is; a change that is not the end (progress,
-// processing) reads the task and waits on.
-func (h *Handlers) waitEnd(c echo.Context, accountID, id string, wait time.Duration) (*task.Task, *task.QueuePosition, error) {
-	base := web.BaseContext(c)
-	if wait > 0 {
-		w := h.Watch.Watch(accountID, id)
-		defer w.Stop()
-		timer := time.NewTimer(wait)
-		defer timer.Stop()
-		for ended := false; !ended; {
-			// Read after registering: an end between the two is not missed.
-			t, err := h.readPlain(base, accountID, id)
-			if err != nil {
-				return nil, nil, err
-			}
-			if t.Status.Final() {
-				return t, nil, nil
-			}
-			if w.Closed() {
-				break
-			}
-			select {
-			case <-w.C:
-			case <-timer.C:
-				ended = true
-			case <-base.Done():
-				return nil, nil, base.Err()
-			}
-		}
-	}
-	return h.read(base, accountID, id)
 }
 
 func (h *Handlers) readPlain(base context.Context, accountID, id string) (*task.Task, error) {
