@@ -69,11 +69,13 @@ test:
 # The inner loop: every package once, no race detector, no cluster pass;
 # -short skips the slowest end-to-end tests (browser, failover) and builds
 # nothing it does not run: the S3 tests run only if MinIO is built already.
-# Four packages at a time: without -race the run mostly waits (on
-# redis-server, simulated generation, timers), not on the CPU.
+# Four packages and six tests of a package at a time: without -race the
+# run mostly waits (on redis-server, simulated generation, timers), not on
+# the CPU. The programs are built once, as for make test.
 test-short:
+	@$(MAKE) --no-print-directory build
 	@set -e; for m in $(MODULES); do \
-		(cd $$m && $(GO) test -short -count=1 -p 4 ./...); \
+		(cd $$m && EASEL_TEST_BIN=$(TESTBIN) $(GO) test -short -count=1 -p 4 -parallel 6 ./...); \
 	done
 
 # Faults under load on the real binaries (about 2½ minutes): kill -9 of a

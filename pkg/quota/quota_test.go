@@ -25,17 +25,22 @@ type backend struct {
 	srv    *redistest.Server // for one server: its command counts
 }
 
-// backends starts one Redis server and one 3-master cluster.
+// backends starts one Redis server and one 3-master cluster (only the
+// server in -short runs).
 func backends(t *testing.T) []backend {
 	t.Helper()
 	srv := redistest.Start(t)
+	server := backend{name: "server", srv: srv, client: func(t *testing.T) redis.UniversalClient { return srv.Client(t) }}
+	if testing.Short() {
+		return []backend{server}
+	}
 	c := redistest.StartCluster(t)
 	opt, err := redis.ParseClusterURL(c.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return []backend{
-		{name: "server", srv: srv, client: func(t *testing.T) redis.UniversalClient { return srv.Client(t) }},
+		server,
 		{name: "cluster", client: func(t *testing.T) redis.UniversalClient {
 			cc := redis.NewClusterClient(opt)
 			t.Cleanup(func() { _ = cc.Close() })
@@ -75,6 +80,7 @@ func scriptCalls(t *testing.T, srv *redistest.Server) int {
 // Every behaviour that several workers share, on one Redis server and on a
 // Redis Cluster.
 func TestShared(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
@@ -448,6 +454,7 @@ func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // A model without limits passes straight through, with no Redis call; a
 // model given none by its own entry is exempt from "*".
 func TestUnlimitedSkipsRedis(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	h := &countHook{}
@@ -488,6 +495,7 @@ func TestUnlimitedSkipsRedis(t *testing.T) {
 
 // "*" limits every model not named, each with its own quota.
 func TestAnyModelLimitsEachModel(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	q := New(srv.Client(t), Limits{"*": {Concurrent: 1}}, Options{})
 	ctx := context.Background()
@@ -514,6 +522,7 @@ func TestAnyModelLimitsEachModel(t *testing.T) {
 // A release wakes a waiter of the same worker at once, not at its next
 // poll.
 func TestReleaseWakesLocalWaiter(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	q := New(srv.Client(t), Limits{"m": {Concurrent: 1}}, Options{Poll: time.Minute})
 	ctx := context.Background()
@@ -544,6 +553,7 @@ func TestReleaseWakesLocalWaiter(t *testing.T) {
 // Throttled without a Retry-After waits Options.Cooldown; a long one is
 // capped at Options.MaxCooldown.
 func TestCooldownDefaults(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	q := New(srv.Client(t), Limits{"*": {PerMinute: 60}}, Options{Cooldown: 3 * time.Second, MaxCooldown: 20 * time.Second})
 	ctx := context.Background()
@@ -570,6 +580,7 @@ func TestCooldownDefaults(t *testing.T) {
 
 // With Redis gone, Acquire and Throttled fail as unavailable, retryable.
 func TestRedisDown(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -591,6 +602,7 @@ func TestRedisDown(t *testing.T) {
 }
 
 func TestParseLimits(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, rpm, conc string
 		want            Limits
@@ -644,6 +656,7 @@ func TestParseLimits(t *testing.T) {
 }
 
 func TestLimitsFor(t *testing.T) {
+	t.Parallel()
 	ls := Limits{"*": {PerMinute: 60}, "a": {Concurrent: 2}}
 	if got := ls.For("a"); got != (Limit{Concurrent: 2}) {
 		t.Errorf("For(a) = %+v", got)

@@ -17,6 +17,7 @@ import (
 const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 func TestNewKey(t *testing.T) {
+	t.Parallel()
 	seen := map[string]bool{}
 	for i := 0; i < 1000; i++ {
 		k, err := account.NewKey()
@@ -39,6 +40,7 @@ func TestNewKey(t *testing.T) {
 }
 
 func TestAuthenticate(t *testing.T) {
+	t.Parallel()
 	st, srv := blankStore(t, Options{})
 	rdb := srv.Client(t)
 	s := st.accounts
@@ -118,6 +120,7 @@ func TestAuthenticate(t *testing.T) {
 // A Redis failure is no refusal: it must not read as an unknown key (which
 // a cache would remember); the gateway calls it unavailable.
 func TestRedisDownIsNoRefusal(t *testing.T) {
+	t.Parallel()
 	st, _ := blankStore(t, Options{})
 	_ = st.rdb.Close()
 	key, _ := account.NewKey()
@@ -128,6 +131,7 @@ func TestRedisDownIsNoRefusal(t *testing.T) {
 }
 
 func TestValidation(t *testing.T) {
+	t.Parallel()
 	st, _ := blankStore(t, Options{})
 	s := st.accounts
 	ctx := context.Background()
@@ -162,6 +166,7 @@ func TestValidation(t *testing.T) {
 }
 
 func TestEnsureKey(t *testing.T) {
+	t.Parallel()
 	st, srv := blankStore(t, Options{})
 	s := st.accounts
 	ctx := context.Background()
@@ -212,6 +217,7 @@ func TestEnsureKey(t *testing.T) {
 }
 
 func TestAccountsAndLimits(t *testing.T) {
+	t.Parallel()
 	st, srv := blankStore(t, Options{})
 	s := st.accounts
 	ctx := context.Background()
@@ -274,6 +280,7 @@ func TestAccountsAndLimits(t *testing.T) {
 }
 
 func TestCreditsAndLedger(t *testing.T) {
+	t.Parallel()
 	st, _ := blankStore(t, Options{})
 	s := st.accounts
 	ctx := context.Background()
@@ -316,6 +323,7 @@ func TestCreditsAndLedger(t *testing.T) {
 }
 
 func TestKeys(t *testing.T) {
+	t.Parallel()
 	st, _ := blankStore(t, Options{})
 	s := st.accounts
 	ctx := context.Background()

@@ -14,6 +14,7 @@ import (
 )
 
 func TestConcurrentCreatesNeverOverdraw(t *testing.T) {
+	t.Parallel()
 	s, srv := newStore(t)
 	rdb := srv.Client(t)
 	seedAccount(t, rdb, "poor", 50*4, "")
@@ -65,6 +66,7 @@ func TestConcurrentCreatesNeverOverdraw(t *testing.T) {
 }
 
 func TestPaymentRequiredWritesNothing(t *testing.T) {
+	t.Parallel()
 	s, srv := newStore(t)
 	rdb := srv.Client(t)
 	seedAccount(t, rdb, "poor", 17, "")
@@ -85,6 +87,7 @@ func TestPaymentRequiredWritesNothing(t *testing.T) {
 }
 
 func TestCreateRefusals(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	s, srv := newStoreWith(t, Options{Now: func() time.Time { return now }})
 	rdb := srv.Client(t)
@@ -198,6 +201,7 @@ func expireDue(t *testing.T, s *stores, acct string, now time.Time) []Change {
 }
 
 func TestRefundExactlyOnce(t *testing.T) {
+	t.Parallel()
 	fail := func(s *stores, code string) (Change, error) {
 		return s.tasks.Fail(ctx, "r", "t", "t", task.Failure{Code: code, Message: "x"})
 	}
@@ -312,6 +316,7 @@ func TestRefundExactlyOnce(t *testing.T) {
 // are in; a task whose record is gone leaves the due work and stops
 // counting; tasks within their deadline are not touched.
 func TestSweepOverdue(t *testing.T) {
+	t.Parallel()
 	now := time.Now().Truncate(time.Millisecond)
 	s, srv := newStoreWith(t, Options{Now: func() time.Time { return now }})
 	rdb := srv.Client(t)

@@ -23,6 +23,7 @@ import (
 // (the account index, the key index, the sweeper's scans, per-account task
 // scans and listings, queue numbers, readiness probes) sees all of them.
 func TestOnACluster(t *testing.T) {
+	t.Parallel()
 	c := redistest.StartCluster(t)
 	opt, err := redis.ParseClusterURL(c.URL)
 	if err != nil {

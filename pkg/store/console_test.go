@@ -14,6 +14,7 @@ import (
 // The usage counts charged tasks: a free task is no one's, a refunded
 // one is taken out again.
 func TestUsageCountsChargedTasks(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	today := func(id string) *task.Task { tk := pending("a", id); tk.CreateTime = time.Now(); return tk }
@@ -47,6 +48,7 @@ func TestUsageCountsChargedTasks(t *testing.T) {
 // The usage of each API key is counted in the same step as the account's,
 // named by the key's visible prefix, its refunds taken out of it too.
 func TestUsageByKey(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	k1, info1, err := s.accounts.CreateKey(ctx, "a")
@@ -84,6 +86,7 @@ func TestUsageByKey(t *testing.T) {
 // An account's keys are bounded: MaxActiveKeys working, a revoked one
 // makes room.
 func TestKeysBounded(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	var first string

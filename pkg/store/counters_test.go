@@ -19,6 +19,7 @@ import (
 // imply after every change, along every path a task can take; its window
 // is never overrun, and never left unused while a task waits.
 func TestCountersNeverDrift(t *testing.T) {
+	t.Parallel()
 	fail := task.Failure{Code: "x", Message: "y"}
 	type op struct {
 		name string
@@ -139,8 +140,10 @@ func errsOf(_ []Change, errs []error) []error { return errs }
 // A random walk over every change, on two accounts (weights 1 and 2) of
 // one shard's store: after each step the books of both are what their
 // records say, the balance is what the ledger says, and no task is
-// refunded twice or once completed.
+// refunded twice or once completed. A -short run takes a third of the
+// steps.
 func TestCountersRandomWalk(t *testing.T) {
+	t.Parallel()
 	for _, share := range []int{0, 1, 2, 3} {
 		t.Run(fmt.Sprint("share ", share), func(t *testing.T) {
 			t.Parallel()
@@ -169,7 +172,11 @@ func TestCountersRandomWalk(t *testing.T) {
 				}
 				return r
 			}
-			for step := 0; step < 300; step++ {
+			steps := 300
+			if testing.Short() {
+				steps = 100
+			}
+			for step := 0; step < steps; step++ {
 				var what string
 				switch k := rng.IntN(14); {
 				case k < 4 || len(ids) == 0:
@@ -279,6 +286,7 @@ func checkLedger(t *testing.T, s *stores, acct string) {
 // Many gateways and workers at once on one account: the books stay
 // exact.
 func TestCountersUnderConcurrency(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	s := windowStore(t, 3, &now)
 	const tasks = 120
@@ -334,6 +342,7 @@ func TestCountersUnderConcurrency(t *testing.T) {
 // finds it gone: the due work's read, the deadline's expire, or the
 // promotion that finds it first in line; once.
 func TestLostRecordsLeaveTheBooks(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		lose  string // the task whose record goes: a1 holds the place, k1 and k2 wait

@@ -14,6 +14,7 @@ import (
 // A crash between the steps of a write that spans hash slots (on a cluster,
 // nodes) leaves only what readers skip; redoing the write completes it.
 func TestCrashBetweenSteps(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	t.Run("key claimed: indexes written, record not", func(t *testing.T) {
 		st, _ := blankStore(t, Options{})

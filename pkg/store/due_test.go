@@ -20,6 +20,7 @@ import (
 // webhook event is due HookGrace after the end (DueHook, again dueRetry
 // later until Queued). Next is when the first entry left is due.
 func TestDue(t *testing.T) {
+	t.Parallel()
 	const dl = 2 * time.Minute // every task's deadline, from the start
 	type step struct {
 		at   time.Duration // the clock, from the start

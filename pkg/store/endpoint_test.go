@@ -17,6 +17,7 @@ import (
 // (kept in 64-byte fields), replaces the one before whole, and clearing
 // it leaves no field behind.
 func TestAccountEndpointKeptAndCleared(t *testing.T) {
+	t.Parallel()
 	s, srv := newStore(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
@@ -56,6 +57,7 @@ func TestAccountEndpointKeptAndCleared(t *testing.T) {
 // starts (its progress events then follow the endpoint's filter), or when
 // it ends if it never started; a task with its own callback keeps it.
 func TestTasksTakeTheAccountEndpoint(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	url := "https://hooks.example.com/" + strings.Repeat("q", 100)
@@ -108,6 +110,7 @@ func TestTasksTakeTheAccountEndpoint(t *testing.T) {
 // The account's recent deliveries list the newest first, with state and
 // attempts, at most RecentDeliveries of them.
 func TestRecentDeliveries(t *testing.T) {
+	t.Parallel()
 	s, srv := newStore(t)
 	ctx := context.Background()
 	for i := range RecentDeliveries + 5 {

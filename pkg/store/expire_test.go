@@ -14,6 +14,7 @@ import (
 // refunded once, their places freed (the promotions they make within the
 // batch expire in it too), their due entries gone.
 func TestExpireAllOfAThousand(t *testing.T) {
+	t.Parallel()
 	now := time.Now().Truncate(time.Millisecond)
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }

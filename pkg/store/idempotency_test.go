@@ -15,6 +15,7 @@ import (
 // task), another body is a mismatch, a repeat while the first is under way
 // a conflict, and an undone create frees the key.
 func TestIdempotentCreate(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	s, srv := newStoreWith(t, Options{Now: func() time.Time { return now }})
 	rdb := srv.Client(t)

@@ -34,6 +34,7 @@ const (
 //
 //	EASEL_IDLE_ACCOUNTS=100000 go test -count=1 -run TestIdleAccountMemory -v ./pkg/store/
 func TestIdleAccountMemory(t *testing.T) {
+	t.Parallel()
 	n := idleAccounts
 	if v := os.Getenv("EASEL_IDLE_ACCOUNTS"); v != "" {
 		var err error

@@ -18,6 +18,7 @@ import (
 // entry. It happens once: the complete's retry, a fail or a cancel after
 // it give nothing more. A task that made them all is refunded nothing.
 func TestCompleteRefundsTheImagesNotMade(t *testing.T) {
+	t.Parallel()
 	s, srv := newStore(t)
 	rdb := srv.Client(t)
 	seedAccount(t, rdb, "a", 100, "")
@@ -98,6 +99,7 @@ func TestCompleteRefundsTheImagesNotMade(t *testing.T) {
 // pending and once ended; a record whose input does not decode shows
 // none, and the rest of it all the same.
 func TestRecordShowsItsInput(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	seedAccount(t, s.rdb, "a", 100, "")
 	in := task.Input{Model: catalog.Model{ID: testModel, Tier: catalog.Standard}, Prompt: "a red fox in the snow at dawn",

@@ -113,6 +113,7 @@ func checkKeyLayout(t *testing.T, s *stores) {
 }
 
 func TestShardOf(t *testing.T) {
+	t.Parallel()
 	seen := map[int]bool{}
 	for i := 0; i < 5000; i++ {
 		id := "acct_" + strconv.Itoa(i)
@@ -132,6 +133,7 @@ func TestShardOf(t *testing.T) {
 
 // Whatever the store does, every key it writes follows the layout.
 func TestKeyLayout(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	s, _ := blankStore(t, Options{Share: 1, LedgerRetention: time.Hour, Now: func() time.Time { return now }})
 	ctx := context.Background()

@@ -12,6 +12,7 @@ import (
 // one call; another holder gets none of them until they are given back
 // or run out.
 func TestShardLeases(t *testing.T) {
+	t.Parallel()
 	s, _ := blankStore(t, Options{})
 	l := s.leases
 	steps := []struct {
@@ -82,6 +83,7 @@ func TestShardLeases(t *testing.T) {
 
 // Workers counts the holders alive within ttl, itself included.
 func TestRecoveryWorkers(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	s, _ := blankStore(t, Options{Now: func() time.Time { return now }})
 	count := func(holder string) int {
@@ -113,6 +115,7 @@ func TestRecoveryWorkers(t *testing.T) {
 // A worker that leaves is no longer counted among those sharing the
 // shards: the others take its share at once.
 func TestRecoveryWorkerLeaves(t *testing.T) {
+	t.Parallel()
 	s, _ := blankStore(t, Options{})
 	for _, w := range []string{"w1", "w2"} {
 		if _, err := s.leases.Workers(ctx, w, time.Minute); err != nil {

@@ -23,6 +23,7 @@ import (
 // credits, an account's initial credits. The balance is the account's,
 // never the ledger's: trimming changes no balance.
 func TestLedgerRetention(t *testing.T) {
+	t.Parallel()
 	const keep = time.Hour
 	tests := []struct {
 		name string
@@ -225,6 +226,7 @@ func mustCreditsOf(t *testing.T, rdb redis.Cmdable, acct string) int64 {
 // from (inclusive) to (exclusive, to the millisecond), and stops at fn's
 // error.
 func TestLedgerRange(t *testing.T) {
+	t.Parallel()
 	s, _ := blankStore(t, Options{})
 	a, err := s.accounts.Create(ctx, account.Spec{Name: "x", Credits: 10})
 	must(t, err)

@@ -46,6 +46,7 @@ func ledgerOf(t testing.TB, rdb redis.Scripter, acct string) []redis.XMessage {
 // a hash grows past ledgerShort, when it becomes a stream of the same
 // entries, with the same ids. On one server and on a cluster.
 func TestLedgerForms(t *testing.T) {
+	t.Parallel()
 	t.Run("one server", func(t *testing.T) {
 		testLedgerForms(t, redistest.Start(t).Client(t))
 	})

@@ -15,6 +15,7 @@ import (
 // millisecond) included, filters by status and model, skips what expired,
 // and never shows another account's tasks.
 func TestListTasks(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	s, srv := newStoreWith(t, Options{Now: func() time.Time { return now }})
 	rdb := srv.Client(t)
@@ -98,6 +99,7 @@ func TestListTasks(t *testing.T) {
 // Queue positions come from two counters; the ETA from the rate tasks
 // leave at.
 func TestQueuePosition(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	s, _ := newStoreWith(t, Options{Now: func() time.Time { return now }})
 	ctx := context.Background()
@@ -140,6 +142,7 @@ func TestQueuePosition(t *testing.T) {
 // Every change of status or progress reaches a watcher; resync is called
 // once the subscription is made.
 func TestWatchTasks(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -190,6 +193,7 @@ func TestWatchTasks(t *testing.T) {
 // final one is a conflict, a missing one not found; a canceled task never
 // starts, and its webhook event waits in the outbox.
 func TestCancelTask(t *testing.T) {
+	t.Parallel()
 	s, srv := newStore(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
@@ -270,6 +274,7 @@ func TestCancelTask(t *testing.T) {
 // A create takes its number in its queue in its own step, and a refused
 // create takes none; the record holds its queue and number.
 func TestCreateTakesQueueSeq(t *testing.T) {
+	t.Parallel()
 	s, srv := newStore(t)
 	seedAccount(t, srv.Client(t), "poor", 0, "")
 	ctx := context.Background()

@@ -18,6 +18,7 @@ import (
 // reaches Redis later (held up while its caller gave up) changes nothing
 // and says so.
 func TestCreateValidUntil(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	for i, tt := range []struct {
@@ -60,6 +61,7 @@ func TestCreateValidUntil(t *testing.T) {
 // (still on its way to Redis) then never applies, so "not created" stays
 // true. The tombstone is no task to anyone, and goes away by itself.
 func TestAbortTombstone(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	ok, admitted, err := s.tasks.Abort(ctx, "acct_a", "task_lumen_late", "")
@@ -92,6 +94,7 @@ func TestAbortTombstone(t *testing.T) {
 // time change nothing: with Redis hung (SIGSTOP) both time out on the
 // client, and when Redis resumes it refuses them.
 func TestLateChangesOnAHungRedis(t *testing.T) {
+	t.Parallel()
 	// A client that gives up at its context's deadline, as the services'
 	// clients do (redisconn): the default one would wait out its 3 s read
 	// timeout on the hung server, not the calls' 200 ms.
@@ -166,6 +169,7 @@ func TestLateChangesOnAHungRedis(t *testing.T) {
 // its undo can apply any more: a gateway that died mid-create leaves the
 // key to replay its task from then on, not for a fixed 30 s.
 func TestIdempotencyHeldUntilSettled(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	s, _ := newStoreWith(t, Options{Now: func() time.Time { return now }})
 	ctx := context.Background()
@@ -217,6 +221,7 @@ func balanceOf(t *testing.T, s *stores, acct string) int64 {
 // admission can queue its job; without it the task would wait in no queue
 // until its deadline.
 func TestCreateWithoutAQueueNumberKeepsTheQueue(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	acct, id := "acct_a", "task_lumen_nonumber"

@@ -14,6 +14,7 @@ import (
 // rest), the HSET and the PUBLISH. A report that changes nothing is the
 // script and its read.
 func TestProgressHookAndCost(t *testing.T) {
+	t.Parallel()
 	s, srv := newStore(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()

@@ -60,6 +60,7 @@ func steadyWorkers(t *testing.T, s *stores, clock *testClock, ids ...string) []w
 // it), one whose worker lives or stopped gracefully, one that let go, and
 // one that never started are run again with no crash counted.
 func TestOnlyAWorkersDeathIsACrash(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	startBy := func(t *testing.T, w worker, run string) task.Outcome {
 		t.Helper()

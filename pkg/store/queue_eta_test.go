@@ -13,6 +13,7 @@ import (
 // workers; first in a queue that was empty, a task's ETA is the pick-up
 // time.
 func TestQueueETA(t *testing.T) {
+	t.Parallel()
 	const queue = "standard"
 	t0 := time.UnixMilli(1_800_000_000_000)
 	tests := []struct {

@@ -34,6 +34,7 @@ func dequeuedOf(t *testing.T, s *stores, queue string) int64 {
 // superseded, not applied) counts nothing. A parked task never joined its
 // queue: it takes no number, and leaving pending counts nothing.
 func TestQueueBookkeeping(t *testing.T) {
+	t.Parallel()
 	const queue = "standard"
 	fail := task.Failure{Code: "x", Message: "y"}
 	tests := []struct {
@@ -258,6 +259,7 @@ func TestQueueBookkeeping(t *testing.T) {
 // final event in the account's outbox (matching the outbox), at the
 // store's time.
 func TestChangesReportWhatTheyDid(t *testing.T) {
+	t.Parallel()
 	fail := task.Failure{Code: "x", Message: "y"}
 	all := task.DefaultEvents
 	next := runName
@@ -456,6 +458,7 @@ func cancelChange(s *stores) (Change, error) {
 // Progress wants a webhook only when the progress rose on a task the run
 // owns and its callback asks for task.progress.
 func TestProgressWantsAWebhook(t *testing.T) {
+	t.Parallel()
 	type step struct {
 		run  string
 		pct  int

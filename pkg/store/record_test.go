@@ -15,6 +15,7 @@ import (
 // it holds, and reads back whole: the task's input too, kept in the
 // record until the task ends.
 func TestCompactRecords(t *testing.T) {
+	t.Parallel()
 	long := func(n int) string {
 		var b strings.Builder
 		for b.Len() < n {
@@ -117,6 +118,7 @@ func checkListpack(t *testing.T, s *stores, key, when string) {
 // which costs its length and at most 24 bytes a field: 24 hours of tasks
 // must fit.
 func TestRecordMemory(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	s, _ := newStoreWith(t, Options{Now: func() time.Time { return now }})
 	// Ids of the real shapes: an account's ("acct_" and 20 characters), a
@@ -156,6 +158,7 @@ func TestRecordMemory(t *testing.T) {
 // the number of pieces, still starts with its input whole and ends with
 // it kept whole.
 func TestInputOneCommand(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	input := func(n int) []byte {
 		b := make([]byte, n)

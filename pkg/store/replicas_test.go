@@ -47,6 +47,7 @@ func startReplicated(tb testing.TB) (primary, replica *redistest.Server) {
 // replica that confirms, it is ErrNotReplicated (503), and the caller's undo
 // works.
 func TestMinReplicas(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name       string
@@ -66,7 +67,13 @@ func TestMinReplicas(t *testing.T) {
 			}
 			rdb := primary.Client(t)
 			seedAccount(t, rdb, "a", 100, "")
-			s := storesOn(rdb, Options{MinReplicas: 1, ReplicaWait: 100 * time.Millisecond})
+			// A replica that answers is given time on a loaded machine; one
+			// that hangs is given up on soon.
+			wait := 5 * time.Second
+			if tc.pause || !tc.replicated {
+				wait = 100 * time.Millisecond
+			}
+			s := storesOn(rdb, Options{MinReplicas: 1, ReplicaWait: wait})
 			if tc.pause {
 				if err := replica.Proc.Pause(); err != nil {
 					t.Fatal(err)
@@ -180,6 +187,7 @@ func BenchmarkCreateTaskDurability(b *testing.B) {
 // limits, a run letting go, progress, the webhook log) is made at once,
 // while a create is refused.
 func TestMinReplicasOnlyForDurableChanges(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)

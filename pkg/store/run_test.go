@@ -41,6 +41,7 @@ func runName(n int) string {
 // One run owns a task: another run can neither start it, move its progress,
 // nor finish it.
 func TestRunOwnership(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	create(t, s, "a", "t")
@@ -65,6 +66,7 @@ func TestRunOwnership(t *testing.T) {
 // A run that starts again without having let go crashed its worker; the
 // second crash fails the task, refunded once, instead of a third run.
 func TestCrashesPoisonATask(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		steps   func(s *stores) []Change
@@ -141,6 +143,7 @@ func TestCrashesPoisonATask(t *testing.T) {
 // Takeover gives an orphaned run's task to the next run, exactly once even
 // when several sweepers try at once; the old run is then superseded.
 func TestTakeover(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	create(t, s, "a", "t")
@@ -204,6 +207,7 @@ func TestTakeover(t *testing.T) {
 // and deadline; its input stays in its record), until a run starts it or
 // it ends; a check moves itself on (QueueRecheck later).
 func TestQueueChecks(t *testing.T) {
+	t.Parallel()
 	created := time.Now().Truncate(time.Millisecond)
 	s, _ := newStoreWith(t, Options{Now: func() time.Time { return created }})
 	ctx := context.Background()

@@ -28,6 +28,7 @@ func pendingAt(acct, id string, i int) *task.Task {
 // place; the places of dead workers free themselves at the tasks'
 // deadline (the recovery expires them).
 func TestPlaces(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	now := time.Now().Truncate(time.Millisecond)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }

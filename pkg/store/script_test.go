@@ -15,11 +15,13 @@ import (
 // keys and arguments are held to its header when it is loaded (a struct
 // that disagrees stops the package at init); scripttest checks the rest.
 func TestScriptContracts(t *testing.T) {
+	t.Parallel()
 	scripttest.Check(t, scripts, scripttest.Names{Allowed: allowedLiterals(), Commands: redisCommands})
 }
 
 // lib.lua's outcomes are task.Outcome's values.
 func TestOutcomesMatchGo(t *testing.T) {
+	t.Parallel()
 	libConsts := scripttest.Consts(t, scripts.LibText())
 	for name, o := range map[string]task.Outcome{"APPLIED": task.Applied, "FINAL": task.AlreadyFinal, "MISSING": task.Missing,
 		"SUPERSEDED": task.Superseded, "POISONED": task.Poisoned, "BUSY": task.Busy} {
@@ -32,6 +34,7 @@ func TestOutcomesMatchGo(t *testing.T) {
 // lib.lua's queue constants and the queues argument agree with Go's:
 // the samples' spacing, and where a queue's numbers are kept.
 func TestQueueConstsMatchGo(t *testing.T) {
+	t.Parallel()
 	libConsts := scripttest.Consts(t, scripts.LibText())
 	if v, ok := libConsts["SAMPLE_EVERY"]; !ok || v != queueSampleEvery.Milliseconds() {
 		t.Errorf("SAMPLE_EVERY: lib.lua %d (bound %v), queueSampleEvery %v", v, ok, queueSampleEvery)

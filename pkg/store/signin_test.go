@@ -10,6 +10,7 @@ import (
 // An attempt given back is taken off its count, never below zero and
 // never where nothing was counted; the count keeps its window.
 func TestSignInAttemptsGivenBack(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	u := NewUsers(s.db)
 	ctx := context.Background()
@@ -50,6 +51,7 @@ func TestSignInAttemptsGivenBack(t *testing.T) {
 // An email keeps the networks it signed in from for their time, at most
 // keep of them (the latest), in one key that goes with its last network.
 func TestKnownNetworksBounded(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	s, _ := newStoreWith(t, Options{Now: func() time.Time { return now }})
 	u := NewUsers(s.db)

@@ -129,6 +129,7 @@ func progress(t *testing.T, s *stores, acct, id, run string, pct int) bool {
 }
 
 func TestCreateAndGet(t *testing.T) {
+	t.Parallel()
 	s, srv := newStore(t)
 	ctx := context.Background()
 	created, err := s.tasks.Create(ctx, pending("acct_a", "task_lumen_1"), std, []byte("the job"))
@@ -176,6 +177,7 @@ func TestCreateAndGet(t *testing.T) {
 }
 
 func TestGetIsScopedToTheAccount(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := context.Background()
 	create(t, s, "acct_a", "task_lumen_1")
@@ -188,6 +190,7 @@ func TestGetIsScopedToTheAccount(t *testing.T) {
 }
 
 func TestLifecycle(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		run  func(t *testing.T, s *stores)
@@ -305,6 +308,7 @@ func mustOutcome(t *testing.T, want task.Outcome) func(Change, error) Change {
 // The record keeps each result's blob key; its content type follows from
 // the key (blob.ContentType), and its size and dimensions are not kept.
 func TestResultsRoundTrip(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	create(t, s, "a", "t")
 	mustOutcome(t, task.Applied)(start(s, "a", "t", "t"))
@@ -348,6 +352,7 @@ func TestResultsRoundTrip(t *testing.T) {
 }
 
 func TestProgressNeverGoesBack(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	create(t, s, "a", "t")
 	// Not processing yet: progress is ignored.
@@ -368,6 +373,7 @@ func TestProgressNeverGoesBack(t *testing.T) {
 }
 
 func TestConcurrentProgressIsMonotonic(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	create(t, s, "a", "t")
 	mustOutcome(t, task.Applied)(start(s, "a", "t", "t"))
@@ -397,6 +403,7 @@ func TestConcurrentProgressIsMonotonic(t *testing.T) {
 }
 
 func TestMissingRecordIsNeverRecreated(t *testing.T) {
+	t.Parallel()
 	s, srv := newStore(t)
 	mustOutcome(t, task.Missing)(start(s, "a", "gone", "gone"))
 	if progress(t, s, "a", "gone", "gone", 50) {
@@ -423,6 +430,7 @@ func TestMissingRecordIsNeverRecreated(t *testing.T) {
 }
 
 func TestAbort(t *testing.T) {
+	t.Parallel()
 	s, srv := newStore(t)
 	create(t, s, "a", "p")
 	create(t, s, "a", "q")
@@ -454,6 +462,7 @@ func TestAbort(t *testing.T) {
 }
 
 func TestGetReportsAStoreFailure(t *testing.T) {
+	t.Parallel()
 	s, srv := newStore(t)
 	must(t, srv.Client(t).HSet(ctx, taskKey("a", "bad"), "status", "pending", "progress", "x", "ctime", "1").Err())
 	if _, err := s.tasks.Get(ctx, "a", "bad"); err == nil || apperr.CodeOf(err) == apperr.NotFound {

@@ -11,6 +11,7 @@ import (
 // refused upload counts nothing; the next UTC day starts from zero; the
 // counter expires after its day; accounts are counted apart.
 func TestUploadBytesStayWithinTheDaysBudget(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	u := NewUploads(NewDB(rdb, Options{}))

@@ -14,6 +14,7 @@ import (
 )
 
 func TestWebhookSecret(t *testing.T) {
+	t.Parallel()
 	now := time.UnixMilli(1_800_000_000_000)
 	st, srv := newStoreWith(t, Options{Now: func() time.Time { return now }})
 	s := st.hooks
@@ -99,6 +100,7 @@ func withCallback(t *testing.T, s *stores, id string, events ...string) {
 // (Hooked); Due returns it (DueHook) until Queued takes it off, moving it
 // on each time it returns it.
 func TestHookOutbox(t *testing.T) {
+	t.Parallel()
 	now := time.UnixMilli(1_800_000_000_000)
 	s, _ := newStoreWith(t, Options{Now: func() time.Time { return now }})
 	ctx := context.Background()
@@ -190,6 +192,7 @@ func TestHookOutbox(t *testing.T) {
 // it is retried and dropped once it ends; an ended delivery records
 // nothing more.
 func TestHookAttempts(t *testing.T) {
+	t.Parallel()
 	now := time.UnixMilli(1_800_000_000_000)
 	s, srv := newStoreWith(t, Options{Now: func() time.Time { return now }})
 	ctx := context.Background()

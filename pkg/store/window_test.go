@@ -54,6 +54,7 @@ func admittedOf(ids ...string) []task.Admitted {
 // deadline (its input is in its record, for its run), queue numbered; a second admits the next (FIFO by creation, not by id). A run
 // that lets go (Release) or is taken over keeps the place.
 func TestWindowFreesAPlace(t *testing.T) {
+	t.Parallel()
 	fail := task.Failure{Code: "generation_failed", Message: "no"}
 	ways := []struct {
 		name    string
@@ -206,6 +207,7 @@ func TestWindowFreesAPlace(t *testing.T) {
 // Accounts.Create or SetLimits; 0 or none reads as 1): that many tasks
 // are admitted at once, the rest parked. Share 0 never parks.
 func TestWindowSizes(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		share     int
@@ -300,6 +302,7 @@ func TestWindowSizes(t *testing.T) {
 // Two accounts share nothing: one's full window parks none of the other's
 // tasks, and one of weight 2 holds twice the places of one of weight 1.
 func TestWindowIsPerAccount(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	s, _ := blankStore(t, Options{Share: 2, Now: func() time.Time { return now }})
 	one, err := s.accounts.Create(ctx, account.Spec{Name: "one", Credits: 1000})
@@ -335,6 +338,7 @@ func TestWindowIsPerAccount(t *testing.T) {
 // its deadline, a start of it is Busy and changes nothing; it can be
 // canceled (refunded in full), and expires at its deadline (refunded).
 func TestParkedTask(t *testing.T) {
+	t.Parallel()
 	now := time.Now().Truncate(time.Millisecond)
 	s := windowStore(t, 1, &now)
 	c := std
@@ -421,6 +425,7 @@ func TestParkedTask(t *testing.T) {
 // A task admitted less than FirstQueueCheck before its deadline is due at
 // its deadline, not at the check: it expires on time.
 func TestAdmittedNearItsDeadline(t *testing.T) {
+	t.Parallel()
 	now := time.Now().Truncate(time.Millisecond)
 	s := windowStore(t, 1, &now)
 	c := std

@@ -114,6 +114,7 @@ func concurrentAllow(t *testing.T, u Upstream, n int, bs ...*Breakers) map[Verdi
 // The subtests run in parallel: each has upstreams of its own, and each
 // waits out real cooldowns.
 func TestBreaker(t *testing.T) {
+	t.Parallel()
 	rdb := redistest.Start(t).Client(t)
 
 	t.Run("closed until N failures in a row, then open", func(t *testing.T) {
@@ -344,19 +345,22 @@ func TestBreaker(t *testing.T) {
 // Two workers, each with its own client and Breakers, on one Redis (a
 // server, and a cluster): one state.
 func TestBreakerShared(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
-	cl := redistest.StartCluster(t)
-	opt, err := redis.ParseClusterURL(cl.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	backends := map[string]func() redis.UniversalClient{
 		"server": func() redis.UniversalClient { return srv.Client(t) },
-		"cluster": func() redis.UniversalClient {
+	}
+	if !testing.Short() {
+		cl := redistest.StartCluster(t)
+		opt, err := redis.ParseClusterURL(cl.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		backends["cluster"] = func() redis.UniversalClient {
 			c := redis.NewClusterClient(opt)
 			t.Cleanup(func() { _ = c.Close() })
 			return c
-		},
+		}
 	}
 	for name, client := range backends {
 		t.Run(name, func(t *testing.T) {

@@ -17,6 +17,7 @@ func env(m map[string]string) func(string) string {
 }
 
 func TestParseValid(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	sa := filepath.Join(dir, "sa.json")
 	if err := os.WriteFile(sa, []byte(`{"type":"service_account"}`), 0o600); err != nil {
@@ -124,6 +125,7 @@ func TestParseValid(t *testing.T) {
 }
 
 func TestParseRefusals(t *testing.T) {
+	t.Parallel()
 	getenv := env(map[string]string{"SET": "value"})
 	gem := func(fields string) string {
 		return `{"upstreams":[{"name":"u","provider":"gemini"` + fields + `}]}`
@@ -196,6 +198,7 @@ func TestParseRefusals(t *testing.T) {
 }
 
 func TestLoad(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "upstreams.json")
 	if err := os.WriteFile(path, []byte(`{"upstreams":[{"name":"a","provider":"gemini","api_key_env":"K"}]}`), 0o600); err != nil {
@@ -214,6 +217,7 @@ func TestLoad(t *testing.T) {
 }
 
 func TestFingerprint(t *testing.T) {
+	t.Parallel()
 	base := Upstream{Name: "a", Provider: Gemini, APIKey: "k1", BaseURL: "https://x.example.com", Weight: 1}
 	fp := base.Fingerprint()
 	if len(fp) != 16 {
@@ -259,6 +263,7 @@ func TestFingerprint(t *testing.T) {
 }
 
 func TestPublicHidesTheSecret(t *testing.T) {
+	t.Parallel()
 	u := Upstream{Name: "main", Provider: Gemini, APIKey: "AIzaSECRETSECRET", APIKeyEnv: "KEY_ENV", BaseURL: "https://proxy.example.com:8443/v1",
 		Weight: 3, Models: []string{"standard"}, RPM: 60, Concurrency: 4}
 	p := u.Public()
@@ -279,6 +284,7 @@ func TestPublicHidesTheSecret(t *testing.T) {
 }
 
 func TestDurationJSON(t *testing.T) {
+	t.Parallel()
 	b, err := json.Marshal(Breaker{Failures: 2, Cooldown: Duration(1500 * time.Millisecond)})
 	if err != nil {
 		t.Fatal(err)

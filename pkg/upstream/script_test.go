@@ -9,6 +9,7 @@ import (
 // The Go ↔ Lua contract of the breaker's script: its keys, arguments,
 // codes and reply, and every name it quotes one Go declares.
 func TestScriptContracts(t *testing.T) {
+	t.Parallel()
 	allowed := map[string]string{fCalls: "a minute's field", fTotalPrefix: "a total's field prefix"}
 	for _, f := range breakerFields {
 		allowed[f] = "a breaker's field"

@@ -12,6 +12,7 @@ import (
 )
 
 func TestStatuses(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client(t)
 	b := NewBreakers(rdb, Breaker{Failures: 2, Cooldown: Duration(time.Minute), Throttle: Duration(time.Minute), MaxThrottle: Duration(time.Hour)})
@@ -179,6 +180,7 @@ func TestStatuses(t *testing.T) {
 
 // An upstream with a concurrency limit shows how much of it is in use.
 func TestStatusesQuotaInUse(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client(t)
 	limited := Upstream{Name: "limited", Provider: Gemini, APIKey: "k", Weight: 1, Concurrency: 4, RPM: 600}

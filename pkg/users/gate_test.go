@@ -46,6 +46,7 @@ func enterAsync(g *gate, who, net string, wait time.Duration, out chan<- entered
 // A flooding network holds one place in the line: its next sign-in joins
 // behind everyone waiting, so the others are served in turn with it.
 func TestGateServesNetworksInTurn(t *testing.T) {
+	t.Parallel()
 	g := newGate(1, 10)
 	hold, err := g.enter(context.Background(), "flood", 0)
 	if err != nil {
@@ -89,6 +90,7 @@ func TestGateServesNetworksInTurn(t *testing.T) {
 // The line is bounded, and so is each wait; a waiter that gives up takes
 // no slot with it.
 func TestGateBounded(t *testing.T) {
+	t.Parallel()
 	g := newGate(1, 2)
 	hold, err := g.enter(context.Background(), "a", 0)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 // A right password whose hash outlasts the request's budget (a saturated
 // machine) still signs in: the writes after the hash get their own.
 func TestSignInAfterASlowHash(t *testing.T) {
+	t.Parallel()
 	db := store.NewDB(redistest.Start(t).Client(t), store.Options{})
 	cfg := users.Defaults
 	cfg.Params = password.Params{Memory: 32 * 1024, Time: 16, Threads: 1, SaltLen: 16, KeyLen: 32}
@@ -116,6 +117,7 @@ func (e *signInEnv) outcome(pw, addr string) string {
 // A sign-in that was never checked (its dependency failed) or that was
 // refused spends no budget: only checked passwords count.
 func TestUncheckedSignInsCostNothing(t *testing.T) {
+	t.Parallel()
 	cfg := users.Defaults
 	cfg.MaxPerPair, cfg.MaxPerEmail = 2, 4
 	e := newSignInEnv(t, cfg)
@@ -149,6 +151,7 @@ func TestUncheckedSignInsCostNothing(t *testing.T) {
 // locked out by failures from elsewhere; a network never signed in from
 // is, and a loopback address is a network alone.
 func TestKnownNetworkNotLockedOut(t *testing.T) {
+	t.Parallel()
 	cfg := users.Defaults
 	cfg.MaxPerEmail = 5
 	e := newSignInEnv(t, cfg)
@@ -191,6 +194,7 @@ func TestKnownNetworkNotLockedOut(t *testing.T) {
 }
 
 func TestKnownNetworkOf(t *testing.T) {
+	t.Parallel()
 	for addr, want := range map[string]string{
 		"192.0.2.7":        "192.0.2.0/24",
 		"::ffff:192.0.2.7": "192.0.2.0/24",

@@ -15,6 +15,7 @@ import (
 )
 
 func TestScheduleFollowsTheStages(t *testing.T) {
+	t.Parallel()
 	count := func(s schedule) (n int64, last time.Duration) {
 		for {
 			off, ok := s.at(n)
@@ -74,6 +75,7 @@ func TestScheduleFollowsTheStages(t *testing.T) {
 }
 
 func TestRunWithStagesReportsTheTargetOverTime(t *testing.T) {
+	t.Parallel()
 	var st atomic.Int32
 	st.Store(200)
 	srv := fakeAPI(t, &st)
@@ -96,6 +98,7 @@ func TestRunWithStagesReportsTheTargetOverTime(t *testing.T) {
 }
 
 func TestThresholds(t *testing.T) {
+	t.Parallel()
 	rep := &Report{Offered: 100, Sent: 90, Completed: 80, Failed: 5, Dropped: 10, Unfinished: 5,
 		Latency: Percentiles{P50: 100, P90: 200, P99: 450, Max: 900}}
 	for _, tc := range []struct {
@@ -214,6 +217,7 @@ func newTaskAPI(t *testing.T) *taskAPI {
 // into queue wait and generation, and the units break down by model, key
 // and gateway.
 func TestLifecycleLongPollsAndEndsAtOnce(t *testing.T) {
+	t.Parallel()
 	a, b := newTaskAPI(t), newTaskAPI(t)
 	mix, _ := ParseMix("ok=2,failing=1,canceling=1")
 	rep, err := Run(context.Background(), Config{BaseURLs: []string{a.URL, b.URL}, Keys: []string{"key-one-123456", "key-two-123456"}, Mode: ModeLifecycle,
@@ -268,6 +272,7 @@ func TestLifecycleLongPollsAndEndsAtOnce(t *testing.T) {
 // TestMergeAddsRunsUp: two runs merged count every unit of both, and their
 // latency percentiles come from the merged histograms.
 func TestMergeAddsRunsUp(t *testing.T) {
+	t.Parallel()
 	fast := newFixedDelayServer(t, 8, time.Millisecond)
 	slow := newFixedDelayServer(t, 8, 40*time.Millisecond)
 	var reps []*Report
@@ -292,9 +297,11 @@ func TestMergeAddsRunsUp(t *testing.T) {
 	if m.Offered != 60 || m.Completed != 60 || m.Ops[OpCreate].OK != 60 {
 		t.Errorf("merged offered %d completed %d create %+v", m.Offered, m.Completed, m.Ops[OpCreate])
 	}
-	// Half the units took about 1ms, half 40ms or more: the merged p90 is
-	// a slow one, the merged median no more than the slow run's.
-	if m.Latency.P90 < 40 || m.Latency.P50 > reps[1].Latency.P50 || m.Latency.Max != max(reps[0].Latency.Max, reps[1].Latency.Max) {
+	// Half the units took 40ms or more: the merged p90 is a slow one. The
+	// median of two runs of equal size lies between their medians (a
+	// loaded machine can make the fast run's the larger).
+	lo, hi := min(reps[0].Latency.P50, reps[1].Latency.P50), max(reps[0].Latency.P50, reps[1].Latency.P50)
+	if m.Latency.P90 < 40 || m.Latency.P50 < lo || m.Latency.P50 > hi || m.Latency.Max != max(reps[0].Latency.Max, reps[1].Latency.Max) {
 		t.Errorf("merged latency %+v from %+v and %+v", m.Latency, reps[0].Latency, reps[1].Latency)
 	}
 	if _, err := Merge([]*Report{reps[0], {Mode: ModeLifecycle}}); err == nil {
@@ -303,6 +310,7 @@ func TestMergeAddsRunsUp(t *testing.T) {
 }
 
 func TestCSVAndHTML(t *testing.T) {
+	t.Parallel()
 	srv := newFixedDelayServer(t, 4, 5*time.Millisecond)
 	rep, err := Run(context.Background(), Config{BaseURL: srv.URL, Keys: []string{"k"}, Mode: ModeCreate, Rate: 100, Duration: 1500 * time.Millisecond, Mix: []MixEntry{{Model: "m", Weight: 1}}})
 	if err != nil {
@@ -339,6 +347,7 @@ func TestCSVAndHTML(t *testing.T) {
 }
 
 func TestParseScenario(t *testing.T) {
+	t.Parallel()
 	sc, err := ParseScenario("create=2, query=10\n# a comment\nlist=1,cancel=1 # the rest\n")
 	if err != nil || len(sc) != 4 || sc[0] != (ScenarioEntry{ActionCreate, 2}) || sc[1].Weight != 10 || sc[3] != (ScenarioEntry{ActionCancel, 1}) {
 		t.Errorf("ParseScenario = %+v, %v", sc, err)
@@ -355,6 +364,7 @@ func TestParseScenario(t *testing.T) {
 // cancels go to the tasks it created (each canceled once, a 409 for a task
 // already ended being a right answer); the breakdown gives each action.
 func TestScenarioMixesActionsByWeight(t *testing.T) {
+	t.Parallel()
 	api := newTaskAPI(t)
 	sc, _ := ParseScenario("create=4,query=3,list=2,cancel=1")
 	rep, err := Run(context.Background(), Config{BaseURL: api.URL, Keys: []string{"k"}, Mode: ModeScenario, Scenario: sc,

@@ -55,6 +55,7 @@ func fakeAPI(t *testing.T, createStatus *atomic.Int32) *httptest.Server {
 }
 
 func TestModes(t *testing.T) {
+	t.Parallel()
 	var st atomic.Int32
 	st.Store(200)
 	srv := fakeAPI(t, &st)
@@ -76,6 +77,7 @@ func TestModes(t *testing.T) {
 }
 
 func TestNon2xxIsNeverSuccess(t *testing.T) {
+	t.Parallel()
 	var st atomic.Int32
 	st.Store(429)
 	srv := fakeAPI(t, &st)
@@ -94,6 +96,7 @@ func TestNon2xxIsNeverSuccess(t *testing.T) {
 }
 
 func TestOpenLoop(t *testing.T) {
+	t.Parallel()
 	var st atomic.Int32
 	st.Store(200)
 	srv := fakeAPI(t, &st)
@@ -108,6 +111,7 @@ func TestOpenLoop(t *testing.T) {
 }
 
 func TestParseMix(t *testing.T) {
+	t.Parallel()
 	m, err := ParseMix("lumen-2.5-flash-image/-/16:9=3, lumen-3-pro-image-preview/2K")
 	if err != nil || len(m) != 2 || m[0].AspectRatio != "16:9" || m[0].ImageSize != "" || m[0].Weight != 3 || m[1].ImageSize != "2K" || m[1].Weight != 1 {
 		t.Errorf("ParseMix = %+v, %v", m, err)
@@ -123,6 +127,7 @@ func TestParseMix(t *testing.T) {
 // duration ends are followed to their end, so slow tasks are not left out of
 // the completion figures; an interrupted run says which tasks it left.
 func TestLifecycleFollowsTasksPastTheDuration(t *testing.T) {
+	t.Parallel()
 	var st atomic.Int32
 	st.Store(200)
 	srv := fakeAPI(t, &st)

@@ -112,6 +112,7 @@ func checkAccounted(t *testing.T, rep *Report) {
 // measured itself. With --max-inflight the units over it are dropped,
 // counted, and their latencies kept apart from the completed ones'.
 func TestOverloadAccountsForEveryUnitAndMatchesTheServer(t *testing.T) {
+	t.Parallel()
 	// 50 a second, offered 150 a second for 1.2 s: the median unit waits
 	// about 1.2 s. A low rate keeps the machine's own noise (connections,
 	// goroutines, the race detector) small beside the queueing measured.
@@ -159,6 +160,7 @@ func TestOverloadAccountsForEveryUnitAndMatchesTheServer(t *testing.T) {
 // TestGraceEndsWithUnfinishedUnits: the units still in flight when the grace
 // period ends are counted as unfinished, not lost.
 func TestGraceEndsWithUnfinishedUnits(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -184,6 +186,7 @@ func TestGraceEndsWithUnfinishedUnits(t *testing.T) {
 // duration, late (its lag says how late), instead of stopping at the
 // duration's end with units never offered.
 func TestOpenLoopOffersEveryScheduledUnitWhenLate(t *testing.T) {
+	t.Parallel()
 	var st atomic.Int32
 	st.Store(200)
 	srv := fakeAPI(t, &st)

@@ -17,6 +17,7 @@ import (
 // at warn for server errors: wrong keys, wrong admin tokens, disabled
 // accounts, 404s and 503s were all logged as 200.
 func TestAccessLogStatus(t *testing.T) {
+	t.Parallel()
 	core, logs := observer.New(zapcore.DebugLevel)
 	queueDown := false
 	e := newEnvLogged(t, queueFunc(func(ctx context.Context, j jobs.Ref, run string) error {
@@ -74,6 +75,7 @@ func TestAccessLogStatus(t *testing.T) {
 // response carries the server's id and the client's is neither echoed nor
 // logged.
 func TestClientRequestID(t *testing.T) {
+	t.Parallel()
 	core, logs := observer.New(zapcore.InfoLevel)
 	e := newEnvLogged(t, nil, zap.New(core))
 	tests := []struct {

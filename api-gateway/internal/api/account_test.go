@@ -76,6 +76,7 @@ func decode[T any](t *testing.T, r reply) T {
 // callback_url (no private address under the default egress policy), and
 // by its other rules.
 func TestAccountWebhookRules(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	for _, tc := range []struct {
 		name, body, msg string
@@ -102,6 +103,7 @@ func TestAccountWebhookRules(t *testing.T) {
 // callback_url sends its events there, listed on the account's delivery
 // log, newest first, and redelivered on request.
 func TestAccountWebhookEndToEnd(t *testing.T) {
+	t.Parallel()
 	rec, hookSrv := newReceiver(t)
 	cat, _ := catalog.New("lumen")
 	e := newEnvWith(t, nil, zap.NewNop(), func(d *deps) {

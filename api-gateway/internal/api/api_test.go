@@ -77,6 +77,7 @@ var assertEnvelope = gatewaytest.AssertEnvelope
 const okBody = gatewaytest.CreateBody
 
 func TestCreateErrors(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	json := "application/json"
 	tests := []struct {
@@ -139,6 +140,7 @@ func (e *env) taskRecords(accountID string) (int, error) {
 }
 
 func TestUnknownRoutesAndMethods(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	assertEnvelope(t, e.Do("GET", "/v1/nothing", nil, ""), 404, "no such endpoint")
 	assertEnvelope(t, e.Do("GET", "/v1/task/create", nil, ""), 405, "method not allowed")
@@ -146,6 +148,7 @@ func TestUnknownRoutesAndMethods(t *testing.T) {
 }
 
 func TestCreateAndQuery(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	r := e.Create(e.KeyA, `{"model":"`+pro+`","task_type":"image","input":{"prompt":"  a cat  ","aspect_ratio":"16:9","image_size":"4K"}}`)
 	if r.Status != 200 {
@@ -236,6 +239,7 @@ func TestCreateAndQuery(t *testing.T) {
 }
 
 func TestQueryStates(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	ctx := context.Background()
 	newTask := func() string {
@@ -296,6 +300,7 @@ func TestQueryStates(t *testing.T) {
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
 
 func TestEnqueueFailureLeavesNoOrphan(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, queueFunc(func(context.Context, jobs.Ref, string) error {
 		return errors.New("redis: connection refused to 10.0.0.7:6379")
 	}))
@@ -323,6 +328,7 @@ func TestEnqueueFailureLeavesNoOrphan(t *testing.T) {
 }
 
 func TestDownload(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	ctx := context.Background()
 	data := []byte("\x89PNG\r\n\x1a\n0123456789abcdefghijklmnopqrstuvwxyz")
@@ -374,6 +380,7 @@ func TestDownload(t *testing.T) {
 }
 
 func TestHealth(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	if r := e.Do("GET", "/healthz", nil, ""); r.Status != 200 {
 		t.Errorf("healthz %d", r.Status)
@@ -389,6 +396,7 @@ func TestHealth(t *testing.T) {
 }
 
 func TestRequestID(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	r := e.Do("GET", "/healthz", nil, "")
 	if len(r.Header.Get("X-Request-Id")) < 16 {

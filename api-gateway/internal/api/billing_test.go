@@ -25,6 +25,7 @@ func (e *env) newAccount(n account.Spec) (string, string) {
 }
 
 func TestPaymentRequired(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	id, key := e.newAccount(account.Spec{Name: "poor", Credits: 21})
 	// A 4K pro task costs 24.
@@ -47,6 +48,7 @@ func TestPaymentRequired(t *testing.T) {
 }
 
 func TestAccess(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	_, proOnly := e.newAccount(account.Spec{Name: "pro-only", Credits: 100, Models: []catalog.Tier{catalog.Pro}})
 	assertEnvelope(t, e.Create(proOnly, okBody), 403, "this account may not use model "+std)
@@ -64,6 +66,7 @@ func TestAccess(t *testing.T) {
 }
 
 func TestRateLimits(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	_, key := e.newAccount(account.Spec{Name: "limited", Credits: 1000, RateLimit: 2, QueryRateLimit: 3})
 
@@ -95,6 +98,7 @@ func TestRateLimits(t *testing.T) {
 }
 
 func TestInflightLimit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	_, key := e.newAccount(account.Spec{Name: "small", Credits: 1000, MaxInflight: 2})
 	for i := 0; i < 2; i++ {

@@ -16,6 +16,7 @@ import (
 // or after N seconds with the record as it is; a bad wait is refused
 // before anything is created.
 func TestCreateWaits(t *testing.T) {
+	t.Parallel()
 	hub := watch.New()
 	queued := make(chan string, 16)
 	e := newEnvWith(t, queueFunc(func(_ context.Context, j jobs.Ref, _ string) error {

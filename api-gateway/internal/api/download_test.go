@@ -70,6 +70,7 @@ func parts(t *testing.T, r reply) []part {
 }
 
 func TestDownloadRanges(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	// Large enough that 16,000 one-byte ranges two bytes apart fit in it (so
 	// net/http does not fall back to the whole file on its own).
@@ -176,6 +177,7 @@ func TestDownloadRanges(t *testing.T) {
 // A symlink in the blob directory is never a blob: whatever it points at,
 // its key is 404, like a missing blob.
 func TestDownloadSymlink(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	dir := e.Blobs.Dir()
 	outside := t.TempDir()
@@ -214,6 +216,7 @@ func TestDownloadSymlink(t *testing.T) {
 // another last character of the signature that decodes to the same MAC,
 // escaped or repeated parameters) are refused with 403, not served.
 func TestDownloadCanonicalURLOnly(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	const dir, file = "2026112214", "0123456789abcdef0123456789abcdef.png"
 	signed := e.putDownload(dir+"/"+file, []byte("\x89PNG canonical"))

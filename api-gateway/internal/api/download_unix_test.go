@@ -18,6 +18,7 @@ import (
 // (downloads have no request deadline). The request is bounded, so a
 // regression fails instead of hanging.
 func TestDownloadFIFOIsNotFound(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	const key = "2026112214/0123456789abcdef0123456789abcdef.png"
 	fifo := filepath.Join(e.Blobs.Dir(), filepath.FromSlash(key))

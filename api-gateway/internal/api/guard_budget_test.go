@@ -20,6 +20,7 @@ import (
 // lookups through); a network's addresses share its budget, and everyone
 // shares the gateway's.
 func TestFailedAuthenticationBudgetsHoldUnderConcurrency(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name        string
 		limits      auth.GuardLimits
@@ -77,6 +78,7 @@ func TestFailedAuthenticationBudgetsHoldUnderConcurrency(t *testing.T) {
 // a lookup of one key at once share it, and its one try, so a burst of
 // creates with a new key is answered, never 429.
 func TestGoodKeyAtOnceNotRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnvWith(t, nil, zap.NewNop(), func(d *deps) {
 		d.AuthGuard = auth.NewGuard(auth.GuardLimits{PerAddress: 1, PerPrefix: 1, Global: 1})
 	})
@@ -103,6 +105,7 @@ func TestGoodKeyAtOnceNotRefused(t *testing.T) {
 // all answered: the failed-credential budget (a burst of 20 here) waits
 // for the lookups under way instead of refusing the keys past it.
 func TestManyNewGoodKeysAtOnceNotRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnvWith(t, nil, zap.NewNop(), func(d *deps) {
 		d.AuthGuard = auth.NewGuard(auth.GuardLimits{PerAddress: 5, PerPrefix: 20, Global: 500})
 	})

@@ -30,6 +30,7 @@ func (c *countingAuth) Authenticate(ctx context.Context, key string) (*account.A
 // address before any Redis lookup: 1,000 random keys once cost 1,000 HMGETs.
 // Another client, and valid keys, are not held back.
 func TestFailedAuthenticationsLimitedPerAddress(t *testing.T) {
+	t.Parallel()
 	var lookups *countingAuth
 	e := newEnvWith(t, nil, zap.NewNop(), func(d *deps) {
 		lookups = &countingAuth{next: d.Auth}
@@ -80,6 +81,7 @@ func TestFailedAuthenticationsLimitedPerAddress(t *testing.T) {
 // X-Forwarded-For from a peer that is not a trusted proxy does not choose
 // the client's address: a blocked client cannot escape by naming another.
 func TestForwardedForNeedsATrustedProxy(t *testing.T) {
+	t.Parallel()
 	e := newEnvWith(t, nil, zap.NewNop(), func(d *deps) { d.AuthGuard = auth.NewGuard(auth.GuardLimits{PerAddress: 1}) })
 	blocked := false
 	for i := 0; i < 20; i++ {

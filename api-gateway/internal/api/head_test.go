@@ -12,6 +12,7 @@ import (
 // TestHeadWhereverGet: every route served to GET, the admin API's too,
 // answers HEAD with the status and headers GET gives and no body.
 func TestHeadWhereverGet(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	r := e.Create(e.KeyA, okBody)
 	if r.Status != http.StatusOK {

@@ -19,6 +19,7 @@ import (
 // or let through unlimited (EASEL_RATE_LIMIT_FAIL_OPEN), and the failure is
 // logged once for the burst, then its end once.
 func TestLimiterDown(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		failOpen  bool

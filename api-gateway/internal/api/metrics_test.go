@@ -62,6 +62,7 @@ func debited(model string) string { return `easel_credits_debited_total{model="`
 // Each request moves exactly the series it should, by exactly the right
 // amount, and nothing else.
 func TestRequestMetrics(t *testing.T) {
+	t.Parallel()
 	const create, query = api.PathCreate, api.PathQuery
 	proBody := `{"model":"` + pro + `","task_type":"image","input":{"prompt":"p","image_size":"4K"}}`
 	key := func(t *testing.T, e *env, n account.Spec) string {
@@ -179,6 +180,7 @@ func TestRequestMetrics(t *testing.T) {
 
 // EASEL_METRICS_ON_API: /metrics on the API's port, counted as a route.
 func TestMetricsOnAPI(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	e := newEnvWith(t, nil, zap.NewNop(), meter(reg, func(d *deps) { d.MetricsHandler = prom.Handler(reg) }))
 	if r := e.Create(e.KeyA, okBody); r.Status != 200 {

@@ -79,6 +79,7 @@ func loadDocument(t *testing.T) (libopenapi.Document, *v3.Document) {
 }
 
 func TestOpenAPIServed(t *testing.T) {
+	t.Parallel()
 	e := openapiHandler(t)
 	rec := served(t, e, nil)
 	etag := rec.Header().Get("ETag")
@@ -110,6 +111,7 @@ func TestOpenAPIServed(t *testing.T) {
 }
 
 func TestOpenAPIDocumentIsValid31(t *testing.T) {
+	t.Parallel()
 	doc, m := loadDocument(t)
 	if m.Version != "3.1.0" || doc.GetSpecInfo().VersionNumeric != 3.1 {
 		t.Fatalf("openapi %q; want 3.1.0", m.Version)
@@ -190,6 +192,7 @@ func matches(echoPath, docPath string) bool {
 }
 
 func TestOpenAPIMatchesTheRoutes(t *testing.T) {
+	t.Parallel()
 	_, m := loadDocument(t)
 	var documented []route
 	for path, item := range m.Paths.PathItems.FromOldest() {
@@ -337,6 +340,7 @@ func checkAgainst(sv schema_validation.SchemaValidator, s *base.Schema, value []
 }
 
 func TestOpenAPIExamplesMatchTheirSchemas(t *testing.T) {
+	t.Parallel()
 	_, m := loadDocument(t)
 	sv := schema_validation.NewSchemaValidator()
 	sites := collectExamples(m)
@@ -380,6 +384,7 @@ func TestOpenAPIExamplesMatchTheirSchemas(t *testing.T) {
 // TestOpenAPIJSONBodiesHaveExamples: every JSON request and response body
 // the API documents comes with an example.
 func TestOpenAPIJSONBodiesHaveExamples(t *testing.T) {
+	t.Parallel()
 	_, m := loadDocument(t)
 	check := func(where string, c *orderedmap.Map[string, *v3.MediaType]) {
 		if c == nil {
@@ -421,6 +426,7 @@ func TestOpenAPIJSONBodiesHaveExamples(t *testing.T) {
 // TestOpenAPIErrorsShareTheEnvelope: every 4xx and 5xx response with a
 // body is the Error schema.
 func TestOpenAPIErrorsShareTheEnvelope(t *testing.T) {
+	t.Parallel()
 	_, m := loadDocument(t)
 	errSchema := m.Components.Schemas.GetOrZero("Error").Schema()
 	for path, pi := range m.Paths.PathItems.FromOldest() {
@@ -452,6 +458,7 @@ func TestOpenAPIErrorsShareTheEnvelope(t *testing.T) {
 // with the code the API uses and checks them against TaskRecord, so the Go
 // type and the document cannot part.
 func TestOpenAPIRecordMatchesTaskview(t *testing.T) {
+	t.Parallel()
 	_, m := loadDocument(t)
 	sv := schema_validation.NewSchemaValidator()
 	record := m.Components.Schemas.GetOrZero("TaskRecord").Schema()
@@ -509,6 +516,7 @@ func TestOpenAPIRecordMatchesTaskview(t *testing.T) {
 // TestOpenAPIErrorEnvelopeMatchesHandler checks the errors Echo itself
 // raises (no route, wrong method) against the Error schema.
 func TestOpenAPIErrorEnvelopeMatchesHandler(t *testing.T) {
+	t.Parallel()
 	_, m := loadDocument(t)
 	sv := schema_validation.NewSchemaValidator()
 	errSchema := m.Components.Schemas.GetOrZero("Error").Schema()
@@ -535,6 +543,7 @@ func TestOpenAPIErrorEnvelopeMatchesHandler(t *testing.T) {
 // TestOpenAPIWebhooksMatchPkgWebhook checks the bodies and ids the workers
 // deliver (package webhook) against the document's webhooks.
 func TestOpenAPIWebhooksMatchPkgWebhook(t *testing.T) {
+	t.Parallel()
 	_, m := loadDocument(t)
 	sv := schema_validation.NewSchemaValidator()
 	event := m.Components.Schemas.GetOrZero("WebhookEvent").Schema()
@@ -612,6 +621,7 @@ func TestOpenAPIWebhooksMatchPkgWebhook(t *testing.T) {
 
 // TestOpenAPIStatusesMatchTask: TaskStatus is the statuses of package task.
 func TestOpenAPIStatusesMatchTask(t *testing.T) {
+	t.Parallel()
 	_, m := loadDocument(t)
 	var enum []string
 	for _, n := range m.Components.Schemas.GetOrZero("TaskStatus").Schema().Enum {

@@ -37,6 +37,7 @@ func version(b []byte) string {
 const wantCSPTail = "; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 func TestPlaygroundPage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 
 	t.Run("/playground redirects to /playground/", func(t *testing.T) {
@@ -151,6 +152,7 @@ func TestPlaygroundPage(t *testing.T) {
 
 // The page offers the catalog's models: another family word, other ids.
 func TestPlaygroundModelsFromCatalog(t *testing.T) {
+	t.Parallel()
 	cat, err := catalog.New("pixel")
 	if err != nil {
 		t.Fatal(err)
@@ -174,6 +176,7 @@ func (presigner) Presign(context.Context, string, time.Duration) (string, error)
 }
 
 func TestPlaygroundCSP(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		edit func(*deps)
@@ -211,6 +214,7 @@ func TestPlaygroundCSP(t *testing.T) {
 // The page works offline: it loads nothing from another origin and needs
 // no inline script or style (which the policy refuses).
 func TestPlaygroundSelfContained(t *testing.T) {
+	t.Parallel()
 	index := string(playgroundFile(t, "index.html"))
 	for _, re := range []string{
 		`(?i)(src|href)\s*=\s*"(https?:)?//`, // a resource elsewhere

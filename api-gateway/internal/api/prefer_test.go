@@ -6,6 +6,7 @@ import (
 )
 
 func TestPreferWait(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		values  []string

@@ -12,6 +12,7 @@ import (
 // POST /v1/task/create?dry_run=true checks and prices a create as it would
 // be made, and makes nothing: no task, no charge, no key spend.
 func TestQuote(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	ctx := context.Background()
 	acctID, key := e.newAccount(account.Spec{Name: "quoted", Credits: 21})

@@ -41,6 +41,7 @@ func (e *env) auth(key string) map[string]string {
 }
 
 func TestCancelRoute(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	ctx := context.Background()
 	start, _ := e.Accounts.Get(ctx, e.AcctA)
@@ -117,6 +118,7 @@ func TestCancelRoute(t *testing.T) {
 func canonJSON(v any) []byte { b, _ := json.Marshal(v); return b }
 
 func TestListRoute(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	var ids []string
 	for range 3 {
@@ -186,6 +188,7 @@ func TestListRoute(t *testing.T) {
 // down) and a task canceled through the API leave the queue, as the
 // store's scripts count them.
 func TestQueuePositionCountsWhatLeft(t *testing.T) {
+	t.Parallel()
 	var queueDown atomic.Bool
 	e := newEnv(t, queueFunc(func(context.Context, jobs.Ref, string) error {
 		if queueDown.Load() {
@@ -229,6 +232,7 @@ func TestQueuePositionCountsWhatLeft(t *testing.T) {
 // canceled), its job is queued. Another account's create is queued at
 // once meanwhile.
 func TestCreatePastTheShareStands(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var queued []string
 	q := queueFunc(func(_ context.Context, j jobs.Ref, run string) error {

@@ -100,6 +100,7 @@ func decodeUpload(t *testing.T, r reply) uploaded {
 // downloads the same bytes and that a create takes in image_urls, though
 // its host is a loopback address no other source URL may name.
 func TestUploadGivesAURLACreateTakes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	img := pngOf(t, 30, 20)
 	mp, mpType := multipartBody(t, "file", img)
@@ -141,6 +142,7 @@ func TestUploadGivesAURLACreateTakes(t *testing.T) {
 // An upload URL whose signature does not hold, or that has expired, is
 // refused by a create with the field named.
 func TestCreateRefusesABadUploadURL(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	up := decodeUpload(t, e.upload(e.KeyA, "image/png", pngOf(t, 4, 4)))
 	body := func(u string) string {
@@ -170,6 +172,7 @@ func TestCreateRefusesABadUploadURL(t *testing.T) {
 // What is not an image, too large, over the pixel limit or a bad
 // multipart body is refused with the envelope, and nothing is counted.
 func TestUploadErrors(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	img := pngOf(t, 8, 8)
 	noFile, noFileType := multipartBody(t, "image", img)
@@ -208,6 +211,7 @@ func TestUploadErrors(t *testing.T) {
 // An account's uploads of a day stop at its budget, 429 with Retry-After
 // until midnight UTC; another account's budget is its own.
 func TestUploadBudgetPerAccountAndDay(t *testing.T) {
+	t.Parallel()
 	img := pngOf(t, 16, 16)
 	e := newEnvWith(t, nil, zap.NewNop(), func(d *deps) { d.Uploads.BytesPerDay = int64(2*len(img) + 10) })
 	e.Now = time.Date(2026, 11, 27, 23, 0, 0, 0, time.UTC)

@@ -14,6 +14,7 @@ import (
 // alone with key=, and as CSV with the refunds; another account's keys
 // are not seen.
 func TestAccountUsage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	e.createID(e.KeyA, okBody)
 	refunded := e.createID(e.KeyA, okBody)

@@ -34,6 +34,7 @@ func newWatchedEnv(t *testing.T) *env {
 }
 
 func TestQueryWait(t *testing.T) {
+	t.Parallel()
 	e := newWatchedEnv(t)
 	ctx := context.Background()
 	first := e.newTask(e.KeyA)
@@ -96,6 +97,7 @@ func TestQueryWait(t *testing.T) {
 }
 
 func TestStream(t *testing.T) {
+	t.Parallel()
 	e := newWatchedEnv(t)
 	ctx := context.Background()
 	id := e.newTask(e.KeyA)

@@ -59,6 +59,7 @@ func (e *env) createID(key, body string) string {
 }
 
 func TestWebhooksRoute(t *testing.T) {
+	t.Parallel()
 	e, log := newHookEnv(t)
 	ctx := context.Background()
 	const hook = "https://hooks.example.com/easel?t=1"
@@ -166,6 +167,7 @@ func TestWebhooksRoute(t *testing.T) {
 // wants at once, and takes it off the account's outbox, where the
 // recovery would otherwise find it.
 func TestCancelQueuesItsWebhook(t *testing.T) {
+	t.Parallel()
 	e, _ := newHookEnv(t)
 	ctx := context.Background()
 	id := e.createID(e.KeyA, `{"model":"`+std+`","task_type":"image","input":{"prompt":"p"},"callBackUrl":"https://hooks.example.com/easel","callback_events":["task.canceled"]}`)

@@ -154,6 +154,7 @@ func (f *fixture) balance(t *testing.T) int64 {
 }
 
 func TestCreate(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 100)
 	ctx := context.Background()
 	in := task.Input{Model: pro, Prompt: "a cat", AspectRatio: "16:9", ImageSize: "4K"}
@@ -238,6 +239,7 @@ func (f *fixture) checks(t *testing.T, at time.Time) []store.DueEntry {
 // with what its job needs for the reconciler (its queue check: its queue
 // and deadline; its record: its input): here the queue never answers.
 func TestCreateLeavesTheJobForTheReconciler(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 100)
 	ctx, cancel := context.WithCancel(context.Background())
 	f.q.block = make(chan struct{})
@@ -285,6 +287,7 @@ func (l lostReply) Create(ctx context.Context, t *task.Task, c task.Charge, inpu
 }
 
 func TestCreateFailures(t *testing.T) {
+	t.Parallel()
 	in := task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}
 	tests := []struct {
 		name    string
@@ -354,6 +357,7 @@ func TestCreateFailures(t *testing.T) {
 }
 
 func TestGet(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 100)
 	ctx := context.Background()
 	c, err := f.svc.Create(ctx, task.Caller{AccountID: f.acct}, task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}, task.Idempotency{})
@@ -380,6 +384,7 @@ func TestGet(t *testing.T) {
 // callback wants, through the outbox; a processing one has its run
 // stopped, and is not refunded.
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 100)
 	ctx := context.Background()
 	in := task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K",
@@ -440,6 +445,7 @@ func TestCancel(t *testing.T) {
 // queues its job. If that cannot be queued, the cancel stands all the
 // same and the admitted task's queue check is due: the recovery queues it.
 func TestCreateParkedThenAdmitted(t *testing.T) {
+	t.Parallel()
 	for _, queueDown := range []bool{false, true} {
 		t.Run(map[bool]string{false: "queued", true: "queue down"}[queueDown], func(t *testing.T) {
 			f := newFixtureWith(t, 100, store.Options{Share: 1})
@@ -516,6 +522,7 @@ func TestCreateParkedThenAdmitted(t *testing.T) {
 // The undo of a create whose job could not be queued frees its place: the
 // task parked behind it meanwhile is admitted, and its job queued.
 func TestAbortAdmitsTheNextTask(t *testing.T) {
+	t.Parallel()
 	f := newFixtureWith(t, 100, store.Options{Share: 1})
 	ctx := context.Background()
 	in := task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}
@@ -583,6 +590,7 @@ func (h heldStore) Abort(ctx context.Context, accountID, taskID, idemKey string)
 // the undo lost too, outcome unknown with the task's id, and a query after
 // its settled time tells.
 func TestCreateWithItsReplyLost(t *testing.T) {
+	t.Parallel()
 	in := task.Input{Model: std, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}
 	timeout := errors.New("store: abort: i/o timeout")
 	for _, tt := range []struct {

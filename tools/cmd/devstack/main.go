@@ -83,6 +83,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}()
 		redisURL = srv.URL()
 		log.Info("embedded redis started (data lives in memory until devstack stops)", zap.String("addr", srv.Addr()))
+		// The embedded Redis runs scripts in an interpreted Lua, in this
+		// process: on a busy laptop a call can outlast the 400ms meant
+		// for a real server.
+		if env["EASEL_REDIS_TIMEOUT"] == "" {
+			env["EASEL_REDIS_TIMEOUT"] = "2s"
+		}
 	}
 	env["EASEL_REDIS_URL"] = redisURL
 

@@ -37,6 +37,7 @@ func ctlIn(t *testing.T, url, stdin string, args ...string) result {
 }
 
 func TestCommands(t *testing.T) {
+	t.Parallel()
 	url := redistest.Start(t).URL
 
 	r := ctl(t, url, "account", "create", "--name", "Acme", "--credits", "100", "--rate-limit", "5", "--max-inflight", "3", "--models", "pro")
@@ -139,6 +140,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestErrors(t *testing.T) {
+	t.Parallel()
 	url := redistest.Start(t).URL
 	tests := []struct {
 		name string
@@ -177,6 +179,7 @@ func TestErrors(t *testing.T) {
 }
 
 func TestKeyLimits(t *testing.T) {
+	t.Parallel()
 	url := redistest.Start(t).URL
 	id := newAccount(t, url, "Acme")
 	expires := time.Now().Add(30 * 24 * time.Hour).UTC().Truncate(time.Second)
@@ -275,6 +278,7 @@ func TestKeyLimits(t *testing.T) {
 }
 
 func TestKeyErrors(t *testing.T) {
+	t.Parallel()
 	url := redistest.Start(t).URL
 	id := newAccount(t, url, "Acme")
 	r := ctl(t, url, "key", "create", "--account", id)

@@ -10,6 +10,7 @@ import (
 // probe answers a container's health check without Redis: 0 on a 2xx
 // answer, 1 on any other answer, none in time, or nothing listening.
 func TestProbe(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/readyz":

@@ -19,6 +19,7 @@ import (
 // opened by failures, the other's credential refused after a 429, read
 // back as a table and as JSON.
 func TestUpstreamList(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	ctx := context.Background()
@@ -139,6 +140,7 @@ func TestUpstreamList(t *testing.T) {
 
 // TestUpstreamListWithoutAPool: no worker has published a pool.
 func TestUpstreamListWithoutAPool(t *testing.T) {
+	t.Parallel()
 	url := redistest.Start(t).URL
 	if r := ctl(t, url, "upstream", "list"); r.code != 0 || strings.TrimSpace(r.stdout) != noPool || r.stderr != "" {
 		t.Errorf("upstream list: %+v", r)

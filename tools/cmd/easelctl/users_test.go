@@ -36,6 +36,7 @@ func userStore(t *testing.T, url string) *store.Users {
 }
 
 func TestUsers(t *testing.T) {
+	t.Parallel()
 	url := redistest.Start(t).URL
 	ctx := context.Background()
 	id := newAccount(t, url, "Acme")
@@ -155,6 +156,7 @@ func TestUsers(t *testing.T) {
 }
 
 func TestUserErrors(t *testing.T) {
+	t.Parallel()
 	url := redistest.Start(t).URL
 	id := newAccount(t, url, "Acme")
 	const pw = "a good long password\n"

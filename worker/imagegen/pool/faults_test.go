@@ -19,6 +19,7 @@ import (
 // opens. Only the request's own fault (400 INVALID_ARGUMENT, a safety
 // block) is final.
 func TestUpstreamFaultFailsOver(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		h    http.HandlerFunc
@@ -62,6 +63,7 @@ func TestUpstreamFaultFailsOver(t *testing.T) {
 // A probe cut short (the task's deadline, a shutdown) gives its lease
 // back: the next caller probes, not one ProbeLease later.
 func TestCancelledProbeGivesItsLeaseBack(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	up := newFake(t, "only", "500")
 	e.load(fileJSON(t, `{"failures":1,"cooldown":"1s"}`, up.spec("k", 1)))
@@ -84,6 +86,7 @@ func TestCancelledProbeGivesItsLeaseBack(t *testing.T) {
 // there yet loads once the file appears (SIGHUP at once; a tick within a
 // minute).
 func TestReloadAfterMissingCredentials(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := newFake(t, "g-a", "ok")
 	v := newFake(t, "gcp-new", "ok")

@@ -315,6 +315,7 @@ func (e *env) status(name string) upstream.Status {
 // A pool with one upstream of each kind of fault: one answering 500, one
 // 429, one 401, and one healthy.
 func TestFailover(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	down, busy, revoked, healthy := newFake(t, "down", "500"), newFake(t, "busy", "429"), newFake(t, "revoked", "401"), newFake(t, "healthy", "ok")
 	revoked.goodKey = "fresh-key"
@@ -396,6 +397,7 @@ func TestFailover(t *testing.T) {
 // The same pool under concurrent calls: the credential's refusal is logged
 // once, and the broken upstreams get a bounded number of calls.
 func TestFailoverConcurrent(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	down, busy, revoked, healthy := newFake(t, "c-down", "500"), newFake(t, "c-busy", "429"), newFake(t, "c-revoked", "401"), newFake(t, "c-healthy", "ok")
 	for _, f := range []*fakeUpstream{down, busy, revoked, healthy} {
@@ -441,6 +443,7 @@ func TestFailoverConcurrent(t *testing.T) {
 
 // Every way the provider refuses a credential disables the upstream.
 func TestRefusals(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"401", "403", "badkey"} {
 		t.Run(mode, func(t *testing.T) {
 			e := newEnv(t)
@@ -466,6 +469,7 @@ func TestRefusals(t *testing.T) {
 // The caller's own input refused: returned at once, no other upstream
 // tried, the upstream's breaker untouched.
 func TestFinalErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		prompt string
 		code   apperr.Code
@@ -506,6 +510,7 @@ func TestFinalErrors(t *testing.T) {
 // A call every upstream fails tries each once and returns a retryable
 // error; so does a tier no upstream serves, and a pool not loaded yet.
 func TestNoUpstreamLeft(t *testing.T) {
+	t.Parallel()
 	t.Run("all fail", func(t *testing.T) {
 		e := newEnv(t)
 		a, b, c := newFake(t, "all-a", "500"), newFake(t, "all-b", "500"), newFake(t, "all-c", "429")
@@ -565,6 +570,7 @@ func TestNoUpstreamLeft(t *testing.T) {
 // An open breaker lets one probe through after its cooldown, in the pool
 // too; a failed probe opens it again, a good one closes it.
 func TestProbe(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	down, healthy := newFake(t, "p-down", "500"), newFake(t, "p-healthy", "ok")
 	e.load(fileJSON(t, `{"failures":1,"cooldown":"1s"}`, down.spec("k", 1), healthy.spec("k", 1)))
@@ -599,6 +605,7 @@ func TestProbe(t *testing.T) {
 
 // Weights share the calls.
 func TestWeights(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	heavy, light := newFake(t, "heavy", "ok"), newFake(t, "light", "ok")
 	e.load(fileJSON(t, "", heavy.spec("k", 3), light.spec("k", 1)))
@@ -637,6 +644,7 @@ func writeFile(t *testing.T, path string, data []byte) {
 // Hot reload under load: an upstream removed and another added while calls
 // run; none fails, and the removed one takes no call begun after.
 func TestWatchReloadUnderLoad(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a, b, c := newFake(t, "r-a", "ok"), newFake(t, "r-b", "ok"), newFake(t, "r-c", "ok")
 	for _, f := range []*fakeUpstream{a, b, c} {
@@ -766,6 +774,7 @@ func TestWatchReloadUnderLoad(t *testing.T) {
 
 // SIGHUP (the hup channel) reloads at once, whatever the interval.
 func TestWatchHUP(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a, b := newFake(t, "h-a", "ok"), newFake(t, "h-b", "ok")
 	path := filepath.Join(t.TempDir(), "upstreams.json")
@@ -804,6 +813,7 @@ func TestWatchHUP(t *testing.T) {
 // some left (a call is drawn, by weight, among the healthy upstreams that
 // serve the task's model and have quota left), rather than waited for.
 func TestQuotaLeft(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	limited, spare := newFake(t, "q-limited", "ok"), newFake(t, "q-spare", "ok")
 	ls := limited.spec("k", 1000)
@@ -826,6 +836,7 @@ func TestQuotaLeft(t *testing.T) {
 // again; the quota's own cooldown (10 s by default) must not then hold that
 // call back.
 func TestThrottleMatchesQuotaCooldown(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	busy, other := newFake(t, "t-busy", "429"), newFake(t, "t-other", "ok")
 	bs := busy.spec("k", 1000)
@@ -850,6 +861,7 @@ func TestThrottleMatchesQuotaCooldown(t *testing.T) {
 // A call cancelled (the task's deadline, a shutdown) returns ctx's error
 // and does not count against the upstream.
 func TestCancelled(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	slow := newFake(t, "slow", "ok")
 	slow.delay.Store(int64(2 * time.Second))
@@ -966,6 +978,7 @@ func vertexSpec(f *fakeUpstream, sa string) spec {
 // The Vertex AI path: the SDK's Vertex backend, authenticated with the
 // service account's OAuth token.
 func TestVertex(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sa, auth := serviceAccount(t)
 	v := newFake(t, "gcp-eu", "ok")
@@ -994,6 +1007,7 @@ func TestVertex(t *testing.T) {
 // Vertex AI's 403 (the service account lacks the permission) disables the
 // upstream, as a refused key does.
 func TestVertexPermissionDenied(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sa, _ := serviceAccount(t)
 	v, healthy := newFake(t, "gcp-denied", "403"), newFake(t, "v-healthy", "ok")
@@ -1014,6 +1028,7 @@ func TestVertexPermissionDenied(t *testing.T) {
 // endpoint answers 400 invalid_grant. That is the credential refused (as a
 // 401 is), not a failure of the upstream to retry every cooldown.
 func TestVertexTokenRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sa, auth := serviceAccount(t)
 	auth.fail.Store(true)
@@ -1042,6 +1057,7 @@ func TestVertexTokenRefused(t *testing.T) {
 // A credentials file that is no service account's key fails the load;
 // the pool keeps what it had.
 func TestLoadRefusesBadCredentials(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	good := newFake(t, "l-good", "ok")
 	e.load(fileJSON(t, "", good.spec("k", 1)))
@@ -1065,6 +1081,7 @@ func TestLoadRefusesBadCredentials(t *testing.T) {
 
 // pick draws by weight among the untried.
 func TestPick(t *testing.T) {
+	t.Parallel()
 	a := &member{up: upstream.Upstream{Name: "a", Weight: 1}}
 	b := &member{up: upstream.Upstream{Name: "b", Weight: 9}}
 	cands := []*member{a, b}
@@ -1086,6 +1103,7 @@ func TestPick(t *testing.T) {
 // and the upstreams file reloaded: it is a new credential, and takes calls
 // again.
 func TestVertexCredentialRotatedInPlace(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	sa, auth := serviceAccount(t)
 	v, healthy := newFake(t, "gcp-rotated", "403"), newFake(t, "rot-healthy", "ok")

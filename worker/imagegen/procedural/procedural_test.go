@@ -55,6 +55,7 @@ func generate(t testing.TB, g *Generator, req imagegen.Request) imagegen.Image {
 }
 
 func TestExactSizes(t *testing.T) {
+	t.Parallel()
 	g, err := New(Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +87,7 @@ func TestExactSizes(t *testing.T) {
 }
 
 func TestDeterministicAndPromptSeeded(t *testing.T) {
+	t.Parallel()
 	g, _ := New(Options{})
 	other, _ := New(Options{}) // its own cache: the second picture is painted again
 	std, pro := models(t)
@@ -110,6 +112,7 @@ func TestDeterministicAndPromptSeeded(t *testing.T) {
 // A picture, not noise: it compresses far below its raw size and holds the
 // words of the prompt as near-white caption pixels.
 func TestLooksLikeAPicture(t *testing.T) {
+	t.Parallel()
 	g, _ := New(Options{})
 	std, _ := models(t)
 	img := generate(t, g, request(t, std, "lighthouse at dusk", "1:1", "1K"))
@@ -139,6 +142,7 @@ func TestLooksLikeAPicture(t *testing.T) {
 }
 
 func TestEditComposesSources(t *testing.T) {
+	t.Parallel()
 	g, _ := New(Options{})
 	std, _ := models(t)
 	src := image.NewRGBA(image.Rect(0, 0, 320, 180))
@@ -173,6 +177,7 @@ func TestEditComposesSources(t *testing.T) {
 }
 
 func TestProgressAndDelay(t *testing.T) {
+	t.Parallel()
 	g, _ := New(Options{Delay: 80 * time.Millisecond})
 	std, pro := models(t)
 	for _, tc := range []struct {
@@ -199,6 +204,7 @@ func TestProgressAndDelay(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	g, _ := New(Options{Delay: 10 * time.Second})
 	std, _ := models(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -255,6 +261,7 @@ func (c *countingFace) GlyphAdvance(r rune) (fixed.Int26_6, bool) {
 // 10,000-character word once took 2.4 s of CPU per task. Measured in glyph
 // measurements, so the test does not depend on the machine's speed.
 func TestCaptionLinearInWordLength(t *testing.T) {
+	t.Parallel()
 	g, err := New(Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -292,6 +299,7 @@ func TestCaptionLinearInWordLength(t *testing.T) {
 // taken from the headers before decoding; one that could never fit fails at
 // once with invalid_source_image.
 func TestDecodeBudget(t *testing.T) {
+	t.Parallel()
 	std, _ := models(t)
 	src := image.NewRGBA(image.Rect(0, 0, 64, 64))
 	var buf bytes.Buffer
