@@ -205,8 +205,12 @@ func TestEnsureKey(t *testing.T) {
 	if n := len(srv.Client(t).Keys(ctx, "easel:{s*}:a:*:acct").Val()); n != 1 {
 		t.Errorf("%d accounts; want 1", n)
 	}
-	if keys := srv.Client(t).Keys(ctx, "easel:{s*}:a:*:ledger*").Val(); len(keys) != 1 {
-		t.Errorf("ledger keys %v; want the account's short ledger alone", keys)
+	// The account's first ledger entry is in its record: no ledger key.
+	if keys := srv.Client(t).Keys(ctx, "easel:{s*}:a:*:ledger*").Val(); len(keys) != 0 {
+		t.Errorf("ledger keys %v; want none", keys)
+	}
+	if l, err := s.Ledger(ctx, first, 10); err != nil || len(l) != 1 || l[0].Amount != 500 {
+		t.Errorf("Ledger = %+v, %v; want the initial credits", l, err)
 	}
 	if list, _ := s.List(ctx); len(list) != 1 {
 		t.Errorf("List has %d accounts; want 1", len(list))

@@ -47,8 +47,8 @@ func (s *Accounts) Create(ctx context.Context, spec account.Spec) (*account.Acco
 	// The index of every account and the account live in two hash slots
 	// (two nodes of a cluster): the index first. A crash between the two
 	// leaves an id in the index with no account, which every reader of the
-	// index skips; the account, written last in one transaction with its
-	// first ledger entry, exists only once it is listed.
+	// index skips; the account, written last with its first ledger entry
+	// (fAcctOpen) in one command, exists only once it is listed.
 	if _, err := s.db.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZAdd(ctx, accountsKey(), redis.Z{Score: float64(a.CreatedAt.UnixMilli()), Member: a.ID})
 		p.ZAdd(ctx, accountNamesKey(), redis.Z{Member: nameEntry(a.Name, a.ID)})
@@ -56,16 +56,13 @@ func (s *Accounts) Create(ctx context.Context, spec account.Spec) (*account.Acco
 	}); err != nil {
 		return nil, fmt.Errorf("store: index account: %w", err)
 	}
-	if _, err := s.db.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, accountKey(a.ID),
-			fAcctName, a.Name, fAcctStatus, string(a.Status), fAcctCreated, a.CreatedAt.UnixMilli(),
-			fAcctCredits, a.Credits, fAcctModels, joinTiers(a.Models),
-			fAcctRate, a.RateLimit, fAcctQRate, a.QueryRateLimit, fAcctInflight, a.MaxInflight, fAcctWeight, a.Weight)
-		if a.Credits > 0 {
-			s.db.addLedgerEntry(ctx, p, ledgerEntry(a.ID, account.Credit, a.Credits, a.Credits, "", "initial credits"))
-		}
-		return nil
-	}); err != nil {
+	fields := []any{fAcctName, a.Name, fAcctStatus, string(a.Status), fAcctCreated, a.CreatedAt.UnixMilli(),
+		fAcctCredits, a.Credits, fAcctModels, joinTiers(a.Models),
+		fAcctRate, a.RateLimit, fAcctQRate, a.QueryRateLimit, fAcctInflight, a.MaxInflight, fAcctWeight, a.Weight}
+	if a.Credits > 0 {
+		fields = append(fields, fAcctOpen, a.Credits)
+	}
+	if err := s.db.rdb.HSet(ctx, accountKey(a.ID), fields...).Err(); err != nil {
 		return nil, fmt.Errorf("store: create account: %w", err)
 	}
 	return a, nil

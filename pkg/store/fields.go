@@ -67,10 +67,15 @@ const (
 	fAcctHookURL    = "whu"
 	fAcctHookPieces = "whn"
 	fAcctHookEvents = "whev"
+	// The initial credits: the ledger's first entry (id "<ctime>-0", a
+	// credit of this much to this balance, noted "initial credits"), kept
+	// here rather than in a ledger key so that an account that moves no
+	// credits has none (ledger_read.lua reads it with the rest).
+	fAcctOpen = "open"
 )
 
 var accountFields = []string{fAcctName, fAcctStatus, fAcctCreated, fAcctCredits, fAcctModels, fAcctRate, fAcctQRate, fAcctInflight,
-	fAcctWeight, fAcctUnfinished, fAcctAdmitted, fAcctHookURL, fAcctHookPieces, fAcctHookEvents}
+	fAcctWeight, fAcctUnfinished, fAcctAdmitted, fAcctHookURL, fAcctHookPieces, fAcctHookEvents, fAcctOpen}
 
 // API key record fields.
 const (

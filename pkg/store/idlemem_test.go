@@ -16,15 +16,16 @@ import (
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
-// idleAccountBudget is what an idle account may cost Redis: its record,
-// its ledger (the initial credits, a short ledger's hash: about 210 B)
-// and its entries in the indexes of accounts and of names (about 290 B),
-// with the server's tables' share, over idleAccounts accounts (fewer
-// accounts, a larger share of the fixed costs). A ledger kept as a stream
-// from its first entry costs 4.4 KB more.
+// idleAccountBudget is what an idle account may cost Redis: its record
+// (about 265 B, its first ledger entry, the initial credits, among its
+// fields: no ledger key) and its entries in the indexes of accounts and of
+// names (about 285 B), with the server's tables' share, over idleAccounts
+// accounts (fewer accounts, a larger share of the fixed costs: 650 B at
+// 5,000). A short ledger's hash for the first entry cost 210 B more; a
+// stream, 4.6 KB more.
 const (
-	idleAccountBudget = 900
-	idleAccounts      = 5000
+	idleAccountBudget = 600
+	idleAccounts      = 30000
 )
 
 // An idle account (created with credits, nothing since) costs Redis at

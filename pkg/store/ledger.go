@@ -8,49 +8,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 )
 
-// addLedgerEntry adds a ledger entry in a Go transaction: lib.lua's
-// ledger() itself (ledger_add.lua), sent whole (EVAL: a transaction
-// cannot load a script it finds missing), so that entries older than the
-// retention go and the ledger of an account that moves no credits for
-// that long expires whole, whatever the ledger's form.
-func (db *DB) addLedgerEntry(ctx context.Context, p redis.Pipeliner, e ledgerWrite) {
-	e.args.Now, e.args.Keep = db.now().UnixMilli(), db.keepMs()
-	ledgerAddLua.Redis().Eval(ctx, p, ledgerAddLua.Keys(e.keys), ledgerAddLua.Argv(e.args)...)
-}
-
-// ledgerWrite is an entry for addLedgerEntry.
-type ledgerWrite struct {
-	keys ledgerKeys
-	args ledgerAddArgs
-}
-
-// ledgerEntry is an entry of an account's ledger, for addLedgerEntry
-// (taskID and note may be "").
-func ledgerEntry(accountID, kind string, amount, balance int64, taskID, note string) ledgerWrite {
-	return ledgerWrite{ledgerKeys{Ledger: ledgerKey(accountID)},
-		ledgerAddArgs{Kind: kind, Amount: amount, Balance: balance, TaskID: taskID, Note: note}}
-}
-
-var ledgerAddLua = newScript[ledgerKeys, ledgerAddArgs, codeReply]("ledger_add", map[string]int64{"ADDED": 1})
-
 type ledgerKeys struct {
-	Ledger string `lua:"ledger"`
-}
-
-type ledgerAddArgs struct {
-	Now     int64  `lua:"now"`
-	Keep    int64  `lua:"keep"`
-	Kind    string `lua:"kind"`
-	Amount  int64  `lua:"amount"`
-	Balance int64  `lua:"balance"`
-	TaskID  string `lua:"task"`
-	Note    string `lua:"note"`
+	Ledger  string `lua:"ledger"`
+	Account string `lua:"account"`
 }
 
 var addCreditsLua = durableScript[creditKeys, addCreditsArgs, balanceReply]("add_credits", map[string]int64{"ADDED": 1, "NO_ACCOUNT": -1, "BELOW_ZERO": 0})
@@ -113,12 +78,29 @@ func (s *Accounts) Ledger(ctx context.Context, id string, limit int64) ([]accoun
 
 var ledgerReadLua = newScript[ledgerKeys, ledgerReadArgs, ledgerReply]("ledger_read", map[string]int64{"READ": 1})
 
-// ledgerReadArgs: the bounds as XRANGE takes them.
+// ledgerReadArgs: the bounds as XRANGE takes them, and the store's time
+// and retention (the first entry, kept in the account's record, is read
+// only within the retention).
 type ledgerReadArgs struct {
 	Start string `lua:"start"`
 	End   string `lua:"end"`
 	Count int64  `lua:"count"`
 	Rev   bool   `lua:"rev"`
+	Now   int64  `lua:"now"`
+	Keep  int64  `lua:"keep"`
+	// The first entry's kind and note (fAcctOpen).
+	OpenKind string `lua:"open_kind"`
+	OpenNote string `lua:"open_note"`
+}
+
+// ledgerOpenNote is the note of an account's first entry.
+const ledgerOpenNote = "initial credits"
+
+// ledgerRead is what ledger_read.lua is given to read an account's
+// ledger from start to end.
+func (db *DB) ledgerRead(id, start, end string, count int64, rev bool) (ledgerKeys, ledgerReadArgs) {
+	return ledgerKeys{Ledger: ledgerKey(id), Account: accountKey(id)}, ledgerReadArgs{Start: start, End: end, Count: count, Rev: rev,
+		Now: db.now().UnixMilli(), Keep: db.keepMs(), OpenKind: account.Credit, OpenNote: ledgerOpenNote}
 }
 
 type ledgerReply struct {
@@ -146,7 +128,8 @@ type ledgerRow struct {
 // them, so it may give count + 1 entries; a read from past the last id
 // read ("(" and it) misses none.
 func (s *Accounts) readLedger(ctx context.Context, id, start, end string, count int64, rev bool) ([]account.LedgerEntry, error) {
-	r, err := ledgerReadLua.run(ctx, s.db, ledgerKeys{Ledger: ledgerKey(id)}, ledgerReadArgs{Start: start, End: end, Count: count, Rev: rev})
+	keys, args := s.db.ledgerRead(id, start, end, count, rev)
+	r, err := ledgerReadLua.run(ctx, s.db, keys, args)
 	if err != nil {
 		return nil, fmt.Errorf("store: ledger %s: %w", id, err)
 	}

@@ -6,22 +6,31 @@
 -- and a newer one's hash entry in one ms, during an upgrade) gives both
 -- entries, the hash's first oldest first (last newest first), and a read
 -- never ends between the two: it may give count + 1 entries then, so that
--- a cursor past the last id read skips neither.
+-- a cursor past the last id read skips neither. The account's first
+-- entry, its initial credits, is in its record ('open': the credits;
+-- its id '<ctime>-0') and read as the hash's, while within the
+-- retention.
 --
 -- KEYS[1] -> ledger: the account's credit ledger
+-- KEYS[2] -> account: the account's record
 -- ARGV[1] -> start: the oldest bound
 -- ARGV[2] -> end: the newest bound
 -- ARGV[3] -> count: the most entries read
 -- ARGV[4] -> rev: 1 for newest first
+-- ARGV[5] -> now: Unix ms
+-- ARGV[6] -> keep: the ledger's retention, ms (0: all)
+-- ARGV[7] -> open_kind: the first entry's kind
+-- ARGV[8] -> open_note: the first entry's note
 --
 -- Returns {READ, id, kind, amount, balance, task, note, ...}: a row an
 -- entry, task and note '' when it has none.
 
 local READ = 1
 
-local ledger_key = KEYS[1]
+local ledger_key, account_key = KEYS[1], KEYS[2]
 local short_key = ledger_key .. LEDGER_SHORT_PART
 local start, stop, count, rev = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
+local now, keep, open_kind, open_note = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
 
 local reply = {READ}
 -- add puts an entry in the reply, from its id and its fields.
@@ -75,6 +84,18 @@ end
 local short = {}
 for _, e in ipairs(ledger_entries(short_key)) do
   if within(e) then short[#short + 1] = e end
+end
+local open = redis.call('HMGET', account_key, 'ctime', 'open')
+local open_ms, open_credits = tonumber(open[1] or ''), open[2]
+if open_ms and open_credits and (keep <= 0 or open_ms >= now - keep) then
+  local seq = 0
+  local e = {open_ms, seq, int(open_ms) .. '-' .. int(seq), table.concat({open_kind, open_credits, open_credits, '', open_note}, '|')}
+  if within(e) then
+    -- In the order of ids, before the hash's entries of its id.
+    local at = 1
+    while short[at] and (short[at][1] < e[1] or (short[at][1] == e[1] and short[at][2] < e[2])) do at = at + 1 end
+    table.insert(short, at, e)
+  end
 end
 if rev then
   for i = 1, math.floor(#short / 2) do short[i], short[#short + 1 - i] = short[#short + 1 - i], short[i] end
