@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"image"
@@ -10,12 +11,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/creack/pty"
 
+	"github.com/easelhq/easel/pkg/account"
 	easel "github.com/easelhq/easel/sdk/go"
 )
 
@@ -236,6 +240,72 @@ func TestCLI(t *testing.T) {
 		}
 		if stdout, stderr, code := c.run("task", "wait", id); code != 1 || !strings.HasPrefix(stdout, id+"  canceled") || stderr != "easel: task "+id+" was canceled\n" {
 			t.Errorf("task wait of a canceled task: exit %d %q %q", code, stdout, stderr)
+		}
+	})
+
+	t.Run("webhook and usage", func(t *testing.T) {
+		sink := newHookSink(t, nil)
+		hook := sink.srv.URL + "/cli"
+		endpoint := "endpoint  " + hook + "\nevents    task.completed, task.failed\n"
+		if stdout, stderr, code := c.run("webhook", "set", hook, "--events", "task.completed,task.failed"); code != 0 || stdout != endpoint {
+			t.Fatalf("webhook set: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+		stdout, stderr, code := c.run("webhook", "test")
+		m := regexp.MustCompile(`^(msg_test_[0-9a-f]{16})  delivered  HTTP 200  \d+ms\n$`).FindStringSubmatch(stdout)
+		if code != 0 || m == nil {
+			t.Fatalf("webhook test: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+		got := sink.waitCalls(t, "/cli", 1, ofType("webhook.test"))
+		if len(got) != 1 || got[0].header.Get("webhook-id") != m[1] || got[0].header.Get("webhook-signature") == "" {
+			t.Errorf("the receiver got %d test events, the first with webhook-id %q; want one, %s, signed", len(got), got[0].header.Get("webhook-id"), m[1])
+		}
+		if stdout, _, code := c.run("webhook", "get"); code != 0 || stdout != endpoint {
+			t.Errorf("webhook get: exit %d %q; want %q", code, stdout, endpoint)
+		}
+		var e easel.WebhookEndpoint
+		if stdout, _, code := c.run("webhook", "get", "--json"); code != 0 || json.Unmarshal([]byte(stdout), &e) != nil || e.URL != hook || strings.Join(e.Events, ",") != "task.completed,task.failed" {
+			t.Errorf("webhook get --json: exit %d %q", code, stdout)
+		}
+		if stdout, _, code := c.run("webhook", "delete"); code != 0 || stdout != "deleted the webhook endpoint\n" {
+			t.Errorf("webhook delete: exit %d %q", code, stdout)
+		}
+		if stdout, _, code := c.run("webhook", "get"); code != 0 || !strings.HasPrefix(stdout, "no webhook endpoint") {
+			t.Errorf("webhook get after the delete: exit %d %q", code, stdout)
+		}
+		if stdout, stderr, code := c.run("webhook", "test"); code != 1 || stdout != "" || !strings.HasPrefix(stderr, "easel: 409 Conflict: the account has no webhook endpoint") {
+			t.Errorf("webhook test after the delete: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+		if n := len(sink.calls("/cli")); n != len(got) {
+			t.Errorf("the receiver got %d events; want %d", n, len(got))
+		}
+
+		// The tasks generated above were made with the stack's key: today's
+		// row of the standard model under its visible prefix.
+		prefix := account.VisibleOf(s.key)
+		today := time.Now().UTC().Format(time.DateOnly)
+		for _, args := range [][]string{{"usage", "--csv"}, {"usage", "--csv", "--days", "1", "--key", prefix}} {
+			stdout, stderr, code := c.run(args...)
+			rows, err := csv.NewReader(strings.NewReader(stdout)).ReadAll()
+			if code != 0 || err != nil || len(rows) < 2 || strings.Join(rows[0], ",") != "date,model,key,tasks,credits,refunds,refunded_credits" {
+				t.Fatalf("easel %v: exit %d, stdout %q, stderr %q, %v", args, code, stdout, stderr, err)
+			}
+			found := false
+			for _, r := range rows[1:] {
+				if r[0] == today && r[1] == easel.ModelStandard && r[2] == prefix {
+					tasks, _ := strconv.Atoi(r[3])
+					credits, _ := strconv.Atoi(r[4])
+					found = found || tasks >= 1 && credits > 0
+				}
+				if len(args) > 2 && (r[0] != today || r[2] != prefix) {
+					t.Errorf("easel %v: row %v is not today's of %s", args, r, prefix)
+				}
+			}
+			if !found {
+				t.Errorf("easel %v: no row of %s for %s %s with tasks and credits:\n%s", args, easel.ModelStandard, today, prefix, stdout)
+			}
+		}
+		if stdout, _, code := c.run("usage", "--days", "1"); code != 0 || !regexp.MustCompile(`(?m)^`+today+`  `+easel.ModelStandard+` +[1-9]`).MatchString(stdout) || !regexp.MustCompile(`(?m)^`+prefix+` +[1-9]`).MatchString(stdout) {
+			t.Errorf("usage: exit %d\n%s", code, stdout)
 		}
 	})
 

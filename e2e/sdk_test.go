@@ -312,6 +312,7 @@ func TestSDKMatchesOpenAPI(t *testing.T) {
 		{"post", "/v1/task/cancel", nil},
 		{"get", "/v1/task/list", []string{"status", "model", "limit", "cursor"}},
 		{"get", "/v1/account/usage", []string{"days", "key"}},
+		{"get", "/v1/account/usage.csv", []string{"days", "key"}},
 		{"get", "/v1/account/webhook", nil},
 		{"put", "/v1/account/webhook", nil},
 		{"delete", "/v1/account/webhook", nil},

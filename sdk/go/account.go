@@ -3,6 +3,7 @@ package easel
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -106,6 +107,27 @@ func (c *Client) TestAccountWebhook(ctx context.Context) (*WebhookSend, error) {
 
 // Usage returns the account's usage by day, model and API key.
 func (c *Client) Usage(ctx context.Context, o UsageOptions) (*Usage, error) {
+	var out struct {
+		Data Usage `json:"data"`
+	}
+	if err := c.call(ctx, call{method: http.MethodGet, path: "/v1/account/usage", query: o.query(), replay: true}, &out); err != nil {
+		return nil, err
+	}
+	return &out.Data, nil
+}
+
+// UsageCSV writes the account's usage to w as the API serves it in CSV
+// (GET /v1/account/usage.csv): a header, then a row per day, model and
+// key. An error while w is written is not retried: w may hold part of it.
+func (c *Client) UsageCSV(ctx context.Context, o UsageOptions, w io.Writer) error {
+	return c.call(ctx, call{method: http.MethodGet, path: "/v1/account/usage.csv", query: o.query(), replay: true, stream: func(r io.Reader) error {
+		_, err := io.Copy(w, r)
+		return err
+	}}, nil)
+}
+
+// query is the usage request's parameters.
+func (o UsageOptions) query() url.Values {
 	q := url.Values{}
 	if o.Days != 0 {
 		q.Set("days", strconv.Itoa(o.Days))
@@ -113,11 +135,5 @@ func (c *Client) Usage(ctx context.Context, o UsageOptions) (*Usage, error) {
 	if o.Key != "" {
 		q.Set("key", o.Key)
 	}
-	var out struct {
-		Data Usage `json:"data"`
-	}
-	if err := c.call(ctx, call{method: http.MethodGet, path: "/v1/account/usage", query: q, replay: true}, &out); err != nil {
-		return nil, err
-	}
-	return &out.Data, nil
+	return q
 }

@@ -1,6 +1,7 @@
 package easel
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -78,6 +79,46 @@ func TestUsage(t *testing.T) {
 	}
 	if r := srv.requests()[0]; r.method != "GET" || r.path != "/v1/account/usage" || r.query != "days=7&key=esk_AbCd1234" {
 		t.Errorf("request %+v", r)
+	}
+}
+
+func TestUsageCSV(t *testing.T) {
+	const csv = "date,model,key,tasks,credits,refunds,refunded_credits\n2026-11-27,m,esk_AbCd1234,1,4,0,0\n2026-11-27,m,,1,4,1,4\n"
+	ok := reply{status: 200, header: map[string]string{"Content-Type": "text/csv; charset=utf-8"}, body: csv}
+	tests := []struct {
+		name     string
+		replies  []reply
+		o        UsageOptions
+		query    string
+		requests int
+		want     string
+		kind     error
+	}{
+		{"every key, the default days", []reply{ok}, UsageOptions{}, "", 1, csv, nil},
+		{"one key's of 7 days", []reply{ok}, UsageOptions{Days: 7, Key: "esk_AbCd1234"}, "days=7&key=esk_AbCd1234", 1, csv, nil},
+		{"days out of range", []reply{{status: 400, body: `{"code":400,"msg":"days must be 1 to 31","data":null}`}}, UsageOptions{Days: 90}, "days=90", 1, "", ErrBadRequest},
+		{"unavailable, then the CSV once", []reply{{status: 503, body: `{"code":503,"msg":"try again","data":null}`}, ok}, UsageOptions{}, "", 2, csv, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := &scripted{replies: tt.replies}
+			c, _ := newTestClient(t, srv)
+			var out bytes.Buffer
+			err := c.UsageCSV(context.Background(), tt.o, &out)
+			if tt.kind == nil && err != nil || tt.kind != nil && !errors.Is(err, tt.kind) {
+				t.Fatalf("error %v; want %v", err, tt.kind)
+			}
+			if out.String() != tt.want {
+				t.Errorf("wrote %q; want %q", out.String(), tt.want)
+			}
+			reqs := srv.requests()
+			if len(reqs) != tt.requests {
+				t.Fatalf("%d requests; want %d", len(reqs), tt.requests)
+			}
+			if r := reqs[0]; r.method != "GET" || r.path != "/v1/account/usage.csv" || r.query != tt.query || r.header.Get("Authorization") != "Bearer esk_test" {
+				t.Errorf("request %s %s?%s (Authorization %q); want GET /v1/account/usage.csv?%s", r.method, r.path, r.query, r.header.Get("Authorization"), tt.query)
+			}
+		})
 	}
 }
 

@@ -29,7 +29,7 @@ func (a *app) run(ctx context.Context) error {
 	g := &globals{}
 	root := &cobra.Command{
 		Use:   "easel",
-		Short: "Generate images with Easel and look after its tasks",
+		Short: "Generate images with Easel, look after its tasks, webhook endpoint and usage",
 		Long: `easel is the command-line client of Easel, the image-generation task service.
 
 The API's URL and key come from --url and --api-key, or from EASEL_URL and
@@ -53,7 +53,7 @@ EASEL_API_KEY (with ` + "`make run`" + `: ` + defaultURL + ` and the key it prin
 
 	task := &cobra.Command{Use: "task", Short: "Look after tasks: get, list, cancel, wait"}
 	task.AddCommand(a.getCmd(g), a.listCmd(g), a.cancelCmd(g), a.waitCmd(g))
-	root.AddCommand(a.generateCmd(g), task)
+	root.AddCommand(a.generateCmd(g), task, a.webhookCmd(g), a.usageCmd(g))
 	return root.Execute()
 }
 

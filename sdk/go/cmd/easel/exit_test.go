@@ -51,8 +51,10 @@ func runMain(t *testing.T, env []string, args ...string) (string, string, int) {
 // An error is printed once, on one line, with one "easel: " in front,
 // though the SDK's errors start with "easel: " already.
 func TestErrorIsPrintedOnce(t *testing.T) {
+	// The handler names the server's own URL, set before it serves: its
+	// requests come from another process, which orders nothing here.
 	var srvURL string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fail := func(status int, msg string) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(status)
@@ -76,8 +78,9 @@ func TestErrorIsPrintedOnce(t *testing.T) {
 			fail(http.StatusNotFound, "not found")
 		}
 	}))
+	srvURL = "http://" + srv.Listener.Addr().String()
+	srv.Start()
 	defer srv.Close()
-	srvURL = srv.URL
 	env := []string{"EASEL_URL=" + srv.URL, "EASEL_API_KEY=esk_wrong"}
 	good := []string{"EASEL_URL=" + srv.URL, "EASEL_API_KEY=esk_test"}
 	proxied := []string{"EASEL_URL=" + srv.URL, "EASEL_API_KEY=esk_proxied"}

@@ -1,11 +1,14 @@
 // Command easel is the command-line client of Easel: generate an image
-// with a live progress bar and download it, or look after tasks (get, list,
-// cancel, wait). It talks to the API at --url (EASEL_URL) with the key
-// --api-key (EASEL_API_KEY).
+// with a live progress bar and download it, look after tasks (get, list,
+// cancel, wait), set and test the account's default webhook endpoint, or
+// read the account's usage. It talks to the API at --url (EASEL_URL) with
+// the key --api-key (EASEL_API_KEY).
 //
 //	easel generate "a lighthouse at dusk" --model pro --size 2K --ratio 16:9 -o lighthouse.png
 //	easel task list --status processing
 //	easel task wait task_lumen_... -o out.png
+//	easel webhook set https://hooks.example.com/easel && easel webhook test
+//	easel usage --days 7 --csv > usage.csv
 package main
 
 import (

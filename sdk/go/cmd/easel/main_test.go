@@ -40,6 +40,10 @@ type fakeAPI struct {
 	prefers []string
 	// uploads holds the images uploaded.
 	uploads [][]byte
+	// hook is the account's webhook endpoint (nil: none); account holds
+	// the requests to /v1/account/....
+	hook    *webhookEndpoint
+	account []request
 }
 
 func newFakeAPI(t *testing.T) *fakeAPI {
@@ -181,6 +185,8 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			page["next_cursor"] = next
 		}
 		_ = json.NewEncoder(w).Encode(page)
+	case "/v1/account/webhook", "/v1/account/webhook/test", "/v1/account/usage", "/v1/account/usage.csv":
+		f.serveAccount(w, r)
 	default:
 		f.fail(w, 404, "not found")
 	}
