@@ -290,7 +290,17 @@ func TestConsoleBrowser(t *testing.T) {
 	b.screenshot(t, dir, "console-tasks.png")
 
 	// ---- the playground: the /playground page's, with the session --------
+	// An edit of a local file, uploaded with the session.
+	source := filepath.Join(t.TempDir(), "kite.png")
+	if err := os.WriteFile(source, pngBytes(t, 320, 320), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(`#nav a[data-section="playground"]`)), chromedp.WaitVisible(chromedp.ID("playground")),
+		chromedp.SetUploadFiles(chromedp.ID("pg-image-files"), []string{source}))
+	waitFor(t, b, 15*time.Second, "the playground's upload in the source URLs",
+		`document.getElementById('pg-image-urls').value.includes('/v1/files/uploads/') && document.querySelectorAll('#pg-uploads li').length === 1`)
+	uploaded := eval[string](t, b, `document.getElementById('pg-image-urls').value`)
+	b.do(t, 10*time.Second,
 		chromedp.SendKeys(chromedp.ID("pg-prompt"), "a kite over the sea"),
 		chromedp.Click(chromedp.ID("pg-submit")))
 	waitFor(t, b, 60*time.Second, "the playground's task completed, its image loaded",
@@ -298,6 +308,16 @@ func TestConsoleBrowser(t *testing.T) {
 		 [...document.querySelectorAll('#pg-results img')].some((i) => i.complete && i.naturalWidth > 0)`)
 	if src := eval[string](t, b, `document.getElementById('pg-task').dataset.source`); src != "stream" {
 		t.Errorf("the playground followed its task by %q; want the stream", src)
+	}
+	// Its record read with the session (a query with the account's key
+	// would keep the key's cached limits, which the operator view changes
+	// below).
+	var pgRec taskRecord
+	if err := json.Unmarshal([]byte(eval[string](t, b, `fetch('/console/api/task/query?task_id=' + encodeURIComponent(document.getElementById('pg-task-id').textContent)).then((r) => r.text())`, chromedp.EvalAwaitPromise)), &pgRec); err != nil {
+		t.Fatal(err)
+	}
+	if pgRec.Input == nil || !slices.Equal(pgRec.Input.ImageURLs, []string{uploaded}) {
+		t.Errorf("the playground's task %+v; want input.image_urls [%s]", pgRec.Input, uploaded)
 	}
 	painted(t, b)
 	b.screenshot(t, dir, "console-playground.png")

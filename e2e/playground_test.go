@@ -155,8 +155,8 @@ func (b *browser) problems() []string {
 	defer b.mu.Unlock()
 	var out []string
 	for _, m := range b.console {
-		if strings.Contains(m.Text, "status of 401") {
-			continue // the invalid key of "an error is shown readably"
+		if strings.Contains(m.Text, "status of 401") || strings.Contains(m.Text, "status of 415") {
+			continue // the invalid key of "an error is shown readably", the text file of "an edit of a local file"
 		}
 		if m.IsException() || m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleWarning {
 			out = append(out, fmt.Sprintf("%s %s:%d %s", m.Type, m.URL, m.Line+1, m.Text))
@@ -340,6 +340,79 @@ func TestPlayground(t *testing.T) {
 		out, err := run.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), `"code":200`) || !strings.Contains(string(out), `"task_id":"task_`) {
 			t.Errorf("running the curl command: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("an edit of a local file", func(t *testing.T) {
+		dir := t.TempDir()
+		notImage := filepath.Join(dir, "notes.png")
+		source := filepath.Join(dir, "source.png")
+		if err := os.WriteFile(notImage, []byte("not an image at all"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(source, pngBytes(t, 640, 360), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		uploadErr := `(() => { const e = document.getElementById('upload-error'); return e.hidden ? '' : e.textContent; })()`
+		// A file the API refuses: its answer shown, nothing added.
+		b.do(t, 10*time.Second, chromedp.SetUploadFiles(chromedp.ID("image-files"), []string{notImage}))
+		waitFor(t, b, 15*time.Second, "the refused upload's error", uploadErr+` !== ''`)
+		if msg := eval[string](t, b, uploadErr); !strings.HasPrefix(msg, "Not uploaded: notes.png: 415 Unsupported Media Type: the file is not a PNG, JPEG, WebP or GIF image") {
+			t.Errorf("the refused upload shows %q; want the API's 415 and its msg", msg)
+		}
+		if urls := eval[string](t, b, `document.getElementById('image-urls').value`); urls != "" {
+			t.Errorf("after a refused upload the image URLs read %q; want none", urls)
+		}
+		// A PNG: uploaded, its URL in the list, its thumbnail and size shown.
+		b.do(t, 10*time.Second, chromedp.SetUploadFiles(chromedp.ID("image-files"), []string{source}))
+		waitFor(t, b, 15*time.Second, "the uploaded image's thumbnail",
+			`(() => { const i = document.querySelector('#uploads li img'); return !!i && i.complete && i.naturalWidth > 0; })()`)
+		urls := eval[string](t, b, `document.getElementById('image-urls').value`)
+		if !strings.HasPrefix(urls, s.base+"/v1/files/uploads/") || strings.Contains(urls, "\n") {
+			t.Fatalf("the image URLs read %q; want the upload's URL alone", urls)
+		}
+		if line := eval[string](t, b, `document.querySelector('#uploads li span').textContent`); !strings.HasPrefix(line, "source.png: 640 × 360 px, PNG, ") {
+			t.Errorf("the upload's line reads %q; want its name, pixels and type", line)
+		}
+		if msg := eval[string](t, b, uploadErr); msg != "" {
+			t.Errorf("after an accepted upload the page still shows %q", msg)
+		}
+		if curl := eval[string](t, b, `document.getElementById('curl').textContent`); !strings.Contains(curl, `"image_urls":["`+urls+`"]`) {
+			t.Errorf("the curl command %q lacks the uploaded URL", curl)
+		}
+		b.screenshot(t, artifactDir(t), "playground-upload.png")
+
+		before := eval[pageState](t, b, pageStateJS).TaskID
+		b.do(t, 10*time.Second, chromedp.Click(chromedp.ID("submit")))
+		var st pageState
+		for end := time.Now().Add(60 * time.Second); ; time.Sleep(25 * time.Millisecond) {
+			st = eval[pageState](t, b, pageStateJS)
+			if st.Error != "" {
+				t.Fatalf("the edit shows an error: %s", st.Error)
+			}
+			if st.TaskID != before && st.Status == "completed" && st.Width > 0 {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("the edit did not complete within 60 s: %+v", st)
+			}
+		}
+		var rec struct {
+			TaskID string `json:"task_id"`
+			Input  struct {
+				ImageURLs []string `json:"image_urls"`
+			} `json:"input"`
+		}
+		if err := json.Unmarshal([]byte(st.JSON), &rec); err != nil {
+			t.Fatalf("task JSON %q: %v", st.JSON, err)
+		}
+		if rec.TaskID != st.TaskID || len(rec.Input.ImageURLs) != 1 || rec.Input.ImageURLs[0] != urls {
+			t.Errorf("the edit's record %+v; want input.image_urls [%s]", rec, urls)
+		}
+		// Removed, the URL leaves the list.
+		b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(`#uploads li button`)))
+		if got := eval[[]string](t, b, `[document.getElementById('image-urls').value, String(document.querySelectorAll('#uploads li').length)]`); got[0] != "" || got[1] != "0" {
+			t.Errorf("after Remove the URLs read %q with %s uploads listed; want none", got[0], got[1])
 		}
 	})
 

@@ -150,7 +150,7 @@ func Register(s *web.Server, d Deps) *Handlers {
 	web.Get(v1, "/files/*", h.download)
 	// Reading the body may take longer than a request's budget: past it,
 	// the handler gives its calls budgets of their own.
-	v1.POST("/uploads", h.upload, s.Deadline, s.Authenticate, s.Limit(ratelimit.Create))
+	v1.POST("/uploads", h.Upload, s.Deadline, s.Authenticate, s.Limit(ratelimit.Create))
 	if d.MetricsHandler != nil {
 		web.Get(e, "/metrics", echo.WrapHandler(d.MetricsHandler))
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/easelhq/easel/api-gateway/internal/web"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/upload"
 )
 
 // playgroundFiles are the playground page's files: plain HTML, CSS and
@@ -77,6 +78,10 @@ type PlaygroundForm struct {
 	// numbers of images a task may make.
 	Formats []string
 	Counts  []int
+	// UploadMaxBytes is an upload's limit (upload.MaxBytes), which the
+	// page checks before sending a file; UploadMaxMB says it.
+	UploadMaxBytes int
+	UploadMaxMB    int
 }
 
 // PlaygroundModel is a model as the form's select offers it.
@@ -91,7 +96,7 @@ type PlaygroundModel struct {
 // element ids starting with prefix.
 func NewPlaygroundForm(cat *catalog.Catalog, prefix string) PlaygroundForm {
 	f := PlaygroundForm{Prefix: prefix, AspectRatios: catalog.AspectRatios, ImageSizes: catalog.ImageSizes, DefaultRatio: catalog.DefaultAspectRatio,
-		Formats: task.Formats}
+		Formats: task.Formats, UploadMaxBytes: upload.MaxBytes, UploadMaxMB: upload.MaxBytes >> 20}
 	for n := 1; n <= task.MaxImages; n++ {
 		f.Counts = append(f.Counts, n)
 	}

@@ -85,7 +85,8 @@ func TestPlaygroundPage(t *testing.T) {
 				`href="style.css?v=` + version(playgroundFile(t, "style.css")) + `"`,
 				`href="icon.svg?v=` + version(playgroundFile(t, "icon.svg")) + `"`,
 				`<label for="api-key">`, `<label for="model">`, `<label for="prompt">`, `<label for="aspect-ratio">`,
-				`<label for="image-size">`, `<label for="image-urls">`, `<label for="progress">`,
+				`<label for="image-size">`, `<label for="image-urls">`, `<label for="image-files">`, `<label for="progress">`,
+				`data-max-bytes="20971520"`, `up to 20 MB each`,
 				`name="viewport" content="width=device-width, initial-scale=1"`,
 			}
 			for _, ratio := range catalog.AspectRatios {
@@ -242,13 +243,18 @@ func TestPlaygroundSelfContained(t *testing.T) {
 		}
 	}
 	// It calls the public routes only, on its own origin: playground.js
-	// fetches in one place, a path under the base its page gives, and this
-	// page gives the public API's.
-	if fetches := regexp.MustCompile(`fetch\(\s*([^,]+?),`).FindAllStringSubmatch(module, -1); len(fetches) != 1 || fetches[0][1] != "opts.base + path" {
-		t.Errorf("playground.js fetches %q; want one fetch of opts.base + path", fetches)
+	// fetches in one place, sending to the task routes under the base its
+	// page gives and to the uploads route it gives; this page gives the
+	// public API's.
+	if fetches := regexp.MustCompile(`fetch\(\s*([^,]+?),`).FindAllStringSubmatch(module, -1); len(fetches) != 1 || fetches[0][1] != "url" {
+		t.Errorf("playground.js fetches %q; want one fetch, in send", fetches)
 	}
-	if strings.Contains(page, "fetch(") || !strings.Contains(page, "base: '/v1/task',") {
-		t.Error("app.js fetches on its own, or does not run the playground on /v1/task")
+	sends := regexp.MustCompile(`(?:return|await) send\('?(\w+)'?,\s*([^,]+?),`).FindAllStringSubmatch(module, -1)
+	if len(sends) != 2 || sends[0][2] != "opts.base + path" || sends[1][1] != "POST" || sends[1][2] != "opts.uploads" {
+		t.Errorf("playground.js sends %q; want the task routes under opts.base and POST to opts.uploads", sends)
+	}
+	if strings.Contains(page, "fetch(") || !strings.Contains(page, "base: '/v1/task',") || !strings.Contains(page, "uploads: '/v1/uploads',") {
+		t.Error("app.js fetches on its own, or does not run the playground on /v1/task and /v1/uploads")
 	}
 	calls := regexp.MustCompile(`call\('(GET|POST)',\s*([^,]+?),`).FindAllStringSubmatch(module, -1)
 	if len(calls) != 4 {

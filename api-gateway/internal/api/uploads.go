@@ -66,12 +66,13 @@ const multipartOverhead = 1 << 20
 // putTimeout bounds storing an upload.
 const putTimeout = time.Minute
 
-// upload handles POST /v1/uploads: an image as the raw body (an image
-// Content-Type) or as the file field of a multipart/form-data body. It is
-// held to the rules of a source image (imagecheck, the workers' pixel
-// limit), counted against the account's bytes of the day, stored, and
-// answered with a signed URL of this service that image_urls takes.
-func (h *Handlers) upload(c echo.Context) error {
+// Upload handles POST /v1/uploads (and the console's uploads, for the
+// session's account): an image as the raw body (an image Content-Type) or
+// as the file field of a multipart/form-data body. It is held to the rules
+// of a source image (imagecheck, the workers' pixel limit), counted
+// against the account's bytes of the day, stored, and answered with a
+// signed URL of this service that image_urls takes.
+func (h *Handlers) Upload(c echo.Context) error {
 	if h.Uploads.Counter == nil || h.Uploads.Blobs == nil {
 		return apperr.New(apperr.NotFound, "uploads are not enabled on this gateway")
 	}

@@ -109,6 +109,7 @@ type Tasks interface {
 	AccountDeliveries(c echo.Context) error
 	AccountUsage(c echo.Context) error
 	AccountUsageCSV(c echo.Context) error
+	Upload(c echo.Context) error
 }
 
 // Deps enables the console.
@@ -189,6 +190,8 @@ func Register(s *web.Server, d Deps) {
 	web.Get(own, "/task/list", d.Tasks.List, query)
 	own.POST("/task/cancel", d.Tasks.Cancel, query)
 	web.Get(own, "/task/webhooks", d.Tasks.Webhooks, query)
+	// The public API's uploads, for the playground's source images.
+	own.POST("/uploads", d.Tasks.Upload, s.Limit(ratelimit.Create))
 	// The account's default webhook endpoint and its deliveries: the
 	// public API's handlers.
 	web.Get(own, "/account/webhook", d.Tasks.AccountWebhook, query)

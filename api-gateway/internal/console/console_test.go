@@ -1,10 +1,14 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"image"
+	"image/png"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -950,6 +954,53 @@ func TestConsoleOperatorEditsAndRevokesKeys(t *testing.T) {
 	}
 }
 
+// The playground's uploads: the public API's, for the session's account,
+// a write like the others (its CSRF token, its origin, an active
+// account); the URL it answers is taken by the console's create.
+func TestConsoleUploads(t *testing.T) {
+	ce := newConsoleEnv(t, users.Defaults)
+	b := ce.client()
+	b.mustSignIn(emailA)
+	var img bytes.Buffer
+	if err := png.Encode(&img, image.NewRGBA(image.Rect(0, 0, 6, 4))); err != nil {
+		t.Fatal(err)
+	}
+	var form bytes.Buffer
+	mw := multipart.NewWriter(&form)
+	fw, _ := mw.CreateFormFile("file", "small.png")
+	fw.Write(img.Bytes())
+	mw.Close()
+	multi := map[string]string{"Content-Type": mw.FormDataContentType()}
+	for _, tt := range []struct {
+		name   string
+		hdr    map[string]string
+		body   string
+		status int
+		msg    string
+	}{
+		{"no CSRF token", map[string]string{"Content-Type": mw.FormDataContentType(), console.HeaderCSRF: ""}, form.String(), 403, "X-CSRF-Token"},
+		{"another origin", map[string]string{"Content-Type": mw.FormDataContentType(), "Origin": "https://evil.example"}, form.String(), 403, "own origin"},
+		{"not an image", map[string]string{"Content-Type": "image/png"}, "plain text", 415, "not a PNG, JPEG, WebP or GIF"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			gatewaytest.AssertEnvelope(t, b.send("POST", "/console/api/uploads", tt.hdr, tt.body), tt.status, tt.msg)
+		})
+	}
+	var up struct {
+		URL           string `json:"url"`
+		ContentType   string `json:"content_type"`
+		Width, Height int
+	}
+	consoleData(t, b.send("POST", "/console/api/uploads", multi, form.String()), &up)
+	if up.ContentType != "image/png" || up.Width != 6 || up.Height != 4 || !strings.Contains(up.URL, "/v1/files/uploads/") {
+		t.Fatalf("upload answered %+v; want the 6x4 PNG's signed URL", up)
+	}
+	body := `{"model":"` + std + `","task_type":"image","input":{"prompt":"edit it","image_urls":["` + up.URL + `"]}}`
+	if r := b.send("POST", "/console/api/task/create", nil, body); r.Status != 200 {
+		t.Errorf("a create with the uploaded URL: %d %s", r.Status, r.Body)
+	}
+}
+
 func TestConsolePage(t *testing.T) {
 	ce := newConsoleEnv(t, users.Defaults)
 	b := ce.client()
@@ -1017,6 +1068,7 @@ func TestConsoleDisabledAccountChangesNothing(t *testing.T) {
 		{"an admin mints a key of its own disabled account", op, "POST", "/console/api/keys", `{"name":"for later"}`, 403},
 		{"an admin rotates its disabled account's secret", op, "POST", "/console/api/webhook-secret/rotate", "", 403},
 		{"an admin creates a task for its disabled account", op, "POST", "/console/api/task/create", okBody, 403},
+		{"the owner uploads an image", owner, "POST", "/console/api/uploads", "", 403},
 		{"an admin looks at the keys", op, "GET", "/console/api/keys", "", 200},
 		{"an admin credits the account in the operator view", op, "POST", "/console/api/admin/accounts/" + ce.AcctA + "/credits", `{"amount":1}`, 200},
 		{"an admin enables the account in the operator view", op, "POST", "/console/api/admin/accounts/" + ce.AcctA + "/enable", "", 200},

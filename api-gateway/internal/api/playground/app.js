@@ -117,6 +117,7 @@
   const playground = window.EaselPlayground.mount({
     id: (part) => (part === 'form' ? 'create-form' : part),
     base: '/v1/task',
+    uploads: '/v1/uploads',
     headers: () => ({ Authorization: 'Bearer ' + els.key.value.trim() }),
     // A create is sent with a key only; the key is kept as the user chose.
     ready: () => {

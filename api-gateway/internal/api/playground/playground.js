@@ -10,6 +10,9 @@
 //   GET  <base>/query?task_id=     only if the stream cannot be read or
 //                                  ends before the task does
 //   POST <base>/cancel             the console's Cancel button
+//   POST <uploads>                 a source image from a local file
+//                                  (multipart, its "file" field), whose
+//                                  URL then goes in the image URLs
 //
 // Text from the server is only ever put in the page with textContent.
 'use strict';
@@ -125,9 +128,13 @@ window.EaselPlayground = (() => {
   //   id(part)        the element id of a part of the playground: form,
   //                   model, prompt, aspect-ratio, image-size-field,
   //                   image-size, image-urls, submit, cancel, task,
-  //                   task-id, progress, status, error, results, task-json
-  //                   (image-urls, cancel and task-json may be missing)
+  //                   task-id, progress, status, error, results, task-json,
+  //                   upload, image-files, upload-status, upload-error,
+  //                   uploads (image-urls, the upload parts, cancel and
+  //                   task-json may be missing)
   //   base            the task routes' path: /v1/task, /console/api/task
+  //   uploads         the uploads route: /v1/uploads, /console/api/uploads
+  //                   (missing: no uploading)
   //   headers(write)  the headers that authenticate a request (a write:
   //                   a create or a cancel)
   //   credentials     fetch's credentials mode (the console's cookie)
@@ -157,19 +164,33 @@ window.EaselPlayground = (() => {
       error: part('error'),
       results: part('results'),
       json: part('task-json'),
+      upload: part('upload'),
+      files: part('image-files'),
+      uploadStatus: part('upload-status'),
+      uploadError: part('upload-error'),
+      uploads: part('uploads'),
     };
     let running = null; // the AbortController of the task being followed
+    let uploading = 0; // the uploads under way
 
-    async function call(method, path, body, signal, accept) {
-      const headers = { ...opts.headers(method !== 'GET') };
-      if (accept) headers.Accept = accept;
-      if (body !== undefined) headers['Content-Type'] = 'application/json';
-      const resp = await fetch(opts.base + path, {
-        method, headers, body, signal, cache: 'no-store', credentials: opts.credentials || 'same-origin',
+    // send is every request of the playground: to url, authenticated by
+    // the page, with the headers given besides.
+    async function send(method, url, body, signal, headers) {
+      const resp = await fetch(url, {
+        method, headers: { ...opts.headers(method !== 'GET'), ...headers }, body, signal,
+        cache: 'no-store', credentials: opts.credentials || 'same-origin',
       });
       if (opts.onResponse) opts.onResponse(resp);
       if (!resp.ok) throw await apiError(resp);
       return resp;
+    }
+
+    // call is a request of the task routes, its body JSON.
+    function call(method, path, body, signal, accept) {
+      const headers = {};
+      if (accept) headers.Accept = accept;
+      if (body !== undefined) headers['Content-Type'] = 'application/json';
+      return send(method, opts.base + path, body, signal, headers);
     }
 
     // ---- the request -------------------------------------------------------
@@ -363,15 +384,22 @@ window.EaselPlayground = (() => {
 
     // ---- the form ------------------------------------------------------------
 
+    // The form is not sent while an upload is under way: its URL is not
+    // in the list yet.
+    function updateSubmit() {
+      els.submit.disabled = running !== null || uploading > 0;
+    }
+
     async function onSubmit(ev) {
       ev.preventDefault();
+      if (uploading > 0) return;
       if (!els.form.reportValidity()) return;
       if (opts.ready && !opts.ready()) return;
       if (running) running.abort();
       const ctl = new AbortController();
       running = ctl;
       clearOutput();
-      els.submit.disabled = true;
+      updateSubmit();
       els.status.textContent = 'Creating the task…';
       try {
         const id = await createTask(createBody(), ctl.signal);
@@ -391,7 +419,7 @@ window.EaselPlayground = (() => {
       } finally {
         if (running === ctl) {
           running = null;
-          els.submit.disabled = false;
+          updateSubmit();
           if (els.cancel) els.cancel.hidden = true;
         }
       }
@@ -411,6 +439,137 @@ window.EaselPlayground = (() => {
       }
     }
 
+    // ---- uploading source images -------------------------------------------
+
+    function formatBytes(n) {
+      if (n < 1024) return `${n} B`;
+      if (n < 1024 * 1024) return `${Math.round(n / 1024)} kB`;
+      return `${(n / (1024 * 1024)).toFixed(1)} MB`;
+    }
+
+    function showUploadError(text) {
+      els.uploadError.textContent = text;
+      els.uploadError.hidden = text === '';
+    }
+
+    // addURL puts url at the end of the image URLs, as typed ones are, and
+    // tells the page (its curl) of the change.
+    function addURL(url) {
+      const typed = els.urls.value.replace(/\s+$/, '');
+      els.urls.value = typed ? `${typed}\n${url}` : url;
+      els.urls.dispatchEvent(new Event('input', { bubbles: true }));
+    }
+
+    function removeURL(url) {
+      els.urls.value = els.urls.value.split(/\r?\n/).filter((l) => l.trim() !== url).join('\n');
+      els.urls.dispatchEvent(new Event('input', { bubbles: true }));
+    }
+
+    // showUpload lists an uploaded file: its thumbnail (from the URL), its
+    // name, size and pixels, and a button that takes it out of the URLs.
+    function showUpload(file, d) {
+      const li = document.createElement('li');
+      li.dataset.url = d.url;
+      const href = safeURL(d.url);
+      if (href) {
+        const img = document.createElement('img');
+        img.alt = `Uploaded: ${file.name}`;
+        img.decoding = 'async';
+        img.src = href;
+        li.append(img);
+      }
+      const text = document.createElement('span');
+      const type = String(d.content_type || file.type || '').replace(/^image\//, '').toUpperCase();
+      const until = new Date(Number(d.expires_at) * 1000);
+      text.textContent = `${file.name}: ${d.width} × ${d.height} px, ${type}, ${formatBytes(file.size)}` +
+        (Number.isNaN(until.getTime()) ? '' : `; its URL is valid until ${until.toLocaleString()}`);
+      const remove = document.createElement('button');
+      remove.type = 'button';
+      remove.textContent = 'Remove';
+      remove.setAttribute('aria-label', `Remove ${file.name} from the source images`);
+      remove.addEventListener('click', () => {
+        removeURL(d.url);
+        li.remove();
+        els.files.focus();
+      });
+      li.append(text, remove);
+      els.uploads.append(li);
+    }
+
+    // uploadFiles uploads each file in turn, adding the URL of each the
+    // server takes; a refusal is shown as the API wrote it.
+    async function uploadFiles(files) {
+      if (files.length === 0) return;
+      showUploadError('');
+      if (opts.ready && !opts.ready()) {
+        showUploadError('Not uploaded: enter the API key first.');
+        return;
+      }
+      const max = Number(els.files.dataset.maxBytes) || Infinity;
+      const refused = [];
+      let done = 0;
+      uploading++;
+      updateSubmit();
+      try {
+        for (const [i, file] of files.entries()) {
+          if (file.size > max) {
+            refused.push(`${file.name} is ${formatBytes(file.size)}, over the ${formatBytes(max)} limit`);
+            continue;
+          }
+          els.uploadStatus.textContent = `Uploading ${file.name} (${formatBytes(file.size)}, ${i + 1} of ${files.length})…`;
+          try {
+            const form = new FormData();
+            form.append('file', file, file.name);
+            const reply = await readJSON(await send('POST', opts.uploads, form));
+            const d = reply && reply.data;
+            if (!d || typeof d.url !== 'string' || d.url === '') throw new Error('the upload answer had no url');
+            addURL(d.url);
+            showUpload(file, d);
+            done++;
+          } catch (err) {
+            refused.push(`${file.name}: ${err instanceof APIError ? err.message : 'network error: ' + (err && err.message ? err.message : String(err))}`);
+          }
+        }
+      } finally {
+        uploading--;
+        updateSubmit();
+      }
+      els.uploadStatus.textContent = done > 0 ? `Uploaded ${done} of ${files.length}; the URLs are in the list.` : '';
+      if (refused.length > 0) showUploadError(`Not uploaded: ${refused.join('; ')}`);
+    }
+
+    function dragsFiles(ev) {
+      return !!ev.dataTransfer && Array.from(ev.dataTransfer.types || []).includes('Files');
+    }
+
+    function mountUploads() {
+      if (!els.upload) return;
+      if (!opts.uploads || !els.urls || !els.files || !els.uploads) {
+        els.upload.hidden = true;
+        return;
+      }
+      els.files.addEventListener('change', () => {
+        const files = Array.from(els.files.files || []);
+        els.files.value = ''; // the same file may be chosen again
+        uploadFiles(files);
+      });
+      // Files dropped on the URL list are uploaded; dropped text is typed
+      // in as the browser does.
+      els.urls.addEventListener('dragover', (ev) => {
+        if (!dragsFiles(ev)) return;
+        ev.preventDefault();
+        ev.dataTransfer.dropEffect = 'copy';
+        els.urls.classList.add('dropping');
+      });
+      els.urls.addEventListener('dragleave', () => els.urls.classList.remove('dropping'));
+      els.urls.addEventListener('drop', (ev) => {
+        els.urls.classList.remove('dropping');
+        if (!dragsFiles(ev)) return;
+        ev.preventDefault();
+        uploadFiles(Array.from(ev.dataTransfer.files || []));
+      });
+    }
+
     els.form.addEventListener('submit', onSubmit);
     els.form.addEventListener('input', refresh);
     els.form.addEventListener('change', refresh);
@@ -421,6 +580,7 @@ window.EaselPlayground = (() => {
       }
     });
     if (els.cancel) els.cancel.addEventListener('click', onCancel);
+    mountUploads();
     refresh();
     return { createBody, refresh };
   }

@@ -1143,6 +1143,7 @@
     window.EaselPlayground.mount({
       id: (part) => (part === 'form' ? 'pg-form' : `pg-${part}`),
       base: `${API}/task`,
+      uploads: `${API}/uploads`,
       headers: (write) => (write && state.csrf ? { 'X-CSRF-Token': state.csrf } : {}),
       credentials: 'same-origin',
       onResponse: (resp) => {
