@@ -138,6 +138,15 @@ func TestEncode(t *testing.T) {
 				t.Errorf("a translucent picture differs by %.1f a channel on average at quality 90", mean)
 			}
 		}},
+		{"a WebP the model answers is read by golang.org/x/image/webp", func(t *testing.T) {
+			// gen2brain/webp registers a decoder of the same magic; the
+			// first registered wins, and the pure-Go one needs no
+			// WebAssembly instance.
+			pic, _, err := image.Decode(bytes.NewReader(encode(t, opaque, task.FormatWebP, 90)))
+			if _, ok := pic.(*image.YCbCr); err != nil || !ok {
+				t.Errorf("image.Decode gives %T (%v); want x/image/webp's *image.YCbCr", pic, err)
+			}
+		}},
 		{"jpeg at its quality", func(t *testing.T) {
 			var want bytes.Buffer
 			if err := jpeg.Encode(&want, opaque, &jpeg.Options{Quality: 80}); err != nil {
