@@ -9,10 +9,11 @@ COPY . .
 RUN mkdir -p /out/data/blobs
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/worker ./worker/cmd/worker && \
+    CGO_ENABLED=0 go build -tags nodynamic -trimpath -ldflags="-s -w" -o /out/worker ./worker/cmd/worker && \
     CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/easelctl ./tools/cmd/easelctl
 
-# Static binary on a distroless base: no shell, CA certificates (for fetching
+# Static binary (nodynamic: the lossy WebP encoder's optional use of a
+# system libwebp.so would link it dynamically) on a distroless base: no shell, CA certificates (for fetching
 # source images over https), runs as the unprivileged user 65532.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/worker /usr/local/bin/worker

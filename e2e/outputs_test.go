@@ -44,18 +44,27 @@ func TestOutputsEndToEnd(t *testing.T) {
 		ext       string
 		images    int
 		wantInput recordInput
+		// bitstream is a WebP's first chunk: "VP8 " lossy, "VP8L"
+		// lossless.
+		bitstream string
 	}{
 		{"standard, jpeg at 70, three images", createBody(std, `{"prompt":"  a red fox in snow ","output_format":"jpeg","output_quality":70,"num_images":3}`),
 			3 * 4, "jpeg", ".jpg", 3,
-			recordInput{Prompt: "a red fox in snow", AspectRatio: "1:1", OutputFormat: "jpeg", OutputQuality: 70, NumImages: 3}},
-		// 1K: the pure-Go lossless WebP encoder takes seconds a 2K image
-		// under -race.
-		{"pro 1K, webp, two images", createBody(pro, `{"prompt":"a tall tower","aspect_ratio":"9:16","image_size":"1K","output_format":"webp","num_images":2}`),
+			recordInput{Prompt: "a red fox in snow", AspectRatio: "1:1", OutputFormat: "jpeg", OutputQuality: 70, NumImages: 3}, ""},
+		// 1K: a WebP encode takes a second a megapixel on a loaded
+		// machine.
+		{"pro 1K, webp at its default quality, two images", createBody(pro, `{"prompt":"a tall tower","aspect_ratio":"9:16","image_size":"1K","output_format":"webp","num_images":2}`),
 			2 * 18, "webp", ".webp", 2,
-			recordInput{Prompt: "a tall tower", AspectRatio: "9:16", ImageSize: "1K", OutputFormat: "webp", NumImages: 2}},
+			recordInput{Prompt: "a tall tower", AspectRatio: "9:16", ImageSize: "1K", OutputFormat: "webp", OutputQuality: 90, NumImages: 2}, "VP8 "},
+		{"standard, lossy webp at 40", createBody(std, `{"prompt":"a harbour at noon","output_format":"webp","output_quality":40}`),
+			4, "webp", ".webp", 1,
+			recordInput{Prompt: "a harbour at noon", AspectRatio: "1:1", OutputFormat: "webp", OutputQuality: 40, NumImages: 1}, "VP8 "},
+		{"standard, lossless webp at 100", createBody(std, `{"prompt":"a harbour at noon","output_format":"webp","output_quality":100}`),
+			4, "webp", ".webp", 1,
+			recordInput{Prompt: "a harbour at noon", AspectRatio: "1:1", OutputFormat: "webp", OutputQuality: 100, NumImages: 1}, "VP8L"},
 		{"an edit, by default png and one image", createBody(std, `{"prompt":"make it winter","image_urls":["`+src.URL+`/640x360.png"]}`),
 			4, "png", ".png", 1,
-			recordInput{Prompt: "make it winter", ImageURLs: []string{src.URL + "/640x360.png"}, OutputFormat: "png", NumImages: 1}},
+			recordInput{Prompt: "make it winter", ImageURLs: []string{src.URL + "/640x360.png"}, OutputFormat: "png", NumImages: 1}, ""},
 	}
 	ids := map[string]bool{}
 	for _, tt := range tests {
@@ -85,6 +94,9 @@ func TestOutputsEndToEnd(t *testing.T) {
 				_, format, b := newClient(t, "", "").download(r) // checks Content-Type against the format
 				if format != tt.format {
 					t.Errorf("result %s is %s; want %s", r, format, tt.format)
+				}
+				if tt.bitstream != "" && (len(b) < 16 || string(b[12:16]) != tt.bitstream) {
+					t.Errorf("result %s is a WebP of the chunk %q; want %q", r, b[12:min(16, len(b))], tt.bitstream)
 				}
 				seen[string(b)] = true
 			}

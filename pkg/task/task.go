@@ -80,7 +80,8 @@ type Input struct {
 	// FormatWebP.
 	OutputFormat string
 	// OutputQuality is the quality of a lossy format's encoding, 1 to 100
-	// (DefaultQuality when the client named none); it applies to JPEG.
+	// (DefaultQuality when the client named none); it applies to JPEG and
+	// WebP (100: lossless WebP).
 	OutputQuality int
 	// NumImages is how many images the task makes, 1 to MaxImages; each
 	// is priced.
@@ -186,8 +187,8 @@ func FormatMIME(f string) string {
 }
 
 // Lossy reports whether an output format's encoding takes a quality:
-// JPEG. (WebP results are lossless.)
-func Lossy(f string) bool { return f == FormatJPEG }
+// JPEG and WebP (WebP at quality 100 is lossless).
+func Lossy(f string) bool { return f == FormatJPEG || f == FormatWebP }
 
 // WithDefaults returns in with what the client left out filled in: image size
 // 1K, aspect ratio 1:1 for text-to-image, PNG, quality DefaultQuality for a

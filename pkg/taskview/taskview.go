@@ -57,8 +57,8 @@ type Input struct {
 	// ImageSize is shown for a model that takes one.
 	ImageSize string   `json:"image_size,omitempty"`
 	ImageURLs []string `json:"image_urls,omitempty"`
-	// OutputFormat is png, jpeg or webp; OutputQuality is shown for a
-	// lossy one.
+	// OutputFormat is png, jpeg or webp; OutputQuality is shown for jpeg
+	// and webp (webp at 100: lossless).
 	OutputFormat  string `json:"output_format"`
 	OutputQuality int    `json:"output_quality,omitempty"`
 	NumImages     int    `json:"num_images"`

@@ -45,6 +45,10 @@ func TestRecord(t *testing.T) {
 			t.Status, t.Price = task.Pending, 4
 			t.Input = &task.Input{Model: catalog.Model{ID: t.Model, Tier: catalog.Standard}, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K", OutputFormat: "png", NumImages: 1}
 		}, `{"task_id":"task_lumen_1","task_type":"image","model":"lumen-2.5-flash-image","status":"pending","progress":0,"create_time":1795000000000,"start_time":0,"complete_time":0,"results":[],"price":4,"input":{"prompt":"p","aspect_ratio":"1:1","output_format":"png","num_images":1}}`},
+		{"webp shows its quality", func(t *task.Task) {
+			t.Status, t.Price = task.Pending, 4
+			t.Input = &task.Input{Model: catalog.Model{ID: t.Model, Tier: catalog.Standard}, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K", OutputFormat: "webp", OutputQuality: 75, NumImages: 1}
+		}, `{"task_id":"task_lumen_1","task_type":"image","model":"lumen-2.5-flash-image","status":"pending","progress":0,"create_time":1795000000000,"start_time":0,"complete_time":0,"results":[],"price":4,"input":{"prompt":"p","aspect_ratio":"1:1","output_format":"webp","output_quality":75,"num_images":1}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tk := base

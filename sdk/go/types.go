@@ -61,10 +61,10 @@ type CreateRequest struct {
 	// ImageURLs makes the task an edit of 1 to 10 public http(s) images.
 	ImageURLs []string
 	// OutputFormat is the result files' format: FormatPNG (the default),
-	// FormatJPEG or FormatWebP (lossless).
+	// FormatJPEG or FormatWebP.
 	OutputFormat string
-	// OutputQuality is the JPEG encoding's quality, 1 to 100 (0: the
-	// server's default, 90).
+	// OutputQuality is the JPEG or WebP encoding's quality, 1 to 100 (0:
+	// the server's default, 90); WebP at 100 is lossless.
 	OutputQuality int
 	// NumImages is how many images the task makes, 1 to 4 (0: 1); the
 	// price is per image.
@@ -164,7 +164,8 @@ type TaskInput struct {
 	AspectRatio string   `json:"aspect_ratio,omitempty"`
 	ImageSize   string   `json:"image_size,omitempty"` // pro models only
 	ImageURLs   []string `json:"image_urls,omitempty"`
-	// OutputFormat is png, jpeg or webp; OutputQuality is set for jpeg.
+	// OutputFormat is png, jpeg or webp; OutputQuality is set for jpeg
+	// and webp (webp at 100: lossless).
 	OutputFormat  string `json:"output_format"`
 	OutputQuality int    `json:"output_quality,omitempty"`
 	NumImages     int    `json:"num_images"`

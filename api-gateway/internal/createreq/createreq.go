@@ -266,8 +266,8 @@ func output(in *wireInput, r *task.Input) error {
 		if !ok || q < task.MinQuality || q > task.MaxQuality {
 			return invalid("input.output_quality must be an integer from %d to %d", task.MinQuality, task.MaxQuality)
 		}
-		// Only a lossy format's encoding takes a quality; webp results
-		// are lossless, png too.
+		// Only jpeg and webp encodings take a quality (webp at 100 is
+		// lossless); png is accepted with one and ignores it.
 		if task.Lossy(r.OutputFormat) {
 			r.OutputQuality = q
 		}

@@ -73,8 +73,8 @@ func TestDecodeValid(t *testing.T) {
 	}
 }
 
-// What is made: the format (png unless named), a lossy format's quality
-// (90 unless named; none for a lossless one) and how many images (1 unless
+// What is made: the format (png unless named), a jpeg or webp quality
+// (90 unless named; none for png) and how many images (1 unless
 // named).
 func TestDecodeOutput(t *testing.T) {
 	tests := []struct {
@@ -89,7 +89,9 @@ func TestDecodeOutput(t *testing.T) {
 		{"jpeg at its default quality", `{"prompt":"p","output_format":"jpeg"}`, "jpeg", 90, 1},
 		{"jpeg at quality 1", `{"prompt":"p","output_format":"jpeg","output_quality":1}`, "jpeg", 1, 1},
 		{"jpeg at quality 100, four images", `{"prompt":"p","output_format":"jpeg","output_quality":100,"num_images":4}`, "jpeg", 100, 4},
-		{"webp is lossless: a quality is ignored", `{"prompt":"p","output_format":"webp","output_quality":50,"num_images":2}`, "webp", 0, 2},
+		{"webp at its default quality", `{"prompt":"p","output_format":"webp"}`, "webp", 90, 1},
+		{"webp at quality 50, two images", `{"prompt":"p","output_format":"webp","output_quality":50,"num_images":2}`, "webp", 50, 2},
+		{"webp at quality 100 (lossless)", `{"prompt":"p","output_format":"webp","output_quality":100}`, "webp", 100, 1},
 		{"png takes no quality", `{"prompt":"p","output_format":"png","output_quality":70}`, "png", 0, 1},
 	}
 	d := newDecoder(t)

@@ -2,7 +2,8 @@
 // ones `make build` leaves in bin/ when the test run names that directory
 // (EASEL_TEST_BIN, as `make test` does after building once), or else
 // built from this tree once per test process, as `make build` does
-// (CGO_ENABLED=0, like the Dockerfiles).
+// (CGO_ENABLED=0 and the tag nodynamic, like the Dockerfiles): a build
+// that is not statically linked fails.
 //
 // One build shared by every package that runs the real programs (e2e,
 // deploy, bench) is a link each instead of one per package, and one
@@ -10,11 +11,13 @@
 package programs
 
 import (
+	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 )
@@ -116,11 +119,33 @@ func build(dir, name string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
+	bin := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-tags", "nodynamic", "-o", bin, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+	}
+	return static(bin)
+}
+
+// static fails a binary that is dynamically linked (it names an ELF
+// interpreter): one the distroless images could not start. CGO_ENABLED=0
+// alone does not ensure it; a dependency that loads shared libraries
+// without cgo (purego) links the binary dynamically.
+func static(bin string) error {
+	if runtime.GOOS != "linux" {
+		return nil
+	}
+	f, err := elf.Open(bin)
+	if err != nil {
+		return fmt.Errorf("%s: %w", bin, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked; the images need a static binary (build with -tags nodynamic)", filepath.Base(bin))
+		}
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -151,6 +152,8 @@ type Processor struct {
 	// touched remembers blobs this worker refreshed lately, so a blob
 	// produced again and again is touched once in a while, not each time.
 	touched *lru.Cache[string, time.Time]
+	// encoder puts results in the format asked, GOMAXPROCS at once.
+	encoder *encoder
 }
 
 // New returns a processor.
@@ -169,7 +172,8 @@ func New(store Store, blobs Blobs, gen imagegen.Generator, fetch Fetcher, cat *c
 	}
 	o.Pacing = o.Pacing.withDefaults()
 	touched, _ := lru.New[string, time.Time](1024)
-	return &Processor{Options: o, store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, touched: touched}
+	return &Processor{Options: o, store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, touched: touched,
+		encoder: newEncoder(runtime.GOMAXPROCS(0), log)}
 }
 
 // Attempt says which run of a job this is: Run is its Asynq TaskID
@@ -453,6 +457,7 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 	if in.Model.Tier != model.Tier {
 		return nil, apperr.Errorf(task.GenerationFailed, "model %s does not match its queue", in.Model.ID)
 	}
+	p.encoder.prepare(in.OutputFormat, in.OutputQuality)
 	req := imagegen.Request{
 		TaskID:      job.TaskID,
 		Model:       model,
@@ -500,7 +505,7 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 		if err == nil {
 			// One image a generation (a model that answers more than one
 			// gives the task no more than it asked), in the format asked.
-			img, err = Encode(imgs[0], in.OutputFormat, in.OutputQuality)
+			img, err = p.encoder.encode(ctx, imgs[0], in.OutputFormat, in.OutputQuality)
 		}
 		switch {
 		case err != nil && ctx.Err() != nil:

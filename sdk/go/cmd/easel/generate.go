@@ -36,8 +36,8 @@ it wrote it. The bar is drawn only when stdout is a terminal.
 URL, or a local file, which is uploaded first (POST /v1/uploads: a PNG, JPEG,
 WebP or GIF of at most 20 MB; its URL is valid 24 hours).
 -n makes several images (up to 4, each priced): they are written as FILE-1,
-FILE-2... --format picks png (default), jpeg (--quality 1-100, default 90)
-or webp (lossless).`,
+FILE-2... --format picks png (default), jpeg or webp (--quality 1-100,
+default 90; webp at 100 is lossless).`,
 		Example: `  easel generate "a lighthouse at dusk" --model pro --size 2K --ratio 16:9 -o lighthouse.png
   easel generate "make it winter" --image https://example.com/photo.jpg -o winter.png
   easel generate "make it winter" --image ./photo.jpg -o winter.png
@@ -103,7 +103,7 @@ or webp (lossless).`,
 	f.StringVar(&ratio, "ratio", "", "aspect ratio: 1:1 2:3 3:2 3:4 4:3 4:5 5:4 9:16 16:9 21:9 (default 1:1, or the source image's)")
 	f.StringArrayVar(&images, "image", nil, "a source image to edit: an http(s) URL, or a local file to upload (repeatable)")
 	f.StringVar(&format, "format", "", "the images' format: png, jpeg or webp (default png)")
-	f.IntVar(&quality, "quality", 0, "jpeg quality, 1 to 100 (default 90)")
+	f.IntVar(&quality, "quality", 0, "jpeg or webp quality, 1 to 100 (default 90; webp at 100: lossless)")
 	f.IntVarP(&count, "num-images", "n", 0, "how many images to make, 1 to 4 (default 1; each is priced)")
 	f.StringVarP(&output, "output", "o", "", "the file (or directory) to write the image to (default <task id>.png here)")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up waiting after this long (the task goes on)")
