@@ -15,6 +15,7 @@ import (
 	"github.com/HugoSmits86/nativewebp"
 	libwebp "github.com/gen2brain/webp"
 	"go.uber.org/zap"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/task"
@@ -37,6 +38,9 @@ const webpMethod = 4
 // first lossy WebP encode or ahead of it (prepare).
 type encoder struct {
 	slots chan struct{}
+	// memory bounds what the encodes under way hold at once, estimated
+	// from their pixels (encodeBytesPerPixel): a 4K lossy WebP runs alone.
+	memory *semaphore.Weighted
 	// compileWebP compiles libwebp's module, once, and says how long that
 	// took.
 	compileWebP func() (time.Duration, error)
@@ -49,7 +53,8 @@ func newEncoder(parallel int, log *zap.Logger) *encoder {
 		log = zap.NewNop()
 	}
 	return &encoder{
-		slots: make(chan struct{}, max(parallel, 1)),
+		slots:  make(chan struct{}, max(parallel, 1)),
+		memory: semaphore.NewWeighted(encodeMemory),
 		compileWebP: sync.OnceValues(func() (d time.Duration, err error) {
 			start := time.Now()
 			defer func() {
@@ -72,6 +77,26 @@ func newEncoder(parallel int, log *zap.Logger) *encoder {
 			return d, nil
 		}),
 	}
+}
+
+// encodeMemory is the most the encodes of a process hold at once, as
+// encodeBytesPerPixel estimates it: an encode of more runs alone.
+const encodeMemory = 512 << 20
+
+// encodeBytesPerPixel is about what encoding a picture in format at
+// quality allocates a pixel (BENCHMARKS.md's "Encoding results": 45 MB a
+// megapixel for lossy WebP, 60 for lossless, 4 for JPEG, 2 for PNG), with
+// the decoded picture's 4 to 8 bytes.
+func encodeBytesPerPixel(format string, quality int) int64 {
+	switch {
+	case lossyWebP(format, quality):
+		return 48
+	case format == task.FormatWebP:
+		return 64
+	case format == task.FormatJPEG:
+		return 12
+	}
+	return 10
 }
 
 // lossyWebP reports whether format at quality is encoded by libwebp.
@@ -112,6 +137,13 @@ func (e *encoder) encode(ctx context.Context, img imagegen.Image, format string,
 		defer func() { <-e.slots }()
 	case <-ctx.Done():
 		return img, ctx.Err()
+	}
+	if cfg, _, err := image.DecodeConfig(bytes.NewReader(img.Data)); err == nil {
+		need := min(int64(cfg.Width)*int64(cfg.Height)*encodeBytesPerPixel(format, quality), encodeMemory)
+		if err := e.memory.Acquire(ctx, need); err != nil {
+			return img, err
+		}
+		defer e.memory.Release(need)
 	}
 	// The decoders of every format a generator answers are registered by
 	// package imagegen.

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"image"
 	"image/color"
+	"image/draw"
 	"image/jpeg"
 	"image/png"
 	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	xwebp "golang.org/x/image/webp"
 
@@ -272,5 +274,52 @@ func BenchmarkEncode(b *testing.B) {
 			}
 			b.ReportMetric(float64(buf.Len()), "bytes")
 		})
+	}
+}
+
+// The encodes under way hold at most encodeMemory, estimated from their
+// pixels: with a byte of it taken, a picture that fits still encodes at
+// once, and one whose estimate is the whole budget waits (here until its
+// context ends) rather than running beside another.
+func TestEncodeMemoryBound(t *testing.T) {
+	t.Parallel()
+	flat := func(w, h int) imagegen.Image {
+		pic := image.NewNRGBA(image.Rect(0, 0, w, h))
+		draw.Draw(pic, pic.Bounds(), image.NewUniform(color.NRGBA{R: 200, G: 100, B: 50, A: 255}), image.Point{}, draw.Src)
+		return pngOf(t, pic)
+	}
+	enc := newEncoder(2, nil)
+	if err := enc.memory.Acquire(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		img     imagegen.Image
+		format  string
+		quality int
+		waits   bool
+	}{
+		{"a small JPEG", flat(256, 256), task.FormatJPEG, 90, false},
+		{"a small lossy WebP", flat(256, 256), task.FormatWebP, 90, false},
+		{"a 12-megapixel lossy WebP", flat(4000, 3000), task.FormatWebP, 90, true},
+		{"a 12-megapixel lossless WebP", flat(4000, 3000), task.FormatWebP, 100, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			timeout := 30 * time.Second
+			if tt.waits {
+				timeout = 200 * time.Millisecond
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			_, err := enc.encode(ctx, tt.img, tt.format, tt.quality)
+			if waited := errors.Is(err, context.DeadlineExceeded); waited != tt.waits || (!tt.waits && err != nil) {
+				t.Errorf("encode = %v; want waiting %v", err, tt.waits)
+			}
+		})
+	}
+	enc.memory.Release(1)
+	if _, err := enc.encode(context.Background(), flat(4000, 3000), task.FormatJPEG, 90); err != nil {
+		t.Errorf("the budget free, a 12-megapixel encode: %v", err)
 	}
 }
