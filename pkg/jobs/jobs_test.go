@@ -25,7 +25,7 @@ func TestRoundTrip(t *testing.T) {
 		"edit with a ratio": {TaskID: "task_lumen_1", AccountID: "acct_x", CreateTime: time.UnixMilli(42), Deadline: time.UnixMilli(600_042),
 			Input: task.Input{Model: pro, Prompt: "p", AspectRatio: "16:9", ImageSize: "2K", ImageURLs: []string{"https://e.com/a.png"}, OutputFormat: "png", NumImages: 1}},
 		"edit, ratio from the source": {TaskID: "task_lumen_2", AccountID: "acct_x", CreateTime: time.UnixMilli(43), Deadline: time.UnixMilli(600_043),
-			Input: task.Input{Model: pro, Prompt: "p", ImageSize: "1K", ImageURLs: []string{"https://e.com/a.png", "https://e.com/b.png"}, OutputFormat: "webp", NumImages: 4}},
+			Input: task.Input{Model: pro, Prompt: "p", ImageSize: "1K", ImageURLs: []string{"https://e.com/a.png", "https://e.com/b.png"}, OutputFormat: "webp", OutputQuality: task.DefaultQuality, NumImages: 4}},
 		"text-to-image": {TaskID: "task_lumen_3", AccountID: "acct_y", CreateTime: time.UnixMilli(44), Deadline: time.UnixMilli(600_044),
 			Input: task.Input{Model: catalog.Model{ID: "lumen-2.5-flash-image", Tier: catalog.Standard}, Prompt: "q", AspectRatio: "1:1", ImageSize: "1K", OutputFormat: "png", NumImages: 1}},
 		"jpeg at its default quality": {TaskID: "task_lumen_4", AccountID: "acct_y", CreateTime: time.UnixMilli(45), Deadline: time.UnixMilli(600_045),
