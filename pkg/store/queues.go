@@ -112,6 +112,9 @@ type queueCounts struct {
 	mu      sync.Mutex
 	n       map[string]int
 	pending bool
+	// flushing is held while a flush sends, so that a flush returns only
+	// once the counts taken before it (by another flush) are sent too.
+	flushing sync.Mutex
 }
 
 // countOut counts n tasks out of a queue (a script returned it: a
@@ -139,11 +142,14 @@ func (db *DB) countOut(queue string, n int) {
 }
 
 // FlushQueueCounts counts out of their queues, now, the tasks the store
-// holds counted (countOut): one dequeued call a queue, pipelined. A
-// process stopping calls it; counts it fails to write are lost (a
+// holds counted (countOut): one dequeued call a queue, pipelined, after
+// any flush already sending (so the counts held before the call are all
+// written when it returns). A process stopping calls it; counts it fails to write are lost (a
 // position read one too high a count), never retried twice.
 func (db *DB) FlushQueueCounts(ctx context.Context) error {
 	c := &db.counts
+	c.flushing.Lock()
+	defer c.flushing.Unlock()
 	c.mu.Lock()
 	held := c.n
 	c.n, c.pending = nil, false
