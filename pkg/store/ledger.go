@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 )
