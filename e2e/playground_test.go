@@ -385,7 +385,9 @@ func TestPlayground(t *testing.T) {
 		before := eval[pageState](t, b, pageStateJS).TaskID
 		b.do(t, 10*time.Second, chromedp.Click(chromedp.ID("submit")))
 		var st pageState
-		for end := time.Now().Add(60 * time.Second); ; time.Sleep(25 * time.Millisecond) {
+		tick := time.NewTicker(25 * time.Millisecond)
+		defer tick.Stop()
+		for end := time.Now().Add(60 * time.Second); ; <-tick.C {
 			st = eval[pageState](t, b, pageStateJS)
 			if st.Error != "" {
 				t.Fatalf("the edit shows an error: %s", st.Error)
