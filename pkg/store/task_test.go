@@ -10,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/easelhq/easel/pkg/apperr"
+	"github.com/easelhq/easel/pkg/catalog"
+	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
@@ -470,11 +472,16 @@ func TestGetReportsAStoreFailure(t *testing.T) {
 	}
 }
 
-// BenchmarkDecode is the cost of turning a task hash into a task: every
-// query pays it.
+// BenchmarkDecode is the cost of turning a task hash into a task, its
+// input shown: every query pays it.
 func BenchmarkDecode(b *testing.B) {
+	in, err := jobs.EncodeInput(task.Input{Model: catalog.Model{ID: testModel, Tier: catalog.Standard}, Prompt: "a watercolor fox in a snowy forest at dawn, soft light", AspectRatio: "16:9", ImageSize: "1K"})
+	if err != nil {
+		b.Fatal(err)
+	}
 	m := map[string]string{
-		fTaskType: "image", fTaskModel: "lumen-2.5-flash-image", fTaskStatus: "completed", fTaskProgress: "100",
+		fTaskInput: string(in),
+		fTaskType:  "image", fTaskModel: "lumen-2.5-flash-image", fTaskStatus: "completed", fTaskProgress: "100",
 		fTaskCreated: "1795359098636", fTaskStarted: "1795359098700", fTaskEnded: "1795359100975", fTaskPrice: "4",
 		fTaskResult + "0": "2026112214/0123456789abcdef0123456789abcdef.png",
 	}
