@@ -55,7 +55,8 @@ func TestAccountEndpointKeptAndCleared(t *testing.T) {
 
 // A task without a callback takes its account's default endpoint when it
 // starts (its progress events then follow the endpoint's filter), or when
-// it ends if it never started; a task with its own callback keeps it.
+// it ends if it never started; a task with its own callback keeps it, and
+// one that started before the endpoint was set has none.
 func TestTasksTakeTheAccountEndpoint(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t)
@@ -104,6 +105,27 @@ func TestTasksTakeTheAccountEndpoint(t *testing.T) {
 	mustOutcome(t, task.Applied)(start(s, "acct_b", "other", "r1"))
 	if ch, _ := s.tasks.Complete(ctx, "acct_b", "other", "r1", nil); ch.Hooked {
 		t.Error("a task of an account without an endpoint hooked")
+	}
+
+	// A task takes the endpoint when it starts: one set later applies to
+	// the tasks that start after, not to one already running.
+	seedAccount(t, s.rdb, "acct_c", 1_000_000, "")
+	create(t, s, "acct_c", "running")
+	mustOutcome(t, task.Applied)(start(s, "acct_c", "running", "r1"))
+	must(t, s.hooks.SetEndpoint(ctx, "acct_c", task.Callback{URL: url, Events: task.DefaultEvents}))
+	create(t, s, "acct_c", "after")
+	mustOutcome(t, task.Applied)(start(s, "acct_c", "after", "r1"))
+	for _, c := range []struct {
+		id     string
+		hooked bool
+	}{{"running", false}, {"after", true}} {
+		ch, err := s.tasks.Complete(ctx, "acct_c", c.id, "r1", nil)
+		if err != nil || ch.Hooked != c.hooked {
+			t.Errorf("complete %s = %+v, %v; want hooked %v", c.id, ch, err, c.hooked)
+		}
+	}
+	if got, _ := s.tasks.Get(ctx, "acct_c", "running"); got.Callback.URL != "" {
+		t.Errorf("a task started before its account's endpoint was set took it: %q", got.Callback.URL)
 	}
 }
 

@@ -44,8 +44,7 @@ QUEUES = ARGV[11]
 -- An undo held up past the time its caller waited for it never applies:
 -- its caller has answered that the outcome is unknown, and the create's
 -- own bound (before this one) has settled it.
-local clock = redis.call('TIME')
-if valid_until > 0 and tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) > valid_until then return {LATE, ''} end
+if valid_until > 0 and redis_ms() > valid_until then return {LATE, ''} end
 
 local st = redis.call('HGET', K.task, 'status')
 if not st then

@@ -32,19 +32,18 @@ local account_id, task_id, run, share, check_at = ARGV[5], ARGV[6], ARGV[7], ton
 QUEUES = ARGV[10]
 local asked, keep = tonumber(ARGV[11]), tonumber(ARGV[12])
 
-local v = redis.call('HMGET', K.task, 'status', 'run')
+local v = redis.call('HMGET', K.task, 'status', 'run', unpack(ENDING))
 local st = v[1]
 if not st then return {MISSING, 0, '', 0} end
 if final(st) then return {FINAL, 0, '', 0} end
 if v[2] and v[2] ~= '' and v[2] ~= run then return {SUPERSEDED, 0, '', 0} end
-redis.call('HSET', K.task, 'progress', 100)
 -- One field a result: a blob key is shorter than a field's 64 bytes.
-local i = 0
+local set, i = {'progress', 100}, 0
 for key in string.gmatch(results, '[^\n]+') do
-  redis.call('HSET', K.task, 'r' .. i, key)
+  set[#set + 1] = 'r' .. i; set[#set + 1] = key
   i = i + 1
 end
-local hooked, q = ended(K, 'completed', 'task.completed', now, ttl, hook_at, account_id, task_id)
+local hooked, q = ended(K, 'completed', 'task.completed', now, ttl, hook_at, account_id, task_id, set, ending(K.task, v, 3))
 local refunded = 0
 if i > 0 and asked > i then refunded = refund(K, now, keep, task_id, 'images_not_made', asked - i, asked) end
 local reply = {APPLIED, hooked, q, refunded}

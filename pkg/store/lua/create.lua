@@ -74,8 +74,7 @@ local dry = ARGV[29] == '1'
 
 -- Redis's own clock: a create held up (Redis hung, the network stalled)
 -- past the time its caller waits for it never applies.
-local clock = redis.call('TIME')
-if valid_until > 0 and tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) > valid_until then return {LATE, 0} end
+if valid_until > 0 and redis_ms() > valid_until then return {LATE, 0} end
 
 if with_idem then
   local v = redis.call('HMGET', idem_key, 'body', 'task', 'state', 'at')

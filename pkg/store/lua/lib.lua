@@ -31,6 +31,17 @@ local function notify(task_key)
   redis.call('PUBLISH', 'easel:task-events', task_key)
 end
 
+-- redis_ms is Redis's own clock in Unix ms, read once a script (TIME):
+-- the create's and undo's bound and a short ledger's entry ids share it.
+local clock_ms
+local function redis_ms()
+  if not clock_ms then
+    local c = redis.call('TIME')
+    clock_ms = tonumber(c[1]) * 1000 + math.floor(tonumber(c[2]) / 1000)
+  end
+  return clock_ms
+end
+
 -- int is n written as an integer: Redis formats a number given to
 -- redis.call with %.17g, a float's slow path; the scripts' numbers are
 -- whole (milliseconds, credits, counts).
@@ -107,8 +118,7 @@ local function ledger_short(ledger_key, short_key, now, keep, kind, amount, bala
     end
     return false
   end
-  local clock = redis.call('TIME')
-  local ms, seq = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000), 0
+  local ms, seq = redis_ms(), 0
   local last = kept[#kept]
   if last and last[1] >= ms then ms, seq = last[1], last[2] + 1 end
   redis.call('HSET', short_key, int(ms) .. '-' .. int(seq),
@@ -122,10 +132,11 @@ end
 -- (ledger_key) and its short form's hash alike.
 local function ledger(ledger_key, now, keep, kind, amount, balance, task_id, note)
   local short_key = ledger_key .. LEDGER_SHORT_PART
+  local short_left = false
   if redis.call('EXISTS', ledger_key) == 1 then
     -- A stream: the hash holds entries only beside one an older Easel
     -- started; they go as the retention says.
-    ledger_trim(short_key, now, keep)
+    short_left = #ledger_trim(short_key, now, keep) > 0
   elseif ledger_short(ledger_key, short_key, now, keep, kind, amount, balance, task_id, note) then
     if keep > 0 then redis.call('PEXPIRE', short_key, int(keep)) end
     return
@@ -136,7 +147,7 @@ local function ledger(ledger_key, now, keep, kind, amount, balance, task_id, not
   if keep > 0 then
     redis.call('XADD', ledger_key, 'MINID', int(now - keep), '*', unpack(e))
     redis.call('PEXPIRE', ledger_key, int(keep))
-    redis.call('PEXPIRE', short_key, int(keep))
+    if short_left then redis.call('PEXPIRE', short_key, int(keep)) end
   else
     redis.call('XADD', ledger_key, '*', unpack(e))
   end
@@ -240,12 +251,10 @@ local function get_input(key, first, n)
   return table.concat(v)
 end
 
--- del_unfinished removes from a task's record what only an unfinished
--- task needs: its deadline, the run that owns it, its crashes. Its input
--- stays: the record shows it (the task's "input") as long as it lives.
-local function del_unfinished(key)
-  redis.call('HDEL', key, 'run', 'live', 'crashes', 'tkn', 'dl')
-end
+-- UNFINISHED are the fields of a task's record only an unfinished task
+-- needs: its deadline, the run that owns it, its crashes. Its input stays:
+-- the record shows it (the task's "input") as long as it lives.
+local UNFINISHED = {'run', 'live', 'crashes', 'tkn', 'dl'}
 
 -- wanted reports whether a callback (cb, its cbev: the task's fields of
 -- those names, read by the caller) wants events of type ev: the one place
@@ -254,15 +263,12 @@ local function wanted(cb, cbev, ev)
   if not cb or cb == '' then return false end
   return string.find(',' .. (cbev or '') .. ',', ',' .. ev .. ',', 1, true) ~= nil
 end
--- take_endpoint gives a task without a callback of its own its
--- account's default webhook endpoint, if the account has one (the account
+-- endpoint reads the account's default webhook endpoint (the account
 -- record's 'whu', split as put_long splits it over 'whn' fields, and
--- 'whev'): copied into the task's 'cb' and 'cbev' when the task starts
--- (start.lua), or at its first event after if it had none then (a task
--- ended before it started, an endpoint set meanwhile), so that its events,
--- their delivery and its delivery log read the task alone. Returns the
--- endpoint's URL and events, or nil.
-local function take_endpoint(K)
+-- 'whev') for a task without a callback of its own, and returns the
+-- task's fields that take it ('cb', split as put_long splits it, and
+-- 'cbev'), its URL and its events; none (nil) when the account has none.
+local function endpoint(K)
   local a = redis.call('HMGET', K.account, 'whu', 'whn', 'whev')
   if not a[1] or a[1] == '' then return nil end
   local url, n = {a[1]}, tonumber(a[2] or '1') or 1
@@ -274,13 +280,26 @@ local function take_endpoint(K)
   local f = {}
   put_long(f, 'cb', table.concat(url))
   f[#f + 1] = 'cbev'; f[#f + 1] = a[3] or ''
+  return f, a[1], a[3]
+end
+-- A task without a callback takes its account's default endpoint when it
+-- starts (start.lua: the account having none, its 'cb' is written empty,
+-- so that its events, their delivery and its delivery log read the task
+-- alone), or at its first event if it never started; an endpoint set
+-- later applies to the tasks that start after.
+-- take_endpoint copies the account's endpoint into a task that has none
+-- of its own, and returns its URL and events, or nil.
+local function take_endpoint(K)
+  local f, url, events = endpoint(K)
+  if not f then return nil end
   redis.call('HSET', K.task, unpack(f))
-  return a[1], a[3]
+  return url, events
 end
 -- wants reports whether the task's callback (its own, else its account's
--- default endpoint) wants events of type ev.
-local function wants(K, ev)
-  local v = redis.call('HMGET', K.task, 'cb', 'cbev')
+-- default endpoint) wants events of type ev. r holds the task's cb and
+-- cbev as its caller read them (ending), or is nil: read them here.
+local function wants(K, ev, r)
+  local v = r and {r.cb, r.cbev} or redis.call('HMGET', K.task, 'cb', 'cbev')
   if v[1] then return wanted(v[1], v[2], ev) end
   local url, events = take_endpoint(K)
   return wanted(url, events, ev)
@@ -294,8 +313,8 @@ local function hook_due(account_id, task_id, ev) return 'h|' .. account_id .. '|
 -- hook puts a final event of the task on the shard's due work, due at
 -- hook_at (the queueing's recovery), when its callback wants it; it
 -- reports whether it did (1) or not (0).
-local function hook(K, ev, hook_at, account_id, task_id)
-  if not wants(K, ev) then return 0 end
+local function hook(K, ev, hook_at, account_id, task_id, r)
+  if not wants(K, ev, r) then return 0 end
   redis.call('ZADD', K.due, 'NX', hook_at, hook_due(account_id, task_id, ev))
   return 1
 end
@@ -347,11 +366,17 @@ end
 -- left takes the task off its queue's books: on one server (QUEUES) it
 -- counts it out of its queue itself and returns ''; on a cluster it
 -- returns the queue it was waiting in ('' if none), for the caller to
--- count it out (dequeued.lua).
-local function left(K, now)
-  local v = redis.call('HMGET', K.task, 'q', 'qseq')
+-- count it out (dequeued.lua). r holds the task's q and qseq as its
+-- caller read them, or is nil: read them here. The fields go from the
+-- record: added to del, the caller's deletions, or deleted here.
+local function left(K, now, r, del)
+  local v = r and {r.q, r.qseq} or redis.call('HMGET', K.task, 'q', 'qseq')
   if not v[1] then return '' end
-  redis.call('HDEL', K.task, 'q', 'qseq')
+  if del then
+    del[#del + 1] = 'q'; del[#del + 1] = 'qseq'
+  else
+    redis.call('HDEL', K.task, 'q', 'qseq')
+  end
   if not v[2] then return '' end
   if QUEUES ~= '' then
     dequeued(QUEUES .. v[1] .. '}', 1, now)
@@ -363,11 +388,14 @@ end
 -- release_place gives back the task's place among the account's
 -- admitted tasks (if it had one: else it was parked) and takes it off the
 -- account's unfinished tasks: what every way out of pending or processing
--- does, once (the status it leaves is guarded by its caller).
-local function release_place(K, task_id)
-  if redis.call('HGET', K.task, 'adm') == '1' then
+-- does, once (the status it leaves is guarded by its caller). r and del
+-- as left's: r.adm as read, the field 'adm' deleted through del.
+local function release_place(K, task_id, r, del)
+  local adm
+  if r then adm = r.adm else adm = redis.call('HGET', K.task, 'adm') end
+  if adm == '1' then
     redis.call('HINCRBY', K.account, 'adm', -1)
-    redis.call('HDEL', K.task, 'adm')
+    if del then del[#del + 1] = 'adm' else redis.call('HDEL', K.task, 'adm') end
   else
     redis.call('ZREM', K.parked, task_id)
   end
@@ -446,20 +474,39 @@ local function promote(K, share, check_at, now, account_id, task_id)
   return out
 end
 
+-- ENDING are the fields of a task's record its way out reads (ended):
+-- its queue and number in it, its place, its callback.
+local ENDING = {'q', 'qseq', 'adm', 'cb', 'cbev'}
+
+-- ending reads them ({q, qseq, adm, cb, cbev}, absent fields nil) from the
+-- record, or from v, the values of a caller's HMGET that asked for them
+-- from its from-th field on.
+local function ending(key, v, from)
+  if not v then v, from = redis.call('HMGET', key, unpack(ENDING)), 1 end
+  return {q = v[from], qseq = v[from + 1], adm = v[from + 2], cb = v[from + 3], cbev = v[from + 4]}
+end
+
 -- ended moves a task to a final status: it stops counting as in flight,
 -- gives its place back, its due check goes, and it is kept ttl more. What
 -- only an unfinished task needs (the run that owns it, its crashes) goes:
--- a final record keeps what it shows.
+-- a final record keeps what it shows. The record is read once (r: as
+-- ending reads it, or nil), written once (with set, the caller's other
+-- fields, field and value in turn) and its fields deleted once.
 -- Returns whether a webhook event went on the due work (1) and the queue
 -- it left ('' for none).
-local function ended(K, status, ev, now, ttl, hook_at, account_id, task_id)
-  redis.call('HSET', K.task, 'status', status, 'etime', now)
-  del_unfinished(K.task)
-  local q = left(K, now)
-  release_place(K, task_id)
+local function ended(K, status, ev, now, ttl, hook_at, account_id, task_id, set, r)
+  r = r or ending(K.task)
+  set = set or {}
+  set[#set + 1] = 'status'; set[#set + 1] = status
+  set[#set + 1] = 'etime'; set[#set + 1] = now
+  redis.call('HSET', K.task, unpack(set))
+  local del = {unpack(UNFINISHED)}
+  local q = left(K, now, r, del)
+  release_place(K, task_id, r, del)
+  redis.call('HDEL', K.task, unpack(del))
   redis.call('PEXPIRE', K.task, ttl)
   redis.call('ZREM', K.due, task_due(account_id, task_id))
-  local hooked = hook(K, ev, hook_at, account_id, task_id)
+  local hooked = hook(K, ev, hook_at, account_id, task_id, r)
   notify(K.task)
   return hooked, q
 end

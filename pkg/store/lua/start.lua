@@ -44,7 +44,7 @@ local share, check_at = tonumber(ARGV[10]), ARGV[11]
 QUEUES = ARGV[12]
 local me, judged, dead = ARGV[13], ARGV[14], ARGV[15]
 
-local v = redis.call('HMGET', K.task, 'status', 'run', 'live', 'crashes', 'dl', 'adm', 'model', 'ctime', 'inn', 'in', 'cb')
+local v = redis.call('HMGET', K.task, 'status', 'run', 'live', 'crashes', 'dl', 'adm', 'model', 'ctime', 'inn', 'in', 'cb', 'q', 'qseq')
 local st = v[1]
 local model = v[7] or ''
 if not st then return {MISSING, 0, 0, '', '', 0, 0, model, ''} end
@@ -67,14 +67,18 @@ if st == 'processing' then
 end
 local q = ''
 if st == 'pending' then
-  redis.call('HSET', K.task, 'status', 'processing', 'stime', now)
-  -- A task without a callback takes its account's default endpoint now:
-  -- its progress writes read only the record.
-  if not v[11] then take_endpoint(K) end
-  q = left(K, now)
+  local set = {'status', 'processing', 'stime', now, 'run', run, 'live', me}
+  -- A task without a callback takes its account's default endpoint now,
+  -- or an empty one: its progress writes and its end read only the record.
+  if not v[11] then
+    for _, x in ipairs(endpoint(K) or {'cb', ''}) do set[#set + 1] = x end
+  end
+  redis.call('HSET', K.task, unpack(set))
+  q = left(K, now, {q = v[12], qseq = v[13]})
   -- No more queue checks: due again only at its deadline.
   if v[5] then redis.call('ZADD', K.due, 'XX', v[5], task_due(account_id, task_id)) end
   notify(K.task)
+else
+  redis.call('HSET', K.task, 'run', run, 'live', me)
 end
-redis.call('HSET', K.task, 'run', run, 'live', me)
 return {APPLIED, 0, 0, q, get_input(K.task, v[10], v[9]) or '', tonumber(v[8] or '0'), tonumber(v[5] or '0'), model, ''}
