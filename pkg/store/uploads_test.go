@@ -15,7 +15,10 @@ func TestUploadBytesStayWithinTheDaysBudget(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	u := NewUploads(NewDB(rdb, Options{}))
-	day := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	// Tomorrow: the counters' expiry (an hour after their day) is ahead of
+	// Redis's clock, whatever day the test runs.
+	tomorrow := time.Now().UTC().AddDate(0, 0, 1)
+	day := time.Date(tomorrow.Year(), tomorrow.Month(), tomorrow.Day(), 10, 0, 0, 0, time.UTC)
 	steps := []struct {
 		name     string
 		account  string
@@ -40,15 +43,15 @@ func TestUploadBytesStayWithinTheDaysBudget(t *testing.T) {
 			t.Errorf("%s: Count = %d, %v; want %d, %v", st.name, used, ok, st.wantUsed, st.wantOK)
 		}
 	}
-	key := uploadBytesKey("acct1", "20261127")
+	key := uploadBytesKey("acct1", day.Format("20060102"))
 	exp, err := rdb.PExpireTime(ctx, key).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := time.Date(2026, 11, 28, 1, 0, 0, 0, time.UTC); !time.UnixMilli(exp.Milliseconds()).Equal(want) {
+	if want := time.Date(day.Year(), day.Month(), day.Day()+1, 1, 0, 0, 0, time.UTC); !time.UnixMilli(exp.Milliseconds()).Equal(want) {
 		t.Errorf("counter expires at %v; want %v", time.UnixMilli(exp.Milliseconds()).UTC(), want)
 	}
-	if n, _ := rdb.Exists(ctx, uploadBytesKey("acct3", "20261127")).Result(); n != 0 {
+	if n, _ := rdb.Exists(ctx, uploadBytesKey("acct3", day.Format("20060102"))).Result(); n != 0 {
 		t.Errorf("a refused upload left a counter")
 	}
 }

@@ -214,7 +214,10 @@ func TestUploadBudgetPerAccountAndDay(t *testing.T) {
 	t.Parallel()
 	img := pngOf(t, 16, 16)
 	e := newEnvWith(t, nil, zap.NewNop(), func(d *deps) { d.Uploads.BytesPerDay = int64(2*len(img) + 10) })
-	e.Now = time.Date(2026, 11, 27, 23, 0, 0, 0, time.UTC)
+	// 23:00 UTC tomorrow: the day's counter expires after Redis's clock,
+	// whatever day the test runs.
+	tomorrow := time.Now().UTC().AddDate(0, 0, 1)
+	e.Now = time.Date(tomorrow.Year(), tomorrow.Month(), tomorrow.Day(), 23, 0, 0, 0, time.UTC)
 	for i := range 2 {
 		if r := e.upload(e.KeyA, "image/png", img); r.Status != 200 {
 			t.Fatalf("upload %d within the budget: %d %s", i, r.Status, r.Body)
