@@ -422,11 +422,12 @@ local function forget(K, account_id, task_id)
   decr(K.account, 'infl')
 end
 
--- window is how many of the account's tasks may be admitted (queued or
--- running) at once: share × its weight; 0: no limit.
-local function window(K, share)
+-- window is how many of an account's tasks may be admitted (queued or
+-- running) at once: share × its weight (the account's 'weight' field as
+-- read); 0: no limit.
+local function window(share, weight)
   if share <= 0 then return 0 end
-  local w = tonumber(redis.call('HGET', K.account, 'weight') or '1') or 1
+  local w = tonumber(weight or '1') or 1
   if w < 1 then w = 1 end
   return share * w
 end
@@ -439,24 +440,27 @@ end
 -- they are admitted; on a cluster the caller numbers them.
 local function promote(K, share, check_at, now, account_id, task_id)
   if redis.call('ZCARD', K.parked) == 0 then return {} end
-  local limit = window(K, share)
+  local a = redis.call('HMGET', K.account, 'adm', 'weight')
+  local limit, adm = window(share, a[2]), tonumber(a[1] or '0') or 0
   local prefix = string.sub(K.task, 1, #K.task - #task_id - 2)
   local out = {}
-  while limit == 0 or (tonumber(redis.call('HGET', K.account, 'adm') or '0') or 0) < limit do
+  -- Only this loop changes the account's admitted count meanwhile: it is
+  -- counted here, not read again.
+  while limit == 0 or adm < limit do
     local head = redis.call('ZPOPMIN', K.parked)
     if #head == 0 then break end
     local id = head[1]
     local rec = prefix .. 't:' .. id
-    local v = redis.call('HMGET', rec, 'status', 'dl')
+    local v = redis.call('HMGET', rec, 'status', 'dl', 'q')
     local st = v[1]
     if st == 'pending' then
-      local q = redis.call('HGET', rec, 'q') or ''
+      local q = v[3] or ''
       if QUEUES ~= '' and q ~= '' then
         redis.call('HSET', rec, 'adm', 1, 'qseq', int(join_queue(QUEUES .. q .. '}', now)))
       else
         redis.call('HSET', rec, 'adm', 1)
       end
-      redis.call('HINCRBY', K.account, 'adm', 1)
+      adm = redis.call('HINCRBY', K.account, 'adm', 1)
       -- Its first queue check, or its deadline if that comes first.
       local at = tonumber(check_at)
       local dl = tonumber(v[2] or '0') or 0
