@@ -606,6 +606,8 @@ type startReply struct {
 	Deadline int64         `lua:"deadline"`
 	Model    string        `lua:"model"`
 	Holder   string        `lua:"holder"`
+	Trace    string        `lua:"trace"`
+	AdmitAt  int64         `lua:"admitted_at"`
 	Admitted []admittedRow `lua:"admitted"`
 }
 
@@ -666,6 +668,10 @@ func (s *Tasks) Start(ctx context.Context, accountID, taskID, run string) (Start
 	if st.Outcome == task.Applied {
 		st.Input = []byte(r.Input)
 		st.Created, st.Deadline = time.UnixMilli(r.Created), time.UnixMilli(r.Deadline)
+		st.TraceParent = r.Trace
+		if r.AdmitAt > 0 {
+			st.AdmitTime = time.UnixMilli(r.AdmitAt)
+		}
 	}
 	return st, nil
 }
@@ -677,6 +683,13 @@ type Started struct {
 	Input []byte
 	// Created and Deadline are the task's creation time and deadline.
 	Created, Deadline time.Time
+	// TraceParent is the W3C traceparent of the task's create when it was
+	// traced ("" otherwise): the run joins its trace when its job carries
+	// none (a promotion or a recovery queued it).
+	TraceParent string
+	// AdmitTime is when the task left its account's parked tasks, for a
+	// traced task that was parked; zero otherwise.
+	AdmitTime time.Time
 }
 
 var releaseLua = newScript[releaseKeys, releaseArgs, codeReply]("release", outcomes("APPLIED", "SUPERSEDED"))
