@@ -33,11 +33,12 @@ const (
 	fTaskQueueSeq = "qseq"    // its sequence number there
 	fTaskVoid     = "void"    // alone in a tombstone: an undo found no task (abort.lua)
 	fTaskKey      = "key"     // the hash of the API key that made it, if one did (its spend)
+	fTaskTrace    = "tp"      // the W3C traceparent of the create's span, when it was sampled (tracing on)
 )
 
 var taskFields = []string{fTaskType, fTaskModel, fTaskStatus, fTaskProgress, fTaskCreated, fTaskStarted, fTaskEnded,
 	fTaskResult, fTaskErrCode, fTaskErrMsg, fTaskPrice, fTaskRefunded, fTaskDeadline, fTaskInput, fTaskInPieces, fTaskAdmitted, fTaskRun, fTaskLive,
-	fTaskCrashes, fTaskRuns, fTaskCallback, fTaskEvents, fTaskQueue, fTaskQueueSeq, fTaskVoid, fTaskKey}
+	fTaskCrashes, fTaskRuns, fTaskCallback, fTaskEvents, fTaskQueue, fTaskQueueSeq, fTaskVoid, fTaskKey, fTaskTrace}
 
 // A value longer than pieceLen is kept over several fields, field, field+1,
 // field+2... (lib.lua's hset_long), so that every field of a record fits

@@ -498,14 +498,15 @@ func longField(m map[string]string, field string) string {
 
 func decodeTask(accountID, taskID string, m map[string]string) (*task.Task, error) {
 	t := &task.Task{
-		ID:        taskID,
-		AccountID: accountID,
-		Type:      m[fTaskType],
-		Model:     m[fTaskModel],
-		Status:    task.Status(m[fTaskStatus]),
-		Results:   []task.Result{},
-		Refunded:  m[fTaskRefunded] == "1",
-		Queue:     m[fTaskQueue],
+		ID:          taskID,
+		AccountID:   accountID,
+		Type:        m[fTaskType],
+		Model:       m[fTaskModel],
+		Status:      task.Status(m[fTaskStatus]),
+		Results:     []task.Result{},
+		Refunded:    m[fTaskRefunded] == "1",
+		Queue:       m[fTaskQueue],
+		TraceParent: m[fTaskTrace],
 	}
 	var err error
 	if t.Progress, err = strconv.Atoi(m[fTaskProgress]); err != nil {
