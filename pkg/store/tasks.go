@@ -206,6 +206,7 @@ type createArgs struct {
 	UsageUntil     int64  `lua:"usage_until"`
 	Queues         string `lua:"queues"`
 	Dry            int    `lua:"dry"`
+	TraceParent    string `lua:"traceparent"`
 }
 
 // createReply is create.lua's reply. N is the balance (CREATED,
@@ -336,7 +337,7 @@ func (s *Tasks) createCall(t *task.Task, c task.Charge, input []byte, now time.T
 		CheckAt: now.Add(FirstQueueCheck).UnixMilli(), Share: db.share, Keep: db.keepMs(),
 		IdemUntil: now.Add(idempotencyPending).UnixMilli(), IdemTTL: IdempotencyTTL.Milliseconds(),
 		QueueName: c.Queue, Input: input, Type: t.Type, Model: t.Model, Created: t.CreateTime.UnixMilli(),
-		Queues: db.queues(),
+		Queues: db.queues(), TraceParent: t.TraceParent,
 	}
 	if !c.ValidUntil.IsZero() {
 		a.ValidUntil = c.ValidUntil.UnixMilli()
