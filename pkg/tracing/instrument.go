@@ -52,8 +52,16 @@ func HTTPOptions(t *Tracing) []otelhttp.Option {
 	}
 }
 
+// ChildTracer returns a tracer of the provider that starts a span only
+// within a sampled span: elsewhere (tracing off, a request not sampled) its
+// Start costs nothing and returns ctx unchanged and a no-op span. For the
+// spans a service makes inside a request's or a run's.
+func (t *Tracing) ChildTracer(name string) trace.Tracer {
+	return childOnly{t.provider}.Tracer(name)
+}
+
 // childOnly is a provider whose tracers start a span only within a sampled
-// one: elsewhere Start returns ctx and its (non-recording) span.
+// one: elsewhere Start returns ctx and a no-op span.
 type childOnly struct{ trace.TracerProvider }
 
 func (p childOnly) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
@@ -62,9 +70,12 @@ func (p childOnly) Tracer(name string, opts ...trace.TracerOption) trace.Tracer 
 
 type childOnlyTracer struct{ trace.Tracer }
 
+// noSpan is the no-op span (what a context without a span holds).
+var noSpan = trace.SpanFromContext(context.Background())
+
 func (t childOnlyTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	if !trace.SpanContextFromContext(ctx).IsSampled() {
-		return ctx, trace.SpanFromContext(ctx)
+		return ctx, noSpan
 	}
 	return t.Tracer.Start(ctx, name, opts...)
 }

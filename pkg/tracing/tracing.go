@@ -215,3 +215,17 @@ func Extract(ctx context.Context, traceparent, tracestate string) context.Contex
 	}
 	return propagation.TraceContext{}.Extract(ctx, c)
 }
+
+// TraceIDOf returns the trace id a W3C traceparent names, 32 hex digits; ""
+// when traceparent is empty or malformed.
+func TraceIDOf(traceparent string) string {
+	// version "-" trace-id "-" parent-id "-" flags
+	if len(traceparent) < 55 || traceparent[2] != '-' || traceparent[35] != '-' {
+		return ""
+	}
+	id, err := trace.TraceIDFromHex(traceparent[3:35])
+	if err != nil {
+		return ""
+	}
+	return id.String()
+}

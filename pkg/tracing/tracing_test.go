@@ -169,3 +169,47 @@ func TestFieldsLogged(t *testing.T) {
 		t.Fatalf("logged %v, want the span's trace_id and span_id", m)
 	}
 }
+
+func TestTraceIDOf(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "4bf92f3577b34da6a3ce929d0e0e4736"},
+		{"", ""},
+		{"00-4bf92f3577b34da6a3ce929d0e0e4736", ""},
+		{"00-00000000000000000000000000000000-00f067aa0ba902b7-01", ""},
+		{"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", ""},
+		{"00x4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", ""},
+	} {
+		if got := TraceIDOf(tc.in); got != tc.want {
+			t.Errorf("TraceIDOf(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestChildTracer(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	sampled, parent := tp.Tracer("t").Start(context.Background(), "req")
+	unsampled, _ := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample())).Tracer("t").Start(context.Background(), "req")
+	for _, tc := range []struct {
+		name  string
+		ctx   context.Context
+		child bool
+	}{
+		{"no span", context.Background(), false},
+		{"unsampled", unsampled, false},
+		{"sampled", sampled, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(rec.Ended())
+			ctx, span := FromProvider(tp).ChildTracer("t").Start(tc.ctx, "child")
+			span.End()
+			if got := len(rec.Ended()) - before; got != map[bool]int{false: 0, true: 1}[tc.child] {
+				t.Fatalf("%d spans ended, want a child: %v", got, tc.child)
+			}
+			if !tc.child && ctx != tc.ctx {
+				t.Error("the context changed though no span started")
+			}
+		})
+	}
+	parent.End()
+}
