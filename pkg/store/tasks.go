@@ -206,6 +206,7 @@ type createArgs struct {
 	UsageUntil     int64  `lua:"usage_until"`
 	Queues         string `lua:"queues"`
 	Dry            int    `lua:"dry"`
+	TraceParent    string `lua:"traceparent"`
 }
 
 // createReply is create.lua's reply. N is the balance (CREATED,
@@ -336,7 +337,7 @@ func (s *Tasks) createCall(t *task.Task, c task.Charge, input []byte, now time.T
 		CheckAt: now.Add(FirstQueueCheck).UnixMilli(), Share: db.share, Keep: db.keepMs(),
 		IdemUntil: now.Add(idempotencyPending).UnixMilli(), IdemTTL: IdempotencyTTL.Milliseconds(),
 		QueueName: c.Queue, Input: input, Type: t.Type, Model: t.Model, Created: t.CreateTime.UnixMilli(),
-		Queues: db.queues(),
+		Queues: db.queues(), TraceParent: t.TraceParent,
 	}
 	if !c.ValidUntil.IsZero() {
 		a.ValidUntil = c.ValidUntil.UnixMilli()
@@ -498,14 +499,15 @@ func longField(m map[string]string, field string) string {
 
 func decodeTask(accountID, taskID string, m map[string]string) (*task.Task, error) {
 	t := &task.Task{
-		ID:        taskID,
-		AccountID: accountID,
-		Type:      m[fTaskType],
-		Model:     m[fTaskModel],
-		Status:    task.Status(m[fTaskStatus]),
-		Results:   []task.Result{},
-		Refunded:  m[fTaskRefunded] == "1",
-		Queue:     m[fTaskQueue],
+		ID:          taskID,
+		AccountID:   accountID,
+		Type:        m[fTaskType],
+		Model:       m[fTaskModel],
+		Status:      task.Status(m[fTaskStatus]),
+		Results:     []task.Result{},
+		Refunded:    m[fTaskRefunded] == "1",
+		Queue:       m[fTaskQueue],
+		TraceParent: m[fTaskTrace],
 	}
 	var err error
 	if t.Progress, err = strconv.Atoi(m[fTaskProgress]); err != nil {
