@@ -37,13 +37,13 @@ func TestStartedTraceContext(t *testing.T) {
 				create(t, s, "a", "task_lumen_1")
 				mustOutcome(t, task.Applied)(start(s, "a", "task_lumen_1", "task_lumen_1"))
 			}
-			c, err := s.tasks.Create(ctx, pending("a", id), std, nil)
+			tk := pending("a", id)
+			if tt.traced {
+				tk.TraceParent = tp
+			}
+			c, err := s.tasks.Create(ctx, tk, std, nil)
 			if err != nil || c.Admitted == tt.parked {
 				t.Fatalf("create: admitted %v, %v; want %v", c.Admitted, err, !tt.parked)
-			}
-			if tt.traced {
-				// What the create of a traced task keeps.
-				must(t, s.rdb.HSet(ctx, taskKey("a", id), fTaskTrace, tp).Err())
 			}
 			if tt.parked {
 				now = admitted
