@@ -61,7 +61,7 @@ func NewClient(o Options) *Client {
 	})
 	if o.Tracing != nil && o.Tracing.Enabled() {
 		// Over the egress transport, whose dialer checks every address.
-		hc.Transport = tracing.Transport(hc.Transport, o.Tracing)
+		hc.Transport = tracing.ChildTransport(hc.Transport, o.Tracing)
 	}
 	return &Client{http: hc, timeout: o.Timeout, now: time.Now}
 }

@@ -115,7 +115,7 @@ func New(ctx context.Context, cfg Config) (*Generator, error) {
 		// The client the SDK made (an authenticating one for Vertex AI)
 		// or was given: its requests nest under the caller's span.
 		if hc := client.ClientConfig().HTTPClient; hc != nil {
-			hc.Transport = tracing.Transport(hc.Transport, cfg.Tracing)
+			hc.Transport = tracing.ChildTransport(hc.Transport, cfg.Tracing)
 		}
 	}
 	g := &Generator{

@@ -111,7 +111,7 @@ func New(o Options) *Fetcher {
 	if o.Tracing != nil && o.Tracing.Enabled() {
 		// The egress transport (its dialer checks every address) stays
 		// under the tracing one.
-		client.Transport = tracing.Transport(client.Transport, o.Tracing)
+		client.Transport = tracing.ChildTransport(client.Transport, o.Tracing)
 		f.tracer = o.Tracing.Provider().Tracer("github.com/easelhq/easel/worker")
 	}
 	return f
