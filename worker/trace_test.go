@@ -20,8 +20,12 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/easelhq/easel/pkg/account"
+	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/store"
@@ -30,6 +34,8 @@ import (
 	"github.com/easelhq/easel/tools/testkit/localnet"
 	"github.com/easelhq/easel/tools/testkit/redistest"
 	"github.com/easelhq/easel/worker/imagegen/procedural"
+	"github.com/easelhq/easel/worker/internal/fetch"
+	"github.com/easelhq/easel/worker/internal/processor"
 )
 
 // traceReceiver is a webhook receiver: the traceparent header of the first
@@ -234,6 +240,68 @@ func TestRunTrace(t *testing.T) {
 						t.Errorf("webhook.deliver attributes %v", d.Attributes)
 					}
 				})
+			}
+		})
+	}
+}
+
+// Every line a traced run logs names its trace and its span (task.run),
+// beside its task; an untraced run's name neither.
+func TestRunLogsNameTheTrace(t *testing.T) {
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	for name, traced := range map[string]bool{"traced": true, "untraced": false} {
+		t.Run(name, func(t *testing.T) {
+			e := newHookEnv(t)
+			exp := tracetest.NewInMemoryExporter()
+			provider := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+			t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
+			blobs, err := blob.OpenFS(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = blobs.Close() })
+			gen, err := procedural.New(procedural.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cat, err := catalog.New("lumen")
+			if err != nil {
+				t.Fatal(err)
+			}
+			core, logs := observer.New(zapcore.DebugLevel)
+			p := processor.New(e.tasks, blobs, gen, fetch.New(fetch.Options{}), cat, zap.New(core),
+				processor.Options{Tracing: tracing.FromProvider(provider), Upstream: "procedural"})
+			j := e.pending(t, "task_lumen_1", "")
+			ref := jobs.RefOf(j)
+			if traced {
+				ref.TraceParent = tp
+			}
+			if err := p.Process(context.Background(), ref, processor.Attempt{Run: j.TaskID}); err != nil {
+				t.Fatal(err)
+			}
+			var run tracetest.SpanStub
+			for _, s := range exp.GetSpans() {
+				if s.Name == processor.SpanRun {
+					run = s
+				}
+			}
+			if traced != run.SpanContext.IsValid() {
+				t.Fatalf("a task.run span: %v; want %v", run.SpanContext.IsValid(), traced)
+			}
+			if logs.Len() == 0 {
+				t.Fatal("the run logged nothing")
+			}
+			for _, l := range logs.All() {
+				f := l.ContextMap()
+				want := map[string]any{"task_id": j.TaskID, "trace_id": nil, "span_id": nil}
+				if traced {
+					want["trace_id"], want["span_id"] = run.SpanContext.TraceID().String(), run.SpanContext.SpanID().String()
+				}
+				for k, v := range want {
+					if f[k] != v {
+						t.Errorf("%q logs %s=%v; want %v", l.Message, k, f[k], v)
+					}
+				}
 			}
 		})
 	}
