@@ -306,3 +306,97 @@ func TestRunLogsNameTheTrace(t *testing.T) {
 		})
 	}
 }
+
+// A traced task parked for a place, then admitted when another task of
+// its account ends (the worker that ended it queues its run, with no
+// trace context), joins its create's trace: its time parked (creation to
+// admission) and queued (admission to start) are spans of it, one after
+// the other, before its run.
+func TestParkedRunTrace(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	exp := tracetest.NewInMemoryExporter()
+	provider := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
+	srv := redistest.Start(t)
+	gen := &heldGenerator{release: map[string]chan struct{}{}}
+	addr := runWorkerWith(t, srv.URL, map[string]string{"EASEL_ACCOUNT_MAX_RUNNING": "1", "EASEL_QUEUES": "standard"},
+		Options{Generator: gen, Tracing: tracing.FromProvider(provider)})
+	localnet.WaitStatus(t, "http://"+addr+"/readyz", 200, 10*time.Second)
+	ctx := context.Background()
+	rdb := srv.Client(t)
+	db := store.NewDB(rdb, store.Options{Share: 1})
+	tasks, q := store.NewTasks(db), jobs.NewEnqueuer(rdb)
+	acct, err := store.NewAccounts(db).Create(ctx, account.Spec{Name: "parked", Credits: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(id, traceparent string) bool {
+		t.Helper()
+		now := time.Now()
+		j := jobs.GenerateImage{TaskID: id, AccountID: acct.ID, CreateTime: now, Deadline: now.Add(time.Hour),
+			Input: task.Input{Model: catalog.Model{ID: "lumen-2.5-flash-image", Tier: catalog.Standard}, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K"}}
+		input, err := jobs.EncodeInput(j.Input)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := tasks.Create(ctx, &task.Task{ID: id, AccountID: acct.ID, Type: task.Type, Model: j.Input.Model.ID, CreateTime: now, TraceParent: traceparent},
+			task.Charge{Price: 1, Tier: "standard", CountUntil: j.Deadline.Add(jobs.CountMargin), Queue: jobs.Queue(catalog.Standard)}, input)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Admitted {
+			if err := q.EnqueueGenerateImage(ctx, jobs.RefOf(j), id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return c.Admitted
+	}
+	if !create("task_lumen_1", "") {
+		t.Fatal("the account's first task was parked")
+	}
+	t.Cleanup(func() {
+		for _, id := range []string{"task_lumen_1", "task_lumen_2"} {
+			select {
+			case <-gen.gate(id):
+			default:
+				gen.let(id)
+			}
+		}
+	})
+	waitTraced(t, 10*time.Second, "the first task running", func() bool { return slices.Contains(gen.began(), "task_lumen_1") })
+	if create("task_lumen_2", tp) {
+		t.Fatal("the account's second task was admitted; want it parked")
+	}
+	gen.let("task_lumen_1")
+	waitTraced(t, 10*time.Second, "the parked task running", func() bool { return slices.Contains(gen.began(), "task_lumen_2") })
+	gen.let("task_lumen_2")
+
+	parent := trace.SpanContextFromContext(tracing.Extract(ctx, tp, ""))
+	spans := map[string]tracetest.SpanStub{}
+	waitTraced(t, 10*time.Second, "the parked task's run ended", func() bool {
+		for _, s := range exp.GetSpans() {
+			if s.SpanContext.TraceID() == parent.TraceID() {
+				spans[s.Name] = s
+			}
+		}
+		_, ok := spans["task.run"]
+		return ok
+	})
+	parked, wait, run := spans["queue.parked"], spans["queue.wait"], spans["task.run"]
+	for name, s := range map[string]tracetest.SpanStub{"queue.parked": parked, "queue.wait": wait} {
+		if s.Parent.SpanID() != parent.SpanID() {
+			t.Errorf("%s: parent %v; want the create %v", name, s.Parent.SpanID(), parent.SpanID())
+		}
+	}
+	if run.Parent.SpanID() != parent.SpanID() {
+		t.Errorf("task.run: parent %v; want the create %v", run.Parent.SpanID(), parent.SpanID())
+	}
+	if parked.StartTime.IsZero() || !parked.EndTime.Equal(wait.StartTime) || parked.EndTime.Before(parked.StartTime) || wait.EndTime.Before(wait.StartTime) {
+		t.Errorf("parked %v to %v, then queued %v to %v; want one after the other", parked.StartTime, parked.EndTime, wait.StartTime, wait.EndTime)
+	}
+	for _, s := range exp.GetSpans() {
+		if spanAttr(s, "easel.task_id") == "task_lumen_1" {
+			t.Errorf("span %s of the untraced first task", s.Name)
+		}
+	}
+}
