@@ -252,9 +252,10 @@ local function get_input(key, first, n)
 end
 
 -- UNFINISHED are the fields of a task's record only an unfinished task
--- needs: its deadline, the run that owns it, its crashes. Its input stays:
--- the record shows it (the task's "input") as long as it lives.
-local UNFINISHED = {'run', 'live', 'crashes', 'tkn', 'dl'}
+-- needs: its deadline, the run that owns it, its crashes, when it was
+-- admitted. Its input stays: the record shows it (the task's "input") as
+-- long as it lives.
+local UNFINISHED = {'run', 'live', 'crashes', 'tkn', 'dl', 'atime'}
 
 -- wanted reports whether a callback (cb, its cbev: the task's fields of
 -- those names, read by the caller) wants events of type ev: the one place
@@ -451,15 +452,18 @@ local function promote(K, share, check_at, now, account_id, task_id)
     if #head == 0 then break end
     local id = head[1]
     local rec = prefix .. 't:' .. id
-    local v = redis.call('HMGET', rec, 'status', 'dl', 'q')
+    local v = redis.call('HMGET', rec, 'status', 'dl', 'q', 'tp')
     local st = v[1]
     if st == 'pending' then
       local q = v[3] or ''
+      local set = {'adm', 1}
+      -- A traced task keeps when it was admitted: its run's trace shows
+      -- its time parked (an untraced one costs nothing more).
+      if v[4] then set[#set + 1] = 'atime'; set[#set + 1] = now end
       if QUEUES ~= '' and q ~= '' then
-        redis.call('HSET', rec, 'adm', 1, 'qseq', int(join_queue(QUEUES .. q .. '}', now)))
-      else
-        redis.call('HSET', rec, 'adm', 1)
+        set[#set + 1] = 'qseq'; set[#set + 1] = int(join_queue(QUEUES .. q .. '}', now))
       end
+      redis.call('HSET', rec, unpack(set))
       adm = redis.call('HINCRBY', K.account, 'adm', 1)
       -- Its first queue check, or its deadline if that comes first.
       local at = tonumber(check_at)
