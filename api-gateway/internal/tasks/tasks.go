@@ -139,9 +139,13 @@ func (s *Service) storeCreate(ctx context.Context, t *task.Task, c task.Charge, 
 // enqueue queues the first run of the task of job within a span
 // "queue.enqueue" (traced).
 func (s *Service) enqueue(ctx context.Context, job jobs.GenerateImage) error {
+	// The job carries the create's trace context, as the record does (tp):
+	// its run joins the create's trace ("" when not sampled).
+	ref := jobs.RefOf(job)
+	ref.TraceParent, ref.TraceState = tracing.Inject(ctx, s.Tracing.Propagator()), tracing.TraceState(ctx)
 	ctx, span := s.startSpan(ctx, "queue.enqueue", job.TaskID, job.AccountID)
 	defer span.End()
-	err := s.Queue.EnqueueGenerateImage(ctx, jobs.RefOf(job), jobs.RunID(job.TaskID, 0))
+	err := s.Queue.EnqueueGenerateImage(ctx, ref, jobs.RunID(job.TaskID, 0))
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}
