@@ -65,11 +65,16 @@ type GenerateImage struct {
 }
 
 // Ref is what a run's Asynq job carries: which task of which account, on
-// which queue, until when.
+// which queue, until when, and in which trace.
 type Ref struct {
 	AccountID, TaskID string
 	Queue             string
 	Deadline          time.Time
+	// TraceParent and TraceState are the W3C trace context of the task's
+	// create when it was traced (the run's span is its child); empty when
+	// it was not, or when whoever queued the run did not know it (a
+	// promotion, a recovery): the run then takes the task record's.
+	TraceParent, TraceState string
 }
 
 // RefOf is the Ref of a job.
@@ -246,7 +251,7 @@ func NewGenerateImageTask(r Ref, run string) (*asynq.Task, error) {
 	if err := r.check(run); err != nil {
 		return nil, err
 	}
-	b, err := proto.Marshal(&jobv1.ImageRun{AccountId: r.AccountID})
+	b, err := proto.Marshal(&jobv1.ImageRun{AccountId: r.AccountID, Traceparent: r.TraceParent, Tracestate: r.TraceState})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: encode %s: %w", run, err)
 	}
@@ -273,7 +278,10 @@ func decodeRun(payload []byte, run, queue string, deadline time.Time) (Ref, erro
 	if err := proto.Unmarshal(payload, &p); err != nil {
 		return Ref{}, fmt.Errorf("jobs: decode payload: %w", err)
 	}
-	r := Ref{AccountID: p.GetAccountId(), TaskID: TaskOfRun(run), Queue: queue, Deadline: deadline}
+	r := Ref{
+		AccountID: p.GetAccountId(), TaskID: TaskOfRun(run), Queue: queue, Deadline: deadline,
+		TraceParent: p.GetTraceparent(), TraceState: p.GetTracestate(),
+	}
 	if err := r.check(run); err != nil {
 		return Ref{}, err
 	}

@@ -79,6 +79,50 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// A run's trace context travels in its payload when whoever queued it
+// knew it, and a payload without one (written before runs carried it, or
+// by a promotion or recovery) reads as a Ref without it: the run then
+// takes the task record's.
+func TestImageRunTraceContext(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	dl := time.UnixMilli(1_700_000_000_000)
+	base := Ref{AccountID: "acct_x", TaskID: "task_lumen_7", Queue: Queue(catalog.Pro), Deadline: dl}
+	traced, withState := base, base
+	traced.TraceParent = tp
+	withState.TraceParent, withState.TraceState = tp, "vendor=v1"
+	tests := map[string]struct {
+		payload []byte
+		want    Ref
+	}{
+		"no trace context": {payload: encodeRun(t, base), want: base},
+		"a traceparent":    {payload: encodeRun(t, traced), want: traced},
+		"with tracestate":  {payload: encodeRun(t, withState), want: withState},
+		// An older gateway's payload: the account alone, in field 1.
+		"an older payload": {payload: protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "acct_x"), want: base},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := ParseGenerateImage(asynq.NewTask(TypeGenerateImage, tt.payload), base.TaskID, base.Queue, dl)
+			if err != nil || got != tt.want {
+				t.Errorf("parses as %+v, %v; want %+v", got, err, tt.want)
+			}
+		})
+	}
+	// An untraced run costs no byte more than before.
+	if b := encodeRun(t, base); len(b) != len("acct_x")+2 {
+		t.Errorf("an untraced payload is %d bytes: %q", len(b), b)
+	}
+}
+
+func encodeRun(t *testing.T, r Ref) []byte {
+	t.Helper()
+	at, err := NewGenerateImageTask(r, r.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return at.Payload()
+}
+
 // A run's Ref round-trips through its ImageRun payload (Asynq gives the
 // reader the run's id, queue and deadline). A run of another task, a Ref
 // without a deadline or on an unknown queue is never built; a run read

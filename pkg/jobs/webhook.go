@@ -43,6 +43,10 @@ type DeliverWebhook struct {
 	// Seq tells apart the progress events of a task (their percent); 0 for
 	// the others.
 	Seq int
+	// TraceParent is the W3C traceparent of the task's trace when it was
+	// traced (the delivery's span is its child); empty otherwise. It is no
+	// part of the delivery's identity (WebhookID).
+	TraceParent string
 }
 
 func (d DeliverWebhook) check() error {
@@ -70,7 +74,9 @@ func NewDeliverWebhookTask(d DeliverWebhook) (*asynq.Task, error) {
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	b, err := proto.Marshal(&jobv1.DeliverWebhook{AccountId: d.AccountID, TaskId: d.TaskID, Event: d.Event, Seq: int32(d.Seq)})
+	b, err := proto.Marshal(&jobv1.DeliverWebhook{
+		AccountId: d.AccountID, TaskId: d.TaskID, Event: d.Event, Seq: int32(d.Seq), Traceparent: d.TraceParent,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: encode webhook of %s: %w", d.TaskID, err)
 	}
@@ -91,7 +97,10 @@ func ParseDeliverWebhook(t *asynq.Task) (DeliverWebhook, error) {
 	if err := proto.Unmarshal(t.Payload(), &w); err != nil {
 		return DeliverWebhook{}, fmt.Errorf("jobs: decode webhook payload: %w", err)
 	}
-	d := DeliverWebhook{AccountID: w.GetAccountId(), TaskID: w.GetTaskId(), Event: w.GetEvent(), Seq: int(w.GetSeq())}
+	d := DeliverWebhook{
+		AccountID: w.GetAccountId(), TaskID: w.GetTaskId(), Event: w.GetEvent(), Seq: int(w.GetSeq()),
+		TraceParent: w.GetTraceparent(),
+	}
 	if err := d.check(); err != nil {
 		return DeliverWebhook{}, err
 	}

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ func TestDeliverWebhookRoundTrip(t *testing.T) {
 		{AccountID: "acct_a", TaskID: "task_lumen_1", Event: task.EventFailed},
 		{AccountID: "acct_a", TaskID: "task_lumen_1", Event: task.EventCanceled},
 		{AccountID: "acct_a", TaskID: "task_lumen_1", Event: task.EventProgress, Seq: 40},
+		{AccountID: "acct_a", TaskID: "task_lumen_1", Event: task.EventCompleted, TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 	} {
 		at, err := NewDeliverWebhookTask(d)
 		if err != nil {
@@ -30,6 +32,32 @@ func TestDeliverWebhookRoundTrip(t *testing.T) {
 		if err != nil || got != d {
 			t.Errorf("round trip of %+v = %+v, %v", d, got, err)
 		}
+	}
+}
+
+// A delivery's traceparent travels in its payload; an untraced delivery's
+// payload is what it was before (an older producer's reads as untraced).
+func TestDeliverWebhookTraceParent(t *testing.T) {
+	d := DeliverWebhook{AccountID: "acct_a", TaskID: "task_lumen_1", Event: task.EventCompleted}
+	traced := d
+	traced.TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	a, err := NewDeliverWebhookTask(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewDeliverWebhookTask(traced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := proto.Marshal(&jobv1.DeliverWebhook{AccountId: d.AccountID, TaskId: d.TaskID, Event: d.Event})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(old, a.Payload()) {
+		t.Errorf("an untraced payload changed: %q; before %q", a.Payload(), old)
+	}
+	if got, err := ParseDeliverWebhook(b); err != nil || got.TraceParent != traced.TraceParent {
+		t.Errorf("traced delivery parses as %+v, %v", got, err)
 	}
 }
 

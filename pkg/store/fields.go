@@ -7,37 +7,39 @@ package store
 // Task record fields. Short names keep a record small; Redis stores a
 // small hash as one compact listpack.
 const (
-	fTaskType     = "type"
-	fTaskModel    = "model"
-	fTaskStatus   = "status"
-	fTaskProgress = "progress"
-	fTaskCreated  = "ctime"
-	fTaskStarted  = "stime"
-	fTaskEnded    = "etime"
-	fTaskResult   = "r" // r0, r1, ...: the results' blob keys, one a field
-	fTaskErrCode  = "ecode"
-	fTaskErrMsg   = "emsg"
-	fTaskPrice    = "price"
-	fTaskRefunded = "refunded"
-	fTaskDeadline = "dl"      // until the task ends: when it counts no more and fails, Unix ms
-	fTaskInput    = "in"      // its input (jobs.EncodeInput), split over in, in+1, ...; shown while the record lives
-	fTaskInPieces = "inn"     // with it: over how many fields (none in a record an older create wrote)
-	fTaskAdmitted = "adm"     // 1 while the task holds one of its account's places
-	fTaskRun      = "run"     // the run (jobs.RunID) that owns the unfinished task
-	fTaskLive     = "live"    // while the owning run has not let go: the worker that started it (Pulse's id; 1 from one that names none)
-	fTaskCrashes  = "crashes" // runs whose worker died holding the unfinished task
-	fTaskRuns     = "tkn"     // takeovers: the runs the unfinished task was given to after its first (names the next)
-	fTaskCallback = "cb"      // the webhook URL, if any
-	fTaskEvents   = "cbev"    // the webhook event types, comma separated
-	fTaskQueue    = "q"       // the queue a pending task waits in
-	fTaskQueueSeq = "qseq"    // its sequence number there
-	fTaskVoid     = "void"    // alone in a tombstone: an undo found no task (abort.lua)
-	fTaskKey      = "key"     // the hash of the API key that made it, if one did (its spend)
+	fTaskType      = "type"
+	fTaskModel     = "model"
+	fTaskStatus    = "status"
+	fTaskProgress  = "progress"
+	fTaskCreated   = "ctime"
+	fTaskStarted   = "stime"
+	fTaskEnded     = "etime"
+	fTaskResult    = "r" // r0, r1, ...: the results' blob keys, one a field
+	fTaskErrCode   = "ecode"
+	fTaskErrMsg    = "emsg"
+	fTaskPrice     = "price"
+	fTaskRefunded  = "refunded"
+	fTaskDeadline  = "dl"      // until the task ends: when it counts no more and fails, Unix ms
+	fTaskInput     = "in"      // its input (jobs.EncodeInput), split over in, in+1, ...; shown while the record lives
+	fTaskInPieces  = "inn"     // with it: over how many fields (none in a record an older create wrote)
+	fTaskAdmitted  = "adm"     // 1 while the task holds one of its account's places
+	fTaskRun       = "run"     // the run (jobs.RunID) that owns the unfinished task
+	fTaskLive      = "live"    // while the owning run has not let go: the worker that started it (Pulse's id; 1 from one that names none)
+	fTaskCrashes   = "crashes" // runs whose worker died holding the unfinished task
+	fTaskRuns      = "tkn"     // takeovers: the runs the unfinished task was given to after its first (names the next)
+	fTaskCallback  = "cb"      // the webhook URL, if any
+	fTaskEvents    = "cbev"    // the webhook event types, comma separated
+	fTaskQueue     = "q"       // the queue a pending task waits in
+	fTaskQueueSeq  = "qseq"    // its sequence number there
+	fTaskVoid      = "void"    // alone in a tombstone: an undo found no task (abort.lua)
+	fTaskKey       = "key"     // the hash of the API key that made it, if one did (its spend)
+	fTaskTrace     = "tp"      // the W3C traceparent of the create's span, when it was sampled (tracing on)
+	fTaskAdmitTime = "atime"   // a traced task that was parked: when it was admitted (Unix ms), until it ends
 )
 
 var taskFields = []string{fTaskType, fTaskModel, fTaskStatus, fTaskProgress, fTaskCreated, fTaskStarted, fTaskEnded,
 	fTaskResult, fTaskErrCode, fTaskErrMsg, fTaskPrice, fTaskRefunded, fTaskDeadline, fTaskInput, fTaskInPieces, fTaskAdmitted, fTaskRun, fTaskLive,
-	fTaskCrashes, fTaskRuns, fTaskCallback, fTaskEvents, fTaskQueue, fTaskQueueSeq, fTaskVoid, fTaskKey}
+	fTaskCrashes, fTaskRuns, fTaskCallback, fTaskEvents, fTaskQueue, fTaskQueueSeq, fTaskVoid, fTaskKey, fTaskTrace, fTaskAdmitTime}
 
 // A value longer than pieceLen is kept over several fields, field, field+1,
 // field+2... (lib.lua's hset_long), so that every field of a record fits

@@ -206,6 +206,7 @@ type createArgs struct {
 	UsageUntil     int64  `lua:"usage_until"`
 	Queues         string `lua:"queues"`
 	Dry            int    `lua:"dry"`
+	TraceParent    string `lua:"traceparent"`
 }
 
 // createReply is create.lua's reply. N is the balance (CREATED,
@@ -336,7 +337,7 @@ func (s *Tasks) createCall(t *task.Task, c task.Charge, input []byte, now time.T
 		CheckAt: now.Add(FirstQueueCheck).UnixMilli(), Share: db.share, Keep: db.keepMs(),
 		IdemUntil: now.Add(idempotencyPending).UnixMilli(), IdemTTL: IdempotencyTTL.Milliseconds(),
 		QueueName: c.Queue, Input: input, Type: t.Type, Model: t.Model, Created: t.CreateTime.UnixMilli(),
-		Queues: db.queues(),
+		Queues: db.queues(), TraceParent: t.TraceParent,
 	}
 	if !c.ValidUntil.IsZero() {
 		a.ValidUntil = c.ValidUntil.UnixMilli()
@@ -498,14 +499,15 @@ func longField(m map[string]string, field string) string {
 
 func decodeTask(accountID, taskID string, m map[string]string) (*task.Task, error) {
 	t := &task.Task{
-		ID:        taskID,
-		AccountID: accountID,
-		Type:      m[fTaskType],
-		Model:     m[fTaskModel],
-		Status:    task.Status(m[fTaskStatus]),
-		Results:   []task.Result{},
-		Refunded:  m[fTaskRefunded] == "1",
-		Queue:     m[fTaskQueue],
+		ID:          taskID,
+		AccountID:   accountID,
+		Type:        m[fTaskType],
+		Model:       m[fTaskModel],
+		Status:      task.Status(m[fTaskStatus]),
+		Results:     []task.Result{},
+		Refunded:    m[fTaskRefunded] == "1",
+		Queue:       m[fTaskQueue],
+		TraceParent: m[fTaskTrace],
 	}
 	var err error
 	if t.Progress, err = strconv.Atoi(m[fTaskProgress]); err != nil {
@@ -606,6 +608,8 @@ type startReply struct {
 	Deadline int64         `lua:"deadline"`
 	Model    string        `lua:"model"`
 	Holder   string        `lua:"holder"`
+	Trace    string        `lua:"trace"`
+	AdmitAt  int64         `lua:"admitted_at"`
 	Admitted []admittedRow `lua:"admitted"`
 }
 
@@ -666,6 +670,10 @@ func (s *Tasks) Start(ctx context.Context, accountID, taskID, run string) (Start
 	if st.Outcome == task.Applied {
 		st.Input = []byte(r.Input)
 		st.Created, st.Deadline = time.UnixMilli(r.Created), time.UnixMilli(r.Deadline)
+		st.TraceParent = r.Trace
+		if r.AdmitAt > 0 {
+			st.AdmitTime = time.UnixMilli(r.AdmitAt)
+		}
 	}
 	return st, nil
 }
@@ -677,6 +685,13 @@ type Started struct {
 	Input []byte
 	// Created and Deadline are the task's creation time and deadline.
 	Created, Deadline time.Time
+	// TraceParent is the W3C traceparent of the task's create when it was
+	// traced ("" otherwise): the run joins its trace when its job carries
+	// none (a promotion or a recovery queued it).
+	TraceParent string
+	// AdmitTime is when the task left its account's parked tasks, for a
+	// traced task that was parked; zero otherwise.
+	AdmitTime time.Time
 }
 
 var releaseLua = newScript[releaseKeys, releaseArgs, codeReply]("release", outcomes("APPLIED", "SUPERSEDED"))

@@ -277,6 +277,10 @@ type Task struct {
 	// sequence number there, for its queue position ("" and 0: none).
 	Queue    string
 	QueueSeq int64
+	// TraceParent is the W3C traceparent of the span that created the
+	// task, when tracing was on and sampled it; "" otherwise. The task's
+	// later spans (its run, its webhooks) join that trace.
+	TraceParent string
 }
 
 // ResultsExpire returns when the task's result URLs stop working.

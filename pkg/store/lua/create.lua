@@ -44,6 +44,7 @@
 -- ARGV[27] -> usage_until: when the day's usage expires, Unix ms
 -- ARGV[28] -> queues: where the queues' numbers are kept, on one server (lib.lua's QUEUES; '' on a cluster)
 -- ARGV[29] -> dry: 1 to check and price only (a quote): the rules checked as for a create, nothing written
+-- ARGV[30] -> traceparent: the W3C traceparent of the create's span, kept when it was sampled ('' for none: nothing kept)
 --
 -- Returns {QUOTED, balance} for a dry run that passed the rules,
 -- {CREATED, balance, '', queue number (0 if parked), admitted (1/0),
@@ -71,6 +72,7 @@ local callback_url, callback_events, valid_until = ARGV[22], ARGV[23], tonumber(
 local key_hash, spend_limit, usage_until = ARGV[25], tonumber(ARGV[26]), ARGV[27]
 QUEUES = ARGV[28]
 local dry = ARGV[29] == '1'
+local traceparent = ARGV[30]
 
 -- Redis's own clock: a create held up (Redis hung, the network stalled)
 -- past the time its caller waits for it never applies.
@@ -133,6 +135,7 @@ if callback_url ~= '' then
 end
 if queue_name ~= '' then rec[#rec + 1] = 'q'; rec[#rec + 1] = queue_name end
 if key_hash ~= '' then rec[#rec + 1] = 'key'; rec[#rec + 1] = key_hash end
+if traceparent ~= '' then rec[#rec + 1] = 'tp'; rec[#rec + 1] = traceparent end
 local pieces = put_long(rec, 'in', input)
 rec[#rec + 1] = 'inn'; rec[#rec + 1] = int(pieces)
 local seq = nil

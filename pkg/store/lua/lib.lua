@@ -241,10 +241,11 @@ local function get_input(key, first, n)
 end
 
 -- del_unfinished removes from a task's record what only an unfinished
--- task needs: its deadline, the run that owns it, its crashes. Its input
--- stays: the record shows it (the task's "input") as long as it lives.
+-- task needs: its deadline, the run that owns it, its crashes, when it was
+-- admitted. Its input stays: the record shows it (the task's "input") as
+-- long as it lives.
 local function del_unfinished(key)
-  redis.call('HDEL', key, 'run', 'live', 'crashes', 'tkn', 'dl')
+  redis.call('HDEL', key, 'run', 'live', 'crashes', 'tkn', 'dl', 'atime')
 end
 
 -- wanted reports whether a callback (cb, its cbev: the task's fields of
@@ -423,6 +424,9 @@ local function promote(K, share, check_at, now, account_id, task_id)
     local st = v[1]
     if st == 'pending' then
       local q = redis.call('HGET', rec, 'q') or ''
+      -- A traced task keeps when it was admitted: its run's trace shows
+      -- its time parked (an untraced one costs nothing more).
+      if redis.call('HEXISTS', rec, 'tp') == 1 then redis.call('HSET', rec, 'atime', now) end
       if QUEUES ~= '' and q ~= '' then
         redis.call('HSET', rec, 'adm', 1, 'qseq', int(join_queue(QUEUES .. q .. '}', now)))
       else

@@ -30,8 +30,10 @@
 -- ARGV[15] -> dead: '1' if the caller found that worker dead
 --
 -- Returns {outcome, refunded, hooked, queue left, input, created,
--- deadline, model, holder, id, queue, deadline, ...}: APPLIED (with the task's
--- input, its creation time and deadline, for the run), FINAL, MISSING, SUPERSEDED,
+-- deadline, model, holder, trace, admitted at, id, queue, deadline, ...}:
+-- APPLIED (with the task's input, its creation time and deadline, for the
+-- run, and the trace context of its create and when it was admitted from
+-- its account's parked tasks, if it was traced), FINAL, MISSING, SUPERSEDED,
 -- BUSY (the task is parked; nothing changed), HELD (nothing changed: the
 -- run never let go, and the worker that started it, holder, is to be
 -- judged) or POISONED (failed and refunded instead; the tasks its place
@@ -44,7 +46,7 @@ local share, check_at = tonumber(ARGV[10]), ARGV[11]
 QUEUES = ARGV[12]
 local me, judged, dead = ARGV[13], ARGV[14], ARGV[15]
 
-local v = redis.call('HMGET', K.task, 'status', 'run', 'live', 'crashes', 'dl', 'adm', 'model', 'ctime', 'inn', 'in', 'cb')
+local v = redis.call('HMGET', K.task, 'status', 'run', 'live', 'crashes', 'dl', 'adm', 'model', 'ctime', 'inn', 'in', 'cb', 'tp', 'atime')
 local st = v[1]
 local model = v[7] or ''
 if not st then return {MISSING, 0, 0, '', '', 0, 0, model, ''} end
@@ -60,7 +62,7 @@ if st == 'processing' then
     failed, hooked, refunded, q = crashed(K, tonumber(v[4] or '0') or 0, max_crashes, now, ttl, keep, hook_at, crash_message, account_id, task_id)
   end
   if failed then
-    local reply = {POISONED, refunded, hooked, q, '', 0, 0, model, ''}
+    local reply = {POISONED, refunded, hooked, q, '', 0, 0, model, '', '', 0}
     for _, x in ipairs(promote(K, share, check_at, now, account_id, task_id)) do reply[#reply + 1] = x end
     return reply
   end
@@ -77,4 +79,5 @@ if st == 'pending' then
   notify(K.task)
 end
 redis.call('HSET', K.task, 'run', run, 'live', me)
-return {APPLIED, 0, 0, q, get_input(K.task, v[10], v[9]) or '', tonumber(v[8] or '0'), tonumber(v[5] or '0'), model, ''}
+return {APPLIED, 0, 0, q, get_input(K.task, v[10], v[9]) or '', tonumber(v[8] or '0'), tonumber(v[5] or '0'), model, '',
+  v[12] or '', tonumber(v[13] or '0')}

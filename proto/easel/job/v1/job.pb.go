@@ -33,7 +33,13 @@ const (
 type ImageRun struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The account that owns the task; the task record lives in its keys.
-	AccountId     string `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	AccountId string `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// The W3C trace context (traceparent, tracestate) of the task's create
+	// when it was traced; the run's span is its child. Empty when the create
+	// was not traced, or when the run was queued by promotion or recovery:
+	// the worker then takes the task record's.
+	Traceparent   string `protobuf:"bytes,2,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    string `protobuf:"bytes,3,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -71,6 +77,20 @@ func (*ImageRun) Descriptor() ([]byte, []int) {
 func (x *ImageRun) GetAccountId() string {
 	if x != nil {
 		return x.AccountId
+	}
+	return ""
+}
+
+func (x *ImageRun) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *ImageRun) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
 	}
 	return ""
 }
@@ -195,7 +215,10 @@ type DeliverWebhook struct {
 	Event string `protobuf:"bytes,3,opt,name=event,proto3" json:"event,omitempty"`
 	// Tells apart the progress events of a task (their percent); 0 for the
 	// others.
-	Seq           int32 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	Seq int32 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The W3C traceparent of the task's trace when it was traced; the
+	// delivery's span is its child. Empty otherwise.
+	Traceparent   string `protobuf:"bytes,5,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -258,14 +281,25 @@ func (x *DeliverWebhook) GetSeq() int32 {
 	return 0
 }
 
+func (x *DeliverWebhook) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
 var File_easel_job_v1_job_proto protoreflect.FileDescriptor
 
 const file_easel_job_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x16easel/job/v1/job.proto\x12\feasel.job.v1\")\n" +
+	"\x16easel/job/v1/job.proto\x12\feasel.job.v1\"k\n" +
 	"\bImageRun\x12\x1d\n" +
 	"\n" +
-	"account_id\x18\x01 \x01(\tR\taccountId\"\x89\x02\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12 \n" +
+	"\vtraceparent\x18\x02 \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\x03 \x01(\tR\n" +
+	"tracestate\"\x89\x02\n" +
 	"\n" +
 	"ImageInput\x12\x16\n" +
 	"\x06prompt\x18\x03 \x01(\tR\x06prompt\x12!\n" +
@@ -277,13 +311,14 @@ const file_easel_job_v1_job_proto_rawDesc = "" +
 	"\routput_format\x18\a \x01(\tR\foutputFormat\x12%\n" +
 	"\x0eoutput_quality\x18\b \x01(\x05R\routputQuality\x12\x1d\n" +
 	"\n" +
-	"num_images\x18\t \x01(\x05R\tnumImagesJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03R\x05modelR\x04tier\"p\n" +
+	"num_images\x18\t \x01(\x05R\tnumImagesJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03R\x05modelR\x04tier\"\x92\x01\n" +
 	"\x0eDeliverWebhook\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x14\n" +
 	"\x05event\x18\x03 \x01(\tR\x05event\x12\x10\n" +
-	"\x03seq\x18\x04 \x01(\x05R\x03seqB3Z1github.com/easelhq/easel/proto/easel/job/v1;jobv1b\x06proto3"
+	"\x03seq\x18\x04 \x01(\x05R\x03seq\x12 \n" +
+	"\vtraceparent\x18\x05 \x01(\tR\vtraceparentB3Z1github.com/easelhq/easel/proto/easel/job/v1;jobv1b\x06proto3"
 
 var (
 	file_easel_job_v1_job_proto_rawDescOnce sync.Once
