@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -51,6 +52,9 @@ func newScriptedUpstreams(t *testing.T, names ...string) (*scriptedUpstreams, []
 func (s *scriptedUpstreams) releaseFirst() { s.released.Do(func() { close(s.release) }) }
 
 func (s *scriptedUpstreams) serve(name string, w http.ResponseWriter, r *http.Request) {
+	// The request read to its end: only then does the server watch the
+	// connection, and end r's context when its caller goes away.
+	_, _ = io.Copy(io.Discard, r.Body)
 	s.mu.Lock()
 	s.calls = append(s.calls, name)
 	n := len(s.calls)
