@@ -6,13 +6,18 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/pkg/taskview"
+	"github.com/easelhq/easel/pkg/tracing"
 	"github.com/easelhq/easel/pkg/webhook"
+	"github.com/easelhq/easel/worker/internal/processor"
 )
 
 // Webhook deliveries: a task's events are queued on jobs.WebhookQueue
@@ -65,10 +70,41 @@ type hooks struct {
 	schedule webhook.Schedule
 	log      *zap.Logger
 	now      func() time.Time
+	// tr traces deliveries in their task's trace, when on (nil: off).
+	tr     *tracing.Tracing
+	tracer trace.Tracer
 }
 
 func newHooks(st hookStore, tasks taskReader, q hookQueue, send hookSender, signer taskview.Signer, schedule webhook.Schedule, log *zap.Logger) *hooks {
 	return &hooks{st: st, tasks: tasks, q: q, send: send, signer: signer, schedule: schedule, log: log, now: time.Now}
+}
+
+// traced makes h trace its deliveries with tr, when it is on.
+func (h *hooks) traced(tr *tracing.Tracing) *hooks {
+	if tr != nil && tr.Enabled() {
+		h.tr, h.tracer = tr, tr.Provider().Tracer(processor.TracerName)
+	}
+	return h
+}
+
+// The span of a delivery attempt, and its attributes.
+const (
+	spanDeliver    = "webhook.deliver"
+	attrEvent      = attribute.Key("easel.event")
+	attrHTTPStatus = attribute.Key("http.response.status_code")
+	attrHookResult = attribute.Key("easel.webhook_outcome")
+)
+
+// deliverSpan starts the span of a delivery attempt, in the trace of
+// traceparent (the task's); none when h is not traced or the task was
+// not.
+func (h *hooks) deliverSpan(ctx context.Context, d jobs.DeliverWebhook, traceparent string) (context.Context, trace.Span) {
+	if h.tracer == nil || traceparent == "" {
+		return ctx, nil
+	}
+	return h.tracer.Start(tracing.Extract(ctx, traceparent, ""), spanDeliver,
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(processor.AttrTaskID.String(d.TaskID), attrEvent.String(d.Event)))
 }
 
 // Notify queues the delivery of an event of a task that the store said is
@@ -78,7 +114,12 @@ func newHooks(st hookStore, tasks taskReader, q hookQueue, send hookSender, sign
 func (h *hooks) Notify(ctx context.Context, accountID, taskID, event string, seq int) {
 	ctx, cancel := context.WithTimeout(ctx, notifyTimeout)
 	defer cancel()
-	if err := h.q.QueueHook(ctx, h.st, jobs.DeliverWebhook{AccountID: accountID, TaskID: taskID, Event: event, Seq: seq}); err != nil {
+	d := jobs.DeliverWebhook{AccountID: accountID, TaskID: taskID, Event: event, Seq: seq}
+	if h.tr != nil {
+		// The delivery joins the trace of the run that made the event.
+		d.TraceParent = tracing.Inject(ctx, h.tr.Propagator())
+	}
+	if err := h.q.QueueHook(ctx, h.st, d); err != nil {
 		h.log.Warn("webhook: could not queue an event; a final one is queued later from the outbox, a progress one is dropped",
 			zap.String("task_id", taskID), zap.String("account_id", accountID), zap.String("event", event), zap.Error(err))
 	}
@@ -122,16 +163,23 @@ func (h *hooks) deliver(ctx context.Context, d jobs.DeliverWebhook, retried int)
 		log.Debug("webhook: delivery ended already; dropping the duplicate job")
 		return nil
 	}
+	// The delivery's trace is the one its job names, or else (queued by
+	// the recovery) its task's.
+	traceparent := d.TraceParent
 	if msg.URL == "" {
 		// First attempt: the message is the task's record now, kept for
 		// the retries.
-		if msg, err = h.message(ctx, d); err != nil {
+		var tp string
+		if msg, tp, err = h.message(ctx, d); err != nil {
 			var nf *apperr.NotFoundError
 			if !errors.As(err, &nf) {
 				return err
 			}
 			h.record(ctx, log, d, webhook.Attempt{Time: h.now(), Error: "the task's record expired before the event could be delivered"}, webhook.StateFailed, webhook.Outgoing{})
 			return fmt.Errorf("%w: task record gone", errGiveUp)
+		}
+		if traceparent == "" {
+			traceparent = tp
 		}
 	}
 	secrets, err := h.st.Secrets(ctx, d.AccountID)
@@ -142,8 +190,22 @@ func (h *hooks) deliver(ctx context.Context, d jobs.DeliverWebhook, retried int)
 	if err != nil {
 		return err
 	}
+	ctx, span := h.deliverSpan(ctx, d, traceparent)
+	if span != nil {
+		defer span.End()
+		log = log.With(tracing.Fields(ctx)...)
+	}
 	start := h.now()
 	res := h.send.Send(ctx, msg.URL, m)
+	if span != nil {
+		span.SetAttributes(attrHookResult.String(res.Outcome.String()))
+		if res.StatusCode != 0 {
+			span.SetAttributes(attrHTTPStatus.Int(res.StatusCode))
+		}
+		if res.Outcome != webhook.Delivered {
+			span.SetStatus(codes.Error, res.Error)
+		}
+	}
 	if ctx.Err() != nil {
 		// Shutting down (or out of time): not the receiver's doing, not
 		// recorded; Asynq runs the job again.
@@ -179,16 +241,17 @@ func (h *hooks) record(ctx context.Context, log *zap.Logger, d jobs.DeliverWebho
 	return ok
 }
 
-// message renders the message of an event from the task's record. The
+// message renders the message of an event from the task's record, and
+// says the task's trace context (its traceparent, if it was traced). The
 // store decided the callback wants the event when it was queued: this only
 // reads where it goes.
-func (h *hooks) message(ctx context.Context, d jobs.DeliverWebhook) (webhook.Outgoing, error) {
+func (h *hooks) message(ctx context.Context, d jobs.DeliverWebhook) (webhook.Outgoing, string, error) {
 	t, err := h.tasks.Get(ctx, d.AccountID, d.TaskID)
 	if err != nil {
-		return webhook.Outgoing{}, err
+		return webhook.Outgoing{}, "", err
 	}
 	if t.Callback.URL == "" {
-		return webhook.Outgoing{}, &apperr.NotFoundError{Kind: "callback of task", ID: d.TaskID}
+		return webhook.Outgoing{}, "", &apperr.NotFoundError{Kind: "callback of task", ID: d.TaskID}
 	}
 	at := t.CompleteTime
 	if d.Event == task.EventProgress || at.IsZero() {
@@ -196,7 +259,7 @@ func (h *hooks) message(ctx context.Context, d jobs.DeliverWebhook) (webhook.Out
 	}
 	body, err := webhook.Body(d.Event, at, taskview.New(t, h.signer))
 	if err != nil {
-		return webhook.Outgoing{}, err
+		return webhook.Outgoing{}, "", err
 	}
-	return webhook.Outgoing{URL: t.Callback.URL, Body: body}, nil
+	return webhook.Outgoing{URL: t.Callback.URL, Body: body}, t.TraceParent, nil
 }

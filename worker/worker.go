@@ -33,6 +33,7 @@ import (
 	"github.com/easelhq/easel/pkg/service"
 	"github.com/easelhq/easel/pkg/signedurl"
 	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/tracing"
 	"github.com/easelhq/easel/pkg/upstream"
 	"github.com/easelhq/easel/pkg/webhook"
 	"github.com/easelhq/easel/worker/imagegen"
@@ -52,6 +53,9 @@ type Options struct {
 	// HealthListener serves /healthz, /readyz and /metrics instead of a
 	// listener on EASEL_WORKER_HTTP_ADDR.
 	HealthListener net.Listener
+	// Tracing replaces the one the OTEL_* variables configure (the caller
+	// shuts it down).
+	Tracing *tracing.Tracing
 }
 
 // Run runs a worker until ctx is done, then shuts down gracefully: it stops
@@ -70,9 +74,23 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	for tier, w := range weights {
 		queues[jobs.Queue(tier)] = w
 	}
+	tr := opts.Tracing
+	if tr == nil {
+		if tr, err = tracing.Setup(ctx, "easel-worker", log); err != nil {
+			return err
+		}
+		defer func() {
+			// The spans still buffered are sent before the worker goes.
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tr.Shutdown(sctx); err != nil {
+				log.Warn("tracing: could not send the last spans", zap.Error(err))
+			}
+		}()
+	}
 	gen, provider := opts.Generator, "custom"
 	if gen == nil && cfg.UpstreamsFile == "" {
-		if gen, err = newGenerator(ctx, cfg); err != nil {
+		if gen, err = newGenerator(ctx, cfg, tr); err != nil {
 			return err
 		}
 		provider = cfg.Generator
@@ -89,6 +107,11 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	}
 	defer deps.Close()
 	rdb, blobs := deps.Redis, deps.Blobs
+	// Commands within a traced run are spans of it; the worker's
+	// background loops make none.
+	if err := tracing.InstrumentRedis(rdb, tr); err != nil {
+		return fmt.Errorf("tracing the Redis client: %w", err)
+	}
 
 	signer := signedurl.New(resultSecret(cfg, log), cfg.PublicURL)
 	fetcher := fetch.New(fetch.Options{
@@ -102,6 +125,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 		MaxDecoded:     int64(cfg.FetchMaxDecoded) << 20,
 		ConnectTimeout: cfg.FetchConnTimeout,
 		Timeout:        cfg.FetchTimeout,
+		Tracing:        tr,
 	})
 	// Task state changes go straight to the pool: with one job per
 	// connection there is little to batch, and go-redis's autopipeliner
@@ -122,18 +146,20 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	reg, meter := newMetrics(rdb, cat)
 	enq := jobs.NewEnqueuer(rdb)
 	hk := newHooks(store.NewHooks(db), tasks, enq,
-		webhook.NewClient(webhook.Options{Policy: cfg.EgressPolicy(), Timeout: cfg.WebhookTimeout}),
+		webhook.NewClient(webhook.Options{Policy: cfg.EgressPolicy(), Timeout: cfg.WebhookTimeout, Tracing: tr}),
 		signer,
-		webhook.DefaultSchedule(cfg.WebhookRetryInitial), log)
+		webhook.DefaultSchedule(cfg.WebhookRetryInitial), log).traced(tr)
 	popts := processor.Options{Retry: retry, Metrics: meter, Hooks: hk, Admitter: enq,
-		Pacing: processor.Pacing{Step: cfg.ProgressStep, Interval: cfg.ProgressInterval}}
+		Pacing:  processor.Pacing{Step: cfg.ProgressStep, Interval: cfg.ProgressInterval},
+		Tracing: tr, Worker: instance, Upstream: provider}
 	if gen == nil {
-		// A pool of upstream credentials, re-read when its file changes.
-		upstreams, err := newPool(ctx, cfg, rdb, meter, log)
+		// A pool of upstream credentials, re-read when its file changes:
+		// it traces each upstream it tries.
+		upstreams, err := newPool(ctx, cfg, rdb, meter, tr, log)
 		if err != nil {
 			return err
 		}
-		gen, provider = upstreams, "pool"
+		gen, provider, popts.Upstream = upstreams, "pool", ""
 	}
 	limits, err := quota.ParseLimits(cfg.UpstreamRPM, cfg.UpstreamConcurrency)
 	if err != nil {
@@ -343,7 +369,7 @@ func resultSecret(cfg Config, log *zap.Logger) []byte {
 
 // newGenerator builds the generator EASEL_GENERATOR names. A new provider
 // is a package under imagegen/ and a case here.
-func newGenerator(ctx context.Context, cfg Config) (imagegen.Generator, error) {
+func newGenerator(ctx context.Context, cfg Config, tr *tracing.Tracing) (imagegen.Generator, error) {
 	switch cfg.Generator {
 	case "procedural":
 		return procedural.New(procedural.Options{Delay: cfg.SimDelay, DecodeBudget: int64(cfg.DecodeBudgetMB) << 20})
@@ -352,14 +378,14 @@ func newGenerator(ctx context.Context, cfg Config) (imagegen.Generator, error) {
 		if err != nil {
 			return nil, err
 		}
-		return gemini.New(ctx, gemini.Config{APIKey: cfg.GeminiAPIKey, BaseURL: cfg.GeminiBaseURL, Models: models, Timeout: cfg.GeminiTimeout})
+		return gemini.New(ctx, gemini.Config{APIKey: cfg.GeminiAPIKey, BaseURL: cfg.GeminiBaseURL, Models: models, Timeout: cfg.GeminiTimeout, Tracing: tr})
 	}
 	return nil, fmt.Errorf("unknown generator %q", cfg.Generator)
 }
 
 // newPool loads EASEL_UPSTREAMS_FILE into a pool and watches it (every
 // EASEL_UPSTREAMS_RELOAD, and on SIGHUP) until ctx is done.
-func newPool(ctx context.Context, cfg Config, rdb redis.UniversalClient, meter *metrics.Metrics, log *zap.Logger) (*pool.Pool, error) {
+func newPool(ctx context.Context, cfg Config, rdb redis.UniversalClient, meter *metrics.Metrics, tr *tracing.Tracing, log *zap.Logger) (*pool.Pool, error) {
 	models, err := ParseModelMap(cfg.GeminiModels)
 	if err != nil {
 		return nil, err
@@ -370,7 +396,8 @@ func newPool(ctx context.Context, cfg Config, rdb redis.UniversalClient, meter *
 			m[catalog.Tier(t)] = id
 		}
 		return gemini.New(ctx, gemini.Config{APIKey: u.APIKey, BaseURL: u.BaseURL, Models: m, Timeout: cfg.GeminiTimeout,
-			Vertex: u.Provider == upstream.Vertex, Project: u.Project, Location: u.Location, CredentialsFile: u.CredentialsFile})
+			Vertex: u.Provider == upstream.Vertex, Project: u.Project, Location: u.Location, CredentialsFile: u.CredentialsFile,
+			Tracing: tr})
 	}
 	data, err := os.ReadFile(cfg.UpstreamsFile)
 	if err != nil {
@@ -383,6 +410,9 @@ func newPool(ctx context.Context, cfg Config, rdb redis.UniversalClient, meter *
 	p := pool.New(rdb, newGen, meter, log)
 	// A probe holds its breaker as long as a call may take.
 	p.ProbeLease = max(p.ProbeLease, cfg.GeminiTimeout+30*time.Second)
+	if tr.Enabled() {
+		p.Tracer = tr.Provider().Tracer(processor.TracerName)
+	}
 	if err := p.Load(ctx, pl, data); err != nil {
 		return nil, fmt.Errorf("EASEL_UPSTREAMS_FILE: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/easelhq/easel/pkg/egress"
+	"github.com/easelhq/easel/pkg/tracing"
 )
 
 // Options configure a Client. Zero fields take the defaults.
@@ -26,6 +27,9 @@ type Options struct {
 	// ConnectTimeout bounds the connection (and TLS handshake); default
 	// the smaller of 5 s and Timeout.
 	ConnectTimeout time.Duration
+	// Tracing, when on, makes a client span of each attempt and sends the
+	// trace context (traceparent) with it; nil: off.
+	Tracing *tracing.Tracing
 }
 
 // DefaultTimeout is an attempt's default time limit.
@@ -47,19 +51,19 @@ func NewClient(o Options) *Client {
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = min(5*time.Second, o.Timeout)
 	}
-	return &Client{
-		// MaxRedirects 0: a redirect is the receiver's answer, not a new
-		// place to send the event to (and not a way around the egress
-		// policy).
-		http: egress.NewClient(o.Policy, egress.ClientOptions{
-			Timeout:        o.Timeout,
-			ConnectTimeout: o.ConnectTimeout,
-			MaxIdleConns:   100,
-			MaxRedirects:   0,
-		}),
-		timeout: o.Timeout,
-		now:     time.Now,
+	// MaxRedirects 0: a redirect is the receiver's answer, not a new place
+	// to send the event to (and not a way around the egress policy).
+	hc := egress.NewClient(o.Policy, egress.ClientOptions{
+		Timeout:        o.Timeout,
+		ConnectTimeout: o.ConnectTimeout,
+		MaxIdleConns:   100,
+		MaxRedirects:   0,
+	})
+	if o.Tracing != nil && o.Tracing.Enabled() {
+		// Over the egress transport, whose dialer checks every address.
+		hc.Transport = tracing.ChildTransport(hc.Transport, o.Tracing)
 	}
+	return &Client{http: hc, timeout: o.Timeout, now: time.Now}
 }
 
 // Message is a signed delivery: Sign's header for ID, Timestamp and Body.

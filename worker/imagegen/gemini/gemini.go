@@ -29,6 +29,7 @@ import (
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/tracing"
 	"github.com/easelhq/easel/worker/imagegen"
 )
 
@@ -55,8 +56,12 @@ type Config struct {
 	Models map[catalog.Tier]string
 	// Timeout bounds one call; the task's deadline bounds it too.
 	Timeout time.Duration
-	// HTTPClient, if set, carries the calls.
+	// HTTPClient, if set, carries the calls. With tracing on, its
+	// transport is wrapped in the tracing one.
 	HTTPClient *http.Client
+	// Tracing, when on, makes a client span of each HTTP request, under
+	// the caller's span (the pool's "upstream.call"); nil: off.
+	Tracing *tracing.Tracing
 	// Expected is how long a call usually takes, per tier, to pace the
 	// progress reported while waiting. Missing tiers take 10 s (standard)
 	// and 25 s (pro).
@@ -105,6 +110,13 @@ func New(ctx context.Context, cfg Config) (*Generator, error) {
 	client, err := genai.NewClient(ctx, cc)
 	if err != nil {
 		return nil, fmt.Errorf("gemini: %w", err)
+	}
+	if cfg.Tracing != nil && cfg.Tracing.Enabled() {
+		// The client the SDK made (an authenticating one for Vertex AI)
+		// or was given: its requests nest under the caller's span.
+		if hc := client.ClientConfig().HTTPClient; hc != nil {
+			hc.Transport = tracing.ChildTransport(hc.Transport, cfg.Tracing)
+		}
 	}
 	g := &Generator{
 		client:   client,

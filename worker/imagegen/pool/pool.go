@@ -19,6 +19,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/pkg/apperr"
@@ -87,6 +90,9 @@ type Pool struct {
 	// ProbeLease is how long a half-open probe holds its breaker (tests
 	// shorten it).
 	ProbeLease time.Duration
+	// Tracer, when set, makes an "upstream.call" span of each upstream a
+	// traced run's call tries (nil: none).
+	Tracer trace.Tracer
 }
 
 // New returns a pool of no upstreams yet: Load gives it its file.
@@ -256,19 +262,24 @@ func (p *Pool) Generate(ctx context.Context, req imagegen.Request, progress func
 			m, busy, waitQuota = busy[0], busy[1:], true
 		}
 		tried[m] = true
-		verdict, _, err := l.breakers.Allow(ctx, m.up)
+		cctx, span := p.span(ctx, m)
+		verdict, _, err := l.breakers.Allow(cctx, m.up)
 		if err != nil {
+			endSpan(span, err)
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			lastErr = apperr.Transient(err, task.UpstreamUnavailable, "the image model is unavailable; try again later")
 			continue
 		}
+		span.SetAttributes(attrBreaker.String(breakerVerdict(verdict)))
 		if verdict == upstream.Deny || verdict == upstream.Disabled {
+			span.End()
 			continue
 		}
-		release, ok, err := p.slot(ctx, l, m, waitQuota)
+		release, ok, err := p.slot(cctx, l, m, waitQuota)
 		if err != nil {
+			endSpan(span, err)
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -280,25 +291,36 @@ func (p *Pool) Generate(ctx context.Context, req imagegen.Request, progress func
 		if !ok {
 			// No quota left now: another upstream first.
 			l.breakers.GiveBack(ctx, m.up, verdict)
+			span.SetAttributes(attrQuota.String("busy"))
+			span.End()
 			busy = append(busy, m)
 			continue
 		}
-		imgs, outcome, err := p.call(ctx, l, m, req, rising, release)
+		imgs, outcome, err := p.call(cctx, l, m, req, rising, release)
+		span.SetAttributes(attrOutcome.String(string(outcome)))
 		if ctx.Err() != nil {
 			// The task's deadline or a shutdown: the processor decides. A
 			// probe cut short says nothing of the upstream: the next caller
 			// may probe.
+			endSpan(span, ctx.Err())
 			l.breakers.GiveBack(ctx, m.up, verdict)
 			return nil, ctx.Err()
 		}
 		p.report(ctx, l, m, outcome, err, verdict == upstream.Probe)
 		switch outcome {
 		case upstream.Success:
+			span.End()
 			return imgs, nil
 		case upstream.Final:
+			endSpan(span, err)
 			return nil, err
 		}
 		lastErr = err
+		if pick(cands, tried) != nil || len(busy) > 0 {
+			// The call moves on to another upstream.
+			span.AddEvent(eventFailover)
+		}
+		endSpan(span, err)
 		log.Info("upstream failed; trying another", zap.String("upstream", m.up.Name), zap.String("outcome", string(outcome)), zap.Error(err))
 	}
 	if lastErr != nil {
@@ -309,6 +331,56 @@ func (p *Pool) Generate(ctx context.Context, req imagegen.Request, progress func
 	}
 	return nil, apperr.Transient(fmt.Errorf("%w for model %s: every upstream serving it is open, cooling or disabled", errNone, req.Model.ID),
 		task.UpstreamUnavailable, "the image model is unavailable; try again later")
+}
+
+// The span of each upstream a call tries, its attributes and its event
+// when the call moves to another upstream.
+const (
+	SpanCall      = "upstream.call"
+	eventFailover = "failover"
+)
+
+var (
+	attrUpstream = attribute.Key("easel.upstream")
+	attrBreaker  = attribute.Key("easel.breaker")
+	attrOutcome  = attribute.Key("easel.upstream_outcome")
+	attrQuota    = attribute.Key("easel.quota")
+)
+
+// noSpan is the span of an untraced call: ending it does nothing.
+var noSpan = trace.SpanFromContext(context.Background())
+
+// span starts the "upstream.call" span of a try of m, within a traced
+// run.
+func (p *Pool) span(ctx context.Context, m *member) (context.Context, trace.Span) {
+	if p.Tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, noSpan
+	}
+	return p.Tracer.Start(ctx, SpanCall, trace.WithAttributes(attrUpstream.String(m.up.Name)))
+}
+
+// breakerVerdict names a breaker's verdict in a span: the state that let
+// the call through (closed, half-open: the probe) or not (open), or
+// skipped for an upstream disabled (its credentials refused).
+func breakerVerdict(v upstream.Verdict) string {
+	switch v {
+	case upstream.Allow:
+		return "closed"
+	case upstream.Probe:
+		return "half-open"
+	case upstream.Deny:
+		return "open"
+	}
+	return "skipped"
+}
+
+// endSpan ends s, an error when err is not nil.
+func endSpan(s trace.Span, err error) {
+	if err != nil {
+		s.RecordError(err)
+		s.SetStatus(codes.Error, apperr.MessageOf(err))
+	}
+	s.End()
 }
 
 // quotaPeek is how long a call waits for an upstream's quota while other

@@ -17,6 +17,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/easelhq/easel/pkg/apperr"
@@ -24,6 +27,7 @@ import (
 	"github.com/easelhq/easel/pkg/egress"
 	"github.com/easelhq/easel/pkg/imagecheck"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/tracing"
 	"github.com/easelhq/easel/pkg/upload"
 	"github.com/easelhq/easel/worker/imagegen"
 )
@@ -44,6 +48,10 @@ type Options struct {
 	// count against the same limits.
 	Uploads upload.Checker
 	Blobs   Opener
+	// Tracing, when on, makes a "source.fetch" span of each image fetched
+	// within a traced run, and a client span of each request under it
+	// (nil: off).
+	Tracing *tracing.Tracing
 }
 
 // Opener opens stored blobs: the blob store uploads are kept in.
@@ -63,6 +71,7 @@ const (
 type Fetcher struct {
 	opts   Options
 	client *http.Client
+	tracer trace.Tracer // nil: tracing off
 }
 
 // New returns a fetcher.
@@ -98,7 +107,25 @@ func New(o Options) *Fetcher {
 		MaxIdleConns:   64,
 		MaxRedirects:   o.MaxRedirects,
 	})
-	return &Fetcher{opts: o, client: client}
+	f := &Fetcher{opts: o, client: client}
+	if o.Tracing != nil && o.Tracing.Enabled() {
+		// The egress transport (its dialer checks every address) stays
+		// under the tracing one.
+		client.Transport = tracing.ChildTransport(client.Transport, o.Tracing)
+		f.tracer = o.Tracing.Provider().Tracer("github.com/easelhq/easel/worker")
+	}
+	return f
+}
+
+// SpanFetch is the span of the fetch of one source image.
+const SpanFetch = "source.fetch"
+
+// span starts the "source.fetch" span of image i, within a traced run.
+func (f *Fetcher) span(ctx context.Context, i int) (context.Context, trace.Span) {
+	if f.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
+		return ctx, nil
+	}
+	return f.tracer.Start(ctx, SpanFetch, trace.WithAttributes(attribute.Int("easel.source_index", i)))
 }
 
 // Fetch downloads every URL, in parallel, and checks each is an image within
@@ -110,7 +137,15 @@ func (f *Fetcher) Fetch(ctx context.Context, urls []string) ([]imagegen.Source, 
 	g, ctx := errgroup.WithContext(ctx)
 	for i, u := range urls {
 		g.Go(func() error {
+			ctx, span := f.span(ctx, i)
 			s, err := f.fetchOne(ctx, i, u, &total, &decoded)
+			if span != nil {
+				if err != nil {
+					span.RecordError(err)
+					span.SetStatus(codes.Error, apperr.MessageOf(err))
+				}
+				span.End()
+			}
 			if err != nil {
 				return err
 			}

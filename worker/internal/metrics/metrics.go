@@ -18,6 +18,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/prom"
+	"github.com/easelhq/easel/pkg/tracing"
 	"github.com/easelhq/easel/pkg/upstream"
 	"github.com/easelhq/easel/worker/imagegen"
 )
@@ -89,14 +90,28 @@ func (m *Metrics) InitModels(models []string) {
 	}
 }
 
-// QueueWait records how long a task waited for its first run.
-func (m *Metrics) QueueWait(model string, d time.Duration) {
-	m.queueWait.WithLabelValues(model).Observe(max(d, 0).Seconds())
+// QueueWait records how long a task waited for its first run; its run's
+// trace (ctx), when sampled, is the observation's exemplar.
+func (m *Metrics) QueueWait(ctx context.Context, model string, d time.Duration) {
+	observe(ctx, m.queueWait.WithLabelValues(model), max(d, 0).Seconds())
 }
 
-// Stage records how long a stage of a task took.
-func (m *Metrics) Stage(model, stage string, d time.Duration) {
-	m.stage.WithLabelValues(model, stage).Observe(d.Seconds())
+// Stage records how long a stage of a task took; its run's trace (ctx),
+// when sampled, is the observation's exemplar.
+func (m *Metrics) Stage(ctx context.Context, model, stage string, d time.Duration) {
+	observe(ctx, m.stage.WithLabelValues(model, stage), d.Seconds())
+}
+
+// observe records v in o, with an exemplar naming the trace of ctx when it
+// is sampled (the OpenMetrics exposition shows it).
+func observe(ctx context.Context, o prometheus.Observer, v float64) {
+	if tracing.Sampled(ctx) {
+		if e, ok := o.(prometheus.ExemplarObserver); ok {
+			e.ObserveWithExemplar(v, prometheus.Labels{"trace_id": tracing.TraceID(ctx)})
+			return
+		}
+	}
+	o.Observe(v)
 }
 
 // Finished records a task's end: code is "" for a completed task.

@@ -28,11 +28,14 @@ func (f genFunc) Generate(ctx context.Context, req imagegen.Request, progress fu
 // Each recording moves exactly its series, by exactly its amount.
 func TestRecordings(t *testing.T) {
 	promtest.RunCases(t, newMetrics, []promtest.Case[*Metrics]{
-		{Name: "queue wait", Record: func(m *Metrics) { m.QueueWait(std, 1500*time.Millisecond) },
+		{Name: "queue wait", Record: func(m *Metrics) { m.QueueWait(context.Background(), std, 1500*time.Millisecond) },
 			Want: map[string]float64{`easel_task_queue_wait_seconds_count{model="` + std + `"}`: 1, `easel_task_queue_wait_seconds_sum{model="` + std + `"}`: 1.5}},
-		{Name: "negative queue wait (clock skew) is 0", Record: func(m *Metrics) { m.QueueWait(std, -time.Second) },
+		{Name: "negative queue wait (clock skew) is 0", Record: func(m *Metrics) { m.QueueWait(context.Background(), std, -time.Second) },
 			Want: map[string]float64{`easel_task_queue_wait_seconds_count{model="` + std + `"}`: 1}},
-		{Name: "stage", Record: func(m *Metrics) { m.Stage(std, "generate", 2*time.Second); m.Stage(std, "generate", time.Second) },
+		{Name: "stage", Record: func(m *Metrics) {
+			m.Stage(context.Background(), std, "generate", 2*time.Second)
+			m.Stage(context.Background(), std, "generate", time.Second)
+		},
 			Want: map[string]float64{`easel_task_stage_duration_seconds_count{model="` + std + `",stage="generate"}`: 2, `easel_task_stage_duration_seconds_sum{model="` + std + `",stage="generate"}`: 3}},
 		{Name: "completed", Record: func(m *Metrics) { m.Finished(std, Completed, "") },
 			Want: map[string]float64{`easel_tasks_finished_total{code="",model="` + std + `",outcome="completed"}`: 1}},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	lru "github.com/hashicorp/golang-lru/v2"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/pkg/apperr"
@@ -25,6 +26,7 @@ import (
 	"github.com/easelhq/easel/pkg/logging"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/tracing"
 	"github.com/easelhq/easel/worker/imagegen"
 )
 
@@ -53,10 +55,11 @@ const (
 
 // Metrics records what the processor does.
 type Metrics interface {
-	// QueueWait: how long a task waited from its creation to its first run.
-	QueueWait(model string, d time.Duration)
+	// QueueWait: how long a task waited from its creation to its first
+	// run (ctx: the run's, whose trace an observation may name).
+	QueueWait(ctx context.Context, model string, d time.Duration)
 	// Stage: how long a stage took, when it succeeded.
-	Stage(model, stage string, d time.Duration)
+	Stage(ctx context.Context, model, stage string, d time.Duration)
 	// Finished: a task completed (code "") or failed, this run ending it.
 	Finished(model, outcome, code string)
 	// Retried: a generation tried again, or a job handed back to its queue.
@@ -90,12 +93,12 @@ func (noHooks) Notify(context.Context, string, string, string, int) {}
 
 type noMetrics struct{}
 
-func (noMetrics) QueueWait(string, time.Duration)     {}
-func (noMetrics) Stage(string, string, time.Duration) {}
-func (noMetrics) Finished(string, string, string)     {}
-func (noMetrics) Retried(string)                      {}
-func (noMetrics) Running(string) func()               { return func() {} }
-func (noMetrics) Refunded(string, int64)              {}
+func (noMetrics) QueueWait(context.Context, string, time.Duration)     {}
+func (noMetrics) Stage(context.Context, string, string, time.Duration) {}
+func (noMetrics) Finished(string, string, string)                      {}
+func (noMetrics) Retried(string)                                       {}
+func (noMetrics) Running(string) func()                                { return func() {} }
+func (noMetrics) Refunded(string, int64)                               {}
 
 // Blobs stores result images.
 type Blobs interface {
@@ -138,6 +141,16 @@ type Options struct {
 	Pacing Pacing
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// Tracing traces the runs of traced tasks (nil or off: none), in the
+	// trace of their create (the job's trace context, or else the task
+	// record's).
+	Tracing *tracing.Tracing
+	// Worker names this worker in its runs' spans (easel.worker).
+	Worker string
+	// Upstream, when set, names the generator in an "upstream.call" span
+	// around each call to it; "" when the generator traces its calls
+	// itself (the pool, one span for each upstream it tries).
+	Upstream string
 }
 
 // Processor runs tasks.
@@ -154,6 +167,8 @@ type Processor struct {
 	touched *lru.Cache[string, time.Time]
 	// encoder puts results in the format asked, GOMAXPROCS at once.
 	encoder *encoder
+	// tracer starts the runs' spans; nil when tracing is off.
+	tracer trace.Tracer
 }
 
 // New returns a processor.
@@ -172,8 +187,12 @@ func New(store Store, blobs Blobs, gen imagegen.Generator, fetch Fetcher, cat *c
 	}
 	o.Pacing = o.Pacing.withDefaults()
 	touched, _ := lru.New[string, time.Time](1024)
-	return &Processor{Options: o, store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, touched: touched,
+	p := &Processor{Options: o, store: store, blobs: blobs, gen: gen, fetch: fetch, catalog: cat, log: log, touched: touched,
 		encoder: newEncoder(runtime.GOMAXPROCS(0), log)}
+	if o.Tracing != nil && o.Tracing.Enabled() {
+		p.tracer = o.Tracing.Provider().Tracer(TracerName)
+	}
+	return p
 }
 
 // Attempt says which run of a job this is: Run is its Asynq TaskID
@@ -205,7 +224,8 @@ const (
 // finished with, whatever the task's outcome; an error means "run it
 // again": a transient failure with retries left, or a worker shutting
 // down. Every line it logs, and every line logged through its context,
-// carries the task id, account and attempt.
+// carries the task id, account and attempt, and, when the run is traced,
+// its trace_id and span_id.
 func (p *Processor) Process(ctx context.Context, ref jobs.Ref, at Attempt) error {
 	r, job, err := p.start(ctx, ref, at)
 	if r == nil {
@@ -213,7 +233,9 @@ func (p *Processor) Process(ctx context.Context, ref jobs.Ref, at Attempt) error
 	}
 	defer p.Metrics.Running(r.model)()
 	results, err := p.run(r.ctx, job, r.progress)
-	return r.finish(results, err)
+	ferr := r.finish(results, err)
+	endSpan(r.span, err)
+	return ferr
 }
 
 // running is a task this run started: what its progress and its finish
@@ -229,6 +251,9 @@ type running struct {
 	pace       pacer
 	// asked is how many images the task was asked for.
 	asked int
+	// span is the run's (task.run), within the create's trace: a no-op
+	// span when the task or the worker is not traced.
+	span trace.Span
 }
 
 // start starts the task for this run, and returns what it runs: nil when
@@ -238,8 +263,18 @@ func (p *Processor) start(ctx context.Context, ref jobs.Ref, at Attempt) (*runni
 	if run == "" {
 		run = jobs.RunID(id, 0)
 	}
+	dequeued := p.Now()
 	ctx = logging.WithLogger(ctx, p.log, zap.String("task_id", id), zap.String("account_id", acct), zap.String("run", run), zap.Int("attempt", at.Retry+1))
-	r := &running{p: p, ctx: ctx, log: logging.From(ctx), acct: acct, id: id, run: run, at: at, pace: pacer{Pacing: p.Pacing}}
+	// A run whose job carries the create's trace context is traced from
+	// here (the task's start in it); another (queued by a promotion or a
+	// recovery) once the start has read it from the task's record.
+	span, create := noSpan, ctx
+	if p.tracer != nil && ref.TraceParent != "" {
+		create = tracing.Extract(ctx, ref.TraceParent, ref.TraceState)
+		ctx, span = p.startRun(create, id, run, dequeued)
+		logging.AddFields(ctx, tracing.Fields(ctx)...)
+	}
+	r := &running{p: p, ctx: ctx, log: logging.From(ctx), acct: acct, id: id, run: run, at: at, pace: pacer{Pacing: p.Pacing}, span: span}
 	var job jobs.GenerateImage
 
 	// The task's place among its account's share of the workers was taken
@@ -251,10 +286,21 @@ func (p *Processor) start(ctx context.Context, ref jobs.Ref, at Attempt) (*runni
 		// or Redis applied it but its replicas did not confirm it): this
 		// run hands the task back alive, so that its retry is no crash.
 		r.release()
+		endSpan(r.span, err)
 		return nil, job, err
 	}
 	c := st.Change
 	r.model = c.Model
+	if p.tracer != nil && ref.TraceParent == "" && st.TraceParent != "" && c.Outcome == task.Applied {
+		create = tracing.Extract(ctx, st.TraceParent, "")
+		r.ctx, r.span = p.startRun(create, id, run, dequeued)
+		logging.AddFields(r.ctx, tracing.Fields(r.ctx)...)
+		r.log = logging.From(r.ctx)
+	}
+	if c.Outcome != task.Applied {
+		r.span.SetAttributes(AttrOutcome.String(c.Outcome.String()))
+		defer r.span.End()
+	}
 	switch c.Outcome {
 	case task.Busy:
 		r.log.Warn("the task is parked (its account's share is taken); dropping a job queued for it early: it is queued when admitted")
@@ -280,7 +326,9 @@ func (p *Processor) start(ctx context.Context, ref jobs.Ref, at Attempt) (*runni
 		// Nothing to run, and no retry will have more: the task fails
 		// (refunded) at once rather than at its deadline.
 		r.log.Error("the task's input does not decode; failing it", zap.Error(err))
-		_ = r.finish(nil, apperr.New(apperr.Internal, "the task could not be run"))
+		err := apperr.New(apperr.Internal, "the task could not be run")
+		_ = r.finish(nil, err)
+		endSpan(r.span, err)
 		return nil, job, nil
 	}
 	job = jobs.GenerateImage{TaskID: id, AccountID: acct, Input: in, CreateTime: st.Created, Deadline: jobs.RunDeadline(st.Deadline)}
@@ -291,7 +339,10 @@ func (p *Processor) start(ctx context.Context, ref jobs.Ref, at Attempt) (*runni
 	// The first start of the first run: what came before was the queue. A
 	// retry's or a later run's wait would count earlier runs too.
 	if at.Retry == 0 && run == jobs.RunID(id, 0) && !job.CreateTime.IsZero() {
-		p.Metrics.QueueWait(r.model, r.started.Sub(job.CreateTime))
+		p.Metrics.QueueWait(r.ctx, r.model, r.started.Sub(job.CreateTime))
+		if r.span.IsRecording() {
+			p.traceQueue(create, id, job.CreateTime, st.AdmitTime, c.At)
+		}
 	}
 	return r, job, nil
 }
@@ -471,7 +522,7 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 		if err != nil {
 			return nil, err
 		}
-		p.Metrics.Stage(model.ID, StageFetch, p.Now().Sub(start))
+		p.Metrics.Stage(ctx, model.ID, StageFetch, p.Now().Sub(start))
 		req.Sources = sources
 		req.AspectRatio = in.OutputAspectRatio(sources[0].Width, sources[0].Height)
 	}
@@ -523,19 +574,15 @@ func (p *Processor) run(ctx context.Context, job jobs.GenerateImage, progress fu
 	if len(images) == 0 {
 		return nil, last
 	}
-	p.Metrics.Stage(model.ID, StageGenerate, p.Now().Sub(start))
+	p.Metrics.Stage(ctx, model.ID, StageGenerate, p.Now().Sub(start))
 	progress(progressGenerated, true)
 
 	start = p.Now()
-	results := make([]task.Result, 0, len(images))
-	for _, img := range images {
-		key, err := p.keep(ctx, img)
-		if err != nil {
-			return nil, apperr.Transient(err, apperr.Internal, "the result could not be stored")
-		}
-		results = append(results, task.Result{Key: key, ContentType: img.MIME, Size: int64(len(img.Data)), Width: img.Width, Height: img.Height})
+	results, err := p.storeResults(ctx, images)
+	if err != nil {
+		return nil, err
 	}
-	p.Metrics.Stage(model.ID, StageStore, p.Now().Sub(start))
+	p.Metrics.Stage(ctx, model.ID, StageStore, p.Now().Sub(start))
 	progress(progressStored, false)
 	return results, nil
 }
@@ -585,7 +632,7 @@ func (p *Processor) generate(ctx context.Context, req imagegen.Request, progress
 // and says how long it waited for the quota.
 func (p *Processor) callUpstream(ctx context.Context, req imagegen.Request, progress func(int)) ([]imagegen.Image, time.Duration, error) {
 	if p.Quota == nil {
-		imgs, err := p.gen.Generate(ctx, req, progress)
+		imgs, err := p.generateOnce(ctx, req, progress)
 		return imgs, 0, err
 	}
 	asked := p.Now()
@@ -596,7 +643,7 @@ func (p *Processor) callUpstream(ctx context.Context, req imagegen.Request, prog
 	}
 	imgs, err := func() ([]imagegen.Image, error) {
 		defer release() // a panicking generator must not keep its slot
-		return p.gen.Generate(ctx, req, progress)
+		return p.generateOnce(ctx, req, progress)
 	}()
 	if errors.Is(err, imagegen.ErrThrottled) {
 		if terr := p.Quota.Throttled(ctx, req.Model.ID, 0); terr != nil {
@@ -604,6 +651,32 @@ func (p *Processor) callUpstream(ctx context.Context, req imagegen.Request, prog
 		}
 	}
 	return imgs, waited, err
+}
+
+// storeResults keeps the images made (keep), in a "result.store" span.
+func (p *Processor) storeResults(ctx context.Context, images []imagegen.Image) (_ []task.Result, err error) {
+	ctx, span := p.span(ctx, SpanStore)
+	defer func() { endSpan(span, err) }()
+	results := make([]task.Result, 0, len(images))
+	for _, img := range images {
+		key, err := p.keep(ctx, img)
+		if err != nil {
+			return nil, apperr.Transient(err, apperr.Internal, "the result could not be stored")
+		}
+		results = append(results, task.Result{Key: key, ContentType: img.MIME, Size: int64(len(img.Data)), Width: img.Width, Height: img.Height})
+	}
+	return results, nil
+}
+
+// generateOnce is one call to the generator: in an "upstream.call" span
+// when the generator traces none itself (Upstream).
+func (p *Processor) generateOnce(ctx context.Context, req imagegen.Request, progress func(int)) (_ []imagegen.Image, err error) {
+	if p.Upstream != "" {
+		var span trace.Span
+		ctx, span = p.span(ctx, SpanCall, AttrUpstream.String(p.Upstream), AttrBreaker.String(BreakerNone))
+		defer func() { endSpan(span, err) }()
+	}
+	return p.gen.Generate(ctx, req, progress)
 }
 
 // keep writes an image under its content hash (blob.ResultKey): identical
