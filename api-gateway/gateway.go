@@ -39,6 +39,7 @@ import (
 	"github.com/easelhq/easel/pkg/service"
 	"github.com/easelhq/easel/pkg/signedurl"
 	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/pkg/tracing"
 	"github.com/easelhq/easel/pkg/upstream"
 	"github.com/easelhq/easel/pkg/users"
 	"github.com/easelhq/easel/pkg/webhook"
@@ -49,6 +50,30 @@ import (
 // EASEL_HTTP_ADDR. The operations listener (EASEL_METRICS_ADDR), when on,
 // serves /metrics, /healthz and /readyz until the API has drained.
 func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) error {
+	// Tracing, configured by the OTEL_* variables (off unless an endpoint
+	// is set).
+	tr, err := tracing.Setup(ctx, ServiceName, log)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tr, log)
+	return run(ctx, cfg, log, ln, tr)
+}
+
+// ServiceName is the gateway's default service.name in traces.
+const ServiceName = "easel-gateway"
+
+// shutdownTracing exports the spans still buffered, within a few seconds.
+func shutdownTracing(tr *tracing.Tracing, log *zap.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tr.Shutdown(ctx); err != nil {
+		log.Warn("tracing: spans lost at shutdown", zap.Error(err))
+	}
+}
+
+// run is Run with its tracing (tests give theirs).
+func run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener, tr *tracing.Tracing) error {
 	cat, err := catalog.New(cfg.ModelFamily)
 	if err != nil {
 		return err
@@ -69,6 +94,11 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 	}
 	defer deps.Close()
 	rdb, blobs := deps.Redis, deps.Blobs
+	// With tracing on, a traced request's Redis commands are spans of its
+	// trace.
+	if err := tracing.InstrumentRedis(rdb, tr); err != nil {
+		return err
+	}
 	var redirect api.Presigner
 	if cfg.BlobRedirect {
 		p, ok := blobs.(api.Presigner)
@@ -116,7 +146,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 
 	svc := tasks.NewService(tasks.Deps{
 		Store: taskStore, Queues: store.NewQueues(db), Outbox: hooks, Queue: jobs.NewEnqueuer(hot),
-		IDs: taskid.New(cfg.ModelFamily), Prices: prices,
+		IDs: taskid.New(cfg.ModelFamily), Prices: prices, Tracing: tr,
 	}, tasks.Config{Deadline: cfg.TaskDeadline, MaxInflight: cfg.MaxInflight})
 	// One subscription to the task events for every waiting request of
 	// this gateway (query's wait, the stream).
@@ -154,6 +184,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) erro
 		// client a 503 within it.
 		RequestTimeout: 2 * cfg.RedisTimeout,
 		Metrics:        meter,
+		Tracing:        tr,
 	})
 	// The pages (the playground, the console) show results: their images
 	// come from the result URLs' origin, or the bucket's.

@@ -26,6 +26,13 @@ const devKey = "esk_run_test_dev_key_0123456789abcdefghij"
 // base URL once it listens (not necessarily ready).
 func startGateway(t *testing.T, redisURL string, env map[string]string) string {
 	t.Helper()
+	return startGatewayWith(t, redisURL, env, nil)
+}
+
+// startGatewayWith is startGateway running the gateway with serve (nil:
+// Run).
+func startGatewayWith(t *testing.T, redisURL string, env map[string]string, serve func(context.Context, Config, net.Listener) error) string {
+	t.Helper()
 	ln := localnet.Listen(t)
 	base := map[string]string{
 		"EASEL_REDIS_URL":      redisURL,
@@ -41,7 +48,13 @@ func startGateway(t *testing.T, redisURL string, env map[string]string) string {
 	cfg := configtest.Load(t, LoadConfig, base, env)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)), ln) }()
+	go func() {
+		if serve != nil {
+			done <- serve(ctx, cfg, ln)
+			return
+		}
+		done <- Run(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)), ln)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		select {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"image"
 	"image/png"
+	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -240,6 +241,27 @@ func TestRunTrace(t *testing.T) {
 						t.Errorf("webhook.deliver attributes %v", d.Attributes)
 					}
 				})
+			}
+
+			// The stages' histograms name a traced run's trace in their
+			// exemplars, which the metrics endpoint serves in OpenMetrics.
+			req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			exemplar := `trace_id="` + tracing.TraceIDOf(tp1) + `"`
+			if has := bytes.Contains(body, []byte(exemplar)); has != on {
+				t.Errorf("the OpenMetrics exposition names the traced run's trace (%s): %v; want %v", exemplar, has, on)
 			}
 		})
 	}

@@ -23,14 +23,17 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
-// Handler serves reg's metrics in Prometheus's exposition formats. A
-// collector that fails leaves its metrics out; the rest are served.
+// Handler serves reg's metrics in Prometheus's exposition formats: the
+// text format, or OpenMetrics to a scraper that asks for it (Accept), the
+// format that carries exemplars (a histogram's trace ids). A collector that
+// fails leaves its metrics out; the rest are served.
 func Handler(reg *prometheus.Registry) http.Handler {
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		Registry:            reg, // promhttp_metric_handler_errors_total
 		ErrorHandling:       promhttp.ContinueOnError,
 		MaxRequestsInFlight: 4,
 		Timeout:             10 * time.Second,
+		EnableOpenMetrics:   true,
 	})
 }
 

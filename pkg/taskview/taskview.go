@@ -9,6 +9,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/tracing"
 )
 
 // FilesPrefix starts every result URL path; the blob key follows.
@@ -46,6 +47,10 @@ type Record struct {
 	// otherwise, and EtaMs absent while there is no estimate.
 	QueuePosition *int64 `json:"queue_position,omitempty"`
 	EtaMs         *int64 `json:"eta_ms,omitempty"`
+	// TraceID is the trace of the task (its create, its run, its
+	// webhooks), 32 hex digits, when tracing was on and sampled its
+	// create; absent otherwise.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // Input is a task's input as its record shows it.
@@ -93,6 +98,7 @@ func New(t *task.Task, s Signer) Record {
 		CreateTime: t.CreateTime.UnixMilli(),
 		Results:    []string{},
 		Price:      t.Price,
+		TraceID:    tracing.TraceIDOf(t.TraceParent),
 	}
 	if !t.StartTime.IsZero() {
 		v.StartTime = t.StartTime.UnixMilli()

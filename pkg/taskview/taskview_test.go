@@ -49,6 +49,11 @@ func TestRecord(t *testing.T) {
 			t.Status, t.Price = task.Pending, 4
 			t.Input = &task.Input{Model: catalog.Model{ID: t.Model, Tier: catalog.Standard}, Prompt: "p", AspectRatio: "1:1", ImageSize: "1K", OutputFormat: "webp", OutputQuality: 75, NumImages: 1}
 		}, `{"task_id":"task_lumen_1","task_type":"image","model":"lumen-2.5-flash-image","status":"pending","progress":0,"create_time":1795000000000,"start_time":0,"complete_time":0,"results":[],"price":4,"input":{"prompt":"p","aspect_ratio":"1:1","output_format":"webp","output_quality":75,"num_images":1}}`},
+		{"traced: its trace id", func(t *task.Task) {
+			t.Status, t.TraceParent = task.Pending, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+		}, `{"task_id":"task_lumen_1","task_type":"image","model":"lumen-2.5-flash-image","status":"pending","progress":0,"create_time":1795000000000,"start_time":0,"complete_time":0,"results":[],"price":0,"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"}`},
+		{"a malformed traceparent: no trace id", func(t *task.Task) { t.Status, t.TraceParent = task.Pending, "00-xyz" },
+			`{"task_id":"task_lumen_1","task_type":"image","model":"lumen-2.5-flash-image","status":"pending","progress":0,"create_time":1795000000000,"start_time":0,"complete_time":0,"results":[],"price":0}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tk := base

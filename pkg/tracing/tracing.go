@@ -22,6 +22,7 @@ import (
 	"os"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -172,6 +173,12 @@ func TraceID(ctx context.Context) string {
 func Sampled(ctx context.Context) bool {
 	return trace.SpanContextFromContext(ctx).IsSampled()
 }
+
+// Span attributes of Easel's own spans.
+const (
+	AttrTaskID    = attribute.Key("easel.task_id")
+	AttrAccountID = attribute.Key("easel.account_id")
+)
 
 // W3C Trace Context header names (and a task record's fields' meaning).
 const (

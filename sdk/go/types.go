@@ -154,6 +154,9 @@ type Task struct {
 	// only while there is an estimate.
 	QueuePosition *int64 `json:"queue_position,omitempty"`
 	EtaMs         *int64 `json:"eta_ms,omitempty"`
+	// TraceID is the task's OpenTelemetry trace id (32 hex digits), set
+	// only when the server traced it (tracing on, its create sampled).
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // TaskInput is a task's input as its record shows it.

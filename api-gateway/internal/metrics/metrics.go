@@ -107,9 +107,16 @@ func (m *Metrics) InitModels(models []string) {
 }
 
 // Request records an HTTP request answered with status code after d.
-func (m *Metrics) Request(route, method string, code int, d time.Duration) {
+// traceID, when not "" (the request's trace was sampled), is the duration's
+// exemplar: a slow bucket links to a trace that shows why.
+func (m *Metrics) Request(route, method string, code int, d time.Duration, traceID string) {
 	m.requests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
-	m.duration.WithLabelValues(route, method).Observe(d.Seconds())
+	obs := m.duration.WithLabelValues(route, method)
+	if traceID != "" {
+		obs.(prometheus.ExemplarObserver).ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": traceID})
+		return
+	}
+	obs.Observe(d.Seconds())
 }
 
 // Create records a create's outcome (one of Outcomes).

@@ -1,7 +1,9 @@
 package metrics
 
 import (
+	"io"
 	"maps"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -19,10 +21,16 @@ const std = "lumen-2.5-flash-image"
 // Each recording moves exactly its series, by exactly its amount.
 func TestRecordings(t *testing.T) {
 	promtest.RunCases(t, newMetrics, []promtest.Case[*Metrics]{
-		{Name: "request", Record: func(m *Metrics) { m.Request("/v1/task/create", "POST", 200, 30*time.Millisecond) },
+		{Name: "request", Record: func(m *Metrics) { m.Request("/v1/task/create", "POST", 200, 30*time.Millisecond, "") },
 			Want: map[string]float64{`easel_http_requests_total{code="200",method="POST",route="/v1/task/create"}`: 1,
 				`easel_http_request_duration_seconds_count{method="POST",route="/v1/task/create"}`: 1,
 				`easel_http_request_duration_seconds_sum{method="POST",route="/v1/task/create"}`:   0.03}},
+		{Name: "request traced", Record: func(m *Metrics) {
+			m.Request("/v1/task/create", "POST", 201, 20*time.Millisecond, "4bf92f3577b34da6a3ce929d0e0e4736")
+		},
+			Want: map[string]float64{`easel_http_requests_total{code="201",method="POST",route="/v1/task/create"}`: 1,
+				`easel_http_request_duration_seconds_count{method="POST",route="/v1/task/create"}`: 1,
+				`easel_http_request_duration_seconds_sum{method="POST",route="/v1/task/create"}`:   0.02}},
 		{Name: "create", Record: func(m *Metrics) { m.Create(std, Created); m.Create(std, Created); m.Create(UnknownModel, Invalid) },
 			Want: map[string]float64{`easel_tasks_created_total{model="` + std + `",outcome="created"}`: 2,
 				`easel_tasks_created_total{model="unknown",outcome="invalid"}`: 1}},
@@ -79,6 +87,45 @@ easel_credits_debited_total{model="`+std+`"} 4
 	}
 	if _, ok := all["process_cpu_seconds_total"]; !ok {
 		t.Error("process_cpu_seconds_total missing")
+	}
+}
+
+// A traced request's duration carries its trace id as an exemplar, served
+// to a scraper that asks for OpenMetrics; the text format stays the default.
+func TestExemplar(t *testing.T) {
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	for _, tc := range []struct {
+		name, accept string
+		exemplar     bool
+	}{
+		{"openmetrics", "application/openmetrics-text; version=1.0.0", true},
+		{"text", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prom.NewRegistry()
+			m := New(reg)
+			m.Request("/v1/task/create", "POST", 200, 30*time.Millisecond, traceID)
+			m.Request("/v1/task/query", "GET", 200, 30*time.Millisecond, "")
+			srv := httptest.NewServer(prom.Handler(reg))
+			defer srv.Close()
+			req, _ := http.NewRequest("GET", srv.URL, nil)
+			if tc.accept != "" {
+				req.Header.Set("Accept", tc.accept)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			got := strings.Contains(string(body), `# {trace_id="`+traceID+`"}`)
+			if got != tc.exemplar {
+				t.Fatalf("exemplar served: %v, want %v (Content-Type %s)", got, tc.exemplar, resp.Header.Get("Content-Type"))
+			}
+			if n := strings.Count(string(body), "trace_id="); tc.exemplar && n != 1 {
+				t.Errorf("%d exemplars, want 1 (the untraced request has none)", n)
+			}
+		})
 	}
 }
 

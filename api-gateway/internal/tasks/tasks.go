@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/pkg/apperr"
@@ -18,6 +20,7 @@ import (
 	"github.com/easelhq/easel/pkg/logging"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/pkg/tracing"
 )
 
 // Store keeps task records and charges for them (store.Tasks).
@@ -79,12 +82,17 @@ type Deps struct {
 	Prices Prices
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// Tracing, when on, traces a create's steps within its request's span,
+	// and keeps the create's trace context with the task for its run and
+	// webhooks to join (nil: off).
+	Tracing *tracing.Tracing
 }
 
 // Service creates and reads tasks.
 type Service struct {
 	Deps
-	cfg Config
+	cfg    Config
+	tracer trace.Tracer
 	// stats caches the queues' numbers (queueStats).
 	statsMu sync.Mutex
 	stats   map[string]cachedStats
@@ -95,7 +103,45 @@ func NewService(d Deps, cfg Config) *Service {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	return &Service{Deps: d, cfg: cfg, stats: map[string]cachedStats{}}
+	if d.Tracing == nil {
+		d.Tracing = tracing.Noop()
+	}
+	return &Service{Deps: d, cfg: cfg, stats: map[string]cachedStats{}, tracer: d.Tracing.ChildTracer(TracerName)}
+}
+
+// TracerName names the task service's spans' instrumentation scope.
+const TracerName = "github.com/easelhq/easel/api-gateway/internal/tasks"
+
+// storeCreate is Store.Create within a span "store.create" (traced).
+func (s *Service) storeCreate(ctx context.Context, t *task.Task, c task.Charge, input []byte) (store.Creation, error) {
+	ctx, span := s.tracer.Start(ctx, "store.create")
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrTaskID.String(t.ID), tracing.AttrAccountID.String(t.AccountID))
+	}
+	created, err := s.Store.Create(ctx, t, c, input)
+	if err != nil {
+		var r *task.Replayed
+		if !errors.As(err, &r) {
+			span.SetStatus(codes.Error, string(apperr.CodeOf(err)))
+		}
+	}
+	return created, err
+}
+
+// enqueue queues the first run of the task of job within a span
+// "queue.enqueue" (traced).
+func (s *Service) enqueue(ctx context.Context, job jobs.GenerateImage) error {
+	ctx, span := s.tracer.Start(ctx, "queue.enqueue")
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(tracing.AttrTaskID.String(job.TaskID), tracing.AttrAccountID.String(job.AccountID))
+	}
+	err := s.Queue.EnqueueGenerateImage(ctx, jobs.RefOf(job), jobs.RunID(job.TaskID, 0))
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
 }
 
 // PriceOf is what a task of input in costs: its model's price at its
@@ -131,6 +177,13 @@ func (s *Service) Create(ctx context.Context, by task.Caller, in task.Input, ide
 		return task.Created{}, apperr.Wrap(err, apperr.Internal, "")
 	}
 	logging.AddFields(ctx, zap.String("task_id", id))
+	// The request's span (traced) names the task; the task keeps the
+	// request's trace context when it is sampled, for its run to join.
+	var traceparent string
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(tracing.AttrTaskID.String(id), tracing.AttrAccountID.String(accountID))
+		traceparent = tracing.Inject(ctx, s.Tracing.Propagator())
+	}
 	now := s.Now()
 	job := jobs.GenerateImage{TaskID: id, AccountID: accountID, Input: in, CreateTime: now, Deadline: now.Add(s.cfg.Deadline)}
 	input, err := jobs.EncodeInput(in)
@@ -138,13 +191,14 @@ func (s *Service) Create(ctx context.Context, by task.Caller, in task.Input, ide
 		return task.Created{}, apperr.Wrap(err, apperr.Internal, "")
 	}
 	t := &task.Task{
-		ID:         id,
-		AccountID:  accountID,
-		Type:       task.Type,
-		Model:      in.Model.ID,
-		Status:     task.Pending,
-		CreateTime: now,
-		Callback:   in.Callback,
+		ID:          id,
+		AccountID:   accountID,
+		Type:        task.Type,
+		Model:       in.Model.ID,
+		Status:      task.Pending,
+		CreateTime:  now,
+		Callback:    in.Callback,
+		TraceParent: traceparent,
 	}
 	charge := s.charge(by, in, now)
 	charge.Idempotency = idem
@@ -155,7 +209,7 @@ func (s *Service) Create(ctx context.Context, by task.Caller, in task.Input, ide
 	if d, ok := ctx.Deadline(); ok {
 		charge.ValidUntil = d.Add(store.ClockSkew)
 	}
-	created, err := s.Store.Create(ctx, t, charge, input)
+	created, err := s.storeCreate(ctx, t, charge, input)
 	if err != nil {
 		var r *task.Replayed
 		switch {
@@ -182,7 +236,7 @@ func (s *Service) Create(ctx context.Context, by task.Caller, in task.Input, ide
 			apperr.Transient(err, apperr.Unavailable, "the task store is unavailable; the task was not created, try again"))
 	}
 	if created.Admitted {
-		if err := s.Queue.EnqueueGenerateImage(ctx, jobs.RefOf(job), jobs.RunID(id, 0)); err != nil {
+		if err := s.enqueue(ctx, job); err != nil {
 			return s.undo(ctx, accountID, id, idem, charge, err,
 				apperr.Transient(err, apperr.Unavailable, "the task queue is unavailable; the task was not created, try again"))
 		}

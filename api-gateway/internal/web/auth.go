@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/codes"
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/api-gateway/internal/metrics"
@@ -14,6 +15,7 @@ import (
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/logging"
+	"github.com/easelhq/easel/pkg/tracing"
 )
 
 // knownKeys is an authenticator that can tell, for nothing, a key it has
@@ -32,55 +34,86 @@ type knownKeys interface {
 // names it.
 func (s *Server) Authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		key, err := bearer(c.Request().Header.Get(echo.HeaderAuthorization))
-		var acct *account.Account
-		if err == nil {
-			if k, ok := s.Auth.(knownKeys); ok {
-				acct, _ = k.Known(key)
-			}
-		}
-		switch {
-		case err != nil:
-			parsed := err
-			err = s.Guarded(c, "API key", func() error { return parsed })
-		case acct == nil:
-			// Concurrent requests with one key share one lookup and one try
-			// of the guard: a client that opens many connections at once is
-			// not refused for its own concurrency.
-			ctx, addr := c.Request().Context(), c.RealIP()
-			v, lerr, _ := s.lookups.Do(key, func() (any, error) {
-				var l lookup
-				l.wait, l.err = s.guard(ctx, addr, "API key", func() (err error) {
-					l.acct, err = s.Auth.Authenticate(ctx, key)
-					return err
-				})
-				return l, nil
-			})
-			l := v.(lookup)
-			if lerr != nil {
-				l.err = lerr
-			}
-			if l.wait > 0 {
-				s.refused(c, l.wait)
-			}
-			acct, err = l.acct, l.err
-		}
-		if err != nil {
-			if reason := authRefusal(err); reason != "" {
-				s.Metrics.AuthRefused(reason)
-			}
+		if err := s.authenticateTraced(c); err != nil {
 			return err
 		}
-		if k := acct.Via; k != nil {
-			if err := k.Admit(account.KeyUse{Now: s.Now(), Addr: c.RealIP}); err != nil {
-				s.Metrics.AuthRefused(metrics.AuthKeyLimit)
-				return err
-			}
-		}
-		logging.AddFields(c.Request().Context(), zap.String("account_id", acct.ID))
-		SetAccount(c, acct, account.HashKey(key))
 		return next(c)
 	}
+}
+
+// authenticateTraced is authenticate within a span "auth" (when the request
+// is traced), the account it found on it and on the request's span.
+func (s *Server) authenticateTraced(c echo.Context) error {
+	r := c.Request()
+	ctx, span := s.tracer.Start(r.Context(), "auth")
+	if !span.IsRecording() {
+		return s.authenticate(c)
+	}
+	defer span.End()
+	c.SetRequest(r.WithContext(ctx))
+	err := s.authenticate(c)
+	c.SetRequest(r) // the request's own span is the handler's
+	if err != nil {
+		span.SetStatus(codes.Error, string(apperr.CodeOf(err)))
+		return err
+	}
+	acct := tracing.AttrAccountID.String(AccountOf(c).ID)
+	span.SetAttributes(acct)
+	SetSpanAttributes(r.Context(), acct)
+	return nil
+}
+
+// authenticate is Authenticate's check: the request's account set, or the
+// refusal.
+func (s *Server) authenticate(c echo.Context) error {
+	key, err := bearer(c.Request().Header.Get(echo.HeaderAuthorization))
+	var acct *account.Account
+	if err == nil {
+		if k, ok := s.Auth.(knownKeys); ok {
+			acct, _ = k.Known(key)
+		}
+	}
+	switch {
+	case err != nil:
+		parsed := err
+		err = s.Guarded(c, "API key", func() error { return parsed })
+	case acct == nil:
+		// Concurrent requests with one key share one lookup and one try
+		// of the guard: a client that opens many connections at once is
+		// not refused for its own concurrency.
+		ctx, addr := c.Request().Context(), c.RealIP()
+		v, lerr, _ := s.lookups.Do(key, func() (any, error) {
+			var l lookup
+			l.wait, l.err = s.guard(ctx, addr, "API key", func() (err error) {
+				l.acct, err = s.Auth.Authenticate(ctx, key)
+				return err
+			})
+			return l, nil
+		})
+		l := v.(lookup)
+		if lerr != nil {
+			l.err = lerr
+		}
+		if l.wait > 0 {
+			s.refused(c, l.wait)
+		}
+		acct, err = l.acct, l.err
+	}
+	if err != nil {
+		if reason := authRefusal(err); reason != "" {
+			s.Metrics.AuthRefused(reason)
+		}
+		return err
+	}
+	if k := acct.Via; k != nil {
+		if err := k.Admit(account.KeyUse{Now: s.Now(), Addr: c.RealIP}); err != nil {
+			s.Metrics.AuthRefused(metrics.AuthKeyLimit)
+			return err
+		}
+	}
+	logging.AddFields(c.Request().Context(), zap.String("account_id", acct.ID))
+	SetAccount(c, acct, account.HashKey(key))
+	return nil
 }
 
 // Guarded runs check, a credential check that may fail (what is checked

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/easelhq/easel/api-gateway/internal/metrics"
 	"github.com/easelhq/easel/pkg/apperr"
@@ -28,7 +29,12 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if !s.routes[route] {
 			route = metrics.Unmatched
 		}
-		s.Metrics.Request(route, methodLabel(c.Request().Method), status, time.Since(start))
+		// A sampled request's trace is its duration's exemplar.
+		var traceID string
+		if sc := trace.SpanContextFromContext(c.Request().Context()); sc.IsSampled() {
+			traceID = sc.TraceID().String()
+		}
+		s.Metrics.Request(route, methodLabel(c.Request().Method), status, time.Since(start), traceID)
 		return err
 	}
 }

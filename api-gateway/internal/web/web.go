@@ -25,6 +25,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/api-gateway/internal/auth"
@@ -33,6 +35,7 @@ import (
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/logging"
+	"github.com/easelhq/easel/pkg/tracing"
 )
 
 // Limiter limits request rates.
@@ -69,6 +72,9 @@ type Config struct {
 	// Metrics records requests, creates and refusals (nil: recorded
 	// nowhere).
 	Metrics *metrics.Metrics
+	// Tracing, when on, gives every request a server span (Handler) and
+	// its authentication a child span (nil: off).
+	Tracing *tracing.Tracing
 }
 
 // Server is the gateway's HTTP server as the applications see it: Echo
@@ -89,6 +95,8 @@ type Server struct {
 	// lookups shares one lookup of a key among the requests that need it
 	// at once.
 	lookups singleflight.Group
+	// tracer starts the spans within a request's (ChildTracer).
+	tracer trace.Tracer
 }
 
 // Request context names.
@@ -113,13 +121,19 @@ func New(cfg Config) *Server {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New(nil)
 	}
+	if cfg.Tracing == nil {
+		cfg.Tracing = tracing.Noop()
+	}
 	s := &Server{Config: cfg, accessLog: cfg.Log.WithOptions(zap.WithCaller(false)),
-		limiterDown: logging.NewBurst("rate limiter: Redis", 10*time.Second)}
+		limiterDown: logging.NewBurst("rate limiter: Redis", 10*time.Second), tracer: cfg.Tracing.ChildTracer(TracerName)}
 	e := newEcho()
 	// The client's address is the TCP peer's, unless the gateway was told
 	// which proxies to believe: X-Forwarded-For from anyone else is a
 	// client's word, and would let it choose whose limits it uses.
 	e.IPExtractor = ipExtractor(cfg.TrustedProxies)
+	if cfg.Tracing.Enabled() {
+		e.Use(s.traced)
+	}
 	e.Use(
 		s.observe,
 		s.requestID,
@@ -158,13 +172,18 @@ func newEcho() *echo.Echo {
 
 // Handler returns the server's handler, once every application has
 // registered its routes: their patterns become the request metrics'
-// route label.
+// route label. With tracing on, it starts a server span per request (or
+// continues the client's trace: traceparent), the span the request's
+// context holds from then on.
 func (s *Server) Handler() http.Handler {
 	s.routes = map[string]bool{}
 	for _, r := range s.Echo.Routes() {
 		s.routes[r.Path] = true
 	}
-	return s.Echo
+	if !s.Tracing.Enabled() {
+		return s.Echo
+	}
+	return otelhttp.NewHandler(s.Echo, "", tracing.HTTPOptions(s.Tracing)...)
 }
 
 // Router is what Get registers on: an *echo.Echo or an *echo.Group.
@@ -257,8 +276,11 @@ func (s *Server) requestID(next echo.HandlerFunc) echo.HandlerFunc {
 		id := newRequestID()
 		// Room for what the request adds (account, task, model, price...):
 		// one allocation rather than a slice grown field by field.
-		fields := make([]zap.Field, 1, 8)
+		fields := make([]zap.Field, 1, 10)
 		fields[0] = zap.String("request_id", id)
+		// Within a trace (tracing on): its trace_id and span_id, on the
+		// access line and every line the request logs.
+		fields = append(fields, tracing.Fields(r.Context())...)
 		echoed := id
 		if cid := r.Header.Get(echo.HeaderXRequestID); validClientRequestID(cid) {
 			fields = append(fields, zap.String("client_request_id", cid))

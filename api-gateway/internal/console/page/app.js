@@ -900,6 +900,7 @@
     if (Array.isArray(in_.image_urls) && in_.image_urls.length) parts.push(`editing ${in_.image_urls.length} image${in_.image_urls.length > 1 ? 's' : ''}`);
     if (typeof t.price === 'number') parts.push(`${fmtNum(t.price)} credits`);
     if (t.start_time && t.create_time) parts.push(`queued ${fmtNum(Math.max(0, t.start_time - t.create_time))} ms`);
+    if (t.trace_id) parts.push(`trace ${t.trace_id}`);
     return parts.join(' · ');
   }
 
