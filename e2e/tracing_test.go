@@ -358,6 +358,11 @@ func checkTaskTrace(t *testing.T, tr *jaegerproc.Trace, id, clientSpan, failedUp
 	if failed.Attributes["easel.upstream"] != failedUpstream || succeeded.Attributes["easel.upstream"] == failedUpstream {
 		t.Errorf("upstream.call upstreams %v then %v; want %s then the other", failed.Attributes["easel.upstream"], succeeded.Attributes["easel.upstream"], failedUpstream)
 	}
+	for _, u := range upstreamCalls {
+		if v := u.Attributes["easel.breaker"]; !slices.Contains([]any{"closed", "open", "half-open", "skipped"}, v) {
+			t.Errorf("upstream.call on %v: easel.breaker %v; want the breaker's verdict", u.Attributes["easel.upstream"], v)
+		}
+	}
 	failover := false
 	for _, u := range upstreamCalls {
 		for _, ev := range u.Events {
