@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"image"
 	"image/png"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +28,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/easelhq/easel/pkg/account"
+	"github.com/easelhq/easel/pkg/apperr"
 	"github.com/easelhq/easel/pkg/blob"
 	"github.com/easelhq/easel/pkg/catalog"
 	"github.com/easelhq/easel/pkg/jobs"
@@ -34,6 +37,7 @@ import (
 	"github.com/easelhq/easel/pkg/tracing"
 	"github.com/easelhq/easel/tools/testkit/localnet"
 	"github.com/easelhq/easel/tools/testkit/redistest"
+	"github.com/easelhq/easel/worker/imagegen"
 	"github.com/easelhq/easel/worker/imagegen/procedural"
 	"github.com/easelhq/easel/worker/internal/fetch"
 	"github.com/easelhq/easel/worker/internal/processor"
@@ -420,5 +424,75 @@ func TestParkedRunTrace(t *testing.T) {
 		if spanAttr(s, "easel.task_id") == "task_lumen_1" {
 			t.Errorf("span %s of the untraced first task", s.Name)
 		}
+	}
+}
+
+// flakyGenerator fails its first call with a retryable upstream error,
+// then makes an image.
+type flakyGenerator struct {
+	imagegen.Generator
+	calls atomic.Int32
+}
+
+func (g *flakyGenerator) Generate(ctx context.Context, req imagegen.Request, progress func(int)) ([]imagegen.Image, error) {
+	if g.calls.Add(1) == 1 {
+		return nil, apperr.Transient(errors.New("503"), task.UpstreamUnavailable, "the image model is unavailable")
+	}
+	return g.Generator.Generate(ctx, req, progress)
+}
+
+// Outside the pool, each call to the generator is an "upstream.call" span
+// of the run: a failed call an error, the retry after it another span.
+func TestUpstreamCallRetried(t *testing.T) {
+	e := newHookEnv(t)
+	exp := tracetest.NewInMemoryExporter()
+	provider := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
+	blobs, err := blob.OpenFS(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = blobs.Close() })
+	proc, err := procedural.New(procedural.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := catalog.New("lumen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := processor.New(e.tasks, blobs, &flakyGenerator{Generator: proc}, fetch.New(fetch.Options{}), cat, zap.NewNop(),
+		processor.Options{Tracing: tracing.FromProvider(provider), Upstream: "procedural",
+			Retry: processor.Retry{MaxAttempts: 2, MaxElapsed: time.Minute, Initial: time.Millisecond, MaxInterval: time.Millisecond}})
+	j := e.pending(t, "task_lumen_1", "")
+	ref := jobs.RefOf(j)
+	ref.TraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	if err := p.Process(context.Background(), ref, processor.Attempt{Run: j.TaskID}); err != nil {
+		t.Fatal(err)
+	}
+	var calls []tracetest.SpanStub
+	var run tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		switch s.Name {
+		case processor.SpanCall:
+			calls = append(calls, s)
+		case processor.SpanRun:
+			run = s
+		}
+	}
+	if len(calls) != 2 {
+		t.Fatalf("%d upstream.call spans; want 2", len(calls))
+	}
+	for i, wantErr := range []bool{true, false} {
+		s := calls[i]
+		if (s.Status.Code == codes.Error) != wantErr || s.Parent.SpanID() != run.SpanContext.SpanID() {
+			t.Errorf("call %d: status %v, parent %v; want an error %v, child of task.run", i+1, s.Status, s.Parent.SpanID(), wantErr)
+		}
+		if spanAttr(s, "easel.upstream") != "procedural" || spanAttr(s, "easel.breaker") != processor.BreakerNone {
+			t.Errorf("call %d: attributes %v", i+1, s.Attributes)
+		}
+	}
+	if run.Status.Code == codes.Error {
+		t.Errorf("task.run of a completed task: status %v", run.Status)
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -106,5 +108,30 @@ func TestTransport(t *testing.T) {
 				t.Fatalf("traceparent %q does not parse", h)
 			}
 		})
+	}
+}
+
+// A pipeline gets no span, traced or not: only its commands' own hooks run.
+func TestInstrumentRedisSkipsPipelines(t *testing.T) {
+	srv := redistest.Start(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	rdb := srv.Client(t)
+	if err := InstrumentRedis(rdb, FromProvider(tp)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, span := tp.Tracer("t").Start(context.Background(), "req")
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, "a", "1", 0)
+		p.Set(ctx, "b", "2", 0)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	span.End()
+	for _, s := range rec.Ended() {
+		if strings.HasPrefix(s.Name(), "redis.pipeline") {
+			t.Errorf("a span %q for a pipeline", s.Name())
+		}
 	}
 }

@@ -112,13 +112,20 @@ func NewService(d Deps, cfg Config) *Service {
 // TracerName names the task service's spans' instrumentation scope.
 const TracerName = "github.com/easelhq/easel/api-gateway/internal/tasks"
 
+// startSpan starts a span of a task's within the request's span, when
+// that is sampled (tracer's); its attributes are given at its start, the
+// one allocation of them.
+func (s *Service) startSpan(ctx context.Context, name, taskID, accountID string) (context.Context, trace.Span) {
+	if !tracing.Sampled(ctx) {
+		return ctx, trace.SpanFromContext(context.Background()) // no-op
+	}
+	return s.tracer.Start(ctx, name, trace.WithAttributes(tracing.AttrTaskID.String(taskID), tracing.AttrAccountID.String(accountID)))
+}
+
 // storeCreate is Store.Create within a span "store.create" (traced).
 func (s *Service) storeCreate(ctx context.Context, t *task.Task, c task.Charge, input []byte) (store.Creation, error) {
-	ctx, span := s.tracer.Start(ctx, "store.create")
+	ctx, span := s.startSpan(ctx, "store.create", t.ID, t.AccountID)
 	defer span.End()
-	if span.IsRecording() {
-		span.SetAttributes(tracing.AttrTaskID.String(t.ID), tracing.AttrAccountID.String(t.AccountID))
-	}
 	created, err := s.Store.Create(ctx, t, c, input)
 	if err != nil {
 		var r *task.Replayed
@@ -132,11 +139,8 @@ func (s *Service) storeCreate(ctx context.Context, t *task.Task, c task.Charge, 
 // enqueue queues the first run of the task of job within a span
 // "queue.enqueue" (traced).
 func (s *Service) enqueue(ctx context.Context, job jobs.GenerateImage) error {
-	ctx, span := s.tracer.Start(ctx, "queue.enqueue")
+	ctx, span := s.startSpan(ctx, "queue.enqueue", job.TaskID, job.AccountID)
 	defer span.End()
-	if span.IsRecording() {
-		span.SetAttributes(tracing.AttrTaskID.String(job.TaskID), tracing.AttrAccountID.String(job.AccountID))
-	}
 	err := s.Queue.EnqueueGenerateImage(ctx, jobs.RefOf(job), jobs.RunID(job.TaskID, 0))
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
