@@ -264,12 +264,12 @@ func start(ctx context.Context, bin, dir string) (*Proc, error) {
 		}
 		if time.Now().After(deadline) {
 			p.Stop()
-			return nil, fmt.Errorf("Jaeger did not become ready within 30s (%v): %s", err, p.out.String())
+			return nil, fmt.Errorf("start Jaeger: not ready within 30s (%v): %s", err, p.out.String())
 		}
 		select {
 		case err := <-p.exited:
 			p.exited <- err
-			return nil, fmt.Errorf("Jaeger exited (%v): %s", err, p.out.String())
+			return nil, fmt.Errorf("start Jaeger: it exited (%v): %s", err, p.out.String())
 		case <-ctx.Done():
 			p.Stop()
 			return nil, ctx.Err()
