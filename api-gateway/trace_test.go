@@ -189,8 +189,10 @@ func TestCreateTraced(t *testing.T) {
 				t.Errorf("the record's traceparent %q, want %q", rec.TraceParent, want)
 			}
 			// The query is a trace of its own, named after its route.
-			if _, ok := findSpan(exp, "GET /v1/task/query"); !ok {
+			if q, ok := findSpan(exp, "GET /v1/task/query"); !ok {
 				t.Errorf("no span GET /v1/task/query; spans: %v", names(exp.GetSpans()))
+			} else if attr(q, "easel.task_id") != taskID || q.SpanContext.TraceID() == server.SpanContext.TraceID() {
+				t.Errorf("the query's span: easel.task_id %q, trace %s; want %q in a trace of its own", attr(q, "easel.task_id"), q.SpanContext.TraceID(), taskID)
 			}
 		})
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/easelhq/easel/api-gateway/internal/metrics"
@@ -26,6 +27,7 @@ import (
 	"github.com/easelhq/easel/pkg/logging"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/pkg/taskview"
+	"github.com/easelhq/easel/pkg/tracing"
 )
 
 type createData struct {
@@ -280,6 +282,9 @@ func taskIDParam(c echo.Context) (string, error) {
 	}
 	if !taskid.Valid(id) {
 		return "", apperr.Errorf(apperr.NotFound, "task %s not found", web.ClipID(id))
+	}
+	if span := trace.SpanFromContext(c.Request().Context()); span.IsRecording() {
+		span.SetAttributes(tracing.AttrTaskID.String(id))
 	}
 	return id, nil
 }
