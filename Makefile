@@ -43,18 +43,20 @@ run:
 	@$(MAKE) --no-print-directory build
 	EASEL_DEV_API_KEY=$(EASEL_DEV_API_KEY) ./$(BIN)/devstack
 
-# Every test of both modules with the race detector, S3 tests included (the
-# blob-store contract in pkg/blob and the S3 flow in e2e run on a private
-# MinIO, built once from the Go module proxy and cached: several minutes the
-# first time); and, alongside, the end-to-end flows again on a 3-master
+# Every test of both modules with the race detector, S3 and tracing tests
+# included (the blob-store contract in pkg/blob and the S3 flow in e2e run
+# on a private MinIO, the tracing flow in e2e on a private Jaeger, each
+# built once from the Go module proxy and cached: several minutes the first
+# time); and, alongside, the end-to-end flows again on a 3-master
 # Redis Cluster, its output printed when it ends. Four test processes at a
 # time: the end-to-end packages mostly wait on their services, not on the
 # CPU.
 CLUSTER_E2E := TestConsoleKeysOnEveryGateway|TestAccountWebhookEndToEnd|TestOutputsEndToEnd|TestWaitAndQuoteEndToEnd|TestUpstreamPoolFailover|TestUpstreamBreakerSharedByWorkers|TestFairShareEndToEnd|TestEndToEnd|TestFailedTaskIsRefunded|TestEaselctl|TestConcurrentCreatesNeverOverdraw|TestRecoveryQueuesAndExpires|TestCancelEndToEnd|TestWaitStreamListEndToEnd
 TESTBIN := $(abspath $(BIN))
 test:
-	@echo "==> MinIO for the S3 tests"
+	@echo "==> MinIO for the S3 tests, Jaeger for the tracing tests"
 	$(GO) run ./tools/testkit/cmd/minio-install
+	$(GO) run ./tools/testkit/cmd/jaeger-install
 	@echo "==> the programs, built once for every test that runs them"
 	@$(MAKE) --no-print-directory build
 	@set -e; log=$$(mktemp); \

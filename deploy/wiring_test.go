@@ -40,15 +40,15 @@ const (
 	measuredWorkerRSS  = 91 << 20
 )
 
-// runtimeVars are variables the Go runtime or the AWS SDK (the standard
-// credential chain behind EASEL_S3_*) reads rather than Easel's
-// configuration; a manifest may set them.
+// runtimeVars are variables the Go runtime, the AWS SDK (the standard
+// credential chain behind EASEL_S3_*) or the OpenTelemetry SDK (tracing)
+// reads rather than Easel's configuration; a manifest may set them.
 func runtimeVar(name string) bool {
 	switch name {
 	case "GOMEMLIMIT", "GOMAXPROCS", "GOGC", "GODEBUG":
 		return true
 	}
-	return strings.HasPrefix(name, "AWS_")
+	return strings.HasPrefix(name, "AWS_") || strings.HasPrefix(name, "OTEL_")
 }
 
 // binary is one of Easel's programs as a manifest runs it.
@@ -301,7 +301,22 @@ func TestWiring(t *testing.T) {
 			checkStorage(t, objs, pods)
 			checkRedis(t, objs, pods)
 			checkResultURLs(t, pods)
+			checkTracing(t, pods)
 		})
+	}
+}
+
+// checkTracing: every Easel pod takes the OTLP endpoint from the
+// configuration (one key for all), empty by default: tracing is off until
+// an operator sets it.
+func checkTracing(t *testing.T, pods []*easelPod) {
+	for _, p := range pods {
+		v, ok := p.env["OTEL_EXPORTER_OTLP_ENDPOINT"]
+		if !ok {
+			t.Errorf("deployment %s has no OTEL_EXPORTER_OTLP_ENDPOINT: tracing cannot be turned on from the configuration", p.dep.Name)
+		} else if v != "" {
+			t.Errorf("deployment %s sends spans to %q by default; want tracing off (empty)", p.dep.Name, v)
+		}
 	}
 }
 
