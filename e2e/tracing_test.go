@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -128,9 +129,20 @@ func TestTracingEndToEnd(t *testing.T) {
 		"OTEL_TRACES_SAMPLER=always_on",
 		"OTEL_BSP_SCHEDULE_DELAY=100",
 	)
+	// Two gateways and two workers: the create goes through one gateway,
+	// its queries through the other; the worker whose run is killed is
+	// not restarted, so the other recovers the task.
 	gw := startProc(t, dir, "gateway", filepath.Join(bin, "gateway"), slices.Concat(env, []string{"EASEL_HTTP_ADDR=" + gwAddr, "EASEL_PUBLIC_URL=" + base, "EASEL_METRICS_ADDR=off"}))
-	w := startProc(t, dir, "worker", filepath.Join(bin, "worker"), slices.Concat(env, []string{"EASEL_PUBLIC_URL=" + base, "EASEL_WORKER_HTTP_ADDR=" + freeAddr(t)}))
+	gw2Addr := freeAddr(t)
+	base2 := "http://" + gw2Addr
+	startProc(t, dir, "gateway2", filepath.Join(bin, "gateway"), slices.Concat(env, []string{"EASEL_HTTP_ADDR=" + gw2Addr, "EASEL_PUBLIC_URL=" + base, "EASEL_METRICS_ADDR=off"}))
+	workers := []*proc{
+		startProc(t, dir, "worker", filepath.Join(bin, "worker"), slices.Concat(env, []string{"EASEL_PUBLIC_URL=" + base, "EASEL_WORKER_HTTP_ADDR=" + freeAddr(t)})),
+		startProc(t, dir, "worker2", filepath.Join(bin, "worker"), slices.Concat(env, []string{"EASEL_PUBLIC_URL=" + base, "EASEL_WORKER_HTTP_ADDR=" + freeAddr(t)})),
+	}
+	w := workers[0] // the one whose log a failure shows
 	waitHTTP(t, base+"/readyz")
+	waitHTTP(t, base2+"/readyz")
 
 	accounts := store.NewAccounts(store.NewDB(rdb, store.Options{}))
 	acct, err := accounts.Create(ctx, account.Spec{Name: "traced", Credits: 10_000})
@@ -142,6 +154,7 @@ func TestTracingEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newClient(t, base, key)
+	c2 := newClient(t, base2, key) // the other gateway
 
 	waitUntil := func(what string, timeout time.Duration, ok func() bool) {
 		t.Helper()
@@ -156,7 +169,7 @@ func TestTracingEndToEnd(t *testing.T) {
 			}
 		}
 	}
-	status := func(id string) string { _, rec, _ := c.query(id); return rec.Status }
+	status := func(id string) string { _, rec, _ := c2.query(id); return rec.Status }
 
 	// The account's one place, taken by a task whose upstream call hangs.
 	first := c.create(stdBody("the task ahead"))
@@ -206,13 +219,29 @@ func TestTracingEndToEnd(t *testing.T) {
 		tr, _ := jc.Trace(ctx, clientTrace)
 		return tr != nil && len(tr.Named("queue.parked")) > 0 && len(tr.Named("queue.wait")) > 0
 	})
-	w.signal(t, syscall.SIGKILL)
-	w.restart(t, "EASEL_WORKER_HTTP_ADDR="+freeAddr(t))
+	// The worker holding the run (the record's live field names it,
+	// "worker:<host>:<pid>:<random>") is killed; the other one recovers
+	// the task.
+	keys, err := rdb.Keys(ctx, "easel:*:t:"+id).Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("the traced task's record: %v, %v", keys, err)
+	}
+	holder := rdb.HGet(ctx, keys[0], "live").Val()
+	held := false
+	for i, p := range workers {
+		if strings.HasPrefix(holder, "worker:") && strings.Contains(holder, ":"+strconv.Itoa(p.cmd.Process.Pid)+":") {
+			held, w = true, workers[1-i]
+			p.signal(t, syscall.SIGKILL)
+		}
+	}
+	if !held {
+		t.Fatalf("the run's holder %q is neither worker", holder)
+	}
 	killed := time.Now()
 
 	// The recovery gives it a new run (once the dead run's 30 s lease is
 	// out): a 500 from one upstream, a failover to the other, the result.
-	rec, _, _ := c.poll(id, 120*time.Second)
+	rec, _, _ := c2.poll(id, 120*time.Second)
 	if rec.Status != "completed" {
 		t.Fatalf("the traced task ended %s (%+v); upstream calls %v\n--- worker\n%s", rec.Status, rec.Error, script.called(), w.tail())
 	}
@@ -241,6 +270,17 @@ func TestTracingEndToEnd(t *testing.T) {
 		return true
 	})
 	checkTaskTrace(t, tr, id, clientSpan, calls[2])
+	// Both workers are in it: the killed one started the task (its queue
+	// spans), the other ran the recovered run.
+	seen := map[any]bool{}
+	for _, s := range tr.Spans {
+		if v, ok := s.Attributes["easel.worker"]; ok {
+			seen[v] = true
+		}
+	}
+	if len(seen) != 2 {
+		t.Errorf("the trace names workers %v; want both (the killed one's queue spans, the other's run)", seen)
+	}
 
 	// One trace: every span of the task's create and of its runs and
 	// deliveries, in any trace of either service, is in the client's (a
@@ -264,7 +304,7 @@ func TestTracingEndToEnd(t *testing.T) {
 
 	// The trace id where people look for it: the record, the webhook (its
 	// body and its traceparent), the gateway's log lines of the create.
-	_, _, raw := c.query(id)
+	_, _, raw := c2.query(id)
 	var record struct {
 		TraceID string `json:"trace_id"`
 	}

@@ -54,9 +54,9 @@ func (p *Processor) startRun(parent context.Context, id, run string, dequeued ti
 
 // traceQueue records, in the create's trace (create), the task's time
 // parked for a place (from its creation to its admission, when it was
-// parked) and queued (from then to this start).
+// parked) and queued (from then to this start, by this worker).
 func (p *Processor) traceQueue(create context.Context, id string, created, admitted, started time.Time) {
-	attrs := trace.WithAttributes(AttrTaskID.String(id))
+	attrs := trace.WithAttributes(AttrTaskID.String(id), AttrWorker.String(p.Worker))
 	if !admitted.IsZero() && admitted.After(created) {
 		_, s := p.tracer.Start(create, SpanParked, attrs, trace.WithTimestamp(created))
 		s.End(trace.WithTimestamp(admitted))
