@@ -49,11 +49,16 @@ func startGatewayWith(t *testing.T, redisURL string, env map[string]string, serv
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		if serve != nil {
-			done <- serve(ctx, cfg, ln)
-			return
+		if serve == nil {
+			serve = func(ctx context.Context, cfg Config, ln net.Listener) error {
+				return Run(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)), ln)
+			}
 		}
-		done <- Run(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)), ln)
+		err := serve(ctx, cfg, ln)
+		if ctx.Err() == nil { // stopped on its own: say why, before a wait on it fails
+			t.Logf("the gateway stopped before its test ended: %v", err)
+		}
+		done <- err
 	}()
 	t.Cleanup(func() {
 		cancel()
