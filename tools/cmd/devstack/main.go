@@ -65,6 +65,15 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	defer func() { _ = log.Sync() }()
 
+	// The binaries first: nothing starts (not even the embedded Redis,
+	// which could take a port meant for the gateway) for a stack that
+	// cannot run.
+	for _, name := range []string{"gateway", "worker"} {
+		if _, err := os.Stat(filepath.Join(*binDir, name)); err != nil {
+			return fmt.Errorf("%s binary: %w (run `make build` first)", name, err)
+		}
+	}
+
 	env, cleanup, err := stackEnv()
 	if err != nil {
 		return err
