@@ -31,6 +31,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/easelhq/easel/tools/testkit/toolcache"
 )
 
 // The Jaeger the tests run against: v1.76.0 of the module is the release
@@ -44,83 +46,41 @@ const (
 // BinEnv names a Jaeger v2 binary to use instead of the cached build.
 const BinEnv = "EASEL_JAEGER_BIN"
 
+// tool is the Jaeger binary, built in its module's directory (its go.mod
+// has a replace directive, which `go install module@version` refuses).
+func tool() toolcache.Tool {
+	return toolcache.Tool{Name: "jaeger", Version: JaegerVersion, Env: BinEnv, Build: build}
+}
+
 // CachePath is where the Jaeger binary of JaegerVersion is cached:
 // ${XDG_CACHE_HOME:-$HOME/.cache}/easel/jaeger/<version>/jaeger.
-func CachePath() (string, error) {
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("no cache directory for the Jaeger binary (set %s): %w", BinEnv, err)
-	}
-	return filepath.Join(dir, "easel", "jaeger", JaegerVersion, "jaeger"), nil
-}
+func CachePath() (string, error) { return tool().CachePath() }
 
 // Built returns the Jaeger binary if there is one without building it:
 // $EASEL_JAEGER_BIN, else the cached build. ok is false when neither
 // exists.
-func Built() (bin string, ok bool) {
-	if p := os.Getenv(BinEnv); p != "" {
-		_, err := os.Stat(p)
-		return p, err == nil
-	}
-	bin, err := CachePath()
-	if err != nil {
-		return "", false
-	}
-	_, err = os.Stat(bin)
-	return bin, err == nil
-}
+func Built() (bin string, ok bool) { return tool().Built() }
 
 // Binary returns the Jaeger binary: $EASEL_JAEGER_BIN, else the cached
 // build, else one built now into the cache (once, under a lock, however
 // many test processes ask at the same time).
-func Binary(ctx context.Context) (string, error) {
-	if p := os.Getenv(BinEnv); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("%s: %w", BinEnv, err)
-		}
-		return p, nil
-	}
-	bin, err := CachePath()
-	if err != nil {
-		return "", err
-	}
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	dir := filepath.Dir(bin)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", err
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil // built by another process while this one waited
-	}
+func Binary(ctx context.Context) (string, error) { return tool().Binary(ctx) }
+
+// build downloads the pinned module and builds its cmd/jaeger into out.
+func build(ctx context.Context, dir, out string) error {
 	src, err := download(ctx, dir)
 	if err != nil {
-		return "", err
+		return err
 	}
-	tmp := filepath.Join(dir, fmt.Sprintf("jaeger.build-%d", os.Getpid()))
-	defer os.Remove(tmp)
 	// In the module's directory of the module cache (read-only: -mod=readonly
-	// writes nothing there; the build's output goes to tmp).
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", tmp, mainPackage)
+	// writes nothing there; the build's output goes to out).
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, mainPackage)
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly -buildvcs=false", "GOWORK=off", "CGO_ENABLED=0")
 	cmd.Dir = src
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build Jaeger (go build %s in %s@%s): %v\n%s", mainPackage, JaegerModule, JaegerVersion, err, out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build Jaeger (go build %s in %s@%s): %v\n%s", mainPackage, JaegerModule, JaegerVersion, err, b)
 	}
-	if err := os.Rename(tmp, bin); err != nil {
-		return "", err
-	}
-	return bin, nil
+	return nil
 }
 
 // download fetches the pinned module through the module proxy and returns

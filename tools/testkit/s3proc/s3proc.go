@@ -22,6 +22,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/easelhq/easel/tools/testkit/toolcache"
 )
 
 // The MinIO tests run against: its module has no replace directives, so
@@ -34,79 +36,39 @@ const (
 // BinEnv names a MinIO binary to use instead of the cached build.
 const BinEnv = "EASEL_MINIO_BIN"
 
+// tool is the MinIO binary, built with `go install` into the cache.
+func tool() toolcache.Tool {
+	return toolcache.Tool{Name: "minio", Version: MinIOVersion, Env: BinEnv, Build: build}
+}
+
 // CachePath is where the MinIO binary of MinIOVersion is cached:
 // ${XDG_CACHE_HOME:-$HOME/.cache}/easel/minio/<version>/minio.
-func CachePath() (string, error) {
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("no cache directory for the MinIO binary (set %s): %w", BinEnv, err)
-	}
-	return filepath.Join(dir, "easel", "minio", MinIOVersion, "minio"), nil
-}
+func CachePath() (string, error) { return tool().CachePath() }
 
 // Built returns the MinIO binary if there is one without building it:
 // $EASEL_MINIO_BIN, else the cached build. ok is false when neither exists.
-func Built() (bin string, ok bool) {
-	if p := os.Getenv(BinEnv); p != "" {
-		_, err := os.Stat(p)
-		return p, err == nil
-	}
-	bin, err := CachePath()
-	if err != nil {
-		return "", false
-	}
-	_, err = os.Stat(bin)
-	return bin, err == nil
-}
+func Built() (bin string, ok bool) { return tool().Built() }
 
 // Binary returns the MinIO binary: $EASEL_MINIO_BIN, else the cached build,
 // else one built now with `go install` into the cache (once, under a lock,
 // however many test processes ask at the same time).
-func Binary(ctx context.Context) (string, error) {
-	if p := os.Getenv(BinEnv); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("%s: %w", BinEnv, err)
-		}
-		return p, nil
-	}
-	bin, err := CachePath()
-	if err != nil {
-		return "", err
-	}
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	dir := filepath.Dir(bin)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", err
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil // built by another process while this one waited
-	}
+func Binary(ctx context.Context) (string, error) { return tool().Binary(ctx) }
+
+// build installs the pinned MinIO into a scratch GOBIN under dir and moves
+// it to out.
+func build(ctx context.Context, dir, out string) error {
 	gobin, err := os.MkdirTemp(dir, "build-")
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer os.RemoveAll(gobin)
 	cmd := exec.CommandContext(ctx, "go", "install", MinIOModule+"@"+MinIOVersion)
 	cmd.Env = append(os.Environ(), "GOBIN="+gobin, "GOFLAGS=-mod=mod", "GOWORK=off", "CGO_ENABLED=0")
 	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build MinIO (go install %s@%s): %v\n%s", MinIOModule, MinIOVersion, err, out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build MinIO (go install %s@%s): %v\n%s", MinIOModule, MinIOVersion, err, b)
 	}
-	if err := os.Rename(filepath.Join(gobin, "minio"), bin); err != nil {
-		return "", err
-	}
-	return bin, nil
+	return os.Rename(filepath.Join(gobin, "minio"), out)
 }
 
 // Proc is a running MinIO server.
