@@ -28,7 +28,7 @@ import (
 //     task charged whose job is missing from its queue (its gateway died
 //     before queueing it, a failover lost the queue's write, an operator
 //     deleted it) is queued again within store.QueueRecheck and a poll of
-//     its admission; a task past its deadline that no run will finish is
+//     its admission, or of its start for a task processing; a task past its deadline that no run will finish is
 //     failed and refunded within a poll of it, in batches; a final webhook
 //     event left unqueued is queued store.HookGrace after the task ended.
 //   - orphaned runs (sweeper): a task whose worker died is given to a new
@@ -483,8 +483,11 @@ func (r *recovery) do(ctx context.Context, entries []store.DueEntry, rep *recove
 	return ok
 }
 
-// check makes sure the job of every admitted task still pending is on its
-// queue, and queues the missing ones from the job payload the task keeps.
+// check makes sure the job of every admitted task still pending, and of
+// every task processing, is on its queue, and queues the missing ones
+// from the job payload the task keeps (a processing task's run is started
+// again by the worker that takes the job: no crash if its holder let go
+// or is alive, a crash if it died).
 // Queueing a job that is queued already is a no-op, so a task is never
 // queued twice. Not ok: the checks, or some queueings, failed.
 func (r *recovery) check(ctx context.Context, checks []store.DueEntry) (queued int, ok bool) {

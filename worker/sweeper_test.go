@@ -285,17 +285,20 @@ func TestRecoveryFailsOverdueTasks(t *testing.T) {
 
 // A gateway that died after charging a task and before queueing its job:
 // the recovery queues the job (from the record), once, however many polls
-// run; a task whose job is queued already is left as it is, and a started
-// one is checked no more; a job the queue lost later (a failover, an
-// operator's delete) is queued again at the next check.
+// run; a task whose job is queued already is left as it is; a job the
+// queue lost later (a failover, an operator's delete) is queued again at
+// the next check, and so is the job of a task that started (checked
+// store.QueueRecheck after its start).
 func TestRecoveryQueuesMissingJobs(t *testing.T) {
 	e := newSweepEnv(t)
 	ctx := context.Background()
 	lost := e.chargeWith(t, "task_lumen_1", time.Now().Add(time.Hour), hooksWanted)
 	queued := e.charge(t, "task_lumen_2", time.Now().Add(time.Hour))
-	e.charge(t, "task_lumen_3", time.Now().Add(time.Hour))
-	if err := e.q.EnqueueGenerateImage(ctx, jobs.RefOf(queued), queued.TaskID); err != nil { // its gateway queued it, then died
-		t.Fatal(err)
+	started := e.charge(t, "task_lumen_3", time.Now().Add(time.Hour))
+	for _, j := range []jobs.GenerateImage{queued, started} { // their gateway queued them, then died
+		if err := e.q.EnqueueGenerateImage(ctx, jobs.RefOf(j), j.TaskID); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if c, err := e.tasks.Start(ctx, e.acct, "task_lumen_3", "task_lumen_3"); err != nil || c.Outcome != task.Applied {
 		t.Fatalf("Start = %v, %v", c.Outcome, err)
@@ -339,34 +342,47 @@ func TestRecoveryQueuesMissingJobs(t *testing.T) {
 	if rec, _ := e.tasks.Get(ctx, e.acct, lost.TaskID); rec.Callback.URL != hooksWanted.URL {
 		t.Errorf("the record of %s has the callback %+v; want %s", lost.TaskID, rec.Callback, hooksWanted.URL)
 	}
-	if infos, _ := ins.ListPendingTasks(jobs.Queue(catalog.Standard)); len(infos) != 2 {
-		t.Errorf("%d jobs pending; want 2 (each task once)", len(infos))
+	if infos, _ := ins.ListPendingTasks(jobs.Queue(catalog.Standard)); len(infos) != 3 {
+		t.Errorf("%d jobs pending; want 3 (each task once)", len(infos))
 	}
 
-	// The queue loses a job (a failover, or an operator deletes it): it is
-	// not checked again before store.QueueRecheck, then it is queued again.
-	if err := ins.DeleteTask(jobs.Queue(catalog.Standard), queued.TaskID); err != nil {
-		t.Fatal(err)
+	// The queue loses two jobs (a failover, or an operator deletes them),
+	// one of a task pending, one of the task processing. The processing
+	// one is checked store.QueueRecheck after its start, and its job
+	// queued again; the pending one is not checked again before
+	// store.QueueRecheck after its last check, then its job is queued
+	// again.
+	for _, j := range []jobs.GenerateImage{queued, started} {
+		if err := ins.DeleteTask(jobs.Queue(catalog.Standard), j.TaskID); err != nil {
+			t.Fatal(err)
+		}
 	}
 	clock = clock.Add(store.QueueRecheck - time.Second)
-	if n := polls(); n != 0 {
-		t.Errorf("polls queued %d jobs before the next check", n)
+	if n := polls(); n != 1 {
+		t.Errorf("polls queued %d jobs; want 1 (the processing task's)", n)
 	}
-	if got := spy.taken(store.DueCheck); len(got) != 0 {
-		t.Errorf("checked %v before the next check was due", got)
+	if got := spy.taken(store.DueCheck); !slices.Equal(got, []string{"task_lumen_3"}) {
+		t.Errorf("checked %v; want only the processing task, its check due", got)
 	}
 	clock = clock.Add(time.Second)
 	if n := polls(); n != 1 {
-		t.Errorf("polls queued %d jobs; want 1 (the one lost)", n)
+		t.Errorf("polls queued %d jobs; want 1 (the pending one lost)", n)
 	}
 	if got := spy.taken(store.DueCheck); !slices.Equal(got, []string{"task_lumen_1", "task_lumen_2"}) {
-		t.Errorf("checked %v; want the two pending tasks, once each (the started one no more)", got)
+		t.Errorf("checked %v; want the two pending tasks, once each", got)
 	}
-	if _, err := ins.GetTaskInfo(jobs.Queue(catalog.Standard), queued.TaskID); err != nil {
-		t.Errorf("the lost job was not queued again: %v", err)
+	for _, j := range []jobs.GenerateImage{queued, started} {
+		if _, err := ins.GetTaskInfo(jobs.Queue(catalog.Standard), j.TaskID); err != nil {
+			t.Errorf("the lost job of %s was not queued again: %v", j.TaskID, err)
+		}
 	}
-	if infos, _ := ins.ListPendingTasks(jobs.Queue(catalog.Standard)); len(infos) != 2 {
-		t.Errorf("%d jobs pending; want 2 (each task once)", len(infos))
+	if infos, _ := ins.ListPendingTasks(jobs.Queue(catalog.Standard)); len(infos) != 3 {
+		t.Errorf("%d jobs pending; want 3 (each task once)", len(infos))
+	}
+	// The processing task's run, queued again, starts it again: its
+	// holder (this test's store) let go of nothing, and is alive.
+	if st, err := e.tasks.Start(ctx, e.acct, started.TaskID, started.TaskID); err != nil || st.Outcome != task.Applied {
+		t.Errorf("Start of the processing task's run, queued again = %v, %v", st.Outcome, err)
 	}
 
 	// Their runs start them with the input the record kept: the task's,

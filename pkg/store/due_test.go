@@ -14,8 +14,10 @@ import (
 // The shard's due work, read with the store's clock moved: each
 // unfinished task has one entry, due FirstQueueCheck after its admission
 // (DueCheck, its queue, run and deadline; then every QueueRecheck, never
-// past its deadline), at its deadline while parked or processing
-// (DueExpire then, again dueRetry later if the expire did not happen); an
+// past its deadline), QueueRecheck after its start and every QueueRecheck
+// on while processing (DueCheck of its run's job, which a failover can
+// lose), at its deadline while parked (DueExpire then, again dueRetry
+// later if the expire did not happen); an
 // ended task's entry is gone, and so is a stale one Due finds; a final
 // webhook event is due HookGrace after the end (DueHook, again dueRetry
 // later until Queued). Next is when the first entry left is due.
@@ -61,22 +63,24 @@ func TestDue(t *testing.T) {
 		}, []step{
 			{at: FirstQueueCheck, want: []string{check("a1") + " [standard||]", check("a2") + " [|a2.r1|]"}, next: FirstQueueCheck + QueueRecheck},
 		}},
-		{"a started task is due at its deadline only", 0, func(t *testing.T, e *dueEnv) {
+		{"a started task is checked for its run's job until its deadline", 0, func(t *testing.T, e *dueEnv) {
 			s := e.s
-			e.create(t, "a1", "")
+			e.create(t, "a1", "standard")
 			mustOutcome(t, task.Applied)(start(s, "a", "a1", "a1"))
 		}, []step{
-			{at: FirstQueueCheck, next: dl},
-			{at: dl - time.Millisecond, next: dl},
+			{at: FirstQueueCheck, next: QueueRecheck},
+			{at: QueueRecheck - time.Millisecond, next: QueueRecheck},
+			{at: QueueRecheck, want: []string{check("a1") + " [standard|a1|]"}, next: 2 * QueueRecheck},
+			{at: dl - time.Second, want: []string{check("a1") + " [standard|a1|]"}, next: dl},
 			{at: dl, want: []string{expire("a1")}, next: dl + dueRetry},
 		}},
-		{"a processing task found early is moved to its deadline", 0, func(t *testing.T, e *dueEnv) {
+		{"a processing task found early is checked", 0, func(t *testing.T, e *dueEnv) {
 			s := e.s
 			e.create(t, "a1", "")
 			mustOutcome(t, task.Applied)(start(s, "a", "a1", "a1"))
 			e.dueAt(t, "a1", 5*time.Second)
 		}, []step{
-			{at: 5 * time.Second, next: dl},
+			{at: 5 * time.Second, want: []string{check("a1") + " [|a1|]"}, next: 5*time.Second + QueueRecheck},
 			{at: dl, want: []string{expire("a1")}, next: dl + dueRetry},
 		}},
 		{"a parked task is due at its deadline", 1, func(t *testing.T, e *dueEnv) {
@@ -85,7 +89,7 @@ func TestDue(t *testing.T) {
 			e.create(t, "k1", "")
 			mustOutcome(t, task.Applied)(start(s, "a", "a1", "a1"))
 		}, []step{
-			{at: FirstQueueCheck, next: dl},
+			{at: FirstQueueCheck, next: QueueRecheck}, // a1's check; k1 at its deadline
 			{at: dl, want: []string{expire("a1"), expire("k1")}, next: dl + dueRetry},
 		}},
 		{"a parked task found early is moved to its deadline", 1, func(t *testing.T, e *dueEnv) {
@@ -95,7 +99,7 @@ func TestDue(t *testing.T) {
 			mustOutcome(t, task.Applied)(start(s, "a", "a1", "a1"))
 			e.dueAt(t, "k1", 5*time.Second)
 		}, []step{
-			{at: 5 * time.Second, next: dl},
+			{at: 5 * time.Second, next: QueueRecheck}, // a1's check; k1 at its deadline
 		}},
 		{"an admission makes the task due for its check", 1, func(t *testing.T, e *dueEnv) {
 			s := e.s
@@ -109,7 +113,7 @@ func TestDue(t *testing.T) {
 			{at: 30*time.Second + FirstQueueCheck, want: []string{check("k1") + " [standard||]"}, next: 30*time.Second + FirstQueueCheck + QueueRecheck},
 			{at: 50 * time.Second, do: func(t *testing.T, s *stores) {
 				mustOutcome(t, task.Applied)(start(s, "a", "k1", "k1"))
-			}, next: dl},
+			}, next: 50*time.Second + QueueRecheck},
 		}},
 		{"an ended task leaves; a stale entry of one too", 0, func(t *testing.T, e *dueEnv) {
 			s := e.s

@@ -8,7 +8,7 @@ import (
 
 // The due work: each shard keeps, in one time-ordered set, what is due
 // when for its accounts' tasks (a task's next check: its queue check while
-// admitted and pending, its deadline) and the final webhook events not yet
+// admitted and pending or processing, its deadline) and the final webhook events not yet
 // queued. The scripts that change a task keep it up to date in the same
 // step; a worker reads only what is due, shard by shard (Due), under the
 // shard's lease: the background work costs what is due, never a walk of
@@ -19,8 +19,9 @@ type DueKind byte
 
 // Kinds of due work.
 const (
-	// DueCheck: an admitted task still pending, whose job is to be checked
-	// for in its queue (and queued again if it is missing).
+	// DueCheck: an admitted task still pending, or one processing, whose
+	// run's job is to be checked for in its queue (and queued again if it
+	// is missing: a failover can lose the job of a task that started).
 	DueCheck DueKind = 'c'
 	// DueExpire: an unfinished task past its deadline, to be failed and
 	// refunded (Tasks.Expire).

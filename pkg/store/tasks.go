@@ -629,6 +629,7 @@ type startArgs struct {
 	Me           string `lua:"me"`
 	Judged       string `lua:"judged"`
 	Dead         string `lua:"dead"`
+	RecheckAt    int64  `lua:"recheck_at"`
 }
 
 // Start gives a task to a run (jobs.RunID) and moves it to processing,
@@ -647,7 +648,7 @@ func (s *Tasks) Start(ctx context.Context, accountID, taskID, run string) (Start
 	args := startArgs{
 		Now: now.UnixMilli(), Run: run, MaxCrashes: task.MaxCrashes, TTL: ttl, Keep: keep, HookAt: hookAt,
 		CrashMessage: crashMessage, AccountID: accountID, TaskID: taskID, Share: share, CheckAt: checkAt,
-		Queues: s.db.queues(), Me: s.holder(),
+		Queues: s.db.queues(), Me: s.holder(), RecheckAt: now.Add(QueueRecheck).UnixMilli(),
 	}
 	r, err := startLua.run(ctx, s.db, keysOfTask(accountID, taskID), args)
 	if err == nil && r.Code == outcomeHeld {

@@ -5,9 +5,10 @@
 --   - a task's check ('t|<account>|<task>'): a task ended or gone leaves
 --     (one gone unfinished settles its account's counters: lib.lua's
 --     forget); one past its deadline is returned to expire (x); an
---     admitted task still pending is returned for its queue check (c) and
---     due again recheck later (not past its deadline); a parked or
---     processing task is due again at its deadline;
+--     admitted task still pending, or one processing, is returned for its
+--     queue check (c: is its run's job on its queue? a failover can lose
+--     the job of a task that started) and due again recheck later (not
+--     past its deadline); a parked task is due again at its deadline;
 --   - a final webhook event still unqueued ('h|...') is returned to queue
 --     (h).
 --
@@ -53,7 +54,7 @@ for _, m in ipairs(entries) do
       reply[#reply + 1] = 'x'; reply[#reply + 1] = account_id; reply[#reply + 1] = task_id
       reply[#reply + 1] = ''; reply[#reply + 1] = ''; reply[#reply + 1] = 0
       redis.call('ZADD', due_key, 'XX', now + retry, m)
-    elseif v[1] == 'pending' and v[2] == '1' then
+    elseif (v[1] == 'pending' and v[2] == '1') or v[1] == 'processing' then
       reply[#reply + 1] = 'c'; reply[#reply + 1] = account_id; reply[#reply + 1] = task_id
       reply[#reply + 1] = v[4] or ''; reply[#reply + 1] = v[5] or ''; reply[#reply + 1] = dl
       redis.call('ZADD', due_key, 'XX', math.min(now + recheck, dl), m)

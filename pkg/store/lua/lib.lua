@@ -369,11 +369,16 @@ end
 -- returns the queue it was waiting in ('' if none), for the caller to
 -- count it out (dequeued.lua). r holds the task's q and qseq as its
 -- caller read them, or is nil: read them here. The fields go from the
--- record: added to del, the caller's deletions, or deleted here.
+-- record: added to del, the caller's deletions, or deleted here; a task
+-- that starts (r.started) keeps q, its job's queue, for the queue checks
+-- of its run (due.lua), and loses its number only.
 local function left(K, now, r, del)
   local v = r and {r.q, r.qseq} or redis.call('HMGET', K.task, 'q', 'qseq')
   if not v[1] then return '' end
-  if del then
+  if r and r.started then
+    if not v[2] then return '' end
+    redis.call('HDEL', K.task, 'qseq')
+  elseif del then
     del[#del + 1] = 'q'; del[#del + 1] = 'qseq'
   else
     redis.call('HDEL', K.task, 'q', 'qseq')

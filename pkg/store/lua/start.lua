@@ -28,6 +28,7 @@
 -- ARGV[13] -> me: the worker starting the run ('1': one that names none)
 -- ARGV[14] -> judged: the worker holding the run that the caller judged ('' for none)
 -- ARGV[15] -> dead: '1' if the caller found that worker dead
+-- ARGV[16] -> recheck_at: when the task, processing, is next checked for its job, Unix ms
 --
 -- Returns {outcome, refunded, hooked, queue left, input, created,
 -- deadline, model, holder, trace, admitted at, id, queue, deadline, ...}:
@@ -44,7 +45,7 @@ local now, run, max_crashes, ttl, keep = tonumber(ARGV[1]), ARGV[2], ARGV[3], AR
 local hook_at, crash_message, account_id, task_id = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local share, check_at = tonumber(ARGV[10]), ARGV[11]
 QUEUES = ARGV[12]
-local me, judged, dead = ARGV[13], ARGV[14], ARGV[15]
+local me, judged, dead, recheck_at = ARGV[13], ARGV[14], ARGV[15], tonumber(ARGV[16])
 
 local v = redis.call('HMGET', K.task, 'status', 'run', 'live', 'crashes', 'dl', 'adm', 'model', 'ctime', 'inn', 'in', 'cb', 'tp', 'atime', 'q', 'qseq')
 local st = v[1]
@@ -76,9 +77,10 @@ if st == 'pending' then
     for _, x in ipairs(endpoint(K) or {'cb', ''}) do set[#set + 1] = x end
   end
   redis.call('HSET', K.task, unpack(set))
-  q = left(K, now, {q = v[14], qseq = v[15]})
-  -- No more queue checks: due again only at its deadline.
-  if v[5] then redis.call('ZADD', K.due, 'XX', v[5], task_due(account_id, task_id)) end
+  q = left(K, now, {q = v[14], qseq = v[15], started = true})
+  -- Checked for its job again a recheck later (a failover can lose the
+  -- job of a task that started), never past its deadline.
+  if v[5] then redis.call('ZADD', K.due, 'XX', math.min(recheck_at, tonumber(v[5])), task_due(account_id, task_id)) end
   notify(K.task)
 else
   redis.call('HSET', K.task, 'run', run, 'live', me)
