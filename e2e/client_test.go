@@ -162,8 +162,13 @@ func (c *client) poll(id string, timeout time.Duration) (taskRecord, []string, [
 	deadline := time.Now().Add(timeout)
 	var statuses []string
 	var progress []int
-	for {
+	for ; ; time.Sleep(50 * time.Millisecond) {
 		status, rec, b := c.query(id)
+		if status == http.StatusTooManyRequests && time.Now().Before(deadline) {
+			// Tests polling side by side with one key can pass its
+			// query rate: a client waits and asks again.
+			continue
+		}
 		if status != 200 {
 			c.t.Fatalf("query %s: %d %s", id, status, b)
 		}
@@ -188,7 +193,6 @@ func (c *client) poll(id string, timeout time.Duration) (taskRecord, []string, [
 		if time.Now().After(deadline) {
 			c.t.Fatalf("task %s not done after %v: %+v", id, timeout, rec)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
