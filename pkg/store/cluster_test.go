@@ -335,9 +335,12 @@ func TestOnACluster(t *testing.T) {
 		}
 	})
 
-	// The queue's numbers live in their own slot: a create takes its number
-	// first, gives it back (counts it out) if refused, and every way out
-	// of pending counts the task out once.
+	// The queue's numbers live in their own slot: a create is one round
+	// trip, and the tasks it admits take their numbers after it, in one
+	// batch (numberLater: in the order they were admitted, within
+	// queueCountEvery, or at a flush); a refused create takes none, a task
+	// that left pending before its batch gives its number back, and every
+	// way out of pending counts the task out once.
 	t.Run("queue positions", func(t *testing.T) {
 		const queue = "cluster-standard"
 		c := std
@@ -345,35 +348,40 @@ func TestOnACluster(t *testing.T) {
 		broke := accts[3].id
 		_, err := s.accounts.AddCredits(ctx, broke, -s.mustCredits(t, broke), "empty it")
 		must(t, err)
-		var seqs []int64
-		for i, a := range accts[4:8] {
+		for _, a := range accts[4:8] {
 			tk := pending(a.id, "queued")
 			_, err := s.tasks.Create(ctx, tk, c, nil)
 			must(t, err)
-			got, err := s.tasks.Get(ctx, a.id, "queued")
-			must(t, err)
-			if tk.Queue != queue || got.Queue != queue || got.QueueSeq != tk.QueueSeq || tk.QueueSeq != int64(i+1) {
-				t.Fatalf("create %d: task %q/%d, record %q/%d; want %s/%d", i, tk.Queue, tk.QueueSeq, got.Queue, got.QueueSeq, queue, i+1)
+			if got, err := s.tasks.Get(ctx, a.id, "queued"); err != nil || got.Queue != queue || got.QueueSeq != 0 {
+				t.Fatalf("%s, just created: %+v, %v; want in %s with no number yet", a.id, got, err, queue)
 			}
-			seqs = append(seqs, tk.QueueSeq)
 		}
 		tk := pending(broke, "refused")
 		if _, err := s.tasks.Create(ctx, tk, c, nil); apperr.CodeOf(err) != apperr.InsufficientCredits || tk.QueueSeq != 0 {
 			t.Fatalf("refused create: %v, seq %d", err, tk.QueueSeq)
 		}
-		if got := dequeuedOf(t, s, queue); got != 1 {
-			t.Fatalf("dequeued %d after a refused create; want its number given back (1)", got)
+		if got := dequeuedOf(t, s, queue); got != 0 { // flushes the batch
+			t.Fatalf("dequeued %d after a refused create; want 0 (it took no number)", got)
+		}
+		var seqs []int64
+		for i, a := range accts[4:8] {
+			got, err := s.tasks.Get(ctx, a.id, "queued")
+			must(t, err)
+			if got.Queue != queue || got.QueueSeq != int64(i+1) {
+				t.Fatalf("create %d: record %q/%d; want %s/%d, in the order of the creates", i, got.Queue, got.QueueSeq, queue, i+1)
+			}
+			seqs = append(seqs, got.QueueSeq)
 		}
 		mustOutcome(t, task.Applied)(start(s, accts[4].id, "queued", "queued"))
 		_, err = s.tasks.Cancel(ctx, accts[5].id, "queued")
 		must(t, err)
 		mustOutcome(t, task.Applied)(s.tasks.Fail(ctx, accts[6].id, "queued", "", task.Failure{Code: "x", Message: "y"}))
-		if got := dequeuedOf(t, s, queue); got != 4 {
-			t.Errorf("dequeued %d; want 4 (the refused create, a start, a cancel, a fail)", got)
+		if got := dequeuedOf(t, s, queue); got != 3 {
+			t.Errorf("dequeued %d; want 3 (a start, a cancel, a fail)", got)
 		}
-		for _, a := range accts[4:7] {
+		for _, a := range accts[5:7] {
 			if v := s.rdb.HMGet(ctx, taskKey(a.id, "queued"), fTaskQueue, fTaskQueueSeq).Val(); v[0] != nil || v[1] != nil {
-				t.Errorf("%s: a task out of pending keeps its queue fields %v", a.id, v)
+				t.Errorf("%s: a task ended keeps its queue fields %v", a.id, v)
 			}
 		}
 		// The one left waiting is first.
@@ -382,11 +390,25 @@ func TestOnACluster(t *testing.T) {
 		if p := st.PositionOf(seqs[3], time.Now()); p.Position != 1 {
 			t.Errorf("the last waiting task's position %+v; want 1", p)
 		}
+
+		// A task started before its batch: its number is given back.
+		a := accts[7]
+		_, err = s.accounts.AddCredits(ctx, a.id, 10, "more")
+		must(t, err)
+		_, err = s.tasks.Create(ctx, pending(a.id, "quick"), c, nil)
+		must(t, err)
+		mustOutcome(t, task.Applied)(start(s, a.id, "quick", "quick"))
+		if got := dequeuedOf(t, s, queue); got != 4 {
+			t.Errorf("dequeued %d; want 4 (the quick task's number, given back)", got)
+		}
+		if p := st.PositionOf(seqs[3], time.Now()); p.Position != 1 {
+			t.Errorf("the last waiting task's position %+v; want 1 still", p)
+		}
 	})
 
 	// A task promoted on a cluster takes its number in its queue after the
-	// change that admitted it (one join_queue a queue, the numbers set in
-	// one more round trip); a parked create gives back the number it took.
+	// change that admitted it, in the next batch (one join_queue a queue,
+	// the numbers set in one more round trip); a parked create takes none.
 	t.Run("promoted queue numbers", func(t *testing.T) {
 		const queue = "cluster-promoted"
 		ps := storesOn(cc, Options{Share: 1})
@@ -401,8 +423,8 @@ func TestOnACluster(t *testing.T) {
 				t.Fatalf("%s admitted %v", tid, cr.Admitted)
 			}
 		}
-		if got := dequeuedOf(t, ps, queue); got != 2 {
-			t.Fatalf("dequeued %d after two parked creates; want their numbers given back (2)", got)
+		if got := dequeuedOf(t, ps, queue); got != 0 {
+			t.Fatalf("dequeued %d after two parked creates; want 0 (they took no number)", got)
 		}
 		last := int64(0)
 		for i, step := range []struct{ run, admits string }{{"p1", "p2"}, {"p2", "p3"}} {
@@ -411,15 +433,15 @@ func TestOnACluster(t *testing.T) {
 			if len(ch.Admitted) != 1 || ch.Admitted[0].TaskID != step.admits || ch.Admitted[0].Queue != queue {
 				t.Fatalf("complete %s admitted %+v; want %s in %s", step.run, ch.Admitted, step.admits, queue)
 			}
+			if d := dequeuedOf(t, ps, queue); d != int64(1+i) { // flushes the batch
+				t.Errorf("dequeued %d after %d started; want %d", d, i+1, 1+i)
+			}
 			got, err := ps.tasks.Get(ctx, a.ID, step.admits)
 			must(t, err)
-			if got.Queue != queue || got.QueueSeq <= max(last, 3) {
-				t.Fatalf("%s promoted in %q with number %d; want %s, past %d and the creates' 3", step.admits, got.Queue, got.QueueSeq, queue, last)
+			if got.Queue != queue || got.QueueSeq <= last {
+				t.Fatalf("%s promoted in %q with number %d; want %s, past %d", step.admits, got.Queue, got.QueueSeq, queue, last)
 			}
 			last = got.QueueSeq
-			if d := dequeuedOf(t, ps, queue); d != int64(3+i) {
-				t.Errorf("dequeued %d after %d started; want %d", d, i+1, 3+i)
-			}
 			st, err := ps.queues.Stats(ctx, queue)
 			must(t, err)
 			if p := st.PositionOf(got.QueueSeq, time.Now()); p.Position != 1 {

@@ -306,3 +306,13 @@ func TestCreateTakesQueueSeq(t *testing.T) {
 		t.Errorf("queue stats %+v, %v; want none dequeued", st, err)
 	}
 }
+
+// nextQueueSeq takes the next number of a queue, as a task joining it
+// would.
+func (db *DB) nextQueueSeq(ctx context.Context, queue string) (int64, error) {
+	r, err := joinQueueLua.run(ctx, db, queueKeys{Queue: queueKey(queue)}, joinQueueArgs{Now: db.now().UnixMilli(), N: 1})
+	if err != nil {
+		return 0, fmt.Errorf("store: queue %s: %w", queue, err)
+	}
+	return r.Seq, nil
+}

@@ -17,9 +17,9 @@ import (
 // both in the same step (lib.lua's QUEUES): a create or a promotion
 // numbers the task it admits, a change that takes a task out of pending
 // counts it out. On a cluster the queue's key is on another slot: the
-// scripts say which queue, and the store numbers the tasks promoted in a
-// batch (Tasks.numberInQueues) and counts them out in batches
-// (countOut). A pending task's position is its own number less
+// scripts say which queue, and the store numbers the tasks admitted
+// (created or promoted) in batches (numberLater) and counts them out in
+// batches (countOut). A pending task's position is its own number less
 // those that left: O(1), never a scan of the queue. It is an estimate:
 // tasks leave out of order (a retry, an account at its share), so it is
 // clamped to at least 1.
@@ -53,16 +53,6 @@ type joinQueueReply struct {
 type joinQueueArgs struct {
 	Now int64 `lua:"now"`
 	N   int   `lua:"n"`
-}
-
-// nextQueueSeq takes the next sequence number of a queue, for a task
-// about to join it.
-func (db *DB) nextQueueSeq(ctx context.Context, queue string) (int64, error) {
-	r, err := joinQueueLua.run(ctx, db, queueKeys{Queue: queueKey(queue)}, joinQueueArgs{Now: db.now().UnixMilli(), N: 1})
-	if err != nil {
-		return 0, fmt.Errorf("store: queue %s: %w", queue, err)
-	}
-	return r.Seq, nil
 }
 
 var dequeuedLua = newScript[queueKeys, dequeuedArgs, dequeuedReply]("dequeued", map[string]int64{"COUNTED": 1})
@@ -106,12 +96,14 @@ func (db *DB) queues() string {
 // given twice) until they leave their queue.
 const queueCountEvery = 100 * time.Millisecond
 
-// queueCounts are the counts of tasks out of their queues a cluster's
-// store holds, to be flushed.
+// queueCounts are what a cluster's store holds of its queues' books, to
+// be flushed: the counts of tasks out of their queues, and the tasks
+// admitted that are yet to take their numbers.
 type queueCounts struct {
-	mu      sync.Mutex
-	n       map[string]int
-	pending bool
+	mu       sync.Mutex
+	n        map[string]int
+	admitted []task.Admitted
+	pending  bool
 	// flushing is held while a flush sends, so that a flush returns only
 	// once the counts taken before it (by another flush) are sent too.
 	flushing sync.Mutex
@@ -131,29 +123,70 @@ func (db *DB) countOut(queue string, n int) {
 		c.n = map[string]int{}
 	}
 	c.n[queue] += n
-	if !c.pending {
-		c.pending = true
-		time.AfterFunc(queueCountEvery, func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = db.FlushQueueCounts(ctx)
-		})
+	db.flushLater()
+}
+
+// numberLater gives tasks admitted on a cluster (created or promoted)
+// their numbers in their queues, for their positions, within
+// queueCountEvery, in one batch with the others admitted meanwhile
+// (numberInQueues): a change that admits a task makes no round trip to
+// the queues' slots itself. Until then the task reads no position; a
+// process that dies first leaves its tasks without one (never a task lost,
+// nor a number given twice).
+func (db *DB) numberLater(admitted []task.Admitted) {
+	c := &db.counts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(c.admitted)
+	for _, a := range admitted {
+		if a.Queue != "" && a.TaskID != "" {
+			c.admitted = append(c.admitted, a)
+		}
+	}
+	if len(c.admitted) > n {
+		db.flushLater()
 	}
 }
 
-// FlushQueueCounts counts out of their queues, now, the tasks the store
-// holds counted (countOut): one dequeued call a queue, pipelined, after
-// any flush already sending (so the counts held before the call are all
-// written when it returns). A process stopping calls it; counts it fails to write are lost (a
-// position read one too high a count), never retried twice.
+// flushLater flushes the queues' books held queueCountEvery from now,
+// unless a flush is due already; c.mu is held.
+func (db *DB) flushLater() {
+	c := &db.counts
+	if c.pending {
+		return
+	}
+	c.pending = true
+	time.AfterFunc(queueCountEvery, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = db.FlushQueueCounts(ctx)
+	})
+}
+
+// FlushQueueCounts writes, now, the queues' books the store holds: the
+// numbers of the tasks admitted (numberLater), in two round trips, then
+// the counts of the tasks out of their queues (countOut, and the numbers
+// given back) in one dequeued call a queue, pipelined; after any flush
+// already sending (so what was held before the call is all written when it
+// returns). A process stopping calls it; what it fails to write is lost
+// (a task without a position, or positions read one too high a count),
+// never retried twice.
 func (db *DB) FlushQueueCounts(ctx context.Context) error {
 	c := &db.counts
 	c.flushing.Lock()
 	defer c.flushing.Unlock()
 	c.mu.Lock()
-	held := c.n
-	c.n, c.pending = nil, false
+	held, admitted := c.n, c.admitted
+	c.n, c.admitted, c.pending = nil, nil, false
 	c.mu.Unlock()
+	if len(admitted) > 0 {
+		for q, n := range db.numberInQueues(ctx, admitted) {
+			if held == nil {
+				held = map[string]int{}
+			}
+			held[q] += n
+		}
+	}
 	if len(held) == 0 {
 		return nil
 	}

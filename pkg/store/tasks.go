@@ -242,7 +242,9 @@ type Creation struct {
 // it, the task's queue checks queue it again. c.CountUntil is the task's
 // deadline: an unfinished task counts as in flight until it, then is
 // failed and refunded. With c.Queue set, an admitted task takes its number
-// in that queue (t.Queue, t.QueueSeq), for its queue position.
+// in that queue, for its queue position: on one server in the create's
+// step (t.Queue, t.QueueSeq), on a cluster in a batch within
+// queueCountEvery (numberLater).
 //
 // Refusals: apperr.ErrAccountDisabled, *apperr.ModelNotAllowedError,
 // *apperr.InflightLimitError, *apperr.InsufficientCreditsError,
@@ -252,33 +254,16 @@ func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, input [
 	db := s.db
 	now := db.now()
 	k, a := s.createCall(t, c, input, now)
-	seqTaken := false
 	if c.Queue != "" {
 		if db.cluster() {
-			// The queue's key is on another slot than the account's: its
-			// number is taken first, and given back if the task is not
-			// admitted.
-			if seq, err := db.nextQueueSeq(ctx, c.Queue); err == nil {
-				a.QueueSeq, seqTaken = seq, true
-			} else {
-				// No position rather than no task: the task keeps its
-				// queue (its job's, for the recovery and its admission).
-				a.QueueSeq = noQueueSeq
-			}
+			// The queue's key is on another slot than the account's: an
+			// admitted task takes its number after the create, in a batch
+			// (numberLater), the create itself one round trip.
+			a.QueueSeq = noQueueSeq
 		} else {
 			// One server: in the create's own step, only if it admits.
 			k.Queue = queueKey(c.Queue)
 		}
-	}
-	used := false
-	if seqTaken {
-		// Not used (refused, parked, failed), the number is given back
-		// with the counts of the tasks out of the queue (countOut).
-		defer func() {
-			if !used {
-				db.countOut(c.Queue, 1)
-			}
-		}()
 	}
 	r, err := createLua.run(ctx, db, k, a)
 	if err != nil {
@@ -289,7 +274,8 @@ func (s *Tasks) Create(ctx context.Context, t *task.Task, c task.Charge, input [
 		out := Creation{Balance: r.N, Admitted: r.Admitted}
 		if r.QueueSeq > 0 {
 			t.Queue, t.QueueSeq = c.Queue, r.QueueSeq
-			used = true
+		} else if r.Admitted && c.Queue != "" && db.cluster() {
+			db.numberLater([]task.Admitted{{AccountID: t.AccountID, TaskID: t.ID, Queue: c.Queue}})
 		}
 		out.Others = s.admitted(ctx, t.AccountID, r.Others)
 		return out, nil
@@ -382,8 +368,8 @@ func createRefused(r createReply, t *task.Task, c task.Charge) error {
 
 // admitted are the tasks a script admitted. On one server the script
 // numbered them in their queues already (lib.lua's promote); on a cluster
-// they are numbered here, in a batch (numberInQueues).
-func (s *Tasks) admitted(ctx context.Context, accountID string, rows []admittedRow) []task.Admitted {
+// they take their numbers in the next batch (numberLater).
+func (s *Tasks) admitted(_ context.Context, accountID string, rows []admittedRow) []task.Admitted {
 	var out []task.Admitted
 	for _, r := range rows {
 		a := task.Admitted{AccountID: accountID, TaskID: r.TaskID, Queue: r.Queue, Deadline: time.UnixMilli(r.Deadline)}
@@ -393,7 +379,7 @@ func (s *Tasks) admitted(ctx context.Context, accountID string, rows []admittedR
 		out = append(out, a)
 	}
 	if s.db.cluster() {
-		s.numberInQueues(ctx, out)
+		s.db.numberLater(out)
 	}
 	return out
 }
@@ -409,38 +395,30 @@ type queueSeqArgs struct {
 	QueueSeq  int64  `lua:"queue_seq"`
 }
 
-// numberInQueues gives tasks admitted after their creation (one change's:
-// of one account) their numbers in their queues, for their positions, on
-// a cluster: one join_queue call a queue takes a block of numbers, given
-// in the order the tasks were admitted, and the tasks take theirs in one
-// more round trip (their records share their account's slot). A number a
-// task no longer pending cannot take is given back (countOut). Best
-// effort: a task without one reads no position.
-func (s *Tasks) numberInQueues(ctx context.Context, admitted []task.Admitted) {
+// numberInQueues gives tasks admitted on a cluster (one batch of
+// numberLater's) their numbers in their queues: one join_queue call a
+// queue takes a block of numbers, given in the order the tasks were
+// admitted, and the tasks take theirs in one more round trip (pipelined,
+// over the masters). It returns, by queue, the numbers to give back (a
+// task no longer pending could not take its own: countOut). Best effort:
+// a task without one reads no position.
+func (db *DB) numberInQueues(ctx context.Context, admitted []task.Admitted) (giveBack map[string]int) {
 	var queues []string
 	count := map[string]int{}
 	for _, a := range admitted {
-		if a.Queue == "" {
-			continue
-		}
 		if count[a.Queue] == 0 {
 			queues = append(queues, a.Queue)
 		}
 		count[a.Queue]++
 	}
-	if len(queues) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	now := s.db.now().UnixMilli()
+	now := db.now().UnixMilli()
 	joins := make([]call[queueKeys, joinQueueArgs], len(queues))
 	for i, q := range queues {
 		joins[i] = call[queueKeys, joinQueueArgs]{queueKeys{Queue: queueKey(q)}, joinQueueArgs{Now: now, N: count[q]}}
 	}
-	replies, errs, err := joinQueueLua.runPipelined(ctx, s.db, joins)
+	replies, errs, err := joinQueueLua.runPipelined(ctx, db, joins)
 	if err != nil {
-		return
+		return nil
 	}
 	next := map[string]int64{} // a queue's next number to give
 	for i, q := range queues {
@@ -452,23 +430,25 @@ func (s *Tasks) numberInQueues(ctx context.Context, admitted []task.Admitted) {
 	var setQueues []string
 	for _, a := range admitted {
 		seq, ok := next[a.Queue]
-		if a.Queue == "" || !ok {
+		if !ok {
 			continue
 		}
 		next[a.Queue]++
 		sets = append(sets, call[queueSeqKeys, queueSeqArgs]{queueSeqKeys{Task: taskKey(a.AccountID, a.TaskID)}, queueSeqArgs{QueueName: a.Queue, QueueSeq: seq}})
 		setQueues = append(setQueues, a.Queue)
 	}
-	set, errs, err := queueSeqLua.runPipelined(ctx, s.db, sets)
+	set, errs, err := queueSeqLua.runPipelined(ctx, db, sets)
 	if err != nil {
-		return
+		return nil
 	}
+	giveBack = map[string]int{}
 	for i, q := range setQueues {
 		// Given back only when the task surely did not take it.
 		if errs[i] == nil && set[i].Code != 1 {
-			s.db.countOut(q, 1)
+			giveBack[q]++
 		}
 	}
+	return giveBack
 }
 
 // Get returns a task of an account. A task that does not exist, has

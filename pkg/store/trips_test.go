@@ -42,8 +42,9 @@ func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // admitted by the end of the one before it (an account with one place:
 // two tasks a loop, the second promoted by the first's complete). Asynq's
 // own round trips (enqueue, dequeue, done) are on top. On a cluster the
-// counts of tasks out of their queues are flushed every queueCountEvery:
-// the loop's last flush is waited for and counted.
+// queues' books (the numbers of the tasks admitted, the counts of those
+// out) are flushed every queueCountEvery: the loop's last flush is waited
+// for and counted.
 func BenchmarkTaskTrips(b *testing.B) {
 	for _, where := range []string{"server", "cluster"} {
 		for _, kind := range []string{"admitted", "parked"} {
