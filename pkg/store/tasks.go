@@ -384,24 +384,31 @@ func (s *Tasks) admitted(_ context.Context, accountID string, rows []admittedRow
 	return out
 }
 
-var queueSeqLua = newScript[queueSeqKeys, queueSeqArgs, codeReply]("queue_seq", map[string]int64{"SET": 1, "GONE": 0})
+var queueSeqLua = newScript[queueSeqKeys, queueSeqArgs, queueSeqReply]("queue_seq", map[string]int64{"SET": 1})
 
 type queueSeqKeys struct {
-	Task string `lua:"task"`
+	Account string `lua:"account"`
 }
 
+// queueSeqArgs: task id, queue name, number, for each task.
 type queueSeqArgs struct {
-	QueueName string `lua:"queue_name"`
-	QueueSeq  int64  `lua:"queue_seq"`
+	Tasks []any `lua:"tasks"`
+}
+
+type queueSeqReply struct {
+	Code int64 `lua:"code"`
+	// GaveBack: the queue of each number a task did not take.
+	GaveBack []string `lua:"queue"`
 }
 
 // numberInQueues gives tasks admitted on a cluster (one batch of
 // numberLater's) their numbers in their queues: one join_queue call a
 // queue takes a block of numbers, given in the order the tasks were
-// admitted, and the tasks take theirs in one more round trip (pipelined,
-// over the masters). It returns, by queue, the numbers to give back (a
-// task no longer pending could not take its own: countOut). Best effort:
-// a task without one reads no position.
+// admitted, and one queue_seq call an account sets its tasks' numbers,
+// the calls of each step pipelined over the masters: two round trips a
+// batch. It returns, by queue, the numbers to give back (a task no longer
+// pending could not take its own: countOut). Best effort: a task without
+// one reads no position.
 func (db *DB) numberInQueues(ctx context.Context, admitted []task.Admitted) (giveBack map[string]int) {
 	var queues []string
 	count := map[string]int{}
@@ -427,25 +434,32 @@ func (db *DB) numberInQueues(ctx context.Context, admitted []task.Admitted) (giv
 		}
 	}
 	var sets []call[queueSeqKeys, queueSeqArgs]
-	var setQueues []string
+	byAccount := map[string]int{} // an account's call in sets
 	for _, a := range admitted {
 		seq, ok := next[a.Queue]
 		if !ok {
 			continue
 		}
 		next[a.Queue]++
-		sets = append(sets, call[queueSeqKeys, queueSeqArgs]{queueSeqKeys{Task: taskKey(a.AccountID, a.TaskID)}, queueSeqArgs{QueueName: a.Queue, QueueSeq: seq}})
-		setQueues = append(setQueues, a.Queue)
+		i, ok := byAccount[a.AccountID]
+		if !ok {
+			i = len(sets)
+			byAccount[a.AccountID] = i
+			sets = append(sets, call[queueSeqKeys, queueSeqArgs]{keys: queueSeqKeys{Account: accountKey(a.AccountID)}})
+		}
+		sets[i].args.Tasks = append(sets[i].args.Tasks, a.TaskID, a.Queue, seq)
 	}
 	set, errs, err := queueSeqLua.runPipelined(ctx, db, sets)
 	if err != nil {
 		return nil
 	}
 	giveBack = map[string]int{}
-	for i, q := range setQueues {
+	for i := range sets {
 		// Given back only when the task surely did not take it.
-		if errs[i] == nil && set[i].Code != 1 {
-			giveBack[q]++
+		if errs[i] == nil {
+			for _, q := range set[i].GaveBack {
+				giveBack[q]++
+			}
 		}
 	}
 	return giveBack

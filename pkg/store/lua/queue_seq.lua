@@ -1,18 +1,29 @@
--- queue_seq.lua: gives a task admitted after its creation (promoted) its
--- number in its queue, if it is still pending there.
+-- queue_seq.lua: gives tasks of one account admitted on a cluster
+-- (created or promoted) their numbers in their queues, each only if it
+-- is still pending in that queue: one call an account of a batch.
 --
--- KEYS[1] -> task: the task record
--- ARGV[1] -> queue_name: the queue the number is of
--- ARGV[2] -> queue_seq: the number
+-- The tasks' records ('<tag>t:<task>') are named from the account
+-- record's key ('<tag>acct') and their ids: not in KEYS, but in the
+-- account's slot.
 --
--- Returns {code}: SET, or GONE (the task left its queue meanwhile; the
--- caller gives the number back).
+-- KEYS[1] -> account: the account's record
+-- ARGV[1] -> tasks: task id, queue name, number, for each task
+--
+-- Returns {SET, queue, ...}: then the queue of each number not taken (its
+-- task left its queue meanwhile, or is gone), for the caller to give
+-- back.
 
-local SET, GONE = 1, 0
+local SET = 1
 
-local task_key, queue_name, queue_seq = KEYS[1], ARGV[1], ARGV[2]
-
-local v = redis.call('HMGET', task_key, 'status', 'q')
-if v[1] ~= 'pending' or v[2] ~= queue_name then return {GONE} end
-redis.call('HSET', task_key, 'qseq', queue_seq)
-return {SET}
+local tag = string.sub(KEYS[1], 1, #KEYS[1] - 4)
+local reply = {SET}
+for i = 1, #ARGV, 3 do
+  local task_key, queue_name, queue_seq = tag .. 't:' .. ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local v = redis.call('HMGET', task_key, 'status', 'q')
+  if v[1] == 'pending' and v[2] == queue_name then
+    redis.call('HSET', task_key, 'qseq', queue_seq)
+  else
+    reply[#reply + 1] = queue_name
+  end
+end
+return reply
