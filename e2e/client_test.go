@@ -162,7 +162,9 @@ func (c *client) poll(id string, timeout time.Duration) (taskRecord, []string, [
 	deadline := time.Now().Add(timeout)
 	var statuses []string
 	var progress []int
-	for ; ; time.Sleep(50 * time.Millisecond) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for ; ; <-tick.C {
 		status, rec, b := c.query(id)
 		if status == http.StatusTooManyRequests && time.Now().Before(deadline) {
 			// Tests polling side by side with one key can pass its
