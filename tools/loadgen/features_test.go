@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -366,22 +367,27 @@ func TestParseScenario(t *testing.T) {
 func TestScenarioMixesActionsByWeight(t *testing.T) {
 	t.Parallel()
 	api := newTaskAPI(t)
+	const n = 4000
 	sc, _ := ParseScenario("create=4,query=3,list=2,cancel=1")
 	rep, err := Run(context.Background(), Config{BaseURL: api.URL, Keys: []string{"k"}, Mode: ModeScenario, Scenario: sc,
-		Concurrency: 4, Requests: 1000, Mix: []MixEntry{{Model: "m", Weight: 1}}})
+		Concurrency: 4, Requests: n, Mix: []MixEntry{{Model: "m", Weight: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkAccounted(t, rep)
-	if rep.Completed != 1000 || rep.Failed != 0 {
+	if rep.Completed != n || rep.Failed != 0 {
 		t.Fatalf("completed %d, failed %d %v", rep.Completed, rep.Failed, rep.Failures)
 	}
 	by := rep.Breakdown["action"]
-	// Expected 400, 300, 200, 100 (queries and cancels before any task
-	// exists are creates): well within ±25 % at 1,000 units.
-	for action, want := range map[string]int64{ActionCreate: 400, ActionQuery: 300, ActionList: 200, ActionCancel: 100} {
-		if g := by[action]; g == nil || g.Completed < want*3/4 || g.Completed > want*5/4 {
-			t.Errorf("%s: %+v, want about %d", action, g, want)
+	// Expected 4/10, 3/10, 2/10 and 1/10 of the units (queries and cancels
+	// before any task exists are creates). Each count is binomial and is
+	// allowed five standard deviations, sqrt(n·p·(1−p)): a right mix fails
+	// about once in two million runs, and at n units a weight off by a
+	// quarter (a cancel's ±25 % is 5.2 deviations) is caught.
+	for action, p := range map[string]float64{ActionCreate: .4, ActionQuery: .3, ActionList: .2, ActionCancel: .1} {
+		want, tol := n*p, 5*math.Sqrt(n*p*(1-p))
+		if g := by[action]; g == nil || math.Abs(float64(g.Completed)-want) > tol {
+			t.Errorf("%s: %+v, want %.0f ± %.0f", action, g, want, tol)
 		}
 	}
 	api.mu.Lock()
