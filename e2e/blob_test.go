@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -36,8 +35,6 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	parallelByDefault(suiteParallel)
 	code := m.Run()
 	binaries.Remove()
 	if minio != nil {
@@ -45,22 +42,6 @@ func TestMain(m *testing.M) {
 		_ = os.RemoveAll(minioDir)
 	}
 	os.Exit(code)
-}
-
-// suiteParallel is how many of the suite's tests run at once unless
-// -parallel says otherwise. Its tests mostly wait (on the sentinels' polls,
-// simulated generation, Jaeger, timers), not on the CPU: GOMAXPROCS, go
-// test's default, would run two at a time on a 2-core machine.
-const suiteParallel = 4
-
-// parallelByDefault sets -test.parallel to n when the command line did not
-// set it.
-func parallelByDefault(n int) {
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		_ = flag.Set("test.parallel", strconv.Itoa(n))
-	}
 }
 
 // blobEnv is the environment that gives a stack its own result store.

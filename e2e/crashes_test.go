@@ -31,7 +31,6 @@ func TestRedisOutageThenOneWorkerDeathFailsNoTask(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute of faults on the real binaries")
 	}
-	t.Parallel()
 	bin, dir, rp, rdb := faultStack(t)
 	ctx := context.Background()
 	db := store.NewDB(rdb, store.Options{})

@@ -100,7 +100,6 @@ func TestTracingEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("tracing end to end: a private Jaeger and the real binaries, a worker killed -9 and its task recovered (about a minute)")
 	}
-	t.Parallel()
 	ctx := context.Background()
 	jaeger, err := jaegerproc.Start(ctx, t.TempDir())
 	if err != nil {
