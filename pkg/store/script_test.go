@@ -91,7 +91,7 @@ func allowedLiterals() map[string]string {
 	add("a ledger's ids' and entries' patterns, XRANGE's bounds", "^(%d+)-(%d+)$", "^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$",
 		"^(%d+)-?(%d*)$", "-", "(", "COUNT")
 	// Redis tokens, flags and the scripts' own patterns and separators.
-	add("a token", "NX", "XX", "PX", "MINID", "LIMIT", "WITHSCORES", "+inf", "-inf", "*", "", "0", "1", "00", ",", "|", " ",
+	add("a token", "NX", "XX", "PX", "MINID", "NOMKSTREAM", "LIMIT", "WITHSCORES", "+inf", "-inf", "*", "", "0", "1", "00", ",", "|", " ",
 		"pending ", "[^,]+", `[^\n]+`, "^(%a+) (%d+)$", "%d")
 	return allowed
 }

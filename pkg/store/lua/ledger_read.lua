@@ -81,9 +81,12 @@ local function within(e)
   end
   return true
 end
+-- The hash's entries older than the retention are left out: a hash
+-- beside a stream is no longer trimmed (lib.lua's ledger), and expires
+-- whole within the retention of its last entry.
 local short = {}
 for _, e in ipairs(ledger_entries(short_key)) do
-  if within(e) then short[#short + 1] = e end
+  if within(e) and (keep <= 0 or e[1] >= now - keep) then short[#short + 1] = e end
 end
 local open = redis.call('HMGET', account_key, 'ctime', 'open')
 local open_ms, open_credits = tonumber(open[1] or ''), open[2]

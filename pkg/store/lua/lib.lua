@@ -129,28 +129,34 @@ end
 -- ledger appends a credit movement (task_id and note may be ''), drops
 -- the entries older than keep ms (0: keep all), and lets the ledger of an
 -- account that moves no credits for keep ms expire whole: its stream
--- (ledger_key) and its short form's hash alike.
+-- (ledger_key) and its short form's hash alike. An account with a stream
+-- costs two commands an entry: the XADD (NOMKSTREAM: nothing when there
+-- is no stream, and the entry goes to the hash) and its PEXPIRE. A hash
+-- left beside a stream (an older Easel's XADD started it) is no longer
+-- written, so it is not trimmed either: it expires whole keep ms after its
+-- last entry, and reads leave out its entries past the retention
+-- (ledger_read.lua).
 local function ledger(ledger_key, now, keep, kind, amount, balance, task_id, note)
-  local short_key = ledger_key .. LEDGER_SHORT_PART
-  local short_left = false
-  if redis.call('EXISTS', ledger_key) == 1 then
-    -- A stream: the hash holds entries only beside one an older Easel
-    -- started; they go as the retention says.
-    short_left = #ledger_trim(short_key, now, keep) > 0
-  elseif ledger_short(ledger_key, short_key, now, keep, kind, amount, balance, task_id, note) then
-    if keep > 0 then redis.call('PEXPIRE', short_key, int(keep)) end
-    return
+  -- XADD's arguments after the key: NOMKSTREAM (taken out below for a
+  -- new stream), the trim, the id and the entry's fields.
+  local args = {'NOMKSTREAM'}
+  if keep > 0 then args[#args + 1] = 'MINID'; args[#args + 1] = int(now - keep) end
+  args[#args + 1] = '*'
+  for _, v in ipairs({'kind', kind, 'amount', int(amount), 'balance', int(balance)}) do args[#args + 1] = v end
+  if task_id ~= '' then args[#args + 1] = 'task'; args[#args + 1] = task_id end
+  if note ~= '' then args[#args + 1] = 'note'; args[#args + 1] = note end
+  if not redis.call('XADD', ledger_key, unpack(args)) then
+    local short_key = ledger_key .. LEDGER_SHORT_PART
+    if ledger_short(ledger_key, short_key, now, keep, kind, amount, balance, task_id, note) then
+      if keep > 0 then redis.call('PEXPIRE', short_key, int(keep)) end
+      return
+    end
+    -- The hash was full: its entries moved to a new stream, which takes
+    -- this one too.
+    table.remove(args, 1)
+    redis.call('XADD', ledger_key, unpack(args))
   end
-  local e = {'kind', kind, 'amount', int(amount), 'balance', int(balance)}
-  if task_id ~= '' then e[#e + 1] = 'task'; e[#e + 1] = task_id end
-  if note ~= '' then e[#e + 1] = 'note'; e[#e + 1] = note end
-  if keep > 0 then
-    redis.call('XADD', ledger_key, 'MINID', int(now - keep), '*', unpack(e))
-    redis.call('PEXPIRE', ledger_key, int(keep))
-    if short_left then redis.call('PEXPIRE', short_key, int(keep)) end
-  else
-    redis.call('XADD', ledger_key, '*', unpack(e))
-  end
+  if keep > 0 then redis.call('PEXPIRE', ledger_key, int(keep)) end
 end
 
 -- QUEUES is where the queues' numbers are kept (store.queueKey's prefix:
