@@ -45,12 +45,13 @@ import (
 // library put before each.
 type Library struct {
 	// Pkg names the package in errors ("store").
-	Pkg  string
-	FS   fs.FS
-	Dir  string // of the scripts in FS ("." for the top)
-	Lib  string // the library's file name under Dir; "" for none
-	lib  string
-	defs []*Script
+	Pkg   string
+	FS    fs.FS
+	Dir   string // of the scripts in FS ("." for the top)
+	Lib   string // the library's file name under Dir; "" for none
+	lib   string
+	parts []libPart // lib's top-level statements (splitLib)
+	defs  []*Script
 }
 
 // NewLibrary returns the scripts of package pkg, read from dir of fsys,
@@ -63,6 +64,7 @@ func NewLibrary(pkg string, fsys fs.FS, dir, lib string) *Library {
 			panic(err)
 		}
 		l.lib = string(b)
+		l.parts = splitLib(l.lib)
 	}
 	return l
 }
@@ -101,10 +103,15 @@ type Script struct {
 	// as, in order: "integer", "flag" or "string".
 	ReplyKinds []string
 	rs         *redis.Script
+	src        string
 }
 
 // Redis is the script as go-redis runs it (the library and the body).
 func (s *Script) Redis() *redis.Script { return s.rs }
+
+// Source is the text Redis runs: the part of the library the body uses
+// (libFor), then the body.
+func (s *Script) Source() string { return s.src }
 
 // File is the script's file name.
 func (s *Script) File() string { return s.Name + ".lua" }
@@ -161,11 +168,11 @@ func Load[K, A, R any](l *Library, name string, codes map[string]int64) *Def[K, 
 	s.KeysType, s.ArgsType, s.ReplyType = d.keys.typ.String(), d.args.typ.String(), d.reply.typ.String()
 	s.ReplyFields = d.reply.max()
 	s.ReplyKinds = d.reply.kinds()
-	src := s.Body
+	s.src = s.Body
 	if l.lib != "" {
-		src = l.lib + "\n" + s.Body
+		s.src = libFor(l.parts, s.Body) + "\n" + s.Body
 	}
-	s.rs = redis.NewScript(src)
+	s.rs = redis.NewScript(s.src)
 	l.defs = append(l.defs, s)
 	return d
 }

@@ -36,6 +36,7 @@ func Check(t *testing.T, l *luascript.Library, names Names) {
 			checkCodes(t, s, libConsts)
 			checkReplies(t, s)
 			checkNames(t, s.File(), s.Body, names)
+			checkLibPart(t, s, l.LibText())
 		})
 	}
 	if l.Lib != "" {
@@ -65,7 +66,36 @@ var (
 	luaTable     = regexp.MustCompile(`(?:return|local reply =) \{`)
 	luaQuoted    = regexp.MustCompile(`'((?:[^'\\]|\\.)*)'`)
 	luaCall      = regexp.MustCompile(`redis\.call\('([A-Z]+)'`)
+	luaTopLocal  = regexp.MustCompile(`(?m)^local (?:function )?([A-Za-z_][A-Za-z0-9_]*(?:, [A-Za-z_][A-Za-z0-9_]*)*)`)
+	luaName      = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
 )
+
+// checkLibPart checks that the text a script runs (the part of the
+// library it is given, then its body) defines every name of the library
+// it uses: a name of the library used and left out would be a nil global
+// in Redis, found only when that line runs.
+func checkLibPart(t *testing.T, s *luascript.Script, lib string) {
+	if lib == "" {
+		return
+	}
+	defined := func(src string) map[string]bool {
+		out := map[string]bool{}
+		for _, m := range luaTopLocal.FindAllStringSubmatch(StripComments(src), -1) {
+			for _, n := range strings.Split(m[1], ", ") {
+				out[n] = true
+			}
+		}
+		return out
+	}
+	inLib, inSource := defined(lib), defined(s.Source())
+	code := luaQuoted.ReplaceAllString(StripComments(s.Source()), "''")
+	for _, n := range luaName.FindAllString(code, -1) {
+		if inLib[n] && !inSource[n] {
+			t.Errorf("%s uses %s of the library, which it is not given", s.File(), n)
+			inSource[n] = true // once
+		}
+	}
+}
 
 // Consts are the code constants a Lua text binds: NAME = value.
 func Consts(t *testing.T, src string) map[string]int64 {
