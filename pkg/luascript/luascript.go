@@ -10,8 +10,8 @@
 //
 // which it then binds to named locals, and ends in a reply whose first
 // element is one of the codes it names (local NAME = value; never a bare
-// number). A package may give a library file, put before each of its
-// scripts.
+// number). A package may give a library file: each of its scripts runs
+// with the library's top-level statements it uses put before it (libFor).
 //
 // On the Go side a script is loaded once (Load) with three struct types:
 // its keys, its arguments and its reply, each field tagged `lua:"name"`.
@@ -42,7 +42,7 @@ import (
 )
 
 // Library is a package's scripts: the files they are read from, and the
-// library put before each.
+// library whose parts are put before them.
 type Library struct {
 	// Pkg names the package in errors ("store").
 	Pkg   string
@@ -55,7 +55,8 @@ type Library struct {
 }
 
 // NewLibrary returns the scripts of package pkg, read from dir of fsys,
-// with lib (a file name there; "" for none) put before each.
+// with lib (a file name there; "" for none), the part of it each uses put
+// before it.
 func NewLibrary(pkg string, fsys fs.FS, dir, lib string) *Library {
 	l := &Library{Pkg: pkg, FS: fsys, Dir: dir, Lib: lib}
 	if lib != "" {
