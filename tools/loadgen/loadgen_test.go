@@ -138,10 +138,13 @@ func TestLifecycleFollowsTasksPastTheDuration(t *testing.T) {
 		interrupt time.Duration
 		outcome   string
 	}{
-		// Each task ends on its second query, 2 poll intervals (400 ms)
-		// after its creation: longer than the 250 ms of arrivals.
-		{"open loop", Config{Rate: 20, Duration: 250 * time.Millisecond, PollInterval: 200 * time.Millisecond}, 0, "completed"},
-		{"closed loop", Config{Concurrency: 3, Duration: 250 * time.Millisecond, PollInterval: 200 * time.Millisecond}, 0, "completed"},
+		// Each task ends on its second query, a poll interval (400 ms) or
+		// more after its creation: the run outlasts its 250 ms of arrivals
+		// by at least 150 ms, however slow the machine (a 200 ms interval
+		// left the closed loop's last units ending within 50 ms of the
+		// arrivals when creates took 50 ms).
+		{"open loop", Config{Rate: 20, Duration: 250 * time.Millisecond, PollInterval: 400 * time.Millisecond}, 0, "completed"},
+		{"closed loop", Config{Concurrency: 3, Duration: 250 * time.Millisecond, PollInterval: 400 * time.Millisecond}, 0, "completed"},
 		{"interrupted", Config{Concurrency: 3, Requests: 3, PollInterval: 10 * time.Second}, 300 * time.Millisecond, "unfinished"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
