@@ -107,7 +107,7 @@ type Script struct {
 	src        string
 }
 
-// Redis is the script as go-redis runs it (the library and the body).
+// Redis is the script as go-redis runs it (its Source).
 func (s *Script) Redis() *redis.Script { return s.rs }
 
 // Source is the text Redis runs: the part of the library the body uses
