@@ -5,8 +5,11 @@ GO      ?= go
 # of ours.
 MODULES := . sdk/go
 BIN     := bin
-# Race detection for every test run.
-TESTFLAGS ?= -race -count=1 -timeout 15m
+# Race detection for every test run. -trimpath keeps the checkout's path out
+# of Go's build cache keys, so a fresh clone (CI's every run) reuses the
+# packages an earlier clone compiled instead of compiling them all again:
+# 80 CPU-seconds against 23 for pkg/... alone on the 2-core machine.
+TESTFLAGS ?= -race -count=1 -trimpath -timeout 15m
 
 .PHONY: all build run test test-short proto lint fmt tidy clean help bench bench-go chaos
 
@@ -23,17 +26,18 @@ help:
 
 # Static binaries, as the Dockerfiles build them; the tests that run the
 # real programs use these when `make test` names them (EASEL_TEST_BIN).
+# -trimpath, as for the tests: a new checkout reuses the cached packages.
 # nodynamic keeps the worker's WebP encoder from linking purego's loader,
 # which makes a binary dynamically linked even without cgo.
 build: export CGO_ENABLED = 0
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/gateway ./api-gateway/cmd/gateway
-	$(GO) build -tags nodynamic -o $(BIN)/worker ./worker/cmd/worker
-	$(GO) build -o $(BIN)/devstack ./tools/cmd/devstack
-	$(GO) build -o $(BIN)/easelctl ./tools/cmd/easelctl
-	$(GO) build -o $(BIN)/loadgen ./tools/cmd/loadgen
-	$(GO) build -o $(BIN)/easel ./sdk/go/cmd/easel
+	$(GO) build -trimpath -o $(BIN)/gateway ./api-gateway/cmd/gateway
+	$(GO) build -trimpath -tags nodynamic -o $(BIN)/worker ./worker/cmd/worker
+	$(GO) build -trimpath -o $(BIN)/devstack ./tools/cmd/devstack
+	$(GO) build -trimpath -o $(BIN)/easelctl ./tools/cmd/easelctl
+	$(GO) build -trimpath -o $(BIN)/loadgen ./tools/cmd/loadgen
+	$(GO) build -trimpath -o $(BIN)/easel ./sdk/go/cmd/easel
 
 # A fixed development key, so the README's curl examples work as pasted;
 # override it with EASEL_DEV_API_KEY=... make run.
@@ -55,8 +59,8 @@ CLUSTER_E2E := TestConsoleKeysOnEveryGateway|TestAccountWebhookEndToEnd|TestOutp
 TESTBIN := $(abspath $(BIN))
 test:
 	@echo "==> MinIO for the S3 tests, Jaeger for the tracing tests"
-	$(GO) run ./tools/testkit/cmd/minio-install
-	$(GO) run ./tools/testkit/cmd/jaeger-install
+	$(GO) run -trimpath ./tools/testkit/cmd/minio-install
+	$(GO) run -trimpath ./tools/testkit/cmd/jaeger-install
 	@echo "==> the programs, built once for every test that runs them"
 	@$(MAKE) --no-print-directory build
 	@set -e; log=$$(mktemp); \
@@ -79,7 +83,7 @@ test:
 test-short:
 	@$(MAKE) --no-print-directory build
 	@set -e; for m in $(MODULES); do \
-		(cd $$m && EASEL_TEST_BIN=$(TESTBIN) $(GO) test -short -count=1 -p 4 -parallel 6 ./...); \
+		(cd $$m && EASEL_TEST_BIN=$(TESTBIN) $(GO) test -short -count=1 -trimpath -p 4 -parallel 6 ./...); \
 	done
 
 # Faults under load on the real binaries (about 2½ minutes): kill -9 of a
@@ -91,7 +95,7 @@ chaos:
 # Real services against baselines, side by side, on a private redis-server.
 BENCHFLAGS ?=
 bench: build
-	$(GO) build -o $(BIN)/easelbench ./bench/cmd/easelbench
+	$(GO) build -trimpath -o $(BIN)/easelbench ./bench/cmd/easelbench
 	./$(BIN)/easelbench --bin $(BIN) $(BENCHFLAGS)
 
 # The Go benchmarks of the hot functions, for benchstat:

@@ -269,7 +269,7 @@ func TestSDKExample(t *testing.T) {
 	}
 	t.Parallel()
 	s := startStack(t, stackOptions{simDelay: 500 * time.Millisecond})
-	cmd := exec.Command("go", "test", "-count=1", "-v", "-run", "^Example$", ".")
+	cmd := exec.Command("go", "test", "-trimpath", "-count=1", "-v", "-run", "^Example$", ".")
 	cmd.Dir = "../sdk/go"
 	cmd.Env = append(os.Environ(), "EASEL_URL="+s.base, "EASEL_API_KEY="+s.key)
 	out, err := cmd.CombinedOutput()

@@ -120,7 +120,7 @@ func build(dir, name string) error {
 		return err
 	}
 	bin := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-tags", "nodynamic", "-o", bin, pkg)
+	cmd := exec.Command("go", "build", "-trimpath", "-tags", "nodynamic", "-o", bin, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
