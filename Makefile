@@ -9,7 +9,8 @@ BIN     := bin
 # of Go's build cache keys, so a fresh clone (CI's every run) reuses the
 # packages an earlier clone compiled instead of compiling them all again:
 # 80 CPU-seconds against 23 for pkg/... alone on the 2-core machine.
-TESTFLAGS ?= -race -count=1 -trimpath -timeout 15m
+TESTBUILD ?= -race -trimpath
+TESTFLAGS ?= $(TESTBUILD) -count=1 -timeout 15m
 
 .PHONY: all build run test test-short proto lint fmt tidy clean help bench bench-go chaos
 
@@ -51,28 +52,39 @@ run:
 # included (the blob-store contract in pkg/blob and the S3 flow in e2e run
 # on a private MinIO, the tracing flow in e2e on a private Jaeger, each
 # built once from the Go module proxy and cached: several minutes the first
-# time); and, alongside, the end-to-end flows again on a 3-master
-# Redis Cluster, its output printed when it ends. Four test processes at a
-# time: the end-to-end packages mostly wait on their services, not on the
-# CPU.
+# time). Alongside the modules' pass, from one build of the end-to-end
+# suite, two more processes: its fault runs (Redis killed and restarted, a
+# Sentinel failover, workers killed -9: mostly waiting out leases and
+# restarts, one after another), and its flows again on a 3-master Redis
+# Cluster; their output is printed when the modules' pass ends. Four test
+# processes at a time in the modules' pass: the end-to-end packages mostly
+# wait on their services, not on the CPU.
 CLUSTER_E2E := TestConsoleKeysOnEveryGateway|TestAccountWebhookEndToEnd|TestOutputsEndToEnd|TestWaitAndQuoteEndToEnd|TestUpstreamPoolFailover|TestUpstreamBreakerSharedByWorkers|TestFairShareEndToEnd|TestEndToEnd|TestFailedTaskIsRefunded|TestEaselctl|TestConcurrentCreatesNeverOverdraw|TestRecoveryQueuesAndExpires|TestCancelEndToEnd|TestWaitStreamListEndToEnd
+FAULT_E2E   := TestRedisOutageThenOneWorkerDeathFailsNoTask|TestCreatesRecoverWhenRedisReturns|TestSentinelFailover|TestTracingEndToEnd
 TESTBIN := $(abspath $(BIN))
+E2E_RUN := cd e2e && EASEL_TEST_BIN=$(TESTBIN) $(TESTBIN)/e2e.test -test.count=1 -test.timeout=15m
 test:
 	@echo "==> MinIO for the S3 tests, Jaeger for the tracing tests"
 	$(GO) run -trimpath ./tools/testkit/cmd/minio-install
 	$(GO) run -trimpath ./tools/testkit/cmd/jaeger-install
 	@echo "==> the programs, built once for every test that runs them"
 	@$(MAKE) --no-print-directory build
-	@set -e; log=$$(mktemp); \
-	echo "==> go test e2e on a Redis Cluster (alongside; its output follows the others')"; \
-	( EASEL_TEST_BIN=$(TESTBIN) EASEL_E2E_REDIS=cluster $(GO) test $(TESTFLAGS) -run '$(CLUSTER_E2E)' ./e2e >$$log 2>&1 && echo 0 >$$log.rc || echo 1 >$$log.rc ) & \
+	$(GO) test -c $(TESTBUILD) -o $(BIN)/e2e.test ./e2e
+	@set -e; logs=$$(mktemp -d); t0=$$(date +%s); \
+	echo "==> alongside: e2e's fault runs, and its flows on a Redis Cluster (their output follows the others')"; \
+	( $(E2E_RUN) -test.run '^($(FAULT_E2E))$$' >$$logs/faults 2>&1 && echo 0 >$$logs/faults.rc || echo 1 >$$logs/faults.rc; \
+	  echo "e2e fault runs ended at $$(( $$(date +%s) - t0 )) s" >>$$logs/faults ) & \
+	( export EASEL_E2E_REDIS=cluster; $(E2E_RUN) -test.run '^($(CLUSTER_E2E))$$' >$$logs/cluster 2>&1 && echo 0 >$$logs/cluster.rc || echo 1 >$$logs/cluster.rc; \
+	  echo "e2e on a Redis Cluster ended at $$(( $$(date +%s) - t0 )) s" >>$$logs/cluster ) & \
 	rc=0; for m in $(MODULES); do \
 		echo "==> go test $$m"; \
-		(cd $$m && EASEL_TEST_BIN=$(TESTBIN) $(GO) test $(TESTFLAGS) -p 4 ./...) || rc=1; \
+		(cd $$m && EASEL_TEST_BIN=$(TESTBIN) $(GO) test $(TESTFLAGS) -skip '^($(FAULT_E2E))$$' -p 4 ./...) || rc=1; \
 	done; \
-	wait; echo "==> go test e2e on a Redis Cluster"; cat $$log; \
-	crc=$$(cat $$log.rc); rm -f $$log $$log.rc; \
-	[ $$rc = 0 ] && [ $$crc = 0 ]
+	echo "the modules' pass ended at $$(( $$(date +%s) - t0 )) s"; wait; \
+	for p in faults cluster; do \
+		echo "==> e2e: $$p"; cat $$logs/$$p; [ "$$(cat $$logs/$$p.rc)" = 0 ] || { echo "FAIL e2e: $$p"; rc=1; }; \
+	done; \
+	rm -rf $$logs; [ $$rc = 0 ]
 
 # The inner loop: every package once, no race detector, no cluster pass;
 # -short skips the slowest end-to-end tests (browser, failover) and builds
