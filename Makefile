@@ -27,18 +27,15 @@ help:
 
 # Static binaries, as the Dockerfiles build them; the tests that run the
 # real programs use these when `make test` names them (EASEL_TEST_BIN).
-# -trimpath, as for the tests: a new checkout reuses the cached packages.
-# nodynamic keeps the worker's WebP encoder from linking purego's loader,
-# which makes a binary dynamically linked even without cgo.
+# One go build for all six, so they link side by side; -trimpath, as for
+# the tests: a new checkout reuses the cached packages. nodynamic keeps the
+# worker's WebP encoder (in the worker and devstack) from linking purego's
+# loader, which makes a binary dynamically linked even without cgo.
+PROGRAMS := ./api-gateway/cmd/gateway ./worker/cmd/worker ./tools/cmd/devstack ./tools/cmd/easelctl ./tools/cmd/loadgen ./sdk/go/cmd/easel
 build: export CGO_ENABLED = 0
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -trimpath -o $(BIN)/gateway ./api-gateway/cmd/gateway
-	$(GO) build -trimpath -tags nodynamic -o $(BIN)/worker ./worker/cmd/worker
-	$(GO) build -trimpath -o $(BIN)/devstack ./tools/cmd/devstack
-	$(GO) build -trimpath -o $(BIN)/easelctl ./tools/cmd/easelctl
-	$(GO) build -trimpath -o $(BIN)/loadgen ./tools/cmd/loadgen
-	$(GO) build -trimpath -o $(BIN)/easel ./sdk/go/cmd/easel
+	$(GO) build -trimpath -tags nodynamic -o $(BIN)/ $(PROGRAMS)
 
 # A fixed development key, so the README's curl examples work as pasted;
 # override it with EASEL_DEV_API_KEY=... make run.
@@ -67,9 +64,9 @@ test:
 	@echo "==> MinIO for the S3 tests, Jaeger for the tracing tests"
 	$(GO) run -trimpath ./tools/testkit/cmd/minio-install
 	$(GO) run -trimpath ./tools/testkit/cmd/jaeger-install
-	@echo "==> the programs, built once for every test that runs them"
-	@$(MAKE) --no-print-directory build
-	$(GO) test -c $(TESTBUILD) -o $(BIN)/e2e.test ./e2e
+	@echo "==> the programs, built once for every test that runs them, and the end-to-end suite"
+	@set -e; $(MAKE) --no-print-directory build & b=$$!; \
+	$(GO) test -c $(TESTBUILD) -o $(BIN)/e2e.test ./e2e; wait $$b
 	@set -e; logs=$$(mktemp -d); t0=$$(date +%s); \
 	echo "==> alongside: e2e's fault runs, and its flows on a Redis Cluster (their output follows the others')"; \
 	( $(E2E_RUN) -test.run '^($(FAULT_E2E))$$' >$$logs/faults 2>&1 && echo 0 >$$logs/faults.rc || echo 1 >$$logs/faults.rc; \

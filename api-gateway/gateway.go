@@ -346,9 +346,14 @@ func start(ctx context.Context, cfg Config, deps *service.Deps, accounts *store.
 	if cfg.DevAPIKey == "" {
 		return nil
 	}
-	// Generous limits, so local load tests are not throttled.
-	a, err := accounts.EnsureKey(ctx, cfg.DevAPIKey, account.Spec{Name: "dev", Credits: cfg.DevCredits,
-		RateLimit: 1000, QueryRateLimit: 5000, MaxInflight: 5000})
+	// Generous limits, so local load tests are not throttled. Each step is
+	// tried again while Redis is slow to answer (both are safe to repeat).
+	var a *account.Account
+	err := redisconn.Retry(ctx, cfg.RedisStartTimeout, log, "EASEL_DEV_API_KEY", func(ctx context.Context) (err error) {
+		a, err = accounts.EnsureKey(ctx, cfg.DevAPIKey, account.Spec{Name: "dev", Credits: cfg.DevCredits,
+			RateLimit: 1000, QueryRateLimit: 5000, MaxInflight: 5000})
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("EASEL_DEV_API_KEY: %w", err)
 	}
@@ -358,7 +363,13 @@ func start(ctx context.Context, cfg Config, deps *service.Deps, accounts *store.
 	}
 	// The dev account's console user, an admin; made once (every gateway
 	// tries: the first wins, the others find it).
-	if _, err := people.Create(ctx, a.ID, cfg.DevUserEmail, cfg.DevUserPassword, true); err != nil && apperr.CodeOf(err) != apperr.Conflict {
+	err = redisconn.Retry(ctx, cfg.RedisStartTimeout, log, "EASEL_DEV_USER_EMAIL", func(ctx context.Context) error {
+		if _, err := people.Create(ctx, a.ID, cfg.DevUserEmail, cfg.DevUserPassword, true); err != nil && apperr.CodeOf(err) != apperr.Conflict {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("EASEL_DEV_USER_EMAIL: %w", err)
 	}
 	log.Warn("EASEL_DEV_USER_EMAIL is set: a console user of the dev account (development only)", zap.String("email", cfg.DevUserEmail))

@@ -9,10 +9,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 	"go.uber.org/zap"
@@ -175,6 +177,41 @@ func Wait(ctx context.Context, rdb redis.UniversalClient, timeout time.Duration,
 		}
 		wait = min(wait*2, 2*time.Second)
 	}
+}
+
+// Down says err is Redis not answering, in time or at all: a deadline, a
+// network error (a read timed out, a connection refused or reset), or
+// Unreachable. Such an error says nothing of the request: tried again, it
+// may succeed.
+func Down(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) || Unreachable(err)
+}
+
+// Retry runs step until it succeeds or fails other than by Redis being
+// down (Down), for at most timeout, backing off from 100 ms to 2 s as Wait
+// does: a start-up step after Wait (seeding a key, say) outlasts a Redis
+// slow for a moment, on a loaded machine or during a failover, instead of
+// stopping the process. what names the step in the log and the error.
+func Retry(ctx context.Context, timeout time.Duration, log *zap.Logger, what string, step func(context.Context) error) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval = 100*time.Millisecond, 2*time.Second
+	tries := 0
+	_, err := backoff.Retry(ctx, func() (struct{}, error) {
+		tries++
+		err := step(ctx)
+		if err != nil && !Down(err) {
+			return struct{}{}, backoff.Permanent(err)
+		}
+		if err != nil && tries == 1 {
+			log.Warn("Redis did not answer, trying again", zap.String("step", what), zap.Error(err), zap.Duration("for_at_most", timeout))
+		}
+		return struct{}{}, err
+	}, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(timeout))
+	if err != nil && Down(err) {
+		return fmt.Errorf("%s: Redis did not answer within %s (EASEL_REDIS_START_TIMEOUT): %w", what, timeout, err)
+	}
+	return err
 }
 
 // LogTo sends go-redis's own messages (pool dial failures and the like),

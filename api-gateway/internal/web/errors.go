@@ -1,10 +1,8 @@
 package web
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -146,10 +144,7 @@ func Classify(err error) (int, string) {
 // not answer in time or at all (a deadline, a network error, Redis's
 // full pool or a reply not awaited). It is the service saturated or a
 // dependency down, never a bug: 503 with Retry-After, not 500.
-func dependencyFailed(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) || redisconn.Unreachable(err)
-}
+func dependencyFailed(err error) bool { return redisconn.Down(err) }
 
 // logged marks an error already logged where it happened (once per burst,
 // say): the error handler logs it at debug only.

@@ -38,10 +38,11 @@ type Sentinel struct {
 const SentinelMasterName = "easel"
 
 // The sentinels' timings: a primary that does not answer for a second is
-// down, and a failover that does not finish within 5 s is tried again.
+// down, and a failover that does not finish within 5 s is given up (and, of
+// a primary that is down, tried again).
 const (
-	sentinelDownAfter       = "1000"
-	sentinelFailoverTimeout = "5000"
+	sentinelDownAfter       = time.Second
+	sentinelFailoverTimeout = 5 * time.Second
 )
 
 // StartSentinel starts, on free loopback ports, a primary, its replicas (1
@@ -114,8 +115,8 @@ func startSentinelProcs(bin, dir string, replicas int, extra []string) (*Sentine
 		conf.WriteString("sentinel resolve-hostnames no\nsentinel announce-ip 127.0.0.1\n")
 		name := SentinelMasterName
 		fmt.Fprintf(&conf, "sentinel monitor %s 127.0.0.1 %d 2\n", name, primary)
-		fmt.Fprintf(&conf, "sentinel down-after-milliseconds %s %s\n", name, sentinelDownAfter)
-		fmt.Fprintf(&conf, "sentinel failover-timeout %s %s\n", name, sentinelFailoverTimeout)
+		fmt.Fprintf(&conf, "sentinel down-after-milliseconds %s %d\n", name, sentinelDownAfter.Milliseconds())
+		fmt.Fprintf(&conf, "sentinel failover-timeout %s %d\n", name, sentinelFailoverTimeout.Milliseconds())
 		fmt.Fprintf(&conf, "sentinel parallel-syncs %s 1\n", name)
 		// Pre-seeded: otherwise a sentinel finds the replica in the
 		// primary's INFO (polled every 10 s) and the other sentinels in
@@ -288,6 +289,11 @@ func (s *Sentinel) Failover(ctx context.Context) (newPrimary string, err error) 
 	if err := s.startFailover(ctx, sentinels); err != nil {
 		return "", err
 	}
+	// A failover the sentinels give up (its promoted replica not answering
+	// within their failover-timeout, as on a loaded machine) leaves the old
+	// primary named: once every sentinel still names it twice that timeout
+	// after the failover was asked for, it is asked for again.
+	asked := time.Now()
 	for {
 		agreed, why := true, ""
 		running, target := 0, ""
@@ -312,12 +318,31 @@ func (s *Sentinel) Failover(ctx context.Context) (newPrimary string, err error) 
 		if running == 0 {
 			why = "no sentinel runs"
 		}
+		if target == old && time.Since(asked) > 2*sentinelFailoverTimeout && s.allName(ctx, sentinels, old) {
+			if err := s.startFailover(ctx, sentinels); err != nil {
+				return "", err
+			}
+			asked = time.Now()
+		}
 		select {
 		case <-ctx.Done():
 			return "", fmt.Errorf("redis sentinel failover from %s: %w: %s", old, ctx.Err(), why)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// allName reports whether every running sentinel names addr the primary.
+func (s *Sentinel) allName(ctx context.Context, sentinels []*redis.SentinelClient, addr string) bool {
+	for i, sc := range sentinels {
+		if !s.Sentinels[i].running() {
+			continue
+		}
+		if got, err := getMasterAddr(ctx, sc, s.MasterName); err != nil || got != addr {
+			return false
+		}
+	}
+	return true
 }
 
 // waitReplicaOf waits until the server at addr is a replica of primary, in
