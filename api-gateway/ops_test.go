@@ -14,17 +14,6 @@ import (
 	"github.com/easelhq/easel/tools/testkit/redistest"
 )
 
-// freeAddr returns a loopback address with a port nobody listens on now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
 	resp, err := client.Get(url)
@@ -41,7 +30,7 @@ func get(t *testing.T, url string) (int, string) {
 func TestOperationsListener(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, onAPI := range []bool{false, true} {
-		ops := "http://" + freeAddr(t)
+		ops := "http://" + localnet.FreeAddr(t)
 		env := map[string]string{"EASEL_METRICS_ADDR": strings.TrimPrefix(ops, "http://")}
 		if onAPI {
 			env["EASEL_METRICS_ON_API"] = "true"

@@ -21,6 +21,7 @@ import (
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/tools/testkit/localnet"
 )
 
 // TestChaos (make chaos) runs the real binaries, one gateway and three
@@ -54,7 +55,7 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	gwAddr := freeAddr(t)
+	gwAddr := localnet.FreeAddr(t)
 	base := "http://" + gwAddr
 	env := append(cleanEnv(),
 		"EASEL_REDIS_URL="+rp.URL,
@@ -78,7 +79,7 @@ func TestChaos(t *testing.T) {
 	gw := startProc(t, dir, "gateway", filepath.Join(bin, "gateway"), slices.Concat(env, []string{"EASEL_HTTP_ADDR=" + gwAddr, "EASEL_PUBLIC_URL=" + base, "EASEL_METRICS_ADDR=off"}))
 	var workers []*proc
 	for i := 1; i <= 3; i++ {
-		workers = append(workers, startProc(t, dir, fmt.Sprintf("worker-%d", i), filepath.Join(bin, "worker"), slices.Concat(env, []string{"EASEL_WORKER_HTTP_ADDR=" + freeAddr(t)})))
+		workers = append(workers, startProc(t, dir, fmt.Sprintf("worker-%d", i), filepath.Join(bin, "worker"), slices.Concat(env, []string{"EASEL_WORKER_HTTP_ADDR=" + localnet.FreeAddr(t)})))
 	}
 	waitHTTP(t, base+"/readyz")
 
@@ -111,13 +112,13 @@ func TestChaos(t *testing.T) {
 	event("kill -9 worker-1")
 	workers[0].signal(t, syscall.SIGKILL)
 	at(11 * time.Second)
-	workers[0].restart(t, "EASEL_WORKER_HTTP_ADDR="+freeAddr(t))
+	workers[0].restart(t, "EASEL_WORKER_HTTP_ADDR="+localnet.FreeAddr(t))
 	event("worker-1 restarted")
 
 	at(20 * time.Second)
 	event("SIGTERM worker-2")
 	workers[1].signal(t, syscall.SIGTERM)
-	workers[1].restart(t, "EASEL_WORKER_HTTP_ADDR="+freeAddr(t))
+	workers[1].restart(t, "EASEL_WORKER_HTTP_ADDR="+localnet.FreeAddr(t))
 	event("worker-2 stopped and restarted")
 
 	at(32 * time.Second)

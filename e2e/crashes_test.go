@@ -17,6 +17,7 @@ import (
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/task"
+	"github.com/easelhq/easel/tools/testkit/localnet"
 )
 
 // A Redis outage followed by one worker kill -9 fails no task
@@ -43,7 +44,7 @@ func TestRedisOutageThenOneWorkerDeathFailsNoTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gwAddr := freeAddr(t)
+	gwAddr := localnet.FreeAddr(t)
 	base := "http://" + gwAddr
 	env := append(cleanEnv(),
 		"EASEL_REDIS_URL="+rp.URL,
@@ -57,7 +58,7 @@ func TestRedisOutageThenOneWorkerDeathFailsNoTask(t *testing.T) {
 		"EASEL_REDIS_START_TIMEOUT=60s",
 	)
 	startProc(t, dir, "gateway", filepath.Join(bin, "gateway"), slices.Concat(env, []string{"EASEL_HTTP_ADDR=" + gwAddr, "EASEL_PUBLIC_URL=" + base, "EASEL_METRICS_ADDR=off"}))
-	w := startProc(t, dir, "worker", filepath.Join(bin, "worker"), slices.Concat(env, []string{"EASEL_WORKER_HTTP_ADDR=" + freeAddr(t)}))
+	w := startProc(t, dir, "worker", filepath.Join(bin, "worker"), slices.Concat(env, []string{"EASEL_WORKER_HTTP_ADDR=" + localnet.FreeAddr(t)}))
 	waitHTTP(t, base+"/readyz")
 
 	c := newClient(t, base, key)
@@ -128,7 +129,7 @@ func TestRedisOutageThenOneWorkerDeathFailsNoTask(t *testing.T) {
 		return (sawRetry || takenOver()) && retry == 0 && active > 0
 	})
 	w.signal(t, syscall.SIGKILL)
-	w.restart(t, "EASEL_WORKER_HTTP_ADDR="+freeAddr(t))
+	w.restart(t, "EASEL_WORKER_HTTP_ADDR="+localnet.FreeAddr(t))
 
 	// A dead worker's runs are taken over once its 30 s lease runs out.
 	waitUntil("every task ends", 150*time.Second, func() bool {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/easelhq/easel/tools/testkit/localnet"
 	testprograms "github.com/easelhq/easel/tools/testkit/programs"
 )
 
@@ -33,14 +34,6 @@ func buildBinaries() (string, error) {
 	return binaries.Build("gateway", "worker", "devstack", "easelctl")
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln := listen(t)
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
-
 // TestDevstackOnEmbeddedRedis runs `make run`'s program as a user would: no
 // Redis configured, so the embedded miniredis; the real gateway and worker
 // binaries as separate processes; the printed URL and key used with the
@@ -51,7 +44,7 @@ func TestDevstackOnEmbeddedRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gwAddr, wAddr := freeAddr(t), freeAddr(t)
+	gwAddr, wAddr := localnet.FreeAddr(t), localnet.FreeAddr(t)
 	cmd := exec.Command(filepath.Join(bin, "devstack"))
 	cmd.Env = append(cleanEnv(),
 		"EASEL_HTTP_ADDR="+gwAddr, "EASEL_METRICS_ADDR=off",
@@ -204,7 +197,7 @@ func TestDevstackRefusesATakenAddress(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "devstack"))
 	cmd.Env = append(cleanEnv(), "EASEL_HTTP_ADDR="+other.Listener.Addr().String(), "EASEL_METRICS_ADDR=off",
-		"EASEL_WORKER_HTTP_ADDR="+freeAddr(t))
+		"EASEL_WORKER_HTTP_ADDR="+localnet.FreeAddr(t))
 	out, err := cmd.CombinedOutput()
 	if err == nil || strings.Contains(string(out), "Easel is running") || !strings.Contains(string(out), "is taken") {
 		t.Errorf("devstack on a taken address: %v\n%s", err, out)
@@ -221,7 +214,7 @@ func TestDevstackNeedsTheBinaries(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, "devstack"), "--bin", t.TempDir())
-	cmd.Env = append(cleanEnv(), "EASEL_HTTP_ADDR="+freeAddr(t), "EASEL_METRICS_ADDR=off")
+	cmd.Env = append(cleanEnv(), "EASEL_HTTP_ADDR="+localnet.FreeAddr(t), "EASEL_METRICS_ADDR=off")
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "make build") {
 		t.Errorf("devstack without binaries: %v\n%s", err, out)

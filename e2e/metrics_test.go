@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/easelhq/easel/pkg/account"
+	"github.com/easelhq/easel/tools/testkit/localnet"
 )
 
 // scrapeMetrics reads a /metrics endpoint in Prometheus's text format into
@@ -81,7 +82,7 @@ func expectMetrics(t *testing.T, what string, scrape func() map[string]float64, 
 // done, and credits debited and refunded equal the ledger's.
 func TestMetricsEndToEnd(t *testing.T) {
 	t.Parallel()
-	ops := freeAddr(t)
+	ops := localnet.FreeAddr(t)
 	s := startStack(t, stackOptions{workers: 2, simDelay: 50 * time.Millisecond, env: map[string]string{"EASEL_METRICS_ADDR": ops}})
 	acct, key := s.newAccount(t, account.Spec{Name: "metrics", Credits: 10_000, RateLimit: 1000, MaxInflight: 100})
 	src := sourceServer(t)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/store"
+	"github.com/easelhq/easel/tools/testkit/localnet"
 )
 
 // answer is one create's reply as a client saw it.
@@ -124,7 +125,7 @@ func TestCreatesRecoverWhenRedisReturns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gwAddr := freeAddr(t)
+	gwAddr := localnet.FreeAddr(t)
 	base := "http://" + gwAddr
 	env := append(cleanEnv(),
 		"EASEL_REDIS_URL="+rp.URL,

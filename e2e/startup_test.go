@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/easelhq/easel/tools/testkit/localnet"
 )
 
 // TestStartupFailuresEndWithAMessage runs the real binaries with each way
@@ -28,7 +30,7 @@ func TestStartupFailuresEndWithAMessage(t *testing.T) {
 	taken := listen(t)
 	t.Cleanup(func() { _ = taken.Close() })
 	takenAddr := taken.Addr().String()
-	closedRedis := "redis://" + freeAddr(t)
+	closedRedis := "redis://" + localnet.FreeAddr(t)
 	secret := "EASEL_SIGNING_SECRET=0123456789abcdef0123456789abcdef0123456789abcdef"
 	gatewayBase := []string{"EASEL_REDIS_URL=" + closedRedis, secret, "EASEL_PUBLIC_URL=http://127.0.0.1:1",
 		"EASEL_HTTP_ADDR=127.0.0.1:0", "EASEL_METRICS_ADDR=off"}

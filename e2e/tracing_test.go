@@ -20,6 +20,7 @@ import (
 	"github.com/easelhq/easel/pkg/account"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/tools/testkit/jaegerproc"
+	"github.com/easelhq/easel/tools/testkit/localnet"
 )
 
 // scriptedUpstreams are Gemini API stand-ins sharing one script of answers,
@@ -110,7 +111,7 @@ func TestTracingEndToEnd(t *testing.T) {
 
 	script, ups := newScriptedUpstreams(t, "first", "second")
 	sink := newHookSink(t, nil)
-	gwAddr := freeAddr(t)
+	gwAddr := localnet.FreeAddr(t)
 	base := "http://" + gwAddr
 	env := append(cleanEnv(),
 		"EASEL_REDIS_URL="+rp.URL,
@@ -133,10 +134,10 @@ func TestTracingEndToEnd(t *testing.T) {
 	// first holds the traced task's run, and recovers it when the first is
 	// killed (never restarted).
 	gw := startProc(t, dir, "gateway", filepath.Join(bin, "gateway"), slices.Concat(env, []string{"EASEL_HTTP_ADDR=" + gwAddr, "EASEL_PUBLIC_URL=" + base, "EASEL_METRICS_ADDR=off"}))
-	gw2Addr := freeAddr(t)
+	gw2Addr := localnet.FreeAddr(t)
 	base2 := "http://" + gw2Addr
 	startProc(t, dir, "gateway2", filepath.Join(bin, "gateway"), slices.Concat(env, []string{"EASEL_HTTP_ADDR=" + gw2Addr, "EASEL_PUBLIC_URL=" + base, "EASEL_METRICS_ADDR=off"}))
-	w := startProc(t, dir, "worker", filepath.Join(bin, "worker"), slices.Concat(env, []string{"EASEL_PUBLIC_URL=" + base, "EASEL_WORKER_HTTP_ADDR=" + freeAddr(t)}))
+	w := startProc(t, dir, "worker", filepath.Join(bin, "worker"), slices.Concat(env, []string{"EASEL_PUBLIC_URL=" + base, "EASEL_WORKER_HTTP_ADDR=" + localnet.FreeAddr(t)}))
 	waitHTTP(t, base+"/readyz")
 	waitHTTP(t, base2+"/readyz")
 
@@ -217,7 +218,7 @@ func TestTracingEndToEnd(t *testing.T) {
 	})
 	// A second worker starts, then the first (the only one that could have
 	// taken the run) is killed: the second recovers the task.
-	w2 := startProc(t, dir, "worker2", filepath.Join(bin, "worker"), slices.Concat(env, []string{"EASEL_PUBLIC_URL=" + base, "EASEL_WORKER_HTTP_ADDR=" + freeAddr(t)}))
+	w2 := startProc(t, dir, "worker2", filepath.Join(bin, "worker"), slices.Concat(env, []string{"EASEL_PUBLIC_URL=" + base, "EASEL_WORKER_HTTP_ADDR=" + localnet.FreeAddr(t)}))
 	w.signal(t, syscall.SIGKILL)
 	w = w2 // the one whose log a failure shows
 	killed := time.Now()

@@ -4,8 +4,11 @@
 package localnet
 
 import (
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -21,6 +24,42 @@ func Listen(tb testing.TB) net.Listener {
 	tb.Cleanup(func() { _ = ln.Close() })
 	return ln
 }
+
+// FreeAddr returns a loopback address nobody listens on now, for a program
+// the test starts to listen on. Its port is below the kernel's ephemeral
+// range (32768 and up on Linux), where a port is never handed to an
+// outbound connection or a listener on port 0: one picked from that range
+// and let go could be taken, before the program binds it, by any of the
+// connections the tests around it open. Within the range a port is picked
+// at random, and never twice by one process.
+func FreeAddr(tb testing.TB) string {
+	tb.Helper()
+	freeMu.Lock()
+	defer freeMu.Unlock()
+	for range 1000 {
+		port := freeLow + rand.IntN(freeHigh-freeLow)
+		if freeGiven[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue // in use
+		}
+		_ = ln.Close()
+		freeGiven[port] = true
+		return ln.Addr().String()
+	}
+	tb.Fatalf("no free loopback port in %d-%d", freeLow, freeHigh-1)
+	return ""
+}
+
+// FreeAddr's ports, below Linux's default ephemeral range.
+const freeLow, freeHigh = 20000, 32768
+
+var (
+	freeMu    sync.Mutex
+	freeGiven = map[int]bool{}
+)
 
 // WaitStatus asks url every 20 ms until it answers want, and returns that
 // response (its body closed); it fails the test when within runs out.
