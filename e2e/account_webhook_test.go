@@ -100,13 +100,27 @@ func TestAccountWebhookEndToEnd(t *testing.T) {
 		t.Errorf("a task with its own callback_url also delivered to the account's endpoint")
 	}
 
-	// The account's log: every task's deliveries, newest first.
-	log := deliveries(t)
-	var ids []string
-	for _, d := range log {
-		ids = append(ids, d.TaskID+" "+d.Type+" "+d.State)
+	// The account's log: every task's deliveries, newest first. A
+	// delivery is recorded delivered once its receiver's answer is back,
+	// a moment after the receiver has it: the log is read until it says so
+	// (for at most 10 s).
+	wants := []string{failed + " task.failed delivered", own + " task.completed delivered", done + " task.completed delivered"}
+	var (
+		log []delivery
+		ids []string
+	)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(10 * time.Second); ; <-tick.C {
+		log, ids = deliveries(t), nil
+		for _, d := range log {
+			ids = append(ids, d.TaskID+" "+d.Type+" "+d.State)
+		}
+		if !slices.ContainsFunc(wants, func(w string) bool { return !slices.Contains(ids, w) }) || time.Now().After(deadline) {
+			break
+		}
 	}
-	for _, want := range []string{failed + " task.failed delivered", own + " task.completed delivered", done + " task.completed delivered"} {
+	for _, want := range wants {
 		if !slices.Contains(ids, want) {
 			t.Errorf("the account's deliveries %v lack %q", ids, want)
 		}
