@@ -113,7 +113,10 @@ func TestLeaseRefusalAndRecovery(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
 	l.now = func() time.Time { return now }
-	// Exhaust a 100/s bucket.
+	// Exhaust a 100/s bucket. The gateway's clock stands still, but Redis's
+	// does not: the bucket refills at 100/s of real time while the loop runs
+	// (tens of milliseconds on a loaded machine), so the bound counts it.
+	start := time.Now()
 	admitted := 0
 	for i := 0; i < 300; i++ {
 		r, err := l.Allow(ctx, "k", 100)
@@ -129,8 +132,10 @@ func TestLeaseRefusalAndRecovery(t *testing.T) {
 			t.Fatalf("refusal without a retry-after: %+v", r)
 		}
 	}
-	if admitted < 90 || admitted > 110 {
-		t.Errorf("admitted %d of a 100 burst", admitted)
+	elapsed := time.Since(start)
+	ceiling := 100 + int(100*elapsed.Seconds()) + 2 // + one batch in flight
+	if admitted < 90 || admitted > ceiling {
+		t.Errorf("admitted %d of a 100 burst in %v; the limit allows at most %d", admitted, elapsed, ceiling)
 	}
 	// A changed limit does not use the old lease.
 	if r, _ := l.Allow(ctx, "k", 200); r.Limit != 200 {
