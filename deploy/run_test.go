@@ -20,6 +20,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/easelhq/easel/tools/testkit/localnet"
 	testprograms "github.com/easelhq/easel/tools/testkit/programs"
 )
 
@@ -69,13 +70,10 @@ func TestProbesAnswer(t *testing.T) {
 			// Container port -> the loopback port standing for it.
 			ports := map[int32]int{}
 			for _, l := range p.listeners {
-				ln, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				ports[l.port] = ln.Addr().(*net.TCPAddr).Port
-				_ = ln.Close()
-				env[l.envVar] = "127.0.0.1:" + strconv.Itoa(ports[l.port])
+				addr := localnet.FreeAddr(t)
+				_, port, _ := net.SplitHostPort(addr)
+				ports[l.port], _ = strconv.Atoi(port)
+				env[l.envVar] = addr
 			}
 			cmd := exec.Command(filepath.Join(bins, p.bin.name))
 			cmd.Env = []string{"HOME=" + t.TempDir()}

@@ -2,24 +2,20 @@ package redisconn
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/easelhq/easel/tools/testkit/localnet"
 )
 
 // While Redis refuses connections, go-redis reports a failed dial on every
 // command; LogTo lets the first through and holds back the repeats.
 func TestLogToHoldsBackRepeats(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
+	addr := localnet.ClosedAddr(t) // nothing listens there
 
 	core, logs := observer.New(zap.DebugLevel)
 	LogTo(zap.New(core))

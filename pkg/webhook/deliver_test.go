@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/easelhq/easel/pkg/egress"
+	"github.com/easelhq/easel/tools/testkit/localnet"
 )
 
 // receiver is a test endpoint that records what it got and answers with
@@ -174,12 +175,7 @@ func TestSendEgress(t *testing.T) {
 }
 
 func TestSendConnectionRefused(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
+	addr := localnet.ClosedAddr(t)
 	secret, _ := NewSecret()
 	r := NewClient(Options{Policy: egress.Policy{AllowPrivate: true}, Timeout: time.Second}).Send(context.Background(), "http://"+addr+"/", message(t, secret))
 	if r.Outcome != Retry || r.StatusCode != 0 || r.Error != "the connection failed" {

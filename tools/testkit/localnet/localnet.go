@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -51,6 +52,27 @@ func FreeAddr(tb testing.TB) string {
 	}
 	tb.Fatalf("no free loopback port in %d-%d", freeLow, freeHigh-1)
 	return ""
+}
+
+// ClosedAddr returns a loopback address that refuses connections until the
+// test ends: a socket bound to it that never listens, so no other program
+// can take the port meanwhile (a port merely let go can be bound by another
+// test's server before the dial, and then the dial answers).
+func ClosedAddr(tb testing.TB) string {
+	tb.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		tb.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
 }
 
 // FreeAddr's ports, below Linux's default ephemeral range.

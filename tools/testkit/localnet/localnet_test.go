@@ -1,8 +1,10 @@
 package localnet
 
 import (
+	"errors"
 	"net"
 	"strconv"
+	"syscall"
 	"testing"
 )
 
@@ -26,5 +28,21 @@ func TestFreeAddr(t *testing.T) {
 			t.Fatalf("%s: %v", addr, err)
 		}
 		_ = ln.Close()
+	}
+}
+
+// ClosedAddr refuses connections, and nobody can listen on it while the
+// test runs.
+func TestClosedAddr(t *testing.T) {
+	addr := ClosedAddr(t)
+	if c, err := net.Dial("tcp", addr); err == nil {
+		_ = c.Close()
+		t.Fatalf("a dial to %s connected", addr)
+	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("a dial to %s: %v; want connection refused", addr, err)
+	}
+	if ln, err := net.Listen("tcp", addr); err == nil {
+		_ = ln.Close()
+		t.Errorf("another listener took %s", addr)
 	}
 }
