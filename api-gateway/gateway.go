@@ -41,6 +41,7 @@ import (
 	"github.com/easelhq/easel/pkg/signedurl"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/tracing"
+	"github.com/easelhq/easel/pkg/tracing/otlp"
 	"github.com/easelhq/easel/pkg/upstream"
 	"github.com/easelhq/easel/pkg/users"
 	"github.com/easelhq/easel/pkg/webhook"
@@ -53,7 +54,7 @@ import (
 func Run(ctx context.Context, cfg Config, log *zap.Logger, ln net.Listener) error {
 	// Tracing, configured by the OTEL_* variables (off unless an endpoint
 	// is set).
-	tr, err := tracing.Setup(ctx, ServiceName, log)
+	tr, err := otlp.Setup(ctx, ServiceName, log)
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/easelhq/easel/pkg/signedurl"
 	"github.com/easelhq/easel/pkg/store"
 	"github.com/easelhq/easel/pkg/tracing"
+	"github.com/easelhq/easel/pkg/tracing/otlp"
 	"github.com/easelhq/easel/pkg/upstream"
 	"github.com/easelhq/easel/pkg/webhook"
 	"github.com/easelhq/easel/worker/imagegen"
@@ -76,7 +77,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger, opts Options) error {
 	}
 	tr := opts.Tracing
 	if tr == nil {
-		if tr, err = tracing.Setup(ctx, "easel-worker", log); err != nil {
+		if tr, err = otlp.Setup(ctx, "easel-worker", log); err != nil {
 			return err
 		}
 		defer func() {
