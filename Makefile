@@ -4,6 +4,10 @@ GO      ?= go
 # and the Go SDK, which users import on its own and which has no dependency
 # of ours.
 MODULES := . sdk/go
+# The root module's longest test packages, named first so that they start
+# first: go test starts packages in the order named, and these, started
+# last, were the run's tail.
+SLOW_FIRST := ./e2e ./worker/internal/processor ./worker ./pkg/store ./pkg/quota ./api-gateway
 BIN     := bin
 # Race detection for every test run. -trimpath keeps the checkout's path out
 # of Go's build cache keys, so a fresh clone (CI's every run) reuses the
@@ -75,7 +79,7 @@ test:
 	  echo "e2e on a Redis Cluster ended at $$(( $$(date +%s) - t0 )) s" >>$$logs/cluster ) & \
 	rc=0; for m in $(MODULES); do \
 		echo "==> go test $$m"; \
-		(cd $$m && EASEL_TEST_BIN=$(TESTBIN) $(GO) test $(TESTFLAGS) -skip '^($(FAULT_E2E))$$' -p 4 ./...) || rc=1; \
+		(cd $$m && EASEL_TEST_BIN=$(TESTBIN) $(GO) test $(TESTFLAGS) -skip '^($(FAULT_E2E))$$' -p 4 $$([ $$m = . ] && echo $(SLOW_FIRST)) ./...) || rc=1; \
 	done; \
 	echo "the modules' pass ended at $$(( $$(date +%s) - t0 )) s"; wait; \
 	for p in faults cluster; do \
@@ -92,7 +96,7 @@ test:
 test-short:
 	@$(MAKE) --no-print-directory build
 	@set -e; for m in $(MODULES); do \
-		(cd $$m && EASEL_TEST_BIN=$(TESTBIN) $(GO) test -short -count=1 -trimpath -p 4 -parallel 6 ./...); \
+		(cd $$m && EASEL_TEST_BIN=$(TESTBIN) $(GO) test -short -count=1 -trimpath -p 4 -parallel 6 $$([ $$m = . ] && echo $(SLOW_FIRST)) ./...); \
 	done
 
 # Faults under load on the real binaries (about 2½ minutes): kill -9 of a

@@ -263,7 +263,11 @@ func sourceServer(t *testing.T) *httptest.Server {
 
 func TestEndToEnd(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, stackOptions{workers: 2, simDelay: time.Second})
+	// Two seconds of generation, progress written every 200 ms: a client
+	// polling every 50 ms sees several intermediate values even when its
+	// first answer comes late on a loaded machine (with one second, a first
+	// answer at 62 % left two).
+	s := startStack(t, stackOptions{workers: 2, simDelay: 2 * time.Second})
 	c := newClient(t, s.base, s.key)
 	src := sourceServer(t)
 
