@@ -92,12 +92,16 @@ test:
 # nothing it does not run: the S3 tests run only if MinIO is built already.
 # Four packages and six tests of a package at a time: without -race the
 # run mostly waits (on redis-server, simulated generation, timers), not on
-# the CPU. The programs are built once, as for make test.
+# the CPU. The programs are built once, as for make test; the SDK's module
+# runs alongside the root module's, its output printed after.
+SHORTFLAGS := -short -count=1 -trimpath -p 4 -parallel 6
 test-short:
 	@$(MAKE) --no-print-directory build
-	@set -e; for m in $(MODULES); do \
-		(cd $$m && EASEL_TEST_BIN=$(TESTBIN) $(GO) test -short -count=1 -trimpath -p 4 -parallel 6 $$([ $$m = . ] && echo $(SLOW_FIRST)) ./...); \
-	done
+	@logs=$$(mktemp -d); \
+	( cd sdk/go && EASEL_TEST_BIN=$(TESTBIN) $(GO) test $(SHORTFLAGS) ./... >$$logs/sdk 2>&1; echo $$? >$$logs/sdk.rc ) & \
+	rc=0; EASEL_TEST_BIN=$(TESTBIN) $(GO) test $(SHORTFLAGS) $(SLOW_FIRST) ./... || rc=1; wait; \
+	echo "==> go test sdk/go"; cat $$logs/sdk; [ "$$(cat $$logs/sdk.rc)" = 0 ] || rc=1; \
+	rm -rf $$logs; [ $$rc = 0 ]
 
 # Faults under load on the real binaries (about 2½ minutes): kill -9 of a
 # worker, SIGTERM of a worker, SIGKILL and AOF restart of Redis, kill -9 of
