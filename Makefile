@@ -54,29 +54,35 @@ run:
 # included (the blob-store contract in pkg/blob and the S3 flow in e2e run
 # on a private MinIO, the tracing flow in e2e on a private Jaeger, each
 # built once from the Go module proxy and cached: several minutes the first
-# time). Alongside the modules' pass, from one build of the end-to-end
-# suite, two more processes: its fault runs (Redis killed and restarted, a
-# Sentinel failover, workers killed -9: mostly waiting out leases and
-# restarts, one after another), and its flows again on a 3-master Redis
-# Cluster; their output is printed when the modules' pass ends. Four test
-# processes at a time in the modules' pass: the end-to-end packages mostly
-# wait on their services, not on the CPU.
+# time). Alongside the modules' pass, two more processes of the end-to-end
+# suite: its fault runs (Redis killed and restarted, a Sentinel failover,
+# workers killed -9: mostly waiting out leases and restarts, one after
+# another), and its flows again on a 3-master Redis Cluster; their output is
+# printed when the modules' pass ends. The cluster pass repeats flows the
+# modules' pass has just run under the race detector, so it runs a build
+# without it, as the programs are built (a quarter of the CPU: 20 against
+# 72 CPU-s here), which keeps it from starving the modules' pass and its own
+# waits. Four test processes at a time in the modules' pass: the end-to-end
+# packages mostly wait on their services, not on the CPU.
 CLUSTER_E2E := TestConsoleKeysOnEveryGateway|TestAccountWebhookEndToEnd|TestOutputsEndToEnd|TestWaitAndQuoteEndToEnd|TestUpstreamPoolFailover|TestUpstreamBreakerSharedByWorkers|TestFairShareEndToEnd|TestEndToEnd|TestFailedTaskIsRefunded|TestEaselctl|TestConcurrentCreatesNeverOverdraw|TestRecoveryQueuesAndExpires|TestCancelEndToEnd|TestWaitStreamListEndToEnd
 FAULT_E2E   := TestRedisOutageThenOneWorkerDeathFailsNoTask|TestCreatesRecoverWhenRedisReturns|TestSentinelFailover|TestTracingEndToEnd
 TESTBIN := $(abspath $(BIN))
-E2E_RUN := cd e2e && EASEL_TEST_BIN=$(TESTBIN) $(TESTBIN)/e2e.test -test.count=1 -test.timeout=15m
+E2E_ENV := cd e2e && EASEL_TEST_BIN=$(TESTBIN)
+E2E_RUN := $(E2E_ENV) $(TESTBIN)/e2e.test -test.count=1 -test.timeout=15m
+E2E_RUN_NORACE := $(E2E_ENV) $(TESTBIN)/e2e-norace.test -test.count=1 -test.timeout=15m
 test:
 	@echo "==> MinIO for the S3 tests, Jaeger for the tracing tests"
 	$(GO) run -trimpath ./tools/testkit/cmd/minio-install
 	$(GO) run -trimpath ./tools/testkit/cmd/jaeger-install
 	@echo "==> the programs, built once for every test that runs them, and the end-to-end suite"
-	@set -e; $(MAKE) --no-print-directory build & b=$$!; \
+	@set -e; ( $(MAKE) --no-print-directory build && \
+	  CGO_ENABLED=0 $(GO) test -c -trimpath -tags nodynamic -o $(BIN)/e2e-norace.test ./e2e ) & b=$$!; \
 	$(GO) test -c $(TESTBUILD) -o $(BIN)/e2e.test ./e2e; wait $$b
 	@set -e; logs=$$(mktemp -d); t0=$$(date +%s); \
 	echo "==> alongside: e2e's fault runs, and its flows on a Redis Cluster (their output follows the others')"; \
 	( $(E2E_RUN) -test.run '^($(FAULT_E2E))$$' >$$logs/faults 2>&1 && echo 0 >$$logs/faults.rc || echo 1 >$$logs/faults.rc; \
 	  echo "e2e fault runs ended at $$(( $$(date +%s) - t0 )) s" >>$$logs/faults ) & \
-	( export EASEL_E2E_REDIS=cluster; $(E2E_RUN) -test.run '^($(CLUSTER_E2E))$$' >$$logs/cluster 2>&1 && echo 0 >$$logs/cluster.rc || echo 1 >$$logs/cluster.rc; \
+	( export EASEL_E2E_REDIS=cluster; $(E2E_RUN_NORACE) -test.run '^($(CLUSTER_E2E))$$' >$$logs/cluster 2>&1 && echo 0 >$$logs/cluster.rc || echo 1 >$$logs/cluster.rc; \
 	  echo "e2e on a Redis Cluster ended at $$(( $$(date +%s) - t0 )) s" >>$$logs/cluster ) & \
 	rc=0; for m in $(MODULES); do \
 		echo "==> go test $$m"; \
