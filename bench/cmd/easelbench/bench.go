@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,6 +26,7 @@ import (
 	"github.com/easelhq/easel/pkg/jobs"
 	"github.com/easelhq/easel/pkg/task"
 	"github.com/easelhq/easel/tools/loadgen"
+	"github.com/easelhq/easel/tools/testkit/localnet"
 )
 
 // proc is a child process.
@@ -117,23 +117,51 @@ func (p *proc) stop() {
 	}
 }
 
+// freeAddr returns a loopback address for a service about to be started:
+// localnet's, below the ephemeral range and never twice in this process
+// (a port of that range let go, as a listener on :0 hands out, can be
+// taken by any connection before the service binds it; the benchmark's own
+// open thousands).
 func freeAddr() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := localnet.PickAddr()
 	if err != nil {
 		panic(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
+// waitReady waits, as waitHTTP does, for the process's url to answer, and
+// fails as soon as the process has exited: a service that could not start
+// (its port taken, say) must not pass for ready because something else
+// answers at its address.
+func (p *proc) waitReady(ctx context.Context, url string) error {
+	return waitHTTPWhile(ctx, url, func() error {
+		if ok, err := p.exited(); ok {
+			return fmt.Errorf("%s exited before it was ready (%v; its log: %s)", p.name, err, filepath.Join(logDir(), p.name+".log"))
+		}
+		return nil
+	})
+}
+
+// waitHTTP asks url every 50 ms, for at most 20 s, until it answers below
+// 500.
 func waitHTTP(ctx context.Context, url string) error {
+	return waitHTTPWhile(ctx, url, func() error { return nil })
+}
+
+// waitHTTPWhile is waitHTTP that gives up with alive's error, checked
+// before each attempt and after the answer.
+func waitHTTPWhile(ctx context.Context, url string, alive func() error) error {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
+		if err := alive(); err != nil {
+			return err
+		}
 		resp, err := http.Get(url)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode < 500 {
-				return nil
+				return alive()
 			}
 		}
 		if time.Now().After(deadline) {
@@ -377,7 +405,7 @@ func (e *env) startGatewayEnv(ctx context.Context, extra ...string) (*proc, stri
 		return nil, "", err
 	}
 	base := "http://" + addr
-	if err := waitHTTP(ctx, base+"/readyz"); err != nil {
+	if err := p.waitReady(ctx, base+"/readyz"); err != nil {
 		p.stop()
 		return nil, "", err
 	}
@@ -391,7 +419,7 @@ func (e *env) startBaselineGateway(ctx context.Context) (*proc, string, error) {
 		return nil, "", err
 	}
 	base := "http://" + addr
-	if err := waitHTTP(ctx, base+"/v1/task/query?task_id=x"); err != nil {
+	if err := p.waitReady(ctx, base+"/v1/task/query?task_id=x"); err != nil {
 		p.stop()
 		return nil, "", err
 	}

@@ -188,7 +188,7 @@ func (e *env) downloadRun(ctx context.Context, st blobSetup, side, key string, s
 			return 0, err
 		}
 		base = "http://" + addr
-		if err := waitHTTP(ctx, base+"/healthz"); err != nil {
+		if err := p.waitReady(ctx, base+"/healthz"); err != nil {
 			p.stop()
 			return 0, err
 		}

@@ -140,7 +140,7 @@ func (e *env) drip(ctx context.Context, res *results) error {
 		return err
 	}
 	defer wk.kill()
-	if err := waitHTTP(ctx, "http://"+waddr+"/readyz"); err != nil {
+	if err := wk.waitReady(ctx, "http://"+waddr+"/readyz"); err != nil {
 		return fmt.Errorf("worker not ready (its log: %s): %w", filepath.Join(logDir(), "worker-drip.log"), err)
 	}
 	client := &http.Client{Timeout: 10 * time.Second}

@@ -166,7 +166,7 @@ func (e *env) inflight(ctx context.Context, res *results) error {
 	// flight, which no longer matter.
 	defer wk.kill()
 	workerLog := filepath.Join(logDir(), "worker.log")
-	if err := waitHTTP(ctx, "http://"+waddr+"/readyz"); err != nil {
+	if err := wk.waitReady(ctx, "http://"+waddr+"/readyz"); err != nil {
 		return fmt.Errorf("worker not ready (its log: %s): %w", workerLog, err)
 	}
 	pid := wk.cmd.Process.Pid

@@ -210,7 +210,7 @@ func (e *env) memoryAttack(ctx context.Context, res *results) error {
 		return err
 	}
 	defer wk.kill()
-	if err := waitHTTP(ctx, "http://"+waddr+"/readyz"); err != nil {
+	if err := wk.waitReady(ctx, "http://"+waddr+"/readyz"); err != nil {
 		return fmt.Errorf("worker not ready (its log: %s): %w", logPath, err)
 	}
 	pid := wk.cmd.Process.Pid

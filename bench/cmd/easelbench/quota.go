@@ -247,7 +247,7 @@ func (e *env) quota(ctx context.Context, res *results) error {
 			return err
 		}
 		workers = append(workers, w)
-		if err := waitHTTP(ctx, "http://"+addr+"/readyz"); err != nil {
+		if err := w.waitReady(ctx, "http://"+addr+"/readyz"); err != nil {
 			return fmt.Errorf("worker %d not ready (its log: %s): %w", i, filepath.Join(logDir(), fmt.Sprintf("worker-quota-%d.log", i)), err)
 		}
 	}

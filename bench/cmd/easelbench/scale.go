@@ -554,7 +554,7 @@ func (e *env) startScale(ctx context.Context, pause bool, gwEnv, wkEnv []string)
 		return nil, err
 	}
 	s.gw, s.base = gw, "http://"+addr
-	if err := waitHTTP(ctx, s.base+"/readyz"); err != nil {
+	if err := gw.waitReady(ctx, s.base+"/readyz"); err != nil {
 		s.stop()
 		return nil, fmt.Errorf("gateway not ready (its log: %s): %w", filepath.Join(logDir(), "gateway-scale.log"), err)
 	}
@@ -567,7 +567,7 @@ func (e *env) startScale(ctx context.Context, pause bool, gwEnv, wkEnv []string)
 		return nil, err
 	}
 	s.wk = wk
-	if err := waitHTTP(ctx, "http://"+waddr+"/readyz"); err != nil {
+	if err := wk.waitReady(ctx, "http://"+waddr+"/readyz"); err != nil {
 		s.stop()
 		return nil, fmt.Errorf("worker not ready (its log: %s): %w", filepath.Join(logDir(), "worker-scale.log"), err)
 	}

@@ -4,6 +4,7 @@
 package localnet
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -27,14 +28,25 @@ func Listen(tb testing.TB) net.Listener {
 }
 
 // FreeAddr returns a loopback address nobody listens on now, for a program
-// the test starts to listen on. Its port is below the kernel's ephemeral
-// range (32768 and up on Linux), where a port is never handed to an
-// outbound connection or a listener on port 0: one picked from that range
-// and let go could be taken, before the program binds it, by any of the
-// connections the tests around it open. Within the range a port is picked
-// at random, and never twice by one process.
+// the test starts to listen on (PickAddr's); it fails the test when there
+// is none.
 func FreeAddr(tb testing.TB) string {
 	tb.Helper()
+	addr, err := PickAddr()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return addr
+}
+
+// PickAddr returns a loopback address nobody listens on now, for a program
+// about to listen on it. Its port is below the kernel's ephemeral range
+// (32768 and up on Linux), where a port is never handed to an outbound
+// connection or a listener on port 0: one picked from that range and let
+// go could be taken, before the program binds it, by any of the
+// connections opened around it. Within the range a port is picked at
+// random, and never twice by one process.
+func PickAddr() (string, error) {
 	freeMu.Lock()
 	defer freeMu.Unlock()
 	for range 1000 {
@@ -48,10 +60,9 @@ func FreeAddr(tb testing.TB) string {
 		}
 		_ = ln.Close()
 		freeGiven[port] = true
-		return ln.Addr().String()
+		return ln.Addr().String(), nil
 	}
-	tb.Fatalf("no free loopback port in %d-%d", freeLow, freeHigh-1)
-	return ""
+	return "", fmt.Errorf("no free loopback port in %d-%d", freeLow, freeHigh-1)
 }
 
 // ClosedAddr returns a loopback address that refuses connections until the

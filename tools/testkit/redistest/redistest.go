@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/easelhq/easel/tools/testkit/localnet"
 	"github.com/easelhq/easel/tools/testkit/redisproc"
 )
 
@@ -46,12 +47,9 @@ func Start(tb testing.TB, extra ...string) *Server {
 // once a failover demoted it. AcceptWrites undoes it.
 func (s *Server) RefuseWrites(tb testing.TB) {
 	tb.Helper()
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(dead.Addr().String())
-	_ = dead.Close()
+	// A port nothing can listen on until the test ends: a redis-server
+	// that took a port merely let go would be the master.
+	_, port, _ := net.SplitHostPort(localnet.ClosedAddr(tb))
 	rdb := s.Client(tb)
 	if err := rdb.Do(context.Background(), "REPLICAOF", "127.0.0.1", port).Err(); err != nil {
 		tb.Fatal(err)
