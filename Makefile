@@ -60,9 +60,8 @@ run:
 # another), and its flows again on a 3-master Redis Cluster; their output is
 # printed when the modules' pass ends. The cluster pass repeats flows the
 # modules' pass has just run under the race detector, so it runs a build
-# without it, as the programs are built (a quarter of the CPU: 20 against
-# 72 CPU-s here), which keeps it from starving the modules' pass and its own
-# waits. Four test processes at a time in the modules' pass: the end-to-end
+# without it, as the programs are built: with it, its CPU starved the
+# modules' pass and its own flows' deadlines. Four test processes at a time in the modules' pass: the end-to-end
 # packages mostly wait on their services, not on the CPU.
 CLUSTER_E2E := TestConsoleKeysOnEveryGateway|TestAccountWebhookEndToEnd|TestOutputsEndToEnd|TestWaitAndQuoteEndToEnd|TestUpstreamPoolFailover|TestUpstreamBreakerSharedByWorkers|TestFairShareEndToEnd|TestEndToEnd|TestFailedTaskIsRefunded|TestEaselctl|TestConcurrentCreatesNeverOverdraw|TestRecoveryQueuesAndExpires|TestCancelEndToEnd|TestWaitStreamListEndToEnd
 FAULT_E2E   := TestRedisOutageThenOneWorkerDeathFailsNoTask|TestCreatesRecoverWhenRedisReturns|TestSentinelFailover|TestTracingEndToEnd

@@ -23,7 +23,7 @@ func testBaselines(t *testing.T, redisURL string) {
 	addr := freeAddr()
 	done := make(chan error, 1)
 	go func() { done <- runBaselineGateway(ctx, addr, redisURL) }()
-	if err := waitHTTP(ctx, "http://"+addr+"/v1/task/query?task_id=x"); err != nil {
+	if err := waitHTTP(ctx, "http://"+addr+"/v1/task/query?task_id=x", nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, mode := range []string{loadgen.ModeCreate, loadgen.ModeQuery} {

@@ -117,11 +117,8 @@ func (p *proc) stop() {
 	}
 }
 
-// freeAddr returns a loopback address for a service about to be started:
-// localnet's, below the ephemeral range and never twice in this process
-// (a port of that range let go, as a listener on :0 hands out, can be
-// taken by any connection before the service binds it; the benchmark's own
-// open thousands).
+// freeAddr returns an address for a service about to be started
+// (localnet.PickAddr's: the reasons are there).
 func freeAddr() string {
 	addr, err := localnet.PickAddr()
 	if err != nil {
@@ -130,12 +127,12 @@ func freeAddr() string {
 	return addr
 }
 
-// waitReady waits, as waitHTTP does, for the process's url to answer, and
-// fails as soon as the process has exited: a service that could not start
-// (its port taken, say) must not pass for ready because something else
-// answers at its address.
+// waitReady waits for the process's url to answer, and fails as soon as
+// the process has exited: a service that could not start (its port taken,
+// say) must not pass for ready because something else answers at its
+// address.
 func (p *proc) waitReady(ctx context.Context, url string) error {
-	return waitHTTPWhile(ctx, url, func() error {
+	return waitHTTP(ctx, url, func() error {
 		if ok, err := p.exited(); ok {
 			return fmt.Errorf("%s exited before it was ready (%v; its log: %s)", p.name, err, filepath.Join(logDir(), p.name+".log"))
 		}
@@ -144,14 +141,12 @@ func (p *proc) waitReady(ctx context.Context, url string) error {
 }
 
 // waitHTTP asks url every 50 ms, for at most 20 s, until it answers below
-// 500.
-func waitHTTP(ctx context.Context, url string) error {
-	return waitHTTPWhile(ctx, url, func() error { return nil })
-}
-
-// waitHTTPWhile is waitHTTP that gives up with alive's error, checked
-// before each attempt and after the answer.
-func waitHTTPWhile(ctx context.Context, url string, alive func() error) error {
+// 500; it gives up with alive's error (if alive is not nil), checked before
+// each attempt and after the answer.
+func waitHTTP(ctx context.Context, url string, alive func() error) error {
+	if alive == nil {
+		alive = func() error { return nil }
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if err := alive(); err != nil {
