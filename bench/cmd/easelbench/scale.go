@@ -15,7 +15,8 @@ package main
 //     --scale-concurrency at a time, added level by level): after
 //     --scale-warmup, Redis commands per second (the delta of INFO
 //     commandstats' calls), Redis, worker and gateway CPU over
-//     --scale-measure.
+//     --scale-measure; and what an idle account costs Redis (used_memory's
+//     growth, the clients' buffers left out, over the accounts added).
 //   - backlog: one account with N tasks (each of --scale-backlog) over a
 //     share of 16 (EASEL_ACCOUNT_MAX_RUNNING=16, gateway and worker),
 //     generations of 60 s, worker concurrency 1000, no client load after
@@ -218,6 +219,9 @@ const (
 	// Targets.
 	idleTargetCmds            = 400 // commands/s, at 10,000 accounts or more
 	idleTargetFrom            = 10000
+	idleTargetBytes           = 600 // B an idle account, at 100,000 accounts or more
+	idleBytesFrom             = 100000
+	idleBytesMinAdded         = 1000 // fewer added: the server's own growth dominates
 	backlogTargetCmds         = 1500 // commands/s, below 100,000 tasks
 	backlogTargetWorkerPct    = 10   // worker CPU %, below 100,000 tasks
 	backlogBigFrom            = 100000
@@ -281,9 +285,13 @@ type scaleWindow struct {
 type scaleIdle struct {
 	Accounts int `json:"accounts"`
 	// Added are the accounts created for this level, in CreateS.
-	Added      int         `json:"accounts_added"`
-	CreateS    float64     `json:"create_s"`
-	CreatePerS float64     `json:"create_per_s"`
+	Added      int     `json:"accounts_added"`
+	CreateS    float64 `json:"create_s"`
+	CreatePerS float64 `json:"create_per_s"`
+	// PerAccount is used_memory's growth per account added (the clients'
+	// buffers left out): what an idle account costs Redis, its share of
+	// the server's tables included.
+	PerAccount float64     `json:"bytes_per_account"`
 	Window     scaleWindow `json:"window"`
 }
 
@@ -1149,15 +1157,24 @@ func (e *env) scaleIdle(ctx context.Context, sr *scaleResult) error {
 	for _, n := range o.scaleAccounts {
 		lvl := scaleIdle{Accounts: n, Added: n - have}
 		if lvl.Added > 0 {
+			before, err := readMemPoint(ctx, e.rdb)
+			if err != nil {
+				return err
+			}
 			_, d, err := createAccounts(ctx, s.admin, fmt.Sprintf("idle%d", n), lvl.Added, 0, o.scaleConcurrency, 1000, 0)
+			if err != nil {
+				return err
+			}
+			after, err := readMemPoint(ctx, e.rdb)
 			if err != nil {
 				return err
 			}
 			lvl.CreateS = d.Seconds()
 			lvl.CreatePerS = float64(lvl.Added) / d.Seconds()
+			_, lvl.PerAccount = perTask(before, after, lvl.Added)
 		}
 		have = n
-		e.logf("  %d accounts (%d created in %.1f s, %.0f/s); warm-up %s", n, lvl.Added, lvl.CreateS, lvl.CreatePerS, o.scaleWarmup)
+		e.logf("  %d accounts (%d created in %.1f s, %.0f/s, %.0f B of Redis each); warm-up %s", n, lvl.Added, lvl.CreateS, lvl.CreatePerS, lvl.PerAccount, o.scaleWarmup)
 		if err := sleepCtx(ctx, o.scaleWarmup); err != nil {
 			return err
 		}
@@ -1609,6 +1626,13 @@ func (r *scaleResult) rows(w io.Writer) {
 		}
 		fmt.Fprintf(w, "scale idle, %d accounts: Redis commands/s\t%.1f /s\t\t\t%s\t%s\t\n", l.Accounts, l.Window.CommandsPerS, target, ok)
 		fmt.Fprintf(w, "scale idle, %d accounts: Redis / worker / gateway CPU\t%.1f / %.1f / %.1f %%\t\t\t\t\t\n", l.Accounts, l.Window.RedisCPUPct, l.Window.WorkerCPUPct, l.Window.GatewayCPUPct)
+		if l.Added >= idleBytesMinAdded {
+			target, ok = "", ""
+			if l.Accounts >= idleBytesFrom {
+				target, ok = fmt.Sprintf("<= %d B", idleTargetBytes), yes(l.PerAccount <= idleTargetBytes)
+			}
+			fmt.Fprintf(w, "scale idle, %d accounts: Redis memory per account (%d added)\t%.0f B\t\t\t%s\t%s\t\n", l.Accounts, l.Added, l.PerAccount, target, ok)
+		}
 	}
 	for _, b := range r.Backlog {
 		name := fmt.Sprintf("scale backlog, %d tasks (share %d)", b.Tasks, b.Share)

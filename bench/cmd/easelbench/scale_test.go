@@ -221,7 +221,9 @@ func TestScalePrint(t *testing.T) {
 	r.Parts = []string{"scale"}
 	w := scaleWindow{Seconds: 30, CommandsPerS: 350, RedisCPUPct: 2, WorkerCPUPct: 3}
 	r.Scale = &scaleResult{Parts: []string{"idle", "backlog", "fairness", "requeue", "bytes"},
-		Idle: []scaleIdle{{Accounts: 1, Window: scaleWindow{CommandsPerS: 900}}, {Accounts: 10000, Window: w}},
+		Idle: []scaleIdle{{Accounts: 1, Added: 1, PerAccount: 90000, Window: scaleWindow{CommandsPerS: 900}},
+			{Accounts: 10000, Added: 9999, PerAccount: 700, Window: w}, {Accounts: 100000, Added: 90000, PerAccount: 650, Window: w},
+			{Accounts: 200000, Added: 100000, PerAccount: 580, Window: w}},
 		Backlog: []scaleBacklog{{Tasks: 3000, Share: 16, Window: scaleWindow{CommandsPerS: 2000, WorkerCPUPct: 4}, OtherStartS: ptr(0.5)},
 			{Tasks: 100000, Share: 16, Window: scaleWindow{RedisCPUPct: 6, WorkerCPUPct: 1}, OtherStatus: "pending", OtherTimeoutS: 120}},
 		Fairness: &scaleFairness{Weights: []int{2, 1, 1}, SharePct: []float64{50.1, 25, 24.9}, TargetPct: []float64{50, 25, 25}, Met: true},
@@ -249,6 +251,10 @@ func TestScalePrint(t *testing.T) {
 		"scale requeue, 100000 pending: Redis commands/s, Redis / worker CPU": "",
 		"scale backlog, 3000 tasks (share 16): Redis CPU":                     "",
 		"scale idle, 1 accounts: Redis / worker / gateway CPU":                "",
+		"scale idle, 1 accounts: Redis memory per account":                    "absent", // too few added to tell
+		"scale idle, 10000 accounts: Redis memory per account (9999 added)":   "",       // no target under 100,000
+		"scale idle, 100000 accounts: Redis memory per account (90000 added)": "NO",
+		"scale idle, 200000 accounts: Redis memory per account":               "yes",
 		"scale: background work at scale (--only scale)\t":                    "absent",
 	}
 	lines := strings.Split(out, "\n")
@@ -350,6 +356,8 @@ func TestScaleRun(t *testing.T) {
 	}
 	if len(r.Idle) != 2 || r.Idle[0].Accounts != 1 || r.Idle[1].Accounts != 50 || r.Idle[1].Added != 49 {
 		t.Errorf("idle levels %+v", r.Idle)
+	} else if r.Idle[1].PerAccount <= 0 {
+		t.Errorf("Redis memory per idle account: %.0f B", r.Idle[1].PerAccount)
 	}
 	for _, l := range r.Idle {
 		if w := l.Window; w.Seconds < 2 || w.CommandsPerS <= 0 || w.Keys <= 0 || w.UsedMemory <= 0 || w.WorkerRSSMB <= 0 || len(w.TopCommands) == 0 {
