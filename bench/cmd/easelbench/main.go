@@ -48,12 +48,13 @@
 // (so it runs against an older commit's binaries too): Redis commands/s and
 // CPU with the services idle at many accounts, with one account's big
 // backlog, the shares of accounts of weights 2/1/1, the time until a job
-// deleted from its queue among many pending is queued again, and Redis
-// memory per task pending and completed (scale.go):
+// deleted from its queue among many pending is queued again, what a long
+// generation with progress costs Redis, and Redis memory per idle account
+// and per task pending and completed (scale.go):
 //
-//	easelbench --only scale [--scale-parts idle,backlog,fairness,requeue,bytes] [--scale-accounts 1,10000,100000] [--scale-backlog 3000,100000]
+//	easelbench --only scale [--scale-parts idle,backlog,fairness,requeue,progress,bytes] [--scale-accounts 1,10000,100000] [--scale-backlog 3000,100000]
 //	    [--scale-warmup 15s] [--scale-measure 30s] [--scale-fair-window 60s] [--scale-requeue 1m] [--scale-requeue-accounts 1000]
-//	    [--scale-requeue-samples 3] [--scale-bytes 20000] [--scale-bytes-share 0] [--scale-concurrency 64]
+//	    [--scale-requeue-samples 3] [--scale-progress 1000] [--scale-progress-delay 10s] [--scale-bytes 20000] [--scale-bytes-share 0] [--scale-concurrency 64]
 package main
 
 import (
@@ -157,6 +158,9 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&o.scaleRequeueSamples, "scale-requeue-samples", 3, "scale requeue: jobs deleted at once, spread over the queue")
 	o.scaleBytes = 20000
 	fs.Var(&o.scaleBytes, "scale-bytes", "scale bytes: tasks measured pending, then completed")
+	o.scaleProgress = 1000
+	fs.Var(&o.scaleProgress, "scale-progress", "scale progress: pro tasks generated at once")
+	fs.DurationVar(&o.scaleProgressDelay, "scale-progress-delay", 10*time.Second, "scale progress: EASEL_SIM_DELAY (a pro generation takes twice that)")
 	fs.IntVar(&o.scaleBytesShare, "scale-bytes-share", 0, "scale bytes: EASEL_ACCOUNT_MAX_RUNNING (0: every task admitted, its job queued; else the rest are parked)")
 	fs.IntVar(&o.scaleConcurrency, "scale-concurrency", 64, "scale: admin and create requests sent at once")
 	fs.StringVar(&o.redis, "redis", redisSingle, "the private Redis to run on: "+redisSingle+" (one redis-server) or "+redisCluster+" (a 3-master Redis Cluster)")
@@ -234,7 +238,8 @@ type options struct {
 	scaleParts                                 string
 	scaleAccounts, scaleBacklog                intList
 	scaleWarmup, scaleMeasure, scaleFairWindow time.Duration
-	scaleRequeue, scaleBytes                   countFlag
+	scaleRequeue, scaleBytes, scaleProgress    countFlag
+	scaleProgressDelay                         time.Duration
 	scaleRequeueAccounts, scaleRequeueSamples  int
 	scaleBytesShare, scaleConcurrency          int
 	log                                        io.Writer

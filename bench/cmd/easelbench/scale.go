@@ -34,6 +34,8 @@ package main
 //     jobs of --scale-requeue-samples tasks deleted from the queue
 //     (Inspector.DeleteTask) and the time until each is back
 //     (Inspector.GetTaskInfo, every 100 ms).
+//   - progress: what a long generation with progress costs Redis in all
+//     (scaleprogress.go).
 //   - bytes: used_memory's growth per task, all keys, for --scale-bytes
 //     tasks pending (queues paused; EASEL_ACCOUNT_MAX_RUNNING
 //     --scale-bytes-share, 0 by default: every task admitted, its job
@@ -65,10 +67,10 @@ import (
 )
 
 // The scale sub-parts, in the order they run.
-var allScaleParts = []string{"idle", "backlog", "fairness", "requeue", "bytes"}
+var allScaleParts = []string{"idle", "backlog", "fairness", "requeue", "progress", "bytes"}
 
 // defaultScaleParts is --scale-parts' default: all of them.
-const defaultScaleParts = "idle,backlog,fairness,requeue,bytes"
+const defaultScaleParts = "idle,backlog,fairness,requeue,progress,bytes"
 
 // parseScaleParts reads --scale-parts.
 func parseScaleParts(s string) (map[string]bool, error) {
@@ -172,6 +174,8 @@ func (o options) checkScale() error {
 		return fmt.Errorf("--scale-requeue-samples %d: want 1 to --scale-requeue", o.scaleRequeueSamples)
 	case o.scaleBytes < 1 || o.scaleBytesShare < 0:
 		return fmt.Errorf("--scale-bytes %d, --scale-bytes-share %d: want 1 or more tasks, a share of 0 or more", o.scaleBytes, o.scaleBytesShare)
+	case o.scaleProgress < 1 || o.scaleProgress > 10000 || o.scaleProgressDelay <= 0:
+		return fmt.Errorf("--scale-progress %d, --scale-progress-delay %s: want 1 to 10,000 tasks (one worker's concurrency), a delay above 0", o.scaleProgress, o.scaleProgressDelay)
 	case o.scaleConcurrency < 1:
 		return fmt.Errorf("--scale-concurrency %d: want 1 or more", o.scaleConcurrency)
 	case slices.Max(o.scaleBacklog) > 1_000_000:
@@ -183,9 +187,9 @@ func (o options) checkScale() error {
 // scaleFlags are the scale part's settings, for the command line in the
 // results.
 func (o options) scaleFlags() string {
-	return fmt.Sprintf("--scale-parts %s --scale-accounts %s --scale-backlog %s --scale-warmup %s --scale-measure %s --scale-fair-window %s --scale-requeue %d --scale-requeue-accounts %d --scale-requeue-samples %d --scale-bytes %d --scale-bytes-share %d --scale-concurrency %d",
+	return fmt.Sprintf("--scale-parts %s --scale-accounts %s --scale-backlog %s --scale-warmup %s --scale-measure %s --scale-fair-window %s --scale-requeue %d --scale-requeue-accounts %d --scale-requeue-samples %d --scale-progress %d --scale-progress-delay %s --scale-bytes %d --scale-bytes-share %d --scale-concurrency %d",
 		o.scaleParts, o.scaleAccounts.String(), o.scaleBacklog.String(), o.scaleWarmup, o.scaleMeasure, o.scaleFairWindow,
-		o.scaleRequeue, o.scaleRequeueAccounts, o.scaleRequeueSamples, o.scaleBytes, o.scaleBytesShare, o.scaleConcurrency)
+		o.scaleRequeue, o.scaleRequeueAccounts, o.scaleRequeueSamples, o.scaleProgress, o.scaleProgressDelay, o.scaleBytes, o.scaleBytesShare, o.scaleConcurrency)
 }
 
 // The scale part's settings and the targets it checks.
@@ -256,6 +260,7 @@ type scaleResult struct {
 	Backlog  []scaleBacklog `json:"backlog,omitempty"`
 	Fairness *scaleFairness `json:"fairness,omitempty"`
 	Requeue  *scaleRequeue  `json:"requeue,omitempty"`
+	Progress *scaleProgress `json:"progress,omitempty"`
 	Bytes    *scaleBytes    `json:"bytes,omitempty"`
 }
 
@@ -501,6 +506,9 @@ func (e *env) scale(ctx context.Context, res *results) error {
 		case "requeue":
 			e.logf("scale requeue: %d tasks pending over %d accounts", o.scaleRequeue, o.scaleRequeueAccounts)
 			err = e.scaleRequeue(ctx, sr)
+		case "progress":
+			e.logf("scale progress: %d pro tasks at once, generations of %s", o.scaleProgress, 2*o.scaleProgressDelay)
+			err = e.scaleProgressPart(ctx, sr)
 		case "bytes":
 			e.logf("scale bytes: %d tasks", o.scaleBytes)
 			err = e.scaleBytesPart(ctx, sr)
@@ -1671,6 +1679,7 @@ func (r *scaleResult) rows(w io.Writer) {
 		fmt.Fprintf(w, "scale requeue, %d pending: deleted job back in its queue\t%s\t\t\t<= %.0f s\t%s\t\n", q.Pending, back, requeueTarget.Seconds(), ok)
 		fmt.Fprintf(w, "scale requeue, %d pending: Redis commands/s, Redis / worker CPU\t%.1f /s, %.1f / %.1f %%\t\t\t\t\t\n", q.Pending, q.Window.CommandsPerS, q.Window.RedisCPUPct, q.Window.WorkerCPUPct)
 	}
+	r.Progress.rows(w)
 	if b := r.Bytes; b != nil {
 		fmt.Fprintf(w, "scale bytes, %d tasks: Redis memory per pending task\t%.0f B\t\t\t<= %d B\t%s\t\n", b.Tasks, b.PerPending, bytesTargetPending, yes(b.PerPending <= bytesTargetPending))
 		fmt.Fprintf(w, "scale bytes, %d tasks: Redis memory per completed task\t%.0f B\t\t\t<= %d B\t%s\t\n", b.Tasks, b.PerCompleted, bytesTargetCompleted, yes(b.PerCompleted <= bytesTargetCompleted))
@@ -1711,6 +1720,10 @@ func (r *scaleResult) details(w io.Writer) {
 		}
 		fmt.Fprintf(w, "scale requeue: %d tasks over %d accounts (accounts in %.1f s; tasks created in %.1f s, %.0f/s, %d retries), Asynq %d pending; used_memory %.1f MB (%.0f B per task); with them pending, queues paused: %s; jobs back after %s\n",
 			q.Pending, q.Accounts, q.AccountsS, q.Create.Seconds, q.Create.PerS, q.Create.Retries, q.AsynqPending, float64(q.UsedMemory)/1e6, q.BytesPerTask, q.Window, strings.Join(backs, ", "))
+	}
+	if p := r.Progress; p != nil {
+		fmt.Fprintf(w, "scale progress: %d pro tasks at once (created in %.1f s, %d retries), generations of %.0f s, %.1f s from the first create to the last completion; %d Redis commands (a floor of %.1f/s taken out: %.1f a task); a task, floor in: %s; %.2f progress writes a task; rises the streams of %d showed %v, one's curve %v\n",
+			p.Tasks, p.Create.Seconds, p.Create.Retries, p.GenerationS, p.LifeS, p.Commands, p.FloorPerS, p.CommandsPerTask, byCommandLine(p.ByCommand), p.WritesPerTask, len(p.Writes), p.Writes, p.Curve)
 	}
 	if b := r.Bytes; b != nil {
 		fmt.Fprintf(w, "scale bytes: %d tasks, EASEL_ACCOUNT_MAX_RUNNING=%d (created in %.1f s, drained in %.1f s); before / pending / completed: used_memory %d / %d / %d, "+

@@ -131,7 +131,7 @@ func TestScaleFlags(t *testing.T) {
 	}
 	ok := options{only: "scale", redis: redisSingle, scaleParts: defaultScaleParts, scaleAccounts: intList{1, 10000}, scaleBacklog: intList{3000},
 		scaleWarmup: time.Second, scaleMeasure: time.Second, scaleFairWindow: time.Second, scaleRequeue: 1000, scaleRequeueAccounts: 10,
-		scaleRequeueSamples: 3, scaleBytes: 100, scaleConcurrency: 64}
+		scaleRequeueSamples: 3, scaleBytes: 100, scaleConcurrency: 64, scaleProgress: 10, scaleProgressDelay: time.Second}
 	if err := ok.check(); err != nil {
 		t.Fatalf("%+v: %v", ok, err)
 	}
@@ -151,6 +151,9 @@ func TestScaleFlags(t *testing.T) {
 		"bytes":              {func(o *options) { o.scaleBytes = 0 }, "--scale-bytes"},
 		"concurrency":        {func(o *options) { o.scaleConcurrency = 0 }, "--scale-concurrency"},
 		"negative bytes set": {func(o *options) { o.scaleBytesShare = -1 }, "--scale-bytes"},
+		"progress":           {func(o *options) { o.scaleProgress = 0 }, "--scale-progress"},
+		"progress too many":  {func(o *options) { o.scaleProgress = 10001 }, "--scale-progress"},
+		"progress delay":     {func(o *options) { o.scaleProgressDelay = 0 }, "--scale-progress-delay"},
 	} {
 		o := ok
 		tt.change(&o)
@@ -339,7 +342,7 @@ func TestScaleRun(t *testing.T) {
 	defer cancel()
 	if err := run(ctx, []string{"--bin", bin, "--only", "scale", "--scale-accounts", "1,50", "--scale-backlog", "40",
 		"--scale-warmup", "1s", "--scale-measure", "2s", "--scale-fair-window", "4s", "--scale-requeue", "200", "--scale-requeue-accounts", "4",
-		"--scale-requeue-samples", "2", "--scale-bytes", "200", "--json", out}); err != nil {
+		"--scale-requeue-samples", "2", "--scale-progress", "30", "--scale-progress-delay", "1s", "--scale-bytes", "200", "--json", out}); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(out)
@@ -386,6 +389,14 @@ func TestScaleRun(t *testing.T) {
 	q := r.Requeue
 	if q == nil || q.Create.Tasks != 200 || q.AsynqPending != 200 || len(q.Samples) != 2 || q.MaxS == nil || *q.MaxS > requeueTarget.Seconds() {
 		t.Errorf("requeue %+v", q)
+	}
+	// 30 generations of 2 s, each at least one progress write (the
+	// procedural generator's 8 steps of 250 ms: a rise of 20 points is due
+	// after 5 s only, so the rest wait for the milestones), every one
+	// streamed to its end.
+	if pr := r.Progress; pr == nil || pr.Tasks != 30 || pr.GenerationS != 2 || pr.CommandsPerTask <= 20 || pr.WritesPerTask < 0.5 ||
+		pr.WritesPerTask > progressTargetWrites || len(pr.Writes) != progressSamples || len(pr.Curve) == 0 || pr.ByCommand["evalsha"] < 3 {
+		t.Errorf("progress %+v", pr)
 	}
 	by := r.Bytes
 	if by == nil || by.CompletedTasks != 200 || by.PerPending <= 0 || by.PerCompleted <= 0 || by.Pending.Keys <= by.Before.Keys {
