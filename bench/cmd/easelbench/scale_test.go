@@ -231,6 +231,7 @@ func TestScalePrint(t *testing.T) {
 			{Tasks: 100000, Share: 16, Window: scaleWindow{RedisCPUPct: 6, WorkerCPUPct: 1}, OtherStatus: "pending", OtherTimeoutS: 120}},
 		Fairness: &scaleFairness{Weights: []int{2, 1, 1}, SharePct: []float64{50.1, 25, 24.9}, TargetPct: []float64{50, 25, 25}, Met: true},
 		Requeue:  &scaleRequeue{Pending: 100000, MaxS: ptr(31.0), Samples: []requeueSample{{BackS: ptr(31.0)}}},
+		Progress: &scaleProgress{Tasks: 1000, GenerationS: 20, CommandsPerTask: 77.8, WritesPerTask: 3.01},
 		Bytes:    &scaleBytes{Tasks: 20000, PerPending: 1400, PerCompleted: 950},
 	}
 	b.Reset()
@@ -247,6 +248,8 @@ func TestScalePrint(t *testing.T) {
 		"scale backlog, 100000 tasks (share 16): another account's task":      "NO",
 		"scale fairness, weights 2/1/1":                                       "yes",
 		"scale requeue, 100000 pending: deleted job back in its queue":        "yes",
+		"scale progress, 1000 generations of 20 s: progress writes a task":    "yes",
+		"scale progress, 1000 generations of 20 s: Redis commands a task":     "NO",
 		"scale bytes, 20000 tasks: Redis memory per pending task":             "yes",
 		"scale bytes, 20000 tasks: Redis memory per completed task":           "NO",
 		"scale idle, 10000 accounts: Redis / worker / gateway CPU":            "",
