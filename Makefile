@@ -115,11 +115,16 @@ test-short:
 chaos:
 	$(GO) test -tags chaos -run TestChaos -count=1 -v -timeout 10m ./e2e
 
-# Real services against baselines, side by side, on a private redis-server.
+# Real services against baselines, side by side, on a private redis-server:
+# easelbench's default set, and from its scale part what a task and an
+# account cost Redis (an idle account at 100,000 accounts, a task pending
+# and completed, a long generation with progress). BENCHFLAGS adds flags
+# (a later --only replaces the set); results in bench/results/make-bench.json.
+BENCHSET ?= --only http,drain,pickup,downloads,scale --scale-parts idle,progress,bytes --scale-accounts 100000 --scale-bytes 5000
 BENCHFLAGS ?=
 bench: build
 	$(GO) build -trimpath -o $(BIN)/easelbench ./bench/cmd/easelbench
-	./$(BIN)/easelbench --bin $(BIN) $(BENCHFLAGS)
+	./$(BIN)/easelbench --bin $(BIN) $(BENCHSET) --json bench/results/make-bench.json $(BENCHFLAGS)
 
 # The Go benchmarks of the hot functions, for benchstat:
 #   make bench-go > old.txt; (change); make bench-go > new.txt; benchstat old.txt new.txt
