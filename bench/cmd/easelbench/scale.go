@@ -1723,7 +1723,7 @@ func (r *scaleResult) details(w io.Writer) {
 	}
 	if p := r.Progress; p != nil {
 		fmt.Fprintf(w, "scale progress: %d pro tasks at once (created in %.1f s, %d retries), generations of %.0f s, %.1f s from the first create to the last completion; %d Redis commands (a floor of %.1f/s taken out: %.1f a task); a task, floor in: %s; %.2f progress writes a task; rises the streams of %d showed %v, one's curve %v\n",
-			p.Tasks, p.Create.Seconds, p.Create.Retries, p.GenerationS, p.LifeS, p.Commands, p.FloorPerS, p.CommandsPerTask, byCommandLine(p.ByCommand), p.WritesPerTask, len(p.Writes), p.Writes, p.Curve)
+			p.Tasks, p.Create.Seconds, p.Create.Retries, p.GenerationS, p.LifeS, p.Commands, p.FloorPerS, p.CommandsPerTask, countLine(p.ByCommand), p.WritesPerTask, len(p.Writes), p.Writes, p.Curve)
 	}
 	if b := r.Bytes; b != nil {
 		fmt.Fprintf(w, "scale bytes: %d tasks, EASEL_ACCOUNT_MAX_RUNNING=%d (created in %.1f s, drained in %.1f s); before / pending / completed: used_memory %d / %d / %d, "+

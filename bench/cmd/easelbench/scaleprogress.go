@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -305,26 +304,4 @@ func (p *scaleProgress) rows(w io.Writer) {
 	name := fmt.Sprintf("scale progress, %d generations of %.0f s", p.Tasks, p.GenerationS)
 	fmt.Fprintf(w, "%s: progress writes a task\t%.2f\t\t\t<= %d\t%s\t\n", name, p.WritesPerTask, progressTargetWrites, yes(p.WritesPerTask <= progressTargetWrites))
 	fmt.Fprintf(w, "%s: Redis commands a task, all\t%.1f\t\t\t<= %d\t%s\t\n", name, p.CommandsPerTask, progressTargetCommands, yes(p.CommandsPerTask <= progressTargetCommands))
-}
-
-// byCommandLine formats commands per task, most first.
-func byCommandLine(m map[string]float64) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b string) int {
-		if m[a] != m[b] {
-			if m[a] > m[b] {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a, b)
-	})
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s %.2f", k, m[k])
-	}
-	return strings.Join(parts, ", ")
 }
