@@ -188,7 +188,11 @@ func TestConsoleBrowser(t *testing.T) {
 	waitFor(t, b, 10*time.Second, "the redelivery's attempt on the log",
 		`!!document.querySelector('`+hookRow+`') && document.querySelector('`+hookRow+` td[data-label="Attempts"]').textContent === '2'`)
 	b.screenshot(t, dir, "console-webhooks.png")
-	b.do(t, 10*time.Second, chromedp.Evaluate[chromedp.Void](`location.hash = '#keys'`), chromedp.WaitVisible(chromedp.ID("keys")))
+	// Back on the keys, which loads them again and replaces their rows: the
+	// row still shown is marked, and the revoke waits for the new one (a
+	// click on the old one can find it gone).
+	b.do(t, 10*time.Second, chromedp.Evaluate[chromedp.Void](`document.querySelector('`+row+`').dataset.stale = '1'; location.hash = '#keys'`), chromedp.WaitVisible(chromedp.ID("keys")))
+	waitFor(t, b, 10*time.Second, "the keys loaded again", `!!document.querySelector('`+row+`') && !document.querySelector('`+row+`').dataset.stale`)
 
 	b.do(t, 10*time.Second,
 		chromedp.Click(chromedp.CSS(row+` .revoke`)),
