@@ -893,12 +893,15 @@ func (e *env) createScaleTasks(ctx context.Context, s *scaleSvc, keys []string, 
 }
 
 // createOne creates one task and returns its id.
-func createOne(ctx context.Context, s *scaleSvc, key string) (string, error) {
+func createOne(ctx context.Context, s *scaleSvc, key string, body []byte) (string, error) {
 	var out envelope[struct {
 		TaskID string `json:"task_id"`
 	}]
-	if err := callRetry(ctx, s.client, http.MethodPost, s.base+"/v1/task/create", key, scaleBody, &out, nil); err != nil {
+	if err := callRetry(ctx, s.client, http.MethodPost, s.base+"/v1/task/create", key, body, &out, nil); err != nil {
 		return "", fmt.Errorf("create: %w", err)
+	}
+	if out.Data.TaskID == "" {
+		return "", errors.New("create: no task id in the answer")
 	}
 	return out.Data.TaskID, nil
 }
@@ -1255,7 +1258,7 @@ func (e *env) scaleBacklogOne(ctx context.Context, n int) (scaleBacklog, error) 
 
 	// The other account's task.
 	t0 := time.Now()
-	id, err := createOne(ctx, s, other.keys[0])
+	id, err := createOne(ctx, s, other.keys[0], scaleBody)
 	if err != nil {
 		return b, fmt.Errorf("the other account's task: %w", err)
 	}
@@ -1591,13 +1594,7 @@ func (e *env) scaleBytesPart(ctx context.Context, sr *scaleResult) error {
 		}
 		// The queues empty (nothing pending, running or to retry), then
 		// every task completed, as the list says.
-		left := 0
-		for _, q := range jobs.Queues() {
-			if info, err := insp.GetQueueInfo(q); err == nil {
-				left += info.Size
-			}
-		}
-		if left > 0 {
+		if queuedJobs(insp) > 0 {
 			continue
 		}
 		n := 0
@@ -1732,4 +1729,17 @@ func (r *scaleResult) details(w io.Writer) {
 			b.Before.Clients, b.Pending.Clients, b.Completed.Clients, b.Before.Scripts, b.Pending.Scripts, b.Completed.Scripts,
 			b.Before.Keys, b.Pending.Keys, b.Completed.Keys, b.PerPendingNoClients, b.PerCompletedNoClients)
 	}
+}
+
+// queuedJobs is the jobs Easel's image queues hold: pending, running, to
+// retry or archived (Asynq's QueueInfo.Size), a queue never used counting
+// as empty.
+func queuedJobs(insp *asynq.Inspector) int {
+	n := 0
+	for _, q := range jobs.Queues() {
+		if info, err := insp.GetQueueInfo(q); err == nil {
+			n += info.Size
+		}
+	}
+	return n
 }

@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-
-	"github.com/easelhq/easel/pkg/jobs"
 )
 
 // The progress sub-part: what a long generation with progress costs Redis
@@ -110,24 +108,14 @@ func (e *env) scaleProgressPart(ctx context.Context, sr *scaleResult) error {
 	}
 	t0 := time.Now()
 	ids := make([]string, n)
-	retries := 0
-	for i := range ids {
-		// The samples first, so their streams start before the queues run.
-		var out envelope[struct {
-			TaskID string `json:"task_id"`
-		}]
-		if err := callRetry(ctx, s.client, http.MethodPost, s.base+"/v1/task/create", key, scaleProgressBody, &out, nil); err != nil {
-			return fmt.Errorf("create: %w", err)
-		}
-		if out.Data.TaskID == "" {
-			return errors.New("create: no task id in the answer")
-		}
-		ids[i] = out.Data.TaskID
-		if i+1 == min(progressSamples, n) {
-			break
+	// The samples first, so their streams start before the queues run.
+	samples := min(progressSamples, n)
+	for i := range samples {
+		if ids[i], err = createOne(ctx, s, key, scaleProgressBody); err != nil {
+			return err
 		}
 	}
-	curves := make([][]int, min(progressSamples, n))
+	curves := make([][]int, samples)
 	streamErrs := make([]error, len(curves))
 	var streams sync.WaitGroup
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute+time.Duration(p.GenerationS*float64(time.Second)))
@@ -135,14 +123,13 @@ func (e *env) scaleProgressPart(ctx context.Context, sr *scaleResult) error {
 	for i := range curves {
 		streams.Go(func() { curves[i], streamErrs[i] = streamProgress(sctx, s, key, ids[i]) })
 	}
-	if rest := n - len(curves); rest > 0 {
-		c, err := e.createScaleTasks(ctx, s, []string{key}, []int{rest})
-		retries = int(c.Retries)
-		if err != nil {
+	var rest scaleCreate
+	if n > samples {
+		if rest, err = e.createScaleTasks(ctx, s, []string{key}, []int{n - samples}); err != nil {
 			return err
 		}
 	}
-	p.Create = scaleCreate{Tasks: n, Seconds: time.Since(t0).Seconds(), Retries: int64(retries)}
+	p.Create = scaleCreate{Tasks: n, Seconds: time.Since(t0).Seconds(), Retries: rest.Retries}
 	p.Create.PerS = float64(n) / p.Create.Seconds
 	if err := e.pauseQueues(false); err != nil {
 		return err
@@ -221,15 +208,7 @@ func (e *env) waitQueuesEmpty(ctx context.Context, s *scaleSvc, key, probe strin
 				continue
 			}
 		}
-		left := 0
-		for _, q := range jobs.Queues() {
-			info, err := insp.GetQueueInfo(q)
-			if err != nil {
-				return fmt.Errorf("queue %s: %w", q, err)
-			}
-			left += info.Size
-		}
-		if left == 0 {
+		if queuedJobs(insp) == 0 {
 			return nil
 		}
 	}
